@@ -1,0 +1,313 @@
+// ringcomm._core: type conversion, the GIL released around every blocking call, and C++ errors
+// turned into Python exceptions in one place. No logic: that lives in src/ and ringcomm/.
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "dlpack.h"
+#include "ringcomm/communicator.h"
+
+namespace py = pybind11;
+using namespace ringcomm;
+
+namespace {
+
+// A store implemented in Python (for example an adapter over torch.distributed's Store).
+class PythonStore : public Store {
+ public:
+  void set(const std::string& key, const Bytes& value) override {
+    py::gil_scoped_acquire gil;
+    PYBIND11_OVERRIDE_PURE(void, Store, set, key, py::bytes(reinterpret_cast<const char*>(value.data()), value.size()));
+  }
+  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override {
+    py::gil_scoped_acquire gil;
+    py::function override = py::get_override(static_cast<const Store*>(this), "get");
+    if (!override) throw Error("PythonStore.get is not implemented");
+    std::string value = override(key, timeout.count() / 1000.0).cast<std::string>();
+    return Bytes(value.begin(), value.end());
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    py::gil_scoped_acquire gil;
+    PYBIND11_OVERRIDE_PURE(int64_t, Store, add, key, delta);
+  }
+};
+
+std::chrono::milliseconds toMilliseconds(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+// Runs a collective: blocking calls run (usually on this thread) and wait with the GIL released;
+// asynchronous ones return the Work at once.
+template <typename Options, typename Method>
+py::object launch(Communicator& comm, Options options, bool blocking, Method method) {
+  options.runInCaller = blocking;
+  WorkPtr work;
+  {
+    py::gil_scoped_release release;
+    work = (comm.*method)(options);
+    if (blocking) work->wait();
+  }
+  if (blocking) return py::none();
+  return py::cast(work);
+}
+
+PyObject* makeException(py::module_& m, const char* name, PyObject* bases, const char* doc) {
+  std::string qualified = std::string("ringcomm.") + name;
+  PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases, nullptr);
+  if (type == nullptr) throw py::error_already_set();
+  m.add_object(name, py::handle(type));
+  return type;
+}
+
+// The Python exception types, created once at import (the translator must be a plain function).
+struct ExceptionTypes {
+  PyObject* base;
+  PyObject* peer;
+  PyObject* timeout;
+  PyObject* transport;
+  PyObject* mismatch;
+  PyObject* closed;
+};
+ExceptionTypes exceptionTypes{};
+
+void raiseWithContext(PyObject* type, const PeerError& error) {
+  py::object instance = py::reinterpret_steal<py::object>(PyObject_CallFunction(type, "s", error.what()));
+  const FailureContext& context = error.context();
+  instance.attr("operation") = context.operation;
+  instance.attr("rank") = context.rank;
+  instance.attr("peer") = context.peer >= 0 ? py::object(py::int_(context.peer)) : py::object(py::none());
+  instance.attr("elapsed") = context.elapsedSeconds;
+  PyErr_SetObject(type, instance.ptr());
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "ringcomm's C++ core (private: use the ringcomm package)";
+
+  // ---- errors ------------------------------------------------------------------------------
+  PyObject* baseError = makeException(m, "RingcommError", PyExc_RuntimeError,
+                                      "Base class of ringcomm's errors.");
+  PyObject* peerError = makeException(m, "PeerError", baseError,
+                                      "A collective failed because of a peer; see .peer, .rank, .operation, .elapsed.");
+  PyObject* timeoutBases = PyTuple_Pack(2, peerError, PyExc_TimeoutError);
+  PyObject* timeoutError = makeException(m, "TimeoutError", timeoutBases,
+                                         "A deadline passed while waiting for the peer named in the message.");
+  Py_DECREF(timeoutBases);
+  PyObject* connectionBases = PyTuple_Pack(2, peerError, PyExc_ConnectionError);
+  PyObject* transportError = makeException(m, "TransportError", connectionBases,
+                                           "A peer died, aborted or closed its connection.");
+  Py_DECREF(connectionBases);
+  PyObject* mismatchError = makeException(m, "MismatchError", peerError,
+                                          "Ranks called different collectives, or with different sizes or types.");
+  PyObject* closedError = makeException(m, "CommunicatorClosed", baseError,
+                                        "The communicator was shut down or poisoned by an earlier failure.");
+
+  exceptionTypes = {baseError, peerError, timeoutError, transportError, mismatchError, closedError};
+  py::register_exception_translator([](std::exception_ptr pointer) {
+    const ExceptionTypes& t = exceptionTypes;
+    if (!pointer) return;
+    try {
+      std::rethrow_exception(pointer);
+    } catch (const TimeoutError& error) {
+      raiseWithContext(t.timeout, error);
+    } catch (const MismatchError& error) {
+      raiseWithContext(t.mismatch, error);
+    } catch (const TransportError& error) {
+      raiseWithContext(t.transport, error);
+    } catch (const PeerError& error) {
+      raiseWithContext(t.peer, error);
+    } catch (const InvalidArgument& error) {
+      PyErr_SetString(PyExc_ValueError, error.what());
+    } catch (const CommunicatorClosed& error) {
+      PyErr_SetString(t.closed, error.what());
+    } catch (const Error& error) {
+      PyErr_SetString(t.base, error.what());
+    }
+  });
+
+  // ---- enums -------------------------------------------------------------------------------
+  py::enum_<DataType>(m, "DataType")
+      .value("int8", DataType::Int8).value("uint8", DataType::Uint8)
+      .value("int32", DataType::Int32).value("int64", DataType::Int64)
+      .value("float16", DataType::Float16).value("bfloat16", DataType::BFloat16)
+      .value("float32", DataType::Float32).value("float64", DataType::Float64);
+  py::enum_<ReduceOp>(m, "ReduceOp")
+      .value("SUM", ReduceOp::Sum).value("AVG", ReduceOp::Avg).value("MIN", ReduceOp::Min)
+      .value("MAX", ReduceOp::Max).value("PROD", ReduceOp::Prod);
+  py::enum_<Algorithm>(m, "Algorithm")
+      .value("auto", Algorithm::Auto).value("ring", Algorithm::Ring)
+      .value("tree", Algorithm::Tree).value("direct", Algorithm::Direct);
+  py::enum_<TransportKind>(m, "TransportKind")
+      .value("auto", TransportKind::Auto).value("tcp", TransportKind::Tcp).value("shm", TransportKind::Shm);
+  m.def("parse_algorithm", &parseAlgorithm);
+  m.def("parse_transport", &parseTransportKind);
+
+  // ---- configuration -------------------------------------------------------------------------
+  py::class_<Config>(m, "Config")
+      .def_static("from_environment", &Config::fromEnvironment)
+      .def_property("timeout",
+                    [](const Config& c) { return c.timeout.count() / 1000.0; },
+                    [](Config& c, double seconds) { c.timeout = toMilliseconds(seconds); })
+      .def_readwrite("transport", &Config::transport)
+      .def_readwrite("algorithm", &Config::algorithm)
+      .def_readwrite("socket_interface", &Config::socketInterface)
+      .def_readwrite("listen_address", &Config::listenAddress)
+      .def_readwrite("host_id", &Config::hostId)
+      .def_readwrite("spin_count", &Config::spinCount)
+      .def_readwrite("segment_bytes", &Config::segmentBytes)
+      .def_readwrite("shm_slot_bytes", &Config::shmSlotBytes)
+      .def_readwrite("shm_ring_bytes", &Config::shmRingBytes)
+      .def_readwrite("socket_buffer_bytes", &Config::socketBufferBytes);
+
+  // ---- stores ------------------------------------------------------------------------------
+  py::class_<Store, PythonStore, std::shared_ptr<Store>>(m, "Store")
+      .def(py::init<>())
+      .def("set", [](Store& s, const std::string& key, const py::bytes& value) {
+        std::string text = value;
+        py::gil_scoped_release release;
+        s.set(key, Bytes(text.begin(), text.end()));
+      })
+      .def("get", [](Store& s, const std::string& key, double timeout) {
+        Bytes value;
+        {
+          py::gil_scoped_release release;
+          value = s.get(key, toMilliseconds(timeout));
+        }
+        return py::bytes(reinterpret_cast<const char*>(value.data()), value.size());
+      }, py::arg("key"), py::arg("timeout") = 300.0)
+      .def("add", [](Store& s, const std::string& key, int64_t delta) {
+        py::gil_scoped_release release;
+        return s.add(key, delta);
+      });
+  py::class_<HashStore, Store, std::shared_ptr<HashStore>>(m, "HashStore").def(py::init<>());
+  py::class_<PrefixStore, Store, std::shared_ptr<PrefixStore>>(m, "PrefixStore")
+      .def(py::init<std::string, std::shared_ptr<Store>>());
+  py::class_<TcpStore, Store, std::shared_ptr<TcpStore>>(m, "TcpStore")
+      .def(py::init([](const std::string& host, int port, double timeout) {
+             py::gil_scoped_release release;
+             return std::make_shared<TcpStore>(host, port, toMilliseconds(timeout));
+           }),
+           py::arg("host"), py::arg("port"), py::arg("timeout") = 300.0)
+      .def_property_readonly("local_address", &TcpStore::localAddress);
+  py::class_<TcpStoreServer, std::shared_ptr<TcpStoreServer>>(m, "TcpStoreServer")
+      .def(py::init<const std::string&, int>(), py::arg("host") = "0.0.0.0", py::arg("port") = 0)
+      .def_property_readonly("port", &TcpStoreServer::port)
+      .def("stop", &TcpStoreServer::stop, py::call_guard<py::gil_scoped_release>());
+
+  // ---- work --------------------------------------------------------------------------------
+  py::class_<Work, WorkPtr>(m, "Work")
+      .def("is_completed", &Work::isCompleted)
+      .def("wait", [](Work& w, double timeout) { w.wait(toMilliseconds(timeout)); },
+           py::arg("timeout") = 0.0, py::call_guard<py::gil_scoped_release>());
+
+  // ---- communicator ------------------------------------------------------------------------
+  // Buffers arrive as (address, count, dtype): the Python layer owns the arrays and keeps them
+  // alive until the Work completes.
+  using Comm = Communicator;
+  py::class_<Comm, std::shared_ptr<Comm>>(m, "Communicator")
+      .def_static("create", [](std::shared_ptr<Store> store, int rank, int size, const Config& config) {
+        py::gil_scoped_release release;
+        return Comm::create(std::move(store), rank, size, config);
+      })
+      .def_property_readonly("rank", &Comm::rank)
+      .def_property_readonly("size", &Comm::size)
+      .def_property_readonly("local_rank", &Comm::localRank)
+      .def_property_readonly("local_size", &Comm::localSize)
+      .def_property_readonly("host_index", &Comm::hostIndex)
+      .def_property_readonly("host_count", &Comm::hostCount)
+      .def_property_readonly("config", &Comm::config)
+      .def("transport_to", &Comm::transportTo)
+      .def("choose_allreduce_algorithm", &Comm::chooseAllreduceAlgorithm)
+      .def("allreduce", [](Comm& c, uintptr_t in, uintptr_t out, size_t count, DataType type, ReduceOp op,
+                           Algorithm algorithm, double timeout, bool blocking) {
+        AllreduceOptions o;
+        o.input = reinterpret_cast<const void*>(in);
+        o.output = reinterpret_cast<void*>(out);
+        o.count = count; o.type = type; o.op = op; o.algorithm = algorithm; o.timeout = toMilliseconds(timeout);
+        return launch(c, o, blocking, &Comm::allreduce);
+      })
+      .def("reduce_scatter", [](Comm& c, uintptr_t in, uintptr_t out, size_t count, DataType type, ReduceOp op,
+                                double timeout, bool blocking) {
+        ReduceScatterOptions o;
+        o.input = reinterpret_cast<const void*>(in);
+        o.output = reinterpret_cast<void*>(out);
+        o.count = count; o.type = type; o.op = op; o.timeout = toMilliseconds(timeout);
+        return launch(c, o, blocking, &Comm::reduceScatter);
+      })
+      .def("allgather", [](Comm& c, uintptr_t in, uintptr_t out, size_t count, DataType type, double timeout,
+                           bool blocking) {
+        AllgatherOptions o;
+        o.input = reinterpret_cast<const void*>(in);
+        o.output = reinterpret_cast<void*>(out);
+        o.count = count; o.type = type; o.timeout = toMilliseconds(timeout);
+        return launch(c, o, blocking, &Comm::allgather);
+      })
+      .def("broadcast", [](Comm& c, uintptr_t buffer, size_t count, DataType type, int root, double timeout,
+                           bool blocking) {
+        BroadcastOptions o;
+        o.buffer = reinterpret_cast<void*>(buffer);
+        o.count = count; o.type = type; o.root = root; o.timeout = toMilliseconds(timeout);
+        return launch(c, o, blocking, &Comm::broadcast);
+      })
+      .def("reduce", [](Comm& c, uintptr_t in, uintptr_t out, size_t count, DataType type, ReduceOp op, int root,
+                        double timeout, bool blocking) {
+        ReduceOptions o;
+        o.input = reinterpret_cast<const void*>(in);
+        o.output = reinterpret_cast<void*>(out);
+        o.count = count; o.type = type; o.op = op; o.root = root; o.timeout = toMilliseconds(timeout);
+        return launch(c, o, blocking, &Comm::reduce);
+      })
+      .def("alltoall", [](Comm& c, uintptr_t in, uintptr_t out, size_t count, DataType type, double timeout,
+                          bool blocking) {
+        AlltoallOptions o;
+        o.input = reinterpret_cast<const void*>(in);
+        o.output = reinterpret_cast<void*>(out);
+        o.count = count; o.type = type; o.timeout = toMilliseconds(timeout);
+        return launch(c, o, blocking, &Comm::alltoall);
+      })
+      .def("gather", [](Comm& c, uintptr_t in, uintptr_t out, size_t count, DataType type, int root,
+                        double timeout, bool blocking) {
+        GatherOptions o;
+        o.input = reinterpret_cast<const void*>(in);
+        o.output = reinterpret_cast<void*>(out);
+        o.count = count; o.type = type; o.root = root; o.timeout = toMilliseconds(timeout);
+        return launch(c, o, blocking, &Comm::gather);
+      })
+      .def("scatter", [](Comm& c, uintptr_t in, uintptr_t out, size_t count, DataType type, int root,
+                         double timeout, bool blocking) {
+        ScatterOptions o;
+        o.input = reinterpret_cast<const void*>(in);
+        o.output = reinterpret_cast<void*>(out);
+        o.count = count; o.type = type; o.root = root; o.timeout = toMilliseconds(timeout);
+        return launch(c, o, blocking, &Comm::scatter);
+      })
+      .def("barrier", [](Comm& c, double timeout, bool blocking) {
+        BarrierOptions o;
+        o.timeout = toMilliseconds(timeout);
+        return launch(c, o, blocking, &Comm::barrier);
+      })
+      .def("send", [](Comm& c, uintptr_t buffer, size_t bytes, int peer, int tag, double timeout, bool blocking) {
+        SendOptions o;
+        o.buffer = reinterpret_cast<const void*>(buffer);
+        o.bytes = bytes; o.peer = peer; o.tag = tag; o.timeout = toMilliseconds(timeout);
+        return launch(c, o, blocking, &Comm::send);
+      })
+      .def("recv", [](Comm& c, uintptr_t buffer, size_t bytes, int peer, int tag, double timeout, bool blocking) {
+        RecvOptions o;
+        o.buffer = reinterpret_cast<void*>(buffer);
+        o.bytes = bytes; o.peer = peer; o.tag = tag; o.timeout = toMilliseconds(timeout);
+        return launch(c, o, blocking, &Comm::recv);
+      })
+      .def("abort", &Comm::abort, py::arg("reason") = "abort() called",
+           py::call_guard<py::gil_scoped_release>())
+      .def("shutdown", &Comm::shutdown, py::call_guard<py::gil_scoped_release>());
+
+  m.def("read_dlpack", [](const py::capsule& capsule) {
+    bindings::DlpackView v = bindings::readDlpack(capsule);
+    return py::dict(py::arg("data") = v.data, py::arg("shape") = v.shape, py::arg("strides") = v.strides,
+                    py::arg("device_type") = v.deviceType, py::arg("device_id") = v.deviceId,
+                    py::arg("code") = v.code, py::arg("bits") = v.bits, py::arg("lanes") = v.lanes,
+                    py::arg("read_only") = v.readOnly);
+  });
+}

@@ -1,0 +1,56 @@
+// The communicator: one per group of ranks, owning the transports and the engine thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ringcomm/config.h"
+#include "ringcomm/errors.h"
+#include "ringcomm/options.h"
+#include "ringcomm/store.h"
+#include "ringcomm/types.h"
+#include "ringcomm/work.h"
+
+namespace ringcomm {
+
+class Communicator {
+ public:
+  // Collective over all ranks: every rank calls it with the same store (or store prefix) and size.
+  static std::shared_ptr<Communicator> create(std::shared_ptr<Store> store, int rank, int size,
+                                              const Config& config);
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual int localRank() const = 0;  // index among the ranks of this host
+  virtual int localSize() const = 0;
+  virtual int hostIndex() const = 0;  // index of this host among hosts (cross rank)
+  virtual int hostCount() const = 0;
+  // The transport used to reach each peer ("shm" or "tcp"), for diagnostics and tests.
+  virtual std::string transportTo(int peer) const = 0;
+  virtual const Config& config() const = 0;
+
+  // Every collective is queued on the engine thread and returns at once; Work::wait() blocks.
+  // Collectives run in the order they are called on every rank.
+  virtual WorkPtr allreduce(const AllreduceOptions& options) = 0;
+  virtual WorkPtr reduceScatter(const ReduceScatterOptions& options) = 0;
+  virtual WorkPtr allgather(const AllgatherOptions& options) = 0;
+  virtual WorkPtr broadcast(const BroadcastOptions& options) = 0;
+  virtual WorkPtr reduce(const ReduceOptions& options) = 0;
+  virtual WorkPtr alltoall(const AlltoallOptions& options) = 0;
+  virtual WorkPtr gather(const GatherOptions& options) = 0;
+  virtual WorkPtr scatter(const ScatterOptions& options) = 0;
+  virtual WorkPtr barrier(const BarrierOptions& options) = 0;
+  virtual WorkPtr send(const SendOptions& options) = 0;
+  virtual WorkPtr recv(const RecvOptions& options) = 0;
+
+  // The algorithm Auto resolves to for an all-reduce of this many bytes (for the bench and tests).
+  virtual Algorithm chooseAllreduceAlgorithm(size_t bytes) const = 0;
+
+  // Fails pending and future work with CommunicatorClosed and tells peers, so they fail fast too.
+  virtual void abort(const std::string& reason) = 0;
+  // Waits for queued work, then releases sockets and shared memory. Idempotent.
+  virtual void shutdown() = 0;
+};
+
+}  // namespace ringcomm

@@ -1,0 +1,43 @@
+// Every tunable of the core, and the one function that reads them from the environment
+// (RINGCOMM_* variables). Nothing else in the tree calls getenv().
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+#include "ringcomm/types.h"
+
+namespace ringcomm {
+
+struct Config {
+  // Default deadline of every collective and of rendezvous (RINGCOMM_TIMEOUT, seconds).
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // RINGCOMM_TRANSPORT=auto|tcp|shm.
+  TransportKind transport = TransportKind::Auto;
+  // RINGCOMM_ALGORITHM=auto|ring|tree|direct: forces the all-reduce schedule when the call says auto.
+  Algorithm algorithm = Algorithm::Auto;
+  // RINGCOMM_SOCKET_IFNAME: the interface to listen on; empty = the one that reaches the store.
+  std::string socketInterface;
+  // RINGCOMM_LISTEN_ADDRESS: the address to listen on; empty = derived from the interface, else
+  // from the connection to the store, else loopback.
+  std::string listenAddress;
+  // RINGCOMM_HOSTID: overrides host identity (ranks with equal ids share memory).
+  std::string hostId;
+  // RINGCOMM_SPIN_COUNT: polls before a wait blocks; -1 = decide from cores vs local ranks.
+  int spinCount = -1;
+  // RINGCOMM_SEGMENT_BYTES: pipelining granularity of the ring schedule.
+  size_t segmentBytes = 512 * 1024;
+  // RINGCOMM_SHM_SLOT_BYTES: bytes a rank stages per round of the direct schedule. Sized so that
+  // every rank's two slots together stay in a shared last-level cache (measured: 32 MiB L3).
+  size_t shmSlotBytes = 1024 * 1024;
+  // RINGCOMM_SHM_RING_BYTES: capacity of each point-to-point shared-memory ring.
+  size_t shmRingBytes = 1024 * 1024;
+  // RINGCOMM_SOCKET_BUFFER_BYTES: SO_SNDBUF/SO_RCVBUF of TCP connections.
+  int socketBufferBytes = 4 * 1024 * 1024;
+
+  // Reads RINGCOMM_* over the defaults; throws InvalidArgument naming a malformed variable.
+  static Config fromEnvironment();
+};
+
+}  // namespace ringcomm

@@ -1,0 +1,63 @@
+// The error hierarchy. Every error says what operation failed, on which rank, because of which peer,
+// and how long the rank waited, so a user reading one line knows where to look.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace ringcomm {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+// Bad arguments from the caller: wrong dtype, mismatched sizes, a root out of range...
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
+// Details shared by the failures that involve a peer.
+struct FailureContext {
+  std::string operation;  // e.g. "allreduce #12 (ring, 4096 bytes)"
+  int rank = -1;          // this rank
+  int peer = -1;          // the peer at fault, or -1 when none is known
+  double elapsedSeconds = 0.0;
+};
+
+class PeerError : public Error {
+ public:
+  PeerError(const std::string& what, FailureContext context)
+      : Error(what), context_(std::move(context)) {}
+  const FailureContext& context() const { return context_; }
+
+ private:
+  FailureContext context_;
+};
+
+// A peer closed its connection, died, or aborted.
+class TransportError : public PeerError {
+ public:
+  using PeerError::PeerError;
+};
+
+// A deadline passed while waiting for a peer.
+class TimeoutError : public PeerError {
+ public:
+  using PeerError::PeerError;
+};
+
+// Ranks called different collectives, or the same one with different sizes/types/roots.
+class MismatchError : public PeerError {
+ public:
+  using PeerError::PeerError;
+};
+
+// The communicator was shut down or poisoned by an earlier failure.
+class CommunicatorClosed : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace ringcomm

@@ -1,0 +1,120 @@
+// One options struct per collective, each a plain aggregate with defaults and validate().
+// Buffers are raw pointers: the caller keeps them alive until the collective's Work completes.
+// A zero timeout means "the communicator's default".
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <vector>
+
+#include "ringcomm/types.h"
+
+namespace ringcomm {
+
+struct CommonOptions {
+  std::chrono::milliseconds timeout{0};
+  // The caller will wait for the Work at once: run on its thread when the engine is idle,
+  // saving two thread hand-offs (most of a small collective's latency).
+  bool runInCaller = false;
+};
+
+// output may equal input (in place). count elements in each.
+struct AllreduceOptions : CommonOptions {
+  const void* input = nullptr;
+  void* output = nullptr;
+  size_t count = 0;
+  DataType type = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  Algorithm algorithm = Algorithm::Auto;
+  void validate() const;
+};
+
+// input holds size * count elements; rank r receives the reduced block r (count elements).
+struct ReduceScatterOptions : CommonOptions {
+  const void* input = nullptr;
+  void* output = nullptr;
+  size_t count = 0;  // per rank
+  DataType type = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  void validate() const;
+};
+
+// input holds count elements; output holds size * count, block r from rank r.
+struct AllgatherOptions : CommonOptions {
+  const void* input = nullptr;
+  void* output = nullptr;
+  size_t count = 0;  // per rank
+  DataType type = DataType::Float32;
+  void validate() const;
+};
+
+struct BroadcastOptions : CommonOptions {
+  void* buffer = nullptr;
+  size_t count = 0;
+  DataType type = DataType::Float32;
+  int root = 0;
+  void validate(int size) const;
+};
+
+// output is used on the root only (may equal input).
+struct ReduceOptions : CommonOptions {
+  const void* input = nullptr;
+  void* output = nullptr;
+  size_t count = 0;
+  DataType type = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  int root = 0;
+  void validate(int size) const;
+};
+
+// input and output each hold size * count elements; block j of rank i's input lands in block i of
+// rank j's output.
+struct AlltoallOptions : CommonOptions {
+  const void* input = nullptr;
+  void* output = nullptr;
+  size_t count = 0;  // per peer
+  DataType type = DataType::Float32;
+  void validate() const;
+};
+
+// The root's output holds size * count elements.
+struct GatherOptions : CommonOptions {
+  const void* input = nullptr;
+  void* output = nullptr;
+  size_t count = 0;
+  DataType type = DataType::Float32;
+  int root = 0;
+  void validate(int size, int rank) const;
+};
+
+// The root's input holds size * count elements.
+struct ScatterOptions : CommonOptions {
+  const void* input = nullptr;
+  void* output = nullptr;
+  size_t count = 0;
+  DataType type = DataType::Float32;
+  int root = 0;
+  void validate(int size, int rank) const;
+};
+
+struct BarrierOptions : CommonOptions {};
+
+// Point-to-point. Messages between a pair of ranks match in the order they are posted; the tag
+// is checked, not searched for (a different tag is a MismatchError).
+struct SendOptions : CommonOptions {
+  const void* buffer = nullptr;
+  size_t bytes = 0;
+  int peer = 0;
+  int tag = 0;
+  void validate(int size, int rank) const;
+};
+
+struct RecvOptions : CommonOptions {
+  void* buffer = nullptr;
+  size_t bytes = 0;
+  int peer = 0;
+  int tag = 0;
+  void validate(int size, int rank) const;
+};
+
+}  // namespace ringcomm

@@ -1,0 +1,50 @@
+// Element types, reduction operators and algorithm/transport choices shared by the whole API.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ringcomm {
+
+enum class DataType : uint8_t {
+  Int8,
+  Uint8,
+  Int32,
+  Int64,
+  Float16,
+  BFloat16,
+  Float32,
+  Float64,
+};
+
+enum class ReduceOp : uint8_t {
+  Sum,
+  Avg,  // sum, then divide by the world size (integer types: truncating division)
+  Min,
+  Max,
+  Prod,
+};
+
+// Which schedule an all-reduce uses. Auto asks the cost model (src/tuning).
+enum class Algorithm : uint8_t {
+  Auto,
+  Ring,    // chunked, pipelined reduce-scatter + all-gather around a ring
+  Tree,    // recursive halving + recursive doubling (Rabenseifner), any rank count
+  Direct,  // shared memory only: each rank reduces its slice straight from every peer's staging
+};
+
+// Which transport carries point-to-point traffic. Auto: shared memory within a host, TCP between.
+enum class TransportKind : uint8_t { Auto, Tcp, Shm };
+
+size_t elementSize(DataType type);
+const char* toString(DataType type);
+const char* toString(ReduceOp op);
+const char* toString(Algorithm algorithm);
+const char* toString(TransportKind kind);
+
+// Parsers used by the configuration and bindings; they throw InvalidArgument naming the value.
+Algorithm parseAlgorithm(const std::string& name);
+TransportKind parseTransportKind(const std::string& name);
+
+}  // namespace ringcomm

@@ -1,0 +1,142 @@
+"""Who launched us: rank, world size and a store to meet the other ranks through.
+
+Checked in this order:
+  1. ringcomm's own launcher (``ringcomm-run``, ``ringcomm-bench``): RINGCOMM_RANK,
+     RINGCOMM_WORLD_SIZE, RINGCOMM_STORE=host:port (a store the launcher serves).
+  2. torchrun / torch.distributed's env:// convention: RANK, WORLD_SIZE, MASTER_ADDR,
+     MASTER_PORT. Under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) we join that
+     store through torch; otherwise rank 0 serves a ringcomm store on MASTER_PORT.
+  3. An MPI launcher (mpirun / mpiexec of MPICH or Open MPI, srun): through mpi4py when it is
+     installed; otherwise rank and size from PMI_RANK/PMI_SIZE or OMPI_COMM_WORLD_RANK/SIZE and the
+     store at MASTER_ADDR:MASTER_PORT (rank 0 serves it).
+  4. Nothing: a single process.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ringcomm import _core
+
+_MPI_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
+_MPI_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+@dataclass
+class LaunchEnvironment:
+    rank: int
+    size: int
+    store: Any  # a _core.Store
+    launcher: str
+    keepalive: list = field(default_factory=list)  # store servers this process hosts
+
+
+def _integer(name: str) -> int:
+    value = os.environ[name]
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be an integer; got {value!r}") from None
+
+
+def _first(names) -> Optional[str]:
+    return next((n for n in names if n in os.environ), None)
+
+
+def _host_port(text: str, variable: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"{variable} must look like host:port; got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def _serve_or_join(rank: int, host: str, port: int, timeout: float, keepalive: list):
+    """Rank 0 serves a ringcomm store on host:port; everyone connects to it."""
+    if rank == 0:
+        keepalive.append(_core.TcpStoreServer("0.0.0.0", port))
+    return _core.TcpStore(host, port, timeout)
+
+
+class TorchStoreAdapter(_core.Store):
+    """Presents a torch.distributed Store (e.g. torchrun's agent store) as a ringcomm Store."""
+
+    def __init__(self, store):
+        super().__init__()
+        self._store = store
+
+    def set(self, key, value):
+        self._store.set(key, value)
+
+    def get(self, key, timeout):
+        from datetime import timedelta
+
+        self._store.wait([key], timedelta(seconds=timeout))
+        return self._store.get(key)
+
+    def add(self, key, delta):
+        return self._store.add(key, delta)
+
+
+def _torchrun(timeout: float, keepalive: list) -> LaunchEnvironment:
+    rank, size = _integer("RANK"), _integer("WORLD_SIZE")
+    host, port = os.environ["MASTER_ADDR"], _integer("MASTER_PORT")
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true":
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        torch_store = dist.TCPStore(host, port, world_size=size, is_master=False,
+                                    timeout=timedelta(seconds=timeout))
+        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        store = _core.PrefixStore(f"ringcomm/{restart}/", TorchStoreAdapter(torch_store))
+        keepalive.append(torch_store)
+        return LaunchEnvironment(rank, size, store, "torchrun", keepalive)
+    store = _serve_or_join(rank, host, port, timeout, keepalive)
+    return LaunchEnvironment(rank, size, store, "env", keepalive)
+
+
+def _mpi(timeout: float, keepalive: list) -> LaunchEnvironment:
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        MPI = None
+    if MPI is not None:
+        world = MPI.COMM_WORLD
+        rank, size = world.Get_rank(), world.Get_size()
+        hosts = world.allgather(socket.gethostname())
+        address = None
+        if rank == 0:
+            single_host = len(set(hosts)) == 1
+            server = _core.TcpStoreServer("127.0.0.1" if single_host else "0.0.0.0", 0)
+            keepalive.append(server)
+            host = "127.0.0.1" if single_host else socket.gethostbyname(socket.gethostname())
+            address = (host, server.port)
+        host, port = world.bcast(address, root=0)
+        return LaunchEnvironment(rank, size, _core.TcpStore(host, port, timeout), "mpi4py", keepalive)
+    rank = _integer(_first(_MPI_RANK_VARIABLES))
+    size_variable = _first(_MPI_SIZE_VARIABLES)
+    if size_variable is None:
+        raise RuntimeError("launched by MPI, but no world size variable is set "
+                           f"({', '.join(_MPI_SIZE_VARIABLES)}); install mpi4py")
+    size = _integer(size_variable)
+    if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
+        raise RuntimeError("launched by MPI without mpi4py: install mpi4py (pip install mpi4py), or "
+                           "set MASTER_ADDR and MASTER_PORT to where rank 0 can serve the store")
+    store = _serve_or_join(rank, os.environ["MASTER_ADDR"], _integer("MASTER_PORT"), timeout, keepalive)
+    return LaunchEnvironment(rank, size, store, "mpi", keepalive)
+
+
+def detect(timeout: float) -> LaunchEnvironment:
+    keepalive: list = []
+    if "RINGCOMM_RANK" in os.environ:
+        rank, size = _integer("RINGCOMM_RANK"), _integer("RINGCOMM_WORLD_SIZE")
+        host, port = _host_port(os.environ.get("RINGCOMM_STORE", ""), "RINGCOMM_STORE")
+        return LaunchEnvironment(rank, size, _core.TcpStore(host, port, timeout), "ringcomm", keepalive)
+    if all(v in os.environ for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
+        return _torchrun(timeout, keepalive)
+    if _first(_MPI_RANK_VARIABLES) is not None:
+        return _mpi(timeout, keepalive)
+    return LaunchEnvironment(0, 1, _core.HashStore(), "single", keepalive)

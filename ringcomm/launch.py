@@ -1,0 +1,98 @@
+"""Starts N local ranks of a Python program, like a one-host mpirun, with no MPI needed.
+
+    ringcomm-run -np 4 train.py --epochs 3
+    python -m ringcomm.launch -np 4 -m mypackage.worker
+
+The launcher serves the rendezvous store itself and passes its address in RINGCOMM_STORE. If one
+rank fails, the others are stopped (after a grace period, so they can report the failure
+themselves), and the launcher exits with the failing rank's status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Optional, Sequence
+
+from ringcomm import _core
+
+# Ranks still running this long after another failed are terminated: long enough for them to
+# notice the failure through the transport and print their own error.
+_GRACE_SECONDS = 10.0
+
+
+def default_ranks() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def spawn(nranks: int, command: Sequence[str], env: Optional[dict] = None,
+          grace: float = _GRACE_SECONDS) -> int:
+    """Runs ``command`` as ``nranks`` ranks; returns the job's exit status (0 if all succeeded)."""
+    if nranks < 1:
+        raise ValueError(f"-np must be at least 1; got {nranks}")
+    server = _core.TcpStoreServer("127.0.0.1", 0)
+    base = dict(os.environ if env is None else env)
+    base["RINGCOMM_STORE"] = f"127.0.0.1:{server.port}"
+    base["RINGCOMM_WORLD_SIZE"] = str(nranks)
+    base["RINGCOMM_LOCAL_WORLD_SIZE"] = str(nranks)
+    children = []
+    try:
+        for rank in range(nranks):
+            child_env = dict(base, RINGCOMM_RANK=str(rank), RINGCOMM_LOCAL_RANK=str(rank))
+            children.append(subprocess.Popen(list(command), env=child_env))
+        return _supervise(children, grace)
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        server.stop()
+
+
+def _supervise(children, grace: float) -> int:
+    status = 0
+    failed_at = None
+    while True:
+        running = [c for c in children if c.poll() is None]
+        for child in children:
+            code = child.returncode
+            if code not in (None, 0) and status == 0:
+                status = code if code > 0 else 128 - code
+                failed_at = time.monotonic()
+        if not running:
+            return status
+        if failed_at is not None and time.monotonic() - failed_at > grace:
+            for child in running:
+                child.send_signal(signal.SIGTERM)
+            time.sleep(1.0)
+            for child in running:
+                if child.poll() is None:
+                    child.kill()
+            return status
+        time.sleep(0.05)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="ringcomm-run", description="Run N local ranks of a Python program.")
+    parser.add_argument("-np", "-n", dest="nranks", type=int, default=default_ranks(),
+                        help="number of ranks (default: one per core)")
+    parser.add_argument("-m", dest="module", help="run a module, as python -m does")
+    parser.add_argument("program", nargs=argparse.REMAINDER, help="script and its arguments")
+    args = parser.parse_args(argv)
+    if args.module:
+        command = [sys.executable, "-m", args.module, *args.program]
+    elif args.program:
+        program = args.program[1:] if args.program[0] == "--" else args.program
+        command = [sys.executable, *program]
+    else:
+        parser.error("give a script to run (or -m module)")
+    return spawn(args.nranks, command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

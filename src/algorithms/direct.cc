@@ -1,0 +1,196 @@
+// The direct schedule: the single-host all-reduce that touches memory the fewest times.
+//
+// A staged ring moves every byte through a shared-memory ring buffer 2(p-1) times. Here each rank
+// copies its input once into its own staging slot; then rank j reduces slice j of the vector by
+// reading slice j straight from every peer's slot (its own from its input), publishes the result
+// in its slot, and finally every rank copies the p-1 reduced slices of the others into its output.
+// Reduce-scatter + all-gather again, but each hop is a plain load from a peer's memory.
+//
+// A vector larger than a slot runs as several rounds; slots alternate (round % 2), so a rank can
+// stage round k+1 while slower peers still read round k. Slots are sized to stay in the shared
+// last-level cache, so staging traffic rarely reaches DRAM: what does is the input read and the
+// output write, which is the single-host limit of 2pN bytes.
+//
+// Synchronisation is three counters per rank (posted, reduced, done: rounds completed in each
+// phase) that peers poll, spin-then-sleep on the doorbell. A slot is rewritten in round k only
+// after every peer is done with round k-2, i.e. has finished reading it.
+//
+// Small vectors skip the reduce-scatter: every rank stages its whole input and reduces the whole
+// vector from all slots in rank order. The order is the same on every rank, so the bits are too,
+// and one synchronisation point is saved.
+#include "algorithms/direct.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "algorithms/plan.h"
+#include "common/failure.h"
+#include "common/tags.h"
+#include "reduce/reduce.h"
+#include "transport/shm/segment.h"
+
+namespace ringcomm::algorithms {
+namespace {
+
+// Below this many bytes per round, every rank reduces the whole vector itself (see above).
+// Above it, splitting the reduction p ways saves more than the extra synchronisation costs.
+constexpr size_t kWholeVectorBytes = 16 * 1024;
+constexpr std::chrono::milliseconds kHealthCheckInterval{100};
+
+inline void cpuRelax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+DirectGroup::DirectGroup(const shm::Segments& segments, int spinCount)
+    : segments_(segments), rank_(segments.localRank()), size_(segments.localSize()),
+      spinCount_(spinCount) {}
+
+void DirectGroup::publish(Phase phase, uint64_t value) {
+  shm::DirectCounters& own = segments_.counters(rank_);
+  shm::PaddedCounter& counter =
+      phase == Phase::Posted ? own.posted : phase == Phase::Reduced ? own.reduced : own.done;
+  counter.value.store(value, std::memory_order_release);
+  segments_.ringAllDoorbells();
+}
+
+void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
+  auto reached = [&](int peer) {
+    shm::DirectCounters& c = segments_.counters(peer);
+    const shm::PaddedCounter& counter =
+        phase == Phase::Posted ? c.posted : phase == Phase::Reduced ? c.reduced : c.done;
+    return counter.value.load(std::memory_order_acquire) >= value;
+  };
+  int idle = 0;
+  auto lastHealthCheck = Clock::now();
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    while (true) {
+      uint32_t doorbell = segments_.doorbellSnapshot();
+      if (reached(peer)) break;
+      if (++idle <= spinCount_) {
+        cpuRelax();
+        continue;
+      }
+      if (op.expired()) {
+        const char* what = phase == Phase::Posted    ? "to stage its input"
+                           : phase == Phase::Reduced ? "to publish its reduced slice"
+                                                     : "to finish reading the previous round";
+        raisePeerFailure<TimeoutError>(op, peer,
+                                       "timed out waiting for rank " + std::to_string(peer) + " " +
+                                           what + " (shared-memory direct schedule)");
+      }
+      segments_.sleepOnDoorbell(
+          doorbell, std::chrono::duration_cast<std::chrono::microseconds>(
+                        std::min(op.remaining(), kHealthCheckInterval)));
+      if (Clock::now() - lastHealthCheck >= kHealthCheckInterval) {
+        std::string failure = segments_.peerFailure(peer);
+        if (!failure.empty()) raisePeerFailure<TransportError>(op, peer, failure);
+        lastHealthCheck = Clock::now();
+      }
+    }
+  }
+}
+
+void DirectGroup::stage(uint64_t round, uint32_t tag, size_t bytes, const Operation& op) {
+  // The slot of this round was last used two rounds ago: wait until everyone has read it.
+  if (round >= 2) waitForAll(Phase::Done, round - 1, op);
+  shm::SlotDescriptor& descriptor = segments_.counters(rank_).descriptor[round % 2];
+  descriptor.tag.store(tag, std::memory_order_relaxed);
+  descriptor.bytes.store(bytes, std::memory_order_relaxed);
+}
+
+void DirectGroup::checkDescriptors(uint64_t round, uint32_t tag, size_t bytes,
+                                   const Operation& op) {
+  for (int peer = 0; peer < size_; ++peer) {
+    const shm::SlotDescriptor& theirs = segments_.counters(peer).descriptor[round % 2];
+    const uint64_t theirTag = theirs.tag.load(std::memory_order_relaxed);
+    const uint64_t theirBytes = theirs.bytes.load(std::memory_order_relaxed);
+    if (theirTag != tag || theirBytes != bytes) {
+      raisePeerFailure<MismatchError>(
+          op, peer,
+          "rank " + std::to_string(peer) + " staged " + describeTag(static_cast<uint32_t>(theirTag)) +
+              " with " + std::to_string(theirBytes) + " bytes, but this rank staged " +
+              describeTag(tag) + " with " + std::to_string(bytes) +
+              " bytes (ranks called different collectives, or with different sizes)");
+    }
+  }
+}
+
+void DirectGroup::allreduce(const Operation& op, uint32_t tag, const void* input, void* output,
+                            size_t count, DataType type, ReduceOp reduceOp) {
+  const size_t element = elementSize(type);
+  const size_t roundCount = std::max<size_t>(1, segments_.slotBytes() / element);
+  const uint8_t* in = static_cast<const uint8_t*>(input);
+  uint8_t* out = static_cast<uint8_t*>(output);
+  std::vector<const void*> sources(size_);
+
+  for (size_t done = 0; done < count; done += roundCount) {
+    const size_t n = std::min(roundCount, count - done);
+    const size_t bytes = n * element;
+    const uint64_t round = round_++;
+    const int slot = static_cast<int>(round % 2);
+    const uint8_t* roundIn = in + done * element;
+    uint8_t* roundOut = out + done * element;
+    uint8_t* staging = segments_.slotInput(rank_, slot);
+
+    stage(round, tag, bytes, op);
+    if (bytes <= kWholeVectorBytes) {
+      std::memcpy(staging, roundIn, bytes);
+      publish(Phase::Posted, round + 1);
+      waitForAll(Phase::Posted, round + 1, op);
+      checkDescriptors(round, tag, bytes, op);
+      for (int peer = 0; peer < size_; ++peer) sources[peer] = segments_.slotInput(peer, slot);
+      reduce::reduceMany(roundOut, sources.data(), size_, n, type, reduceOp);
+      reduce::finishAverage(roundOut, n, type, reduceOp, size_);
+      publish(Phase::Done, round + 1);
+      continue;
+    }
+
+    // Stage everything but this rank's own slice, which it reads from its input directly.
+    const plan::Block own = plan::blockOf(n, size_, rank_);
+    std::memcpy(staging, roundIn, own.offset * element);
+    const size_t ownEnd = (own.offset + own.count) * element;
+    std::memcpy(staging + ownEnd, roundIn + ownEnd, bytes - ownEnd);
+    publish(Phase::Posted, round + 1);
+
+    waitForAll(Phase::Posted, round + 1, op);
+    checkDescriptors(round, tag, bytes, op);
+    // This rank's own contribution first (it may alias the output), then the peers in rank order:
+    // a fixed order per slice, and only this rank computes this slice, so all ranks agree.
+    const size_t at = own.offset * element;
+    sources[0] = roundIn + at;
+    for (int peer = 0, next = 1; peer < size_; ++peer) {
+      if (peer != rank_) sources[next++] = segments_.slotInput(peer, slot) + at;
+    }
+    reduce::reduceMany(roundOut + at, sources.data(), size_, own.count, type, reduceOp);
+    reduce::finishAverage(roundOut + at, own.count, type, reduceOp, size_);
+    std::memcpy(segments_.slotResult(rank_, slot) + at, roundOut + at, own.count * element);
+    publish(Phase::Reduced, round + 1);
+
+    waitForAll(Phase::Reduced, round + 1, op);
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      const plan::Block theirs = plan::blockOf(n, size_, peer);
+      std::memcpy(roundOut + theirs.offset * element,
+                  segments_.slotResult(peer, slot) + theirs.offset * element,
+                  theirs.count * element);
+    }
+    publish(Phase::Done, round + 1);
+  }
+}
+
+void DirectGroup::barrier(const Operation& op, uint32_t tag) {
+  const uint64_t round = round_++;
+  stage(round, tag, 0, op);
+  publish(Phase::Posted, round + 1);
+  waitForAll(Phase::Posted, round + 1, op);
+  checkDescriptors(round, tag, 0, op);
+  publish(Phase::Done, round + 1);
+}
+
+}  // namespace ringcomm::algorithms

@@ -1,0 +1,40 @@
+// The direct schedule: all ranks on one host, through shared memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/deadline.h"
+#include "ringcomm/types.h"
+
+namespace ringcomm::shm {
+class Segments;
+}
+
+namespace ringcomm::algorithms {
+
+class DirectGroup {
+ public:
+  // Every rank of the communicator must be in `segments` (one host), local rank == rank.
+  DirectGroup(const shm::Segments& segments, int spinCount);
+
+  void allreduce(const Operation& op, uint32_t tag, const void* input, void* output, size_t count,
+                 DataType type, ReduceOp op_);
+  void barrier(const Operation& op, uint32_t tag);
+
+ private:
+  enum class Phase { Posted, Reduced, Done };
+  // Waits until every peer's counter for `phase` reaches `value`.
+  void waitForAll(Phase phase, uint64_t value, const Operation& op);
+  void publish(Phase phase, uint64_t value);
+  void stage(uint64_t round, uint32_t tag, size_t bytes, const Operation& op);
+  void checkDescriptors(uint64_t round, uint32_t tag, size_t bytes, const Operation& op);
+
+  const shm::Segments& segments_;
+  int rank_;
+  int size_;
+  int spinCount_;
+  uint64_t round_ = 0;  // rounds ever run on this communicator; the slot is round % 2
+};
+
+}  // namespace ringcomm::algorithms

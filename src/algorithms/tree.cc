@@ -1,0 +1,64 @@
+// Rabenseifner's all-reduce: log2(p) halving steps, each exchanging half of the remaining range
+// with a partner and reducing the half kept, then log2(p) doubling steps that undo the halving
+// with copies. Latency grows with log2(p) instead of p, so it wins for small and medium messages
+// on a network; bandwidth stays 2(p-1)/p of the vector per rank, like the ring. Non-powers of two
+// fold the surplus ranks in first (see plan.h). Every element's final value is computed by exactly
+// one rank and copied to the others, so all ranks hold the same bits.
+#include "algorithms/tree.h"
+
+#include <cstring>
+
+#include "algorithms/plan.h"
+#include "reduce/reduce.h"
+
+namespace ringcomm::algorithms {
+
+void treeAllreduce(const Context& ctx, const void* input, void* output, size_t count,
+                   DataType type, ReduceOp op) {
+  const size_t element = elementSize(type);
+  const size_t bytes = count * element;
+  uint8_t* out = static_cast<uint8_t*>(output);
+  if (input != output) std::memcpy(output, input, bytes);
+  if (ctx.size == 1) return;
+
+  const plan::TreePlan plan = plan::planTree(ctx.rank, ctx.size, count);
+  auto at = [&](const plan::Block& block) { return out + block.offset * element; };
+
+  if (plan.foldedOut) {
+    ctx.transport.postSend(plan.foldPeer, out, bytes, ctx.tag);
+    ctx.transport.postRecv(plan.foldPeer, out, bytes, ctx.tag);
+    ctx.transport.waitAll(ctx.op);
+    return;
+  }
+
+  uint8_t* scratch = ctx.scratch.get(0, bytes);
+  if (plan.foldPeer >= 0) {
+    auto request = ctx.transport.postRecv(plan.foldPeer, scratch, bytes, ctx.tag);
+    ctx.transport.wait(request, ctx.op);
+    reduce::reduceInto(out, scratch, count, type, op);
+  }
+
+  for (const plan::TreeStep& step : plan.halving) {
+    ctx.transport.postSend(step.peer, at(step.send), step.send.count * element, ctx.tag);
+    uint8_t* into = scratch + step.keep.offset * element;
+    auto request = ctx.transport.postRecv(step.peer, into, step.keep.count * element, ctx.tag);
+    ctx.transport.wait(request, ctx.op);
+    reduce::reduceInto(at(step.keep), into, step.keep.count, type, op);
+  }
+  reduce::finishAverage(at(plan.owned), plan.owned.count, type, op, ctx.size);
+  // The halving sends read ranges the doubling receives overwrite: let them drain first.
+  ctx.transport.waitAll(ctx.op);
+
+  for (auto step = plan.halving.rbegin(); step != plan.halving.rend(); ++step) {
+    ctx.transport.postSend(step->peer, at(step->keep), step->keep.count * element, ctx.tag);
+    ctx.transport.postRecv(step->peer, at(step->send), step->send.count * element, ctx.tag);
+    ctx.transport.waitAll(ctx.op);
+  }
+
+  if (plan.foldPeer >= 0) {
+    ctx.transport.postSend(plan.foldPeer, out, bytes, ctx.tag);
+    ctx.transport.waitAll(ctx.op);
+  }
+}
+
+}  // namespace ringcomm::algorithms

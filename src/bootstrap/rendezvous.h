@@ -1,0 +1,38 @@
+// Rendezvous: every rank publishes where it listens and which host it is on, and learns the same
+// about everyone, plus the job's key (names shared memory) and secret (admits TCP peers).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ringcomm/config.h"
+#include "ringcomm/store.h"
+
+namespace ringcomm::bootstrap {
+
+struct RankRecord {
+  std::string hostId;
+  std::string address;  // numeric IP the rank listens on
+  int port = 0;
+  int pid = 0;
+};
+
+struct Rendezvous {
+  std::vector<RankRecord> ranks;
+  std::string jobKey;
+  uint64_t secret = 0;
+};
+
+Rendezvous rendezvous(Store& store, int rank, int size, const RankRecord& self,
+                      std::chrono::milliseconds timeout);
+
+// Ranks with the same host id can share memory: hostname, boot id and network namespace, unless
+// RINGCOMM_HOSTID overrides it (Config::hostId).
+std::string localHostId(const Config& config);
+
+// The IPv4 address of a named interface (RINGCOMM_SOCKET_IFNAME); throws InvalidArgument naming it.
+std::string interfaceAddress(const std::string& name);
+
+}  // namespace ringcomm::bootstrap

@@ -1,0 +1,90 @@
+// validate() of every options struct: the caller's mistakes become InvalidArgument naming the field.
+#include "ringcomm/options.h"
+
+#include <string>
+
+#include "ringcomm/errors.h"
+
+namespace ringcomm {
+namespace {
+
+void requireBuffer(const void* buffer, size_t count, const char* collective, const char* field) {
+  if (buffer == nullptr && count > 0) {
+    throw InvalidArgument(std::string(collective) + ": " + field + " is null but count is " +
+                          std::to_string(count));
+  }
+}
+
+void requireRoot(int root, int size, const char* collective) {
+  if (root < 0 || root >= size) {
+    throw InvalidArgument(std::string(collective) + ": root must be in [0, " +
+                          std::to_string(size) + "); got " + std::to_string(root));
+  }
+}
+
+void requirePeer(int peer, int size, int rank, const char* collective) {
+  if (peer < 0 || peer >= size) {
+    throw InvalidArgument(std::string(collective) + ": peer must be in [0, " +
+                          std::to_string(size) + "); got " + std::to_string(peer));
+  }
+  if (peer == rank) {
+    throw InvalidArgument(std::string(collective) + ": peer " + std::to_string(peer) +
+                          " is this rank itself");
+  }
+}
+
+}  // namespace
+
+void AllreduceOptions::validate() const {
+  requireBuffer(input, count, "allreduce", "input");
+  requireBuffer(output, count, "allreduce", "output");
+}
+
+void ReduceScatterOptions::validate() const {
+  requireBuffer(input, count, "reduce_scatter", "input");
+  requireBuffer(output, count, "reduce_scatter", "output");
+}
+
+void AllgatherOptions::validate() const {
+  requireBuffer(input, count, "allgather", "input");
+  requireBuffer(output, count, "allgather", "output");
+}
+
+void BroadcastOptions::validate(int size) const {
+  requireBuffer(buffer, count, "broadcast", "buffer");
+  requireRoot(root, size, "broadcast");
+}
+
+void ReduceOptions::validate(int size) const {
+  requireBuffer(input, count, "reduce", "input");
+  requireRoot(root, size, "reduce");
+}
+
+void AlltoallOptions::validate() const {
+  requireBuffer(input, count, "alltoall", "input");
+  requireBuffer(output, count, "alltoall", "output");
+}
+
+void GatherOptions::validate(int size, int rank) const {
+  requireBuffer(input, count, "gather", "input");
+  requireRoot(root, size, "gather");
+  if (rank == root) requireBuffer(output, count, "gather", "output");
+}
+
+void ScatterOptions::validate(int size, int rank) const {
+  requireBuffer(output, count, "scatter", "output");
+  requireRoot(root, size, "scatter");
+  if (rank == root) requireBuffer(input, count, "scatter", "input");
+}
+
+void SendOptions::validate(int size, int rank) const {
+  requireBuffer(buffer, bytes, "send", "buffer");
+  requirePeer(peer, size, rank, "send");
+}
+
+void RecvOptions::validate(int size, int rank) const {
+  requireBuffer(buffer, bytes, "recv", "buffer");
+  requirePeer(peer, size, rank, "recv");
+}
+
+}  // namespace ringcomm

@@ -1,0 +1,83 @@
+#include "ringcomm/types.h"
+
+#include "ringcomm/errors.h"
+
+namespace ringcomm {
+
+size_t elementSize(DataType type) {
+  switch (type) {
+    case DataType::Int8:
+    case DataType::Uint8:
+      return 1;
+    case DataType::Float16:
+    case DataType::BFloat16:
+      return 2;
+    case DataType::Int32:
+    case DataType::Float32:
+      return 4;
+    case DataType::Int64:
+    case DataType::Float64:
+      return 8;
+  }
+  throw InvalidArgument("unknown DataType");
+}
+
+const char* toString(DataType type) {
+  switch (type) {
+    case DataType::Int8: return "int8";
+    case DataType::Uint8: return "uint8";
+    case DataType::Int32: return "int32";
+    case DataType::Int64: return "int64";
+    case DataType::Float16: return "float16";
+    case DataType::BFloat16: return "bfloat16";
+    case DataType::Float32: return "float32";
+    case DataType::Float64: return "float64";
+  }
+  return "unknown";
+}
+
+const char* toString(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Min: return "min";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Prod: return "prod";
+  }
+  return "unknown";
+}
+
+const char* toString(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::Auto: return "auto";
+    case Algorithm::Ring: return "ring";
+    case Algorithm::Tree: return "tree";
+    case Algorithm::Direct: return "direct";
+  }
+  return "unknown";
+}
+
+const char* toString(TransportKind kind) {
+  switch (kind) {
+    case TransportKind::Auto: return "auto";
+    case TransportKind::Tcp: return "tcp";
+    case TransportKind::Shm: return "shm";
+  }
+  return "unknown";
+}
+
+Algorithm parseAlgorithm(const std::string& name) {
+  for (Algorithm a : {Algorithm::Auto, Algorithm::Ring, Algorithm::Tree, Algorithm::Direct}) {
+    if (name == toString(a)) return a;
+  }
+  throw InvalidArgument("algorithm must be one of auto, ring, tree, direct; got '" + name + "'");
+}
+
+TransportKind parseTransportKind(const std::string& name) {
+  for (TransportKind k : {TransportKind::Auto, TransportKind::Tcp, TransportKind::Shm}) {
+    if (name == toString(k)) return k;
+  }
+  throw InvalidArgument("transport must be one of auto, tcp, shm; got '" + name + "'");
+}
+
+}  // namespace ringcomm

@@ -1,0 +1,331 @@
+// The communicator: rendezvous and connection at creation, then each collective validated on the
+// caller's thread, given a sequence number (its wire tag), and run by the engine.
+#include "ringcomm/communicator.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "algorithms/collectives.h"
+#include "algorithms/direct.h"
+#include "algorithms/ring.h"
+#include "algorithms/tree.h"
+#include "bootstrap/rendezvous.h"
+#include "common/socket.h"
+#include "common/tags.h"
+#include "engine/engine.h"
+#include "transport/connect.h"
+#include "transport/transport.h"
+#include "tuning/cost_model.h"
+
+namespace ringcomm {
+namespace {
+
+// Polls before a wait blocks when every local rank has a core of its own: long enough to catch a
+// peer that is a few microseconds behind, short next to a futex round trip (~5 us each way).
+constexpr int kSpinsWithSpareCores = 20000;
+// With more local ranks than cores a spinning rank steals the core its peer needs: block at once.
+constexpr int kSpinsOversubscribed = 0;
+
+int availableCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
+
+std::string describeBytes(size_t count, DataType type) {
+  return std::to_string(count) + " x " + toString(type);
+}
+
+class CommunicatorImpl : public Communicator {
+ public:
+  CommunicatorImpl(int rank, int size, Config config, transport::Links links)
+      : rank_(rank), size_(size), config_(std::move(config)), links_(std::move(links)) {
+    int spins = config_.spinCount;
+    if (spins < 0) {
+      spins = static_cast<int>(links_.localRanks.size()) <= availableCores() ? kSpinsWithSpareCores
+                                                                             : kSpinsOversubscribed;
+    }
+    transport_ = std::make_unique<transport::Transport>(rank_, std::move(links_.streams),
+                                                        links_.segments.get(), spins);
+    if (links_.segments && static_cast<int>(links_.localRanks.size()) == size_) {
+      direct_ = std::make_unique<algorithms::DirectGroup>(*links_.segments, spins);
+    }
+    engine_ = std::make_unique<engine::Engine>();
+  }
+
+  ~CommunicatorImpl() override { shutdown(); }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int localRank() const override {
+    for (size_t i = 0; i < links_.localRanks.size(); ++i) {
+      if (links_.localRanks[i] == rank_) return static_cast<int>(i);
+    }
+    return 0;
+  }
+  int localSize() const override { return static_cast<int>(links_.localRanks.size()); }
+  int hostIndex() const override { return links_.hostIndex; }
+  int hostCount() const override { return links_.hostCount; }
+  std::string transportTo(int peer) const override {
+    if (peer < 0 || peer >= size_) throw InvalidArgument("peer out of range");
+    return transport_->kindOf(peer);
+  }
+  const Config& config() const override { return config_; }
+
+  Algorithm chooseAllreduceAlgorithm(size_t bytes) const override {
+    if (config_.algorithm != Algorithm::Auto) return config_.algorithm;
+    return tuning::chooseAllreduce(tuning::Topology{size_, direct_ != nullptr}, bytes);
+  }
+
+  WorkPtr allreduce(const AllreduceOptions& o) override {
+    o.validate();
+    Algorithm algorithm = o.algorithm != Algorithm::Auto ? o.algorithm
+                                                         : chooseAllreduceAlgorithm(o.count * elementSize(o.type));
+    if (algorithm == Algorithm::Auto) algorithm = chooseAllreduceAlgorithm(o.count * elementSize(o.type));
+    if (algorithm == Algorithm::Direct && !direct_) {
+      throw InvalidArgument(
+          "allreduce: algorithm 'direct' needs every rank on this host, connected through shared "
+          "memory (RINGCOMM_TRANSPORT=auto or shm); use 'ring' or 'tree'");
+    }
+    std::string name = std::string("allreduce (") + toString(algorithm) + ", " + toString(o.op) +
+                       ", " + describeBytes(o.count, o.type) + ")";
+    return enqueue(CollectiveKind::Allreduce, o, name, [this, o, algorithm](const algorithms::Context& ctx) {
+      switch (algorithm) {
+        case Algorithm::Direct:
+          direct_->allreduce(ctx.op, ctx.tag, o.input, o.output, o.count, o.type, o.op);
+          break;
+        case Algorithm::Tree:
+          algorithms::treeAllreduce(ctx, o.input, o.output, o.count, o.type, o.op);
+          break;
+        default:
+          algorithms::ringAllreduce(ctx, o.input, o.output, o.count, o.type, o.op);
+      }
+    });
+  }
+
+  WorkPtr reduceScatter(const ReduceScatterOptions& o) override {
+    o.validate();
+    return enqueue(CollectiveKind::ReduceScatter, o,
+                   "reduce_scatter (" + describeBytes(o.count, o.type) + " per rank)",
+                   [o](const algorithms::Context& ctx) { algorithms::reduceScatter(ctx, o); });
+  }
+
+  WorkPtr allgather(const AllgatherOptions& o) override {
+    o.validate();
+    return enqueue(CollectiveKind::Allgather, o,
+                   "allgather (" + describeBytes(o.count, o.type) + " per rank)",
+                   [o](const algorithms::Context& ctx) { algorithms::allgather(ctx, o); });
+  }
+
+  WorkPtr broadcast(const BroadcastOptions& o) override {
+    o.validate(size_);
+    return enqueue(CollectiveKind::Broadcast, o,
+                   "broadcast (root " + std::to_string(o.root) + ", " + describeBytes(o.count, o.type) + ")",
+                   [o](const algorithms::Context& ctx) { algorithms::broadcast(ctx, o); });
+  }
+
+  WorkPtr reduce(const ReduceOptions& o) override {
+    o.validate(size_);
+    if (rank_ == o.root && o.output == nullptr && o.count > 0) {
+      throw InvalidArgument("reduce: output is null on the root");
+    }
+    return enqueue(CollectiveKind::Reduce, o,
+                   "reduce (root " + std::to_string(o.root) + ", " + describeBytes(o.count, o.type) + ")",
+                   [o](const algorithms::Context& ctx) { algorithms::reduce(ctx, o); });
+  }
+
+  WorkPtr alltoall(const AlltoallOptions& o) override {
+    o.validate();
+    return enqueue(CollectiveKind::Alltoall, o,
+                   "alltoall (" + describeBytes(o.count, o.type) + " per peer)",
+                   [o](const algorithms::Context& ctx) { algorithms::alltoall(ctx, o); });
+  }
+
+  WorkPtr gather(const GatherOptions& o) override {
+    o.validate(size_, rank_);
+    return enqueue(CollectiveKind::Gather, o,
+                   "gather (root " + std::to_string(o.root) + ", " + describeBytes(o.count, o.type) + ")",
+                   [o](const algorithms::Context& ctx) { algorithms::gather(ctx, o); });
+  }
+
+  WorkPtr scatter(const ScatterOptions& o) override {
+    o.validate(size_, rank_);
+    return enqueue(CollectiveKind::Scatter, o,
+                   "scatter (root " + std::to_string(o.root) + ", " + describeBytes(o.count, o.type) + ")",
+                   [o](const algorithms::Context& ctx) { algorithms::scatter(ctx, o); });
+  }
+
+  WorkPtr barrier(const BarrierOptions& o) override {
+    return enqueue(CollectiveKind::Barrier, o, "barrier", [this](const algorithms::Context& ctx) {
+      if (direct_) {
+        direct_->barrier(ctx.op, ctx.tag);
+      } else {
+        algorithms::barrier(ctx);
+      }
+    });
+  }
+
+  WorkPtr send(const SendOptions& o) override {
+    o.validate(size_, rank_);
+    return enqueuePointToPoint(o, "send to rank " + std::to_string(o.peer) + " (tag " +
+                                      std::to_string(o.tag) + ", " + std::to_string(o.bytes) + " bytes)",
+                               [o](const algorithms::Context& ctx) {
+                                 ctx.transport.wait(ctx.transport.postSend(o.peer, o.buffer, o.bytes, userTag(o.tag)), ctx.op);
+                               });
+  }
+
+  WorkPtr recv(const RecvOptions& o) override {
+    o.validate(size_, rank_);
+    return enqueuePointToPoint(o, "recv from rank " + std::to_string(o.peer) + " (tag " +
+                                      std::to_string(o.tag) + ", " + std::to_string(o.bytes) + " bytes)",
+                               [o](const algorithms::Context& ctx) {
+                                 ctx.transport.wait(ctx.transport.postRecv(o.peer, o.buffer, o.bytes, userTag(o.tag)), ctx.op);
+                               });
+  }
+
+  void abort(const std::string& reason) override {
+    if (!markClosed("communicator aborted on rank " + std::to_string(rank_) + ": " + reason)) return;
+    if (links_.segments) links_.segments->markAborted(reason);
+    closeStreams();
+  }
+
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(stateMutex_);
+      if (shutDown_) return;
+      shutDown_ = true;
+    }
+    engine_->stop();  // lets queued work finish (each piece has a deadline)
+    markClosed("communicator was shut down on rank " + std::to_string(rank_));
+    closeStreams();
+  }
+
+ private:
+  // Returns false if it was already closed.
+  bool markClosed(const std::string& reason) {
+    std::lock_guard<std::mutex> lock(stateMutex_);
+    if (!closedReason_.empty()) return false;
+    closedReason_ = reason;
+    return true;
+  }
+
+  std::string closedReason() {
+    std::lock_guard<std::mutex> lock(stateMutex_);
+    return closedReason_;
+  }
+
+  void closeStreams() {
+    // Only shutdown() on sockets here: safe while the engine thread is still using them.
+    transport_->closeStreams();
+  }
+
+  void poison(const std::string& reason) {
+    if (!markClosed(reason)) return;
+    // Peers waiting on this rank learn of the failure now instead of at their own timeout.
+    if (links_.segments) links_.segments->markAborted(reason);
+    transport_->abort();
+  }
+
+  template <typename Options, typename Body>
+  WorkPtr enqueue(CollectiveKind kind, const Options& options, const std::string& name, Body body) {
+    std::lock_guard<std::mutex> lock(submitMutex_);
+    const uint64_t sequence = sequence_++;
+    return submit(options, name + " #" + std::to_string(sequence), collectiveTag(sequence, kind),
+                  std::move(body));
+  }
+
+  template <typename Options, typename Body>
+  WorkPtr enqueuePointToPoint(const Options& options, const std::string& name, Body body) {
+    std::lock_guard<std::mutex> lock(submitMutex_);
+    return submit(options, name, 0, std::move(body));
+  }
+
+  template <typename Body>
+  WorkPtr submit(const CommonOptions& options, std::string name, uint32_t tag, Body body) {
+    {
+      std::string reason = closedReason();
+      if (!reason.empty()) throw CommunicatorClosed("ringcomm: " + name + ": " + reason);
+    }
+    const std::chrono::milliseconds timeout =
+        options.timeout.count() > 0 ? options.timeout : config_.timeout;
+    auto task = [this, name = std::move(name), tag, timeout, body = std::move(body)]() {
+      std::string reason = closedReason();
+      if (!reason.empty()) throw CommunicatorClosed("ringcomm: " + name + ": " + reason);
+      const Operation op(name, rank_, timeout);
+      algorithms::Context ctx{rank_, size_, *transport_, op, tag, config_.segmentBytes, scratch_};
+      try {
+        body(ctx);
+      } catch (const PeerError& error) {
+        poison(error.what());
+        throw;
+      } catch (const CommunicatorClosed&) {
+        throw;
+      } catch (const std::exception& error) {
+        poison(error.what());
+        throw;
+      }
+    };
+    return engine_->submit(std::move(task), options.runInCaller);
+  }
+
+  int rank_;
+  int size_;
+  Config config_;
+  transport::Links links_;
+  std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<algorithms::DirectGroup> direct_;
+  algorithms::Scratch scratch_;
+
+  std::mutex submitMutex_;  // sequence numbers are handed out in queue order
+  uint64_t sequence_ = 0;
+  std::mutex stateMutex_;
+  std::string closedReason_;
+  bool shutDown_ = false;
+  std::unique_ptr<engine::Engine> engine_;  // created last, stopped first
+};
+
+std::atomic<uint64_t> communicatorsCreated{0};
+
+std::string listenAddressFor(const Config& config, Store& store) {
+  if (!config.listenAddress.empty()) return config.listenAddress;
+  if (!config.socketInterface.empty()) return bootstrap::interfaceAddress(config.socketInterface);
+  // The interface that reaches the store reaches the other ranks too.
+  if (auto* tcp = dynamic_cast<TcpStore*>(&store)) return tcp->localAddress();
+  return "127.0.0.1";
+}
+
+}  // namespace
+
+std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store, int rank, int size,
+                                                   const Config& config) {
+  if (!store) throw InvalidArgument("Communicator::create: store is null");
+  if (size < 1) throw InvalidArgument("size must be >= 1; got " + std::to_string(size));
+  if (rank < 0 || rank >= size) {
+    throw InvalidArgument("rank must be in [0, " + std::to_string(size) + "); got " + std::to_string(rank));
+  }
+  const std::string address = listenAddressFor(config, *store);
+  // Every process creates its communicators in the same order, so the n-th one of each process
+  // meets the n-th one of the others under the same prefix.
+  auto scoped = std::make_shared<PrefixStore>(
+      "ringcomm/" + std::to_string(communicatorsCreated.fetch_add(1)) + "/", store);
+
+  net::UniqueFd listener = net::listenTcp(address, 0);
+  bootstrap::RankRecord self;
+  self.hostId = bootstrap::localHostId(config);
+  self.address = address;
+  self.port = net::localAddress(listener.get()).port();
+  self.pid = static_cast<int>(getpid());
+
+  const bootstrap::Rendezvous rendezvous =
+      bootstrap::rendezvous(*scoped, rank, size, self, config.timeout);
+  transport::Links links =
+      transport::connectPeers(*scoped, rank, rendezvous, std::move(listener), config);
+  return std::make_shared<CommunicatorImpl>(rank, size, config, std::move(links));
+}
+
+}  // namespace ringcomm

@@ -1,0 +1,28 @@
+// Builds the byte streams of a communicator: shared-memory rings to ranks on this host, TCP
+// connections to the others (or to everyone, when RINGCOMM_TRANSPORT forces one).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "bootstrap/rendezvous.h"
+#include "common/socket.h"
+#include "ringcomm/config.h"
+#include "ringcomm/store.h"
+#include "transport/byte_stream.h"
+#include "transport/shm/segment.h"
+
+namespace ringcomm::transport {
+
+struct Links {
+  std::vector<std::unique_ptr<ByteStream>> streams;  // by peer; null for this rank
+  std::unique_ptr<shm::Segments> segments;           // null when no peer shares memory
+  std::vector<int> localRanks;                       // ranks on this host, ascending
+  int hostIndex = 0;
+  int hostCount = 1;
+};
+
+Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvous,
+                   net::UniqueFd listener, const Config& config);
+
+}  // namespace ringcomm::transport

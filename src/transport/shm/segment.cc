@@ -1,0 +1,183 @@
+#include "transport/shm/segment.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+
+#include "ringcomm/errors.h"
+
+namespace ringcomm::shm {
+namespace {
+
+size_t roundUp(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+// Staging areas start on a page so that vector loads and the kernel's page accounting line up.
+constexpr size_t kPage = 4096;
+
+std::string errnoText(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
+  // Not FUTEX_PRIVATE: the word lives in memory shared between processes.
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+
+}  // namespace
+
+Segments::Segments(std::string jobKey, std::vector<int> localRanks, int localRank, size_t slotBytes,
+                   size_t ringBytes)
+    : jobKey_(std::move(jobKey)), localRanks_(std::move(localRanks)), localRank_(localRank),
+      slotBytes_(roundUp(slotBytes, kPage)), ringBytes_(roundUp(ringBytes, kPage)),
+      bases_(localRanks_.size(), nullptr) {}
+
+Segments::~Segments() {
+  if (!unlinked_ && bases_[localRank_] != nullptr) shm_unlink(nameOf(localRank_).c_str());
+  for (uint8_t* base : bases_) {
+    if (base != nullptr) munmap(base, segmentBytes());
+  }
+}
+
+size_t Segments::directOffset() const { return roundUp(sizeof(SegmentHeader), kCacheLine); }
+size_t Segments::slotsOffset() const {
+  return roundUp(directOffset() + sizeof(DirectCounters), kPage);
+}
+size_t Segments::ringsOffset() const { return slotsOffset() + 4 * slotBytes_; }
+size_t Segments::segmentBytes() const {
+  return ringsOffset() + localRanks_.size() * (roundUp(sizeof(RingHeader), kPage) + ringBytes_);
+}
+
+std::string Segments::nameOf(int local) const {
+  return "/ringcomm-" + jobKey_ + "-" + std::to_string(localRanks_[local]);
+}
+
+void Segments::createOwn() {
+  const std::string name = nameOf(localRank_);
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) throw Error(errnoText("ringcomm: shm_open(" + name + ")"));
+  if (ftruncate(fd, static_cast<off_t>(segmentBytes())) != 0) {
+    int saved = errno;
+    close(fd);
+    shm_unlink(name.c_str());
+    errno = saved;
+    throw Error(errnoText("ringcomm: sizing shared memory " + name + " (is /dev/shm full?)"));
+  }
+  void* base = mmap(nullptr, segmentBytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    shm_unlink(name.c_str());
+    throw Error(errnoText("ringcomm: mmap(" + name + ")"));
+  }
+  bases_[localRank_] = static_cast<uint8_t*>(base);
+  // The file is zero-filled; placement-new documents that the atomics start life here.
+  auto* header = new (base) SegmentHeader();
+  header->pid = static_cast<int32_t>(getpid());
+  new (bases_[localRank_] + directOffset()) DirectCounters();
+  for (int sender = 0; sender < localSize(); ++sender) {
+    new (ring(localRank_, sender).header) RingHeader();
+  }
+}
+
+void Segments::attachPeers() {
+  for (int local = 0; local < localSize(); ++local) {
+    if (local == localRank_) continue;
+    const std::string name = nameOf(local);
+    int fd = shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd < 0) throw Error(errnoText("ringcomm: attaching shared memory of rank " +
+                                      std::to_string(localRanks_[local]) + " (" + name + ")"));
+    void* base = mmap(nullptr, segmentBytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) throw Error(errnoText("ringcomm: mmap(" + name + ")"));
+    bases_[local] = static_cast<uint8_t*>(base);
+  }
+}
+
+void Segments::unlinkOwn() {
+  if (!unlinked_) shm_unlink(nameOf(localRank_).c_str());
+  unlinked_ = true;
+}
+
+SegmentHeader& Segments::header(int local) const {
+  return *reinterpret_cast<SegmentHeader*>(bases_[local]);
+}
+
+DirectCounters& Segments::counters(int local) const {
+  return *reinterpret_cast<DirectCounters*>(bases_[local] + directOffset());
+}
+
+uint8_t* Segments::slotInput(int local, int slot) const {
+  return bases_[local] + slotsOffset() + static_cast<size_t>(slot) * 2 * slotBytes_;
+}
+
+uint8_t* Segments::slotResult(int local, int slot) const {
+  return slotInput(local, slot) + slotBytes_;
+}
+
+RingView Segments::ring(int receiverLocal, int senderLocal) const {
+  const size_t stride = roundUp(sizeof(RingHeader), kPage) + ringBytes_;
+  uint8_t* at = bases_[receiverLocal] + ringsOffset() + static_cast<size_t>(senderLocal) * stride;
+  return RingView{reinterpret_cast<RingHeader*>(at), at + roundUp(sizeof(RingHeader), kPage),
+                  ringBytes_};
+}
+
+void Segments::ringDoorbell(int local) const {
+  SegmentHeader& target = header(local);
+  target.doorbell.fetch_add(1, std::memory_order_acq_rel);
+  // The sleeper increments `sleepers` before re-checking the doorbell, so either it sees our
+  // increment or we see it sleeping: no lost wake-up.
+  if (target.sleepers.load(std::memory_order_acquire) != 0) {
+    futex(&target.doorbell, FUTEX_WAKE, INT_MAX, nullptr);
+  }
+}
+
+void Segments::ringAllDoorbells() const {
+  for (int local = 0; local < localSize(); ++local) {
+    if (local != localRank_) ringDoorbell(local);
+  }
+}
+
+uint32_t Segments::doorbellSnapshot() const {
+  return header(localRank_).doorbell.load(std::memory_order_acquire);
+}
+
+void Segments::sleepOnDoorbell(uint32_t seen, std::chrono::microseconds maxWait) const {
+  SegmentHeader& own = header(localRank_);
+  own.sleepers.fetch_add(1, std::memory_order_acq_rel);
+  if (own.doorbell.load(std::memory_order_acquire) == seen) {
+    timespec timeout{static_cast<time_t>(maxWait.count() / 1000000),
+                     static_cast<long>((maxWait.count() % 1000000) * 1000)};
+    futex(&own.doorbell, FUTEX_WAIT, seen, &timeout);
+  }
+  own.sleepers.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+std::string Segments::peerFailure(int local) const {
+  const SegmentHeader& peer = header(local);
+  if (peer.aborted.load(std::memory_order_acquire) != 0) {
+    return std::string("rank ") + std::to_string(localRanks_[local]) + " aborted: " +
+           std::string(peer.abortReason, strnlen(peer.abortReason, sizeof(peer.abortReason)));
+  }
+  if (kill(peer.pid, 0) != 0 && errno == ESRCH) {
+    return "rank " + std::to_string(localRanks_[local]) + " (pid " + std::to_string(peer.pid) +
+           ") died";
+  }
+  return {};
+}
+
+void Segments::markAborted(const std::string& reason) {
+  SegmentHeader& own = header(localRank_);
+  std::strncpy(own.abortReason, reason.c_str(), sizeof(own.abortReason) - 1);
+  own.aborted.store(1, std::memory_order_release);
+  ringAllDoorbells();
+}
+
+}  // namespace ringcomm::shm

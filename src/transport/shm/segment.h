@@ -1,0 +1,111 @@
+// The shared-memory segments of the ranks on one host.
+//
+// Each rank creates one segment (shm_open + mmap) and maps every local peer's. A segment holds:
+//   - a header: the rank's doorbell (a futex word peers bump when they change something this rank
+//     may be waiting for), its pid (so peers can tell it died) and its abort flag and reason;
+//   - the staging area of the direct schedule: progress counters and two slots of input + result;
+//   - one incoming ring per local peer, for point-to-point traffic (the sender writes `head`, this
+//     rank reads and advances `tail`).
+// Segment names are unlinked as soon as every local rank has mapped them, so a crash leaks nothing.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ringcomm::shm {
+
+constexpr size_t kCacheLine = 64;
+
+struct alignas(kCacheLine) PaddedCounter {
+  std::atomic<uint64_t> value{0};
+};
+
+struct alignas(kCacheLine) SegmentHeader {
+  std::atomic<uint32_t> doorbell{0};
+  std::atomic<uint32_t> sleepers{0};
+  alignas(kCacheLine) std::atomic<uint32_t> aborted{0};
+  int32_t pid = 0;
+  char abortReason[240] = {};
+};
+
+// What a rank is staging in a slot of the direct schedule; peers compare it with their own, so
+// that ranks calling different collectives get a MismatchError instead of wrong numbers.
+struct alignas(kCacheLine) SlotDescriptor {
+  std::atomic<uint64_t> tag{0};
+  std::atomic<uint64_t> bytes{0};
+};
+
+struct DirectCounters {
+  PaddedCounter posted;   // rounds whose input this rank has staged
+  PaddedCounter reduced;  // rounds whose reduced slice this rank has published
+  PaddedCounter done;     // rounds this rank has finished reading from everyone
+  SlotDescriptor descriptor[2];
+};
+
+struct alignas(kCacheLine) RingHeader {
+  PaddedCounter head;  // bytes ever written (by the sender)
+  PaddedCounter tail;  // bytes ever read (by the receiver)
+};
+
+struct RingView {
+  RingHeader* header = nullptr;
+  uint8_t* data = nullptr;
+  size_t capacity = 0;
+};
+
+class Segments {
+ public:
+  // localRanks: the global ranks on this host, in order; this rank is localRanks[localRank].
+  Segments(std::string jobKey, std::vector<int> localRanks, int localRank, size_t slotBytes,
+           size_t ringBytes);
+  ~Segments();
+  Segments(const Segments&) = delete;
+  Segments& operator=(const Segments&) = delete;
+
+  void createOwn();    // phase 1
+  void attachPeers();  // phase 2, once every local rank has created its own
+  void unlinkOwn();    // phase 3, once every local rank has attached
+
+  int localRank() const { return localRank_; }
+  int localSize() const { return static_cast<int>(localRanks_.size()); }
+  int globalRank(int local) const { return localRanks_[local]; }
+
+  SegmentHeader& header(int local) const;
+  DirectCounters& counters(int local) const;
+  uint8_t* slotInput(int local, int slot) const;
+  uint8_t* slotResult(int local, int slot) const;
+  size_t slotBytes() const { return slotBytes_; }
+  RingView ring(int receiverLocal, int senderLocal) const;
+
+  // Wakes `local` if it sleeps on its doorbell; cheap when it does not.
+  void ringDoorbell(int local) const;
+  void ringAllDoorbells() const;
+  uint32_t doorbellSnapshot() const;
+  // Sleeps until this rank's doorbell moves past `seen` or `maxWait` passes.
+  void sleepOnDoorbell(uint32_t seen, std::chrono::microseconds maxWait) const;
+
+  // Empty if local peer `local` is alive and has not aborted; else a description.
+  std::string peerFailure(int local) const;
+  void markAborted(const std::string& reason);
+
+ private:
+  size_t segmentBytes() const;
+  size_t directOffset() const;
+  size_t slotsOffset() const;
+  size_t ringsOffset() const;
+  std::string nameOf(int local) const;
+
+  std::string jobKey_;
+  std::vector<int> localRanks_;
+  int localRank_;
+  size_t slotBytes_;
+  size_t ringBytes_;
+  std::vector<uint8_t*> bases_;
+  bool unlinked_ = false;
+};
+
+}  // namespace ringcomm::shm

@@ -1,0 +1,266 @@
+#include "transport/transport.h"
+
+#include <poll.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/failure.h"
+#include "common/tags.h"
+#include "ringcomm/errors.h"
+#include "transport/shm/segment.h"
+
+namespace ringcomm::transport {
+namespace {
+
+constexpr uint32_t kFrameMagic = 0x52434d31;  // "RCM1"
+// Sends up to this size are copied with their header into one buffer: one write, one wake-up.
+constexpr size_t kSmallFrameBytes = 8192;
+// How long one blocking wait lasts before the loop re-checks peers' health and the deadline.
+constexpr std::chrono::milliseconds kHealthCheckInterval{100};
+// When shared-memory and TCP peers are both pending, poll() sockets in slices this short so that
+// the doorbell is not ignored for long.
+constexpr std::chrono::milliseconds kMixedPollSlice{1};
+
+inline void cpuRelax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+Transport::Transport(int rank, std::vector<std::unique_ptr<ByteStream>> streams,
+                     const shm::Segments* segments, int spinCount)
+    : rank_(rank), peers_(streams.size()), segments_(segments), spinCount_(spinCount) {
+  for (size_t peer = 0; peer < streams.size(); ++peer) peers_[peer].stream = std::move(streams[peer]);
+}
+
+const char* Transport::kindOf(int peer) const {
+  return peers_[peer].stream ? peers_[peer].stream->kind() : "self";
+}
+
+Transport::Request Transport::postSend(int peer, const void* data, size_t bytes, uint32_t tag) {
+  Peer& state = peers_[peer];
+  Pending pending;
+  pending.data = const_cast<uint8_t*>(static_cast<const uint8_t*>(data));
+  pending.bytes = bytes;
+  pending.header = FrameHeader{kFrameMagic, tag, bytes};
+  if (bytes <= kSmallFrameBytes) {
+    pending.smallFrame.resize(sizeof(FrameHeader) + bytes);
+    std::memcpy(pending.smallFrame.data(), &pending.header, sizeof(FrameHeader));
+    if (bytes > 0) std::memcpy(pending.smallFrame.data() + sizeof(FrameHeader), data, bytes);
+  }
+  if (state.sends.empty() && state.recvs.empty()) active_.push_back(peer);
+  state.sends.push_back(std::move(pending));
+  Request request{peer, true, ++state.sendsPosted};
+  progressSends(peer, state);  // start moving bytes now: the peer may already be waiting
+  return request;
+}
+
+Transport::Request Transport::postRecv(int peer, void* data, size_t bytes, uint32_t tag) {
+  Peer& state = peers_[peer];
+  Pending pending;
+  pending.data = static_cast<uint8_t*>(data);
+  pending.bytes = bytes;
+  pending.header = FrameHeader{kFrameMagic, tag, bytes};  // what we expect to receive
+  if (state.sends.empty() && state.recvs.empty()) active_.push_back(peer);
+  state.recvs.push_back(std::move(pending));
+  return Request{peer, false, ++state.recvsPosted};
+}
+
+bool Transport::isDone(const Request& request) const {
+  const Peer& state = peers_[request.peer];
+  return (request.isSend ? state.sendsDone : state.recvsDone) >= request.sequence;
+}
+
+bool Transport::progressSends(int /*peer*/, Peer& state) {
+  bool moved = false;
+  while (!state.sends.empty()) {
+    Pending& head = state.sends.front();
+    if (!head.smallFrame.empty()) {
+      size_t n = state.stream->writeSome(head.smallFrame.data() + head.moved,
+                                         head.smallFrame.size() - head.moved);
+      head.moved += n;
+      moved |= n > 0;
+      if (head.moved < head.smallFrame.size()) return moved;
+    } else {
+      if (head.headerMoved < sizeof(FrameHeader)) {
+        size_t n = state.stream->writeSome(
+            reinterpret_cast<uint8_t*>(&head.header) + head.headerMoved,
+            sizeof(FrameHeader) - head.headerMoved);
+        head.headerMoved += n;
+        moved |= n > 0;
+        if (head.headerMoved < sizeof(FrameHeader)) return moved;
+      }
+      while (head.moved < head.bytes) {
+        size_t n = state.stream->writeSome(head.data + head.moved, head.bytes - head.moved);
+        if (n == 0) return moved;
+        head.moved += n;
+        moved = true;
+      }
+    }
+    state.sends.pop_front();
+    ++state.sendsDone;
+  }
+  return moved;
+}
+
+bool Transport::progressRecvs(int peer, Peer& state, const Operation& op) {
+  bool moved = false;
+  while (!state.recvs.empty()) {
+    Pending& head = state.recvs.front();
+    if (head.headerMoved < sizeof(FrameHeader)) {
+      uint8_t* at = reinterpret_cast<uint8_t*>(&head.received);
+      size_t n = state.stream->readSome(at + head.headerMoved, sizeof(FrameHeader) - head.headerMoved);
+      head.headerMoved += n;
+      moved |= n > 0;
+      if (head.headerMoved < sizeof(FrameHeader)) return moved;
+      const FrameHeader& incoming = head.received;
+      if (incoming.magic != kFrameMagic) {
+        raisePeerFailure<TransportError>(op, peer,
+                                         "corrupt frame from rank " + std::to_string(peer));
+      }
+      if (incoming.tag != head.header.tag || incoming.bytes != head.header.bytes) {
+        raisePeerFailure<MismatchError>(
+            op, peer,
+            "rank " + std::to_string(peer) + " sent " + describeTag(incoming.tag) + " with " +
+                std::to_string(incoming.bytes) + " bytes, but this rank expected " +
+                describeTag(head.header.tag) + " with " + std::to_string(head.header.bytes) +
+                " bytes (ranks called different collectives, or with different sizes)");
+      }
+    }
+    while (head.moved < head.bytes) {
+      size_t n = state.stream->readSome(head.data + head.moved, head.bytes - head.moved);
+      if (n == 0) return moved;
+      head.moved += n;
+      moved = true;
+    }
+    state.recvs.pop_front();
+    ++state.recvsDone;
+  }
+  return moved;
+}
+
+bool Transport::progressAll(const Operation& op) {
+  bool moved = false;
+  for (size_t i = 0; i < active_.size();) {
+    int peer = active_[i];
+    Peer& state = peers_[peer];
+    moved |= progressSends(peer, state);
+    moved |= progressRecvs(peer, state, op);
+    if (!state.stream->failure().empty()) {
+      raisePeerFailure<TransportError>(op, peer, state.stream->failure());
+    }
+    if (state.sends.empty() && state.recvs.empty()) {
+      active_[i] = active_.back();
+      active_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  return moved;
+}
+
+void Transport::checkPeers(const Operation& op) {
+  for (int peer : active_) {
+    std::string failure = peers_[peer].stream->failure();
+    if (!failure.empty()) raisePeerFailure<TransportError>(op, peer, failure);
+  }
+}
+
+void Transport::raiseTimeout(const Operation& op) const {
+  // Name the peer we are waiting on: prefer one we expect data from.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int peer : active_) {
+      const Peer& state = peers_[peer];
+      const auto& queue = pass == 0 ? state.recvs : state.sends;
+      if (queue.empty()) continue;
+      const Pending& head = queue.front();
+      std::string what = std::string("timed out waiting for rank ") + std::to_string(peer) +
+                         (pass == 0 ? " (receive of " : " (send of ") + std::to_string(head.bytes) +
+                         " bytes, " + std::to_string(head.moved) + " moved)";
+      raisePeerFailure<TimeoutError>(op, peer, what);
+    }
+  }
+  raisePeerFailure<TimeoutError>(op, -1, "timed out");
+}
+
+void Transport::block(uint32_t doorbellSeen, const Operation& op) {
+  auto slice = std::min(op.remaining(), kHealthCheckInterval);
+  std::vector<pollfd> fds;
+  bool sharedMemoryPending = false;
+  for (int peer : active_) {
+    const Peer& state = peers_[peer];
+    int fd = state.stream->pollFd();
+    if (fd < 0) {
+      sharedMemoryPending = true;
+      continue;
+    }
+    short events = 0;
+    if (!state.recvs.empty()) events |= POLLIN;
+    if (!state.sends.empty()) events |= POLLOUT;
+    fds.push_back(pollfd{fd, events, 0});
+  }
+  if (!fds.empty()) {
+    if (sharedMemoryPending) slice = std::min(slice, kMixedPollSlice);
+    ::poll(fds.data(), fds.size(), static_cast<int>(slice.count()));
+  } else if (sharedMemoryPending && segments_ != nullptr) {
+    segments_->sleepOnDoorbell(doorbellSeen, std::chrono::duration_cast<std::chrono::microseconds>(slice));
+  } else {
+    sched_yield();
+  }
+}
+
+template <typename Predicate>
+void Transport::waitUntil(Predicate done, const Operation& op) {
+  int idle = 0;
+  auto lastHealthCheck = Clock::now();
+  while (true) {
+    uint32_t doorbell = segments_ != nullptr ? segments_->doorbellSnapshot() : 0;
+    bool moved = progressAll(op);
+    if (done()) return;
+    if (moved) {
+      idle = 0;
+      continue;
+    }
+    if (++idle <= spinCount_) {
+      cpuRelax();
+      continue;
+    }
+    if (op.expired()) raiseTimeout(op);
+    block(doorbell, op);
+    if (Clock::now() - lastHealthCheck >= kHealthCheckInterval) {
+      checkPeers(op);
+      lastHealthCheck = Clock::now();
+    }
+  }
+}
+
+void Transport::wait(const Request& request, const Operation& op) {
+  if (isDone(request)) return;
+  waitUntil([&] { return isDone(request); }, op);
+}
+
+void Transport::waitAll(const Operation& op) {
+  if (active_.empty()) return;
+  waitUntil([&] { return active_.empty(); }, op);
+}
+
+void Transport::closeStreams() {
+  for (Peer& state : peers_) {
+    if (state.stream) state.stream->close();
+  }
+}
+
+void Transport::abort() {
+  for (Peer& state : peers_) {
+    if (state.stream) state.stream->close();
+    state.sends.clear();
+    state.recvs.clear();
+  }
+  active_.clear();
+}
+
+}  // namespace ringcomm::transport

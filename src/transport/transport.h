@@ -1,0 +1,92 @@
+// Point-to-point messaging between the ranks of a communicator, over whatever byte stream reaches
+// each peer (TCP socket, shared-memory ring). Algorithms see only this.
+//
+// Messages to one peer complete in the order they were posted, in each direction; each carries a
+// 16-byte frame header (magic, tag, length) that the receiver checks. Requests complete while the
+// caller waits: wait() progresses every pending request, spinning briefly and then blocking
+// (poll() on sockets, a futex on the shared-memory doorbell), so oversubscribed ranks yield the CPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+#include "transport/byte_stream.h"
+
+namespace ringcomm::shm {
+class Segments;
+}
+
+namespace ringcomm::transport {
+
+struct FrameHeader {
+  uint32_t magic;
+  uint32_t tag;
+  uint64_t bytes;
+};
+
+class Transport {
+ public:
+  struct Request {
+    int peer = -1;
+    bool isSend = false;
+    uint64_t sequence = 0;  // per peer and direction
+  };
+
+  // streams[peer] reaches peer (null for this rank). segments: this host's shared memory, or null.
+  Transport(int rank, std::vector<std::unique_ptr<ByteStream>> streams,
+            const shm::Segments* segments, int spinCount);
+
+  Request postSend(int peer, const void* data, size_t bytes, uint32_t tag);
+  Request postRecv(int peer, void* data, size_t bytes, uint32_t tag);
+  void wait(const Request& request, const Operation& op);
+  void waitAll(const Operation& op);
+
+  const char* kindOf(int peer) const;
+  // Marks every stream closed so peers fail fast; pending requests are dropped. Engine thread only.
+  void abort();
+  // Shuts the streams down without touching request queues: safe from any thread.
+  void closeStreams();
+
+ private:
+  struct Pending {
+    uint8_t* data = nullptr;
+    size_t bytes = 0;
+    size_t moved = 0;
+    FrameHeader header{};    // sends: what goes out; receives: what is expected
+    FrameHeader received{};  // receives: the header as it arrives
+    size_t headerMoved = 0;
+    std::vector<uint8_t> smallFrame;  // header + payload of a small send, written in one go
+  };
+  struct Peer {
+    std::unique_ptr<ByteStream> stream;
+    std::deque<Pending> sends;
+    std::deque<Pending> recvs;
+    uint64_t sendsPosted = 0;
+    uint64_t recvsPosted = 0;
+    uint64_t sendsDone = 0;
+    uint64_t recvsDone = 0;
+  };
+
+  bool isDone(const Request& request) const;
+  bool progressSends(int peer, Peer& state);
+  bool progressRecvs(int peer, Peer& state, const Operation& op);
+  bool progressAll(const Operation& op);
+  template <typename Predicate>
+  void waitUntil(Predicate done, const Operation& op);
+  void block(uint32_t doorbellSeen, const Operation& op);
+  void checkPeers(const Operation& op);
+  [[noreturn]] void raiseTimeout(const Operation& op) const;
+
+  int rank_;
+  std::vector<Peer> peers_;
+  const shm::Segments* segments_;
+  int spinCount_;
+  std::vector<int> active_;  // peers with pending requests
+};
+
+}  // namespace ringcomm::transport

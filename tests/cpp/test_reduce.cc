@@ -1,0 +1,677 @@
+// Tests of the reduction kernels (src/reduce). Every result is checked against a reference
+// computed here a different way: integers in 64-bit modular arithmetic, floats in double and
+// rounded by this file's own float16/bfloat16 rounding (a search for the nearest value, not the
+// library's bit tricks). The vector variant is also compared with the portable one bit for bit.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "check.h"
+#include "reduce/dispatch.h"
+#include "reduce/reduce.h"
+#include "ringcomm/errors.h"
+
+using namespace ringcomm;
+using namespace ringcomm::reduce;
+
+namespace {
+
+// The counts of the matrix: empty, single, shorter than a vector, a vector and a remainder, and a
+// prime above a million (crosses many blocks and tiles and ends mid-vector).
+const size_t kCounts[] = {0, 1, 7, 17, 1000003};
+// Pointers are tested aligned and one element off.
+const size_t kOffsets[] = {0, 1};
+const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max,
+                         ReduceOp::Prod};
+const char* const kOpNames[] = {"Sum", "Avg", "Min", "Max", "Prod"};
+
+const char* opName(ReduceOp op) { return kOpNames[static_cast<int>(op)]; }
+
+// splitmix64: a deterministic generator, so a failure reproduces.
+struct Rng {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform(double lo, double hi) {
+    return lo + (hi - lo) * static_cast<double>(next() >> 11) * 0x1p-53;
+  }
+};
+
+// Switches the kernels to the portable variant for a scope, and back even if a CHECK throws.
+class PortableScope {
+ public:
+  explicit PortableScope(bool portable) { forcePortableKernels(portable); }
+  ~PortableScope() { forcePortableKernels(false); }
+};
+
+uint32_t bitsOf(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+float floatOf(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+// --- Reference conversions, written from the format definitions. ---
+
+double refHalfToDouble(uint16_t half) {
+  const int exponent = (half >> 10) & 0x1F;
+  const int mantissa = half & 0x3FF;
+  const double sign = (half & 0x8000) != 0 ? -1.0 : 1.0;
+  if (exponent == 0x1F) {
+    return mantissa != 0 ? std::numeric_limits<double>::quiet_NaN()
+                         : sign * std::numeric_limits<double>::infinity();
+  }
+  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+  return sign * std::ldexp(1024 + mantissa, exponent - 25);
+}
+
+double refBfloat16ToDouble(uint16_t value) {
+  return static_cast<double>(floatOf(uint32_t{value} << 16));
+}
+
+// Nearest of the codes lo and lo + 1 (their magnitudes given), ties to the even code.
+uint16_t nearestEven(double magnitude, uint16_t lo, double loValue, double hiValue) {
+  const double below = magnitude - loValue;
+  const double above = hiValue - magnitude;
+  if (below < above) return lo;
+  if (above < below) return static_cast<uint16_t>(lo + 1);
+  return (lo & 1) == 0 ? lo : static_cast<uint16_t>(lo + 1);
+}
+
+// Rounds a non-NaN float to binary16 by searching for its neighbours among all positive codes.
+// Infinity (0x7C00) stands for 2^16 while rounding, as IEEE's unbounded-exponent rule says.
+uint16_t refFloatToHalf(float value) {
+  const uint16_t sign = std::signbit(value) ? 0x8000 : 0;
+  const double magnitude = std::fabs(static_cast<double>(value));
+  auto valueOf = [](uint16_t code) { return code == 0x7C00 ? 65536.0 : refHalfToDouble(code); };
+  if (magnitude >= 65536.0) return sign | 0x7C00;
+  uint16_t lo = 0;
+  uint16_t hi = 0x7C00;  // invariant: valueOf(lo) <= magnitude < valueOf(hi)
+  while (hi - lo > 1) {
+    const uint16_t mid = static_cast<uint16_t>((lo + hi) / 2);
+    if (valueOf(mid) <= magnitude) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return sign | nearestEven(magnitude, lo, valueOf(lo), valueOf(lo + 1));
+}
+
+// Rounds a non-NaN float to bfloat16: the two neighbours are the truncation and the next code.
+uint16_t refFloatToBfloat16(float value) {
+  const uint16_t truncated = static_cast<uint16_t>(bitsOf(value) >> 16);
+  const uint16_t sign = truncated & 0x8000;
+  const uint16_t lo = truncated & 0x7FFF;
+  if (lo == 0x7F80) return truncated;  // infinity
+  auto valueOf = [](uint16_t code) {
+    return code == 0x7F80 ? std::ldexp(1.0, 128) : refBfloat16ToDouble(code);
+  };
+  const double magnitude = std::fabs(static_cast<double>(value));
+  return sign | nearestEven(magnitude, lo, valueOf(lo), valueOf(static_cast<uint16_t>(lo + 1)));
+}
+
+// --- One description per data type: storage, reference arithmetic, value generation. ---
+
+double refApply(ReduceOp op, double a, double b) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: return a + b;
+    case ReduceOp::Prod: return a * b;
+    case ReduceOp::Min: return std::isnan(a) || std::isnan(b) ? nan : (a < b ? a : b);
+    case ReduceOp::Max: return std::isnan(a) || std::isnan(b) ? nan : (a > b ? a : b);
+  }
+  return nan;
+}
+
+template <typename T, DataType kTypeValue>
+struct IntTraits {
+  using Storage = T;
+  static constexpr DataType kType = kTypeValue;
+  static constexpr bool kFloat = false;
+
+  static T random(Rng& rng, size_t) { return static_cast<T>(rng.next()); }
+  // Sums and products modulo 2^64, truncated: the wrap-around the kernels must produce.
+  static T apply(ReduceOp op, T a, T b) {
+    const uint64_t ua = static_cast<uint64_t>(static_cast<int64_t>(a));
+    const uint64_t ub = static_cast<uint64_t>(static_cast<int64_t>(b));
+    switch (op) {
+      case ReduceOp::Sum:
+      case ReduceOp::Avg: return static_cast<T>(ua + ub);
+      case ReduceOp::Prod: return static_cast<T>(ua * ub);
+      case ReduceOp::Min: return a < b ? a : b;
+      case ReduceOp::Max: return a > b ? a : b;
+    }
+    return 0;
+  }
+  static T fold(ReduceOp op, const std::vector<T>& values) {
+    T acc = values[0];
+    for (size_t k = 1; k < values.size(); ++k) acc = apply(op, acc, values[k]);
+    return acc;
+  }
+  static T divide(T value, int divisor) {
+    return static_cast<T>(static_cast<int64_t>(value) / divisor);  // C++ truncates toward zero
+  }
+  static double toDouble(T value) { return static_cast<double>(value); }
+};
+
+// Mostly moderate values (products of five stay finite), with the special values sprinkled in.
+template <typename Make>
+auto randomFloatLike(Rng& rng, size_t index, Make make) {
+  switch (index % 101) {
+    case 7: return make(std::numeric_limits<float>::quiet_NaN());
+    case 13: return make(std::numeric_limits<float>::infinity());
+    case 29: return make(-std::numeric_limits<float>::infinity());
+    case 41: return make(-0.0f);
+    case 53: return make(0.0f);
+    default: return make(static_cast<float>(rng.uniform(-4.0, 4.0)));
+  }
+}
+
+template <typename T, DataType kTypeValue>
+struct NativeFloatTraits {
+  using Storage = T;
+  static constexpr DataType kType = kTypeValue;
+  static constexpr bool kFloat = true;
+
+  static T random(Rng& rng, size_t index) {
+    if (index % 101 == 67) return std::numeric_limits<T>::denorm_min() * 3;
+    return randomFloatLike(rng, index, [](float v) { return static_cast<T>(v); });
+  }
+  // Rounding the exact double result of one + or * of two floats to float is a single correct
+  // rounding (double has more than 2 * 24 + 2 bits), so this is exactly what float32 computes.
+  static T fold(ReduceOp op, const std::vector<T>& values) {
+    T acc = values[0];
+    for (size_t k = 1; k < values.size(); ++k) acc = static_cast<T>(refApply(op, acc, values[k]));
+    return acc;
+  }
+  static T divide(T value, int divisor) { return static_cast<T>(value / static_cast<double>(divisor)); }
+  static double toDouble(T value) { return static_cast<double>(value); }
+};
+
+// float16 / bfloat16: accumulate in float32, round once at the end.
+template <DataType kTypeValue>
+struct Widened16Traits {
+  using Storage = uint16_t;
+  static constexpr DataType kType = kTypeValue;
+  static constexpr bool kFloat = true;
+  static constexpr bool kHalf = kTypeValue == DataType::Float16;
+
+  static double toDouble(uint16_t value) {
+    return kHalf ? refHalfToDouble(value) : refBfloat16ToDouble(value);
+  }
+  static uint16_t round(float value) {
+    if (std::isnan(value)) return kHalf ? 0x7E00 : 0x7FC0;
+    return kHalf ? refFloatToHalf(value) : refFloatToBfloat16(value);
+  }
+  static uint16_t random(Rng& rng, size_t index) {
+    if (index % 101 == 67) return 0x0003;  // a subnormal in both formats
+    return randomFloatLike(rng, index, [](float v) { return round(v); });
+  }
+  static uint16_t fold(ReduceOp op, const std::vector<uint16_t>& values) {
+    float acc = static_cast<float>(toDouble(values[0]));
+    for (size_t k = 1; k < values.size(); ++k) {
+      acc = static_cast<float>(refApply(op, acc, toDouble(values[k])));
+    }
+    return round(acc);
+  }
+  static uint16_t divide(uint16_t value, int divisor) {
+    return round(static_cast<float>(toDouble(value) / divisor));
+  }
+};
+
+using Int8Traits = IntTraits<int8_t, DataType::Int8>;
+using Uint8Traits = IntTraits<uint8_t, DataType::Uint8>;
+using Int32Traits = IntTraits<int32_t, DataType::Int32>;
+using Int64Traits = IntTraits<int64_t, DataType::Int64>;
+using Float16Traits = Widened16Traits<DataType::Float16>;
+using BFloat16Traits = Widened16Traits<DataType::BFloat16>;
+using Float32Traits = NativeFloatTraits<float, DataType::Float32>;
+using Float64Traits = NativeFloatTraits<double, DataType::Float64>;
+
+// Equal values; both NaN counts as equal (which NaN is checked by the bitwise variant test), and
+// Min/Max may return either zero when comparing -0 with +0.
+template <typename Traits>
+bool sameValue(ReduceOp op, typename Traits::Storage got, typename Traits::Storage want) {
+  if constexpr (!Traits::kFloat) {
+    return got == want;
+  } else {
+    const double g = Traits::toDouble(got);
+    const double w = Traits::toDouble(want);
+    if (std::isnan(g) || std::isnan(w)) return std::isnan(g) && std::isnan(w);
+    if (g != w) return false;
+    const bool eitherZeroOk = op == ReduceOp::Min || op == ReduceOp::Max;
+    return eitherZeroOk || std::signbit(g) == std::signbit(w);
+  }
+}
+
+// How a reduceMany case is run.
+enum class Call { ReduceInto, ReduceMany, ReduceManyInPlace };
+
+struct Case {
+  ReduceOp op;
+  int n;  // sources
+  size_t count;
+  size_t offset;
+  Call call;
+};
+
+std::string describe(DataType type, const Case& c) {
+  std::ostringstream out;
+  out << "dtype " << static_cast<int>(type) << " " << opName(c.op) << " n=" << c.n
+      << " count=" << c.count << " offset=" << c.offset << " call=" << static_cast<int>(c.call)
+      << " kernels=" << activeKernelName();
+  return out.str();
+}
+
+// Runs one case; returns "" when every element matches the reference and nothing outside
+// [offset, offset + count) was written, else what went wrong.
+template <typename Traits>
+std::string runCase(const Case& c) {
+  using T = typename Traits::Storage;
+  Rng rng{c.count * 131 + c.offset * 7 + static_cast<uint64_t>(c.op) * 17 + c.n};
+  const size_t size = c.offset + c.count + 1;  // one guard element after the range
+  std::vector<std::vector<T>> sources(c.n, std::vector<T>(size));
+  for (auto& source : sources) {
+    for (size_t i = 0; i < size; ++i) source[i] = Traits::random(rng, i);
+  }
+  std::vector<T> dst(size);
+  for (size_t i = 0; i < size; ++i) dst[i] = Traits::random(rng, i + 1);
+  const std::vector<T> dstBefore = c.call == Call::ReduceMany ? dst : sources[0];
+
+  std::vector<const void*> pointers;
+  for (auto& source : sources) pointers.push_back(source.data() + c.offset);
+  if (c.call != Call::ReduceMany) {
+    dst = sources[0];
+    pointers[0] = dst.data() + c.offset;
+  }
+  if (c.call == Call::ReduceInto) {
+    reduceInto(dst.data() + c.offset, pointers[1], c.count, Traits::kType, c.op);
+  } else {
+    reduceMany(dst.data() + c.offset, pointers.data(), c.n, c.count, Traits::kType, c.op);
+  }
+
+  std::vector<T> operands(c.n);
+  for (size_t i = 0; i < size; ++i) {
+    const bool inRange = i >= c.offset && i < c.offset + c.count;
+    T want = dstBefore[i];
+    if (inRange) {
+      for (int k = 0; k < c.n; ++k) operands[k] = sources[k][i];
+      want = Traits::fold(c.op, operands);
+    }
+    const bool ok = inRange ? sameValue<Traits>(c.op, dst[i], want)
+                            : std::memcmp(&dst[i], &want, sizeof(T)) == 0;
+    if (!ok) {
+      std::ostringstream out;
+      out << describe(Traits::kType, c) << ": element " << i << (inRange ? "" : " (outside)")
+          << " got " << +dst[i] << " want " << +want;
+      return out.str();
+    }
+  }
+  return "";
+}
+
+template <typename Traits>
+void checkReduceMatrix() {
+  for (bool portable : {false, true}) {
+    PortableScope scope(portable);
+    for (ReduceOp op : kOps) {
+      for (size_t count : kCounts) {
+        for (size_t offset : kOffsets) {
+          CHECK_EQ(runCase<Traits>({op, 2, count, offset, Call::ReduceInto}), "");
+          for (int n : {1, 2, 3, 5}) {
+            CHECK_EQ(runCase<Traits>({op, n, count, offset, Call::ReduceMany}), "");
+          }
+          CHECK_EQ(runCase<Traits>({op, 3, count, offset, Call::ReduceManyInPlace}), "");
+        }
+      }
+    }
+  }
+}
+
+template <typename Traits>
+void checkFinishAverage() {
+  using T = typename Traits::Storage;
+  for (bool portable : {false, true}) {
+    PortableScope scope(portable);
+    for (size_t count : kCounts) {
+      for (int divisor : {1, 3, 7, 200}) {
+        Rng rng{count + static_cast<uint64_t>(divisor)};
+        std::vector<T> buf(count + 2);
+        for (size_t i = 0; i < buf.size(); ++i) buf[i] = Traits::random(rng, i);
+        const std::vector<T> before = buf;
+
+        // Only Avg divides.
+        finishAverage(buf.data() + 1, count, Traits::kType, ReduceOp::Sum, divisor);
+        CHECK(std::memcmp(buf.data(), before.data(), buf.size() * sizeof(T)) == 0);
+
+        finishAverage(buf.data() + 1, count, Traits::kType, ReduceOp::Avg, divisor);
+        for (size_t i = 0; i < buf.size(); ++i) {
+          const bool inRange = i >= 1 && i < count + 1;
+          const T want = inRange ? Traits::divide(before[i], divisor) : before[i];
+          if (!sameValue<Traits>(ReduceOp::Avg, buf[i], want)) {
+            std::ostringstream out;
+            out << "finishAverage dtype " << static_cast<int>(Traits::kType) << " divisor "
+                << divisor << " element " << i << " of " << count << " got " << +buf[i]
+                << " want " << +want << " kernels=" << activeKernelName();
+            CHECK_EQ(out.str(), "");
+          }
+        }
+      }
+    }
+  }
+}
+
+// Fills a buffer with random bits: for the float types, every class of value (NaNs with payloads,
+// subnormals, infinities) shows up.
+void fillRandomBits(std::vector<unsigned char>& bytes, Rng& rng) {
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(rng.next());
+}
+
+size_t sizeOf(DataType type) {
+  switch (type) {
+    case DataType::Int8:
+    case DataType::Uint8: return 1;
+    case DataType::Float16:
+    case DataType::BFloat16: return 2;
+    case DataType::Int32:
+    case DataType::Float32: return 4;
+    case DataType::Int64:
+    case DataType::Float64: return 8;
+  }
+  return 0;
+}
+
+const DataType kTypes[] = {DataType::Int8,     DataType::Uint8,    DataType::Int32,
+                           DataType::Int64,    DataType::Float16,  DataType::BFloat16,
+                           DataType::Float32,  DataType::Float64};
+
+}  // namespace
+
+// --- Conversions. ---
+
+TEST(halfToFloatMatchesDefinitionForEveryCode) {
+  for (uint32_t code = 0; code <= 0xFFFF; ++code) {
+    const uint16_t half = static_cast<uint16_t>(code);
+    const float got = halfToFloat(half);
+    const double want = refHalfToDouble(half);
+    if (std::isnan(want)) {
+      // Quiet, same sign, payload in the top mantissa bits (what F16C does).
+      const uint32_t expected = (uint32_t{half} & 0x8000) << 16 | 0x7FC00000u |
+                                (uint32_t{half} & 0x3FF) << 13;
+      CHECK_EQ(bitsOf(got), expected);
+    } else {
+      CHECK_EQ(static_cast<double>(got), want);
+      CHECK_EQ(std::signbit(got), std::signbit(want));
+    }
+  }
+}
+
+TEST(halfRoundTripsEveryCode) {
+  for (uint32_t code = 0; code <= 0xFFFF; ++code) {
+    const uint16_t half = static_cast<uint16_t>(code);
+    const bool isNan = (half & 0x7C00) == 0x7C00 && (half & 0x3FF) != 0;
+    // A NaN comes back quiet; everything else comes back unchanged.
+    CHECK_EQ(floatToHalf(halfToFloat(half)), isNan ? (half | 0x200) : half);
+  }
+}
+
+TEST(floatToHalfRoundsToNearestEven) {
+  CHECK_EQ(floatToHalf(1.0f + 0x1p-11f), 0x3C00);        // tie, even neighbour is 1.0
+  CHECK_EQ(floatToHalf(1.0f + 3 * 0x1p-11f), 0x3C02);    // tie, even neighbour is above
+  CHECK_EQ(floatToHalf(1.0f + 0x1p-11f + 0x1p-20f), 0x3C01);  // just above the tie
+  CHECK_EQ(floatToHalf(0x1p-24f), 0x0001);               // smallest subnormal
+  CHECK_EQ(floatToHalf(0x1p-25f), 0x0000);               // subnormal tie to zero
+  CHECK_EQ(floatToHalf(-0x1p-25f), 0x8000);
+  CHECK_EQ(floatToHalf(0x1p-25f * 1.0000001f), 0x0001);  // just above that tie
+  CHECK_EQ(floatToHalf(3 * 0x1p-25f), 0x0002);           // subnormal tie up to even
+  CHECK_EQ(floatToHalf(1023 * 0x1p-24f), 0x03FF);        // largest subnormal
+  CHECK_EQ(floatToHalf(1023.5f * 0x1p-24f), 0x0400);     // rounds into the smallest normal
+  CHECK_EQ(floatToHalf(0x1p-14f), 0x0400);
+  CHECK_EQ(floatToHalf(65504.0f), 0x7BFF);               // largest finite
+  CHECK_EQ(floatToHalf(65519.99f), 0x7BFF);
+  CHECK_EQ(floatToHalf(65520.0f), 0x7C00);               // tie between 65504 and 2^16: infinity
+  CHECK_EQ(floatToHalf(1e30f), 0x7C00);
+  CHECK_EQ(floatToHalf(-std::numeric_limits<float>::infinity()), 0xFC00);
+  CHECK_EQ(floatToHalf(-0.0f), 0x8000);
+  CHECK_EQ(floatToHalf(std::numeric_limits<float>::denorm_min()), 0x0000);
+  CHECK_EQ(floatToHalf(floatOf(0x7F800001u)), 0x7E00);   // signalling NaN comes out quiet
+  CHECK_EQ(floatToHalf(floatOf(0xFFC00000u)), 0xFE00);   // sign kept
+  CHECK_EQ(floatToHalf(floatOf(0x7FFFE000u)), 0x7FFF);   // payload's top bits kept
+}
+
+TEST(floatToHalfMatchesSearchAtEveryBoundary) {
+  // Every midpoint between neighbouring finite halves, and the floats either side of it.
+  for (uint16_t code = 0; code < 0x7BFF; ++code) {
+    const double mid = (refHalfToDouble(code) + refHalfToDouble(code + 1)) / 2;
+    const float midpoint = static_cast<float>(mid);  // 12 significant bits: exact
+    for (float probe : {std::nextafter(midpoint, 0.0f), midpoint,
+                        std::nextafter(midpoint, 1e9f)}) {
+      CHECK_EQ(floatToHalf(probe), refFloatToHalf(probe));
+      CHECK_EQ(floatToHalf(-probe), refFloatToHalf(-probe));
+    }
+  }
+  // And a spread of bit patterns over the whole float range.
+  for (uint64_t bits = 0; bits <= 0xFFFFFFFFull; bits += 40009) {
+    const float value = floatOf(static_cast<uint32_t>(bits));
+    if (std::isnan(value)) continue;
+    CHECK_EQ(floatToHalf(value), refFloatToHalf(value));
+  }
+}
+
+TEST(bfloat16ConversionsAndRounding) {
+  for (uint32_t code = 0; code <= 0xFFFF; ++code) {
+    const uint16_t value = static_cast<uint16_t>(code);
+    CHECK_EQ(bitsOf(bfloat16ToFloat(value)), uint32_t{value} << 16);
+    const bool isNan = (value & 0x7F80) == 0x7F80 && (value & 0x7F) != 0;
+    CHECK_EQ(floatToBfloat16(bfloat16ToFloat(value)), isNan ? (value | 0x40) : value);
+  }
+  CHECK_EQ(floatToBfloat16(1.0f + 0x1p-8f), 0x3F80);      // tie, even neighbour is 1.0
+  CHECK_EQ(floatToBfloat16(1.0f + 3 * 0x1p-8f), 0x3F82);  // tie, even neighbour is above
+  CHECK_EQ(floatToBfloat16(floatOf(0x7F7F8000u)), 0x7F80);  // max + half an ulp: infinity
+  CHECK_EQ(floatToBfloat16(floatOf(0x7F7F7FFFu)), 0x7F7F);
+  CHECK_EQ(floatToBfloat16(floatOf(0x7F800001u)), 0x7FC0);  // NaN with low payload stays NaN
+  CHECK_EQ(floatToBfloat16(floatOf(0xFF800001u)), 0xFFC0);
+  CHECK_EQ(floatToBfloat16(floatOf(0x00018000u)), 0x0002);  // subnormal tie up to even
+  for (uint64_t bits = 0; bits <= 0xFFFFFFFFull; bits += 40009) {
+    const float value = floatOf(static_cast<uint32_t>(bits));
+    if (std::isnan(value)) continue;
+    CHECK_EQ(floatToBfloat16(value), refFloatToBfloat16(value));
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("f16c"))) static uint16_t hardwareFloatToHalf(float value) {
+  return static_cast<uint16_t>(_cvtss_sh(value, _MM_FROUND_TO_NEAREST_INT));
+}
+__attribute__((target("f16c"))) static float hardwareHalfToFloat(uint16_t value) {
+  return _cvtsh_ss(value);
+}
+
+TEST(softwareHalfMatchesF16c) {
+  if (!__builtin_cpu_supports("f16c")) return;
+  for (uint32_t code = 0; code <= 0xFFFF; ++code) {
+    const uint16_t half = static_cast<uint16_t>(code);
+    CHECK_EQ(bitsOf(halfToFloat(half)), bitsOf(hardwareHalfToFloat(half)));
+  }
+  // A dense spread of float bit patterns, NaNs included (the exhaustive 2^32 sweep was run once).
+  for (uint64_t bits = 0; bits <= 0xFFFFFFFFull; bits += 4099) {
+    const float value = floatOf(static_cast<uint32_t>(bits));
+    CHECK_EQ(floatToHalf(value), hardwareFloatToHalf(value));
+  }
+}
+#endif
+
+// --- Reductions against the reference, every dtype x op x count x offset, both variants. ---
+
+TEST(reduceInt8) { checkReduceMatrix<Int8Traits>(); }
+TEST(reduceUint8) { checkReduceMatrix<Uint8Traits>(); }
+TEST(reduceInt32) { checkReduceMatrix<Int32Traits>(); }
+TEST(reduceInt64) { checkReduceMatrix<Int64Traits>(); }
+TEST(reduceFloat16) { checkReduceMatrix<Float16Traits>(); }
+TEST(reduceBFloat16) { checkReduceMatrix<BFloat16Traits>(); }
+TEST(reduceFloat32) { checkReduceMatrix<Float32Traits>(); }
+TEST(reduceFloat64) { checkReduceMatrix<Float64Traits>(); }
+
+TEST(finishAverageInt8) { checkFinishAverage<Int8Traits>(); }
+TEST(finishAverageUint8) { checkFinishAverage<Uint8Traits>(); }
+TEST(finishAverageInt32) { checkFinishAverage<Int32Traits>(); }
+TEST(finishAverageInt64) { checkFinishAverage<Int64Traits>(); }
+TEST(finishAverageFloat16) { checkFinishAverage<Float16Traits>(); }
+TEST(finishAverageBFloat16) { checkFinishAverage<BFloat16Traits>(); }
+TEST(finishAverageFloat32) { checkFinishAverage<Float32Traits>(); }
+TEST(finishAverageFloat64) { checkFinishAverage<Float64Traits>(); }
+
+// --- Semantics spelled out on single elements. ---
+
+TEST(integerSumAndProdWrapAround) {
+  int8_t i8[2] = {127, -128};
+  const int8_t one8[2] = {1, -1};
+  reduceInto(i8, one8, 2, DataType::Int8, ReduceOp::Sum);
+  CHECK_EQ(+i8[0], -128);
+  CHECK_EQ(+i8[1], 127);
+
+  uint8_t u8 = 255;
+  const uint8_t two8 = 2;
+  reduceInto(&u8, &two8, 1, DataType::Uint8, ReduceOp::Prod);
+  CHECK_EQ(+u8, 254);
+
+  int32_t i32 = std::numeric_limits<int32_t>::max();
+  const int32_t one32 = 1;
+  reduceInto(&i32, &one32, 1, DataType::Int32, ReduceOp::Sum);
+  CHECK_EQ(i32, std::numeric_limits<int32_t>::min());
+
+  int64_t i64 = int64_t{1} << 62;
+  const int64_t four = 4;
+  reduceInto(&i64, &four, 1, DataType::Int64, ReduceOp::Prod);
+  CHECK_EQ(i64, 0);
+}
+
+TEST(minMaxPropagateNanFromEitherSide) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (bool portable : {false, true}) {
+    PortableScope scope(portable);
+    for (ReduceOp op : {ReduceOp::Min, ReduceOp::Max}) {
+      float f32[2] = {nan, 1.0f};
+      const float other32[2] = {1.0f, nan};
+      reduceInto(f32, other32, 2, DataType::Float32, op);
+      CHECK(std::isnan(f32[0]) && std::isnan(f32[1]));
+
+      double f64[2] = {nan, 1.0};
+      const double other64[2] = {1.0, nan};
+      reduceInto(f64, other64, 2, DataType::Float64, op);
+      CHECK(std::isnan(f64[0]) && std::isnan(f64[1]));
+
+      uint16_t h[2] = {0x7E00, 0x3C00};
+      const uint16_t otherH[2] = {0x3C00, 0x7E00};
+      reduceInto(h, otherH, 2, DataType::Float16, op);
+      CHECK(std::isnan(halfToFloat(h[0])) && std::isnan(halfToFloat(h[1])));
+
+      uint16_t b[2] = {0x7FC0, 0x3F80};
+      const uint16_t otherB[2] = {0x3F80, 0x7FC0};
+      reduceInto(b, otherB, 2, DataType::BFloat16, op);
+      CHECK(std::isnan(bfloat16ToFloat(b[0])) && std::isnan(bfloat16ToFloat(b[1])));
+    }
+  }
+}
+
+TEST(halfReduceManyRoundsOnceAtTheEnd) {
+  // 2048 + 1 + 1: rounding after each step would lose both ones (2049 is a tie that rounds to
+  // 2048); accumulating in float32 keeps them and gives 2050 exactly.
+  const uint16_t a = floatToHalf(2048.0f);
+  const uint16_t one = floatToHalf(1.0f);
+  const void* srcs[3] = {&a, &one, &one};
+  uint16_t out = 0;
+  reduceMany(&out, srcs, 3, 1, DataType::Float16, ReduceOp::Sum);
+  CHECK_EQ(halfToFloat(out), 2050.0f);
+
+  uint16_t stepwise = a;
+  reduceInto(&stepwise, &one, 1, DataType::Float16, ReduceOp::Sum);
+  reduceInto(&stepwise, &one, 1, DataType::Float16, ReduceOp::Sum);
+  CHECK_EQ(halfToFloat(stepwise), 2048.0f);
+}
+
+TEST(badArgumentsThrow) {
+  float value = 1.0f;
+  const void* srcs[1] = {&value};
+  bool threw = false;
+  try {
+    reduceMany(&value, srcs, 0, 1, DataType::Float32, ReduceOp::Sum);
+  } catch (const InvalidArgument&) {
+    threw = true;
+  }
+  CHECK(threw);
+
+  threw = false;
+  try {
+    finishAverage(&value, 1, DataType::Float32, ReduceOp::Avg, 0);
+  } catch (const InvalidArgument&) {
+    threw = true;
+  }
+  CHECK(threw);
+  finishAverage(&value, 1, DataType::Float32, ReduceOp::Sum, 0);  // not Avg: nothing to check
+
+  threw = false;
+  try {
+    reduceInto(&value, &value, 1, static_cast<DataType>(99), ReduceOp::Sum);
+  } catch (const InvalidArgument&) {
+    threw = true;
+  }
+  CHECK(threw);
+}
+
+// --- The vector variant gives the portable variant's bits, on random bit patterns. ---
+
+TEST(vectorAndPortableKernelsAgreeBitwise) {
+  constexpr size_t kCount = 100003;
+  constexpr int kSources = 5;
+  Rng rng{2024};
+  for (DataType type : kTypes) {
+    const size_t bytes = (kCount + 1) * sizeOf(type);
+    std::vector<std::vector<unsigned char>> sources(kSources, std::vector<unsigned char>(bytes));
+    for (auto& source : sources) fillRandomBits(source, rng);
+    const size_t offset = sizeOf(type);  // one element in
+    std::vector<const void*> pointers;
+    for (auto& source : sources) pointers.push_back(source.data() + offset);
+
+    for (ReduceOp op : kOps) {
+      std::vector<unsigned char> results[2];
+      for (int portable = 0; portable < 2; ++portable) {
+        PortableScope scope(portable == 1);
+        std::vector<unsigned char>& out = results[portable];
+        // reduceInto, then reduceMany over all sources appended, then the average.
+        out = sources[0];
+        reduceInto(out.data() + offset, pointers[1], kCount, type, op);
+        std::vector<unsigned char> many(bytes);
+        reduceMany(many.data() + offset, pointers.data(), kSources, kCount, type, op);
+        finishAverage(many.data() + offset, kCount, type, op, 3);
+        out.insert(out.end(), many.begin(), many.end());
+      }
+      if (results[0] != results[1]) {
+        CHECK_EQ("dtype " + std::to_string(static_cast<int>(type)) + " " + opName(op) +
+                     ": vector and portable results differ",
+                 "");
+      }
+    }
+  }
+  // Says which variant was compared; on a CPU without AVX2 both runs were portable.
+  std::cout << "  (vector variant compared: " << activeKernelName() << ")\n";
+}

@@ -1,0 +1,588 @@
+// Unit tests of the rendezvous stores: HashStore, PrefixStore, Store::wait, TcpStoreServer and
+// TcpStore (over loopback only), and the socket helpers they stand on.
+#include <dirent.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/store_protocol.h"
+#include "check.h"
+#include "common/socket.h"
+#include "ringcomm/errors.h"
+#include "ringcomm/store.h"
+
+using namespace ringcomm;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr const char* kLoopback = "127.0.0.1";
+
+Bytes bytesOf(const std::string& text) { return Bytes(text.begin(), text.end()); }
+std::string textOf(const Bytes& bytes) { return std::string(bytes.begin(), bytes.end()); }
+
+bool startsWith(const std::string& text, const std::string& prefix) {
+  return text.compare(0, prefix.size(), prefix) == 0;
+}
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Runs body, which must throw ErrorType; returns the error's message.
+template <typename ErrorType, typename Body>
+std::string messageOf(Body body) {
+  try {
+    body();
+  } catch (const ErrorType& error) {
+    return error.what();
+  } catch (const std::exception& error) {
+    throw ringcomm::testing::CheckFailure{std::string("threw the wrong error: ") + error.what()};
+  }
+  throw ringcomm::testing::CheckFailure{"expected an error, none was thrown"};
+}
+
+// A port nobody listens on right now (the kernel's pick, released at once).
+int unusedPort() {
+  net::UniqueFd listener = net::listenTcp(kLoopback, 0);
+  return net::localAddress(listener.get()).port();
+}
+
+double secondsBetween(std::chrono::steady_clock::time_point a,
+                      std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// A client that speaks the wire format by hand, to send what TcpStore never would.
+struct RawClient {
+  net::UniqueFd fd;
+  explicit RawClient(int port) : fd(net::connectTcp(kLoopback, port, net::deadlineAfter(5s))) {}
+  void send(const Bytes& frame) {
+    net::writeFully(fd.get(), frame.data(), frame.size(), net::deadlineAfter(5s));
+  }
+  Bytes receive() {
+    uint8_t header[4];
+    net::readFully(fd.get(), header, 4, net::deadlineAfter(5s));
+    Bytes body(storeproto::loadU32(header));
+    net::readFully(fd.get(), body.data(), body.size(), net::deadlineAfter(5s));
+    return body;
+  }
+};
+
+}  // namespace
+
+// ---- HashStore, PrefixStore, Store::wait --------------------------------------------------------
+
+TEST(hash_store_set_get_add) {
+  HashStore store;
+  store.set("a", bytesOf("1"));
+  store.set("a", bytesOf("2"));  // overwrite
+  CHECK_EQ(textOf(store.get("a", 0ms)), "2");
+  CHECK_EQ(store.add("n", 5), 5);
+  CHECK_EQ(store.add("n", -2), 3);
+  CHECK_EQ(textOf(store.get("n", 0ms)), "3");  // counters are decimal text
+  CHECK_EQ(store.add("a", 10), 12);            // continues from a set() of "2"
+  store.set("blob", Bytes{0, 1, 2});
+  std::string message = messageOf<InvalidArgument>([&] { store.add("blob", 1); });
+  CHECK(contains(message, "'blob'"));
+  store.set("empty", Bytes{});
+  CHECK(store.get("empty", 0ms).empty());
+}
+
+TEST(hash_store_get_blocks_until_set) {
+  HashStore store;
+  std::thread setter([&] {
+    std::this_thread::sleep_for(50ms);
+    store.set("late", bytesOf("here"));
+  });
+  auto start = std::chrono::steady_clock::now();
+  Bytes value = store.get("late", 10s);
+  auto end = std::chrono::steady_clock::now();
+  setter.join();
+  CHECK_EQ(textOf(value), "here");
+  CHECK(secondsBetween(start, end) >= 0.04);
+}
+
+TEST(hash_store_get_timeout_names_key_and_seconds) {
+  HashStore store;
+  try {
+    store.get("rank3/addr", 100ms);
+    CHECK(false);
+  } catch (const TimeoutError& error) {
+    CHECK_EQ(std::string(error.what()), "store get('rank3/addr') timed out after 0.1 s");
+    CHECK(error.context().elapsedSeconds >= 0.1);
+    CHECK(contains(error.context().operation, "rank3/addr"));
+  }
+}
+
+TEST(prefix_store_namespaces_keys) {
+  auto inner = std::make_shared<HashStore>();
+  PrefixStore first("job1", inner);
+  PrefixStore second("job2", inner);
+  first.set("addr", bytesOf("one"));
+  second.set("addr", bytesOf("two"));
+  CHECK_EQ(textOf(first.get("addr", 0ms)), "one");
+  CHECK_EQ(textOf(second.get("addr", 0ms)), "two");
+  CHECK_EQ(textOf(inner->get("job1/addr", 0ms)), "one");
+  CHECK_EQ(first.add("count", 1), 1);
+  CHECK_EQ(second.add("count", 7), 7);
+  CHECK_EQ(first.add("count", 1), 2);
+  // Prefixes nest.
+  PrefixStore nested("sub", std::make_shared<PrefixStore>("job1", inner));
+  nested.set("k", bytesOf("v"));
+  CHECK_EQ(textOf(inner->get("job1/sub/k", 0ms)), "v");
+  messageOf<TimeoutError>([&] { second.get("k", 0ms); });
+  messageOf<InvalidArgument>([] { PrefixStore("x", nullptr); });
+}
+
+TEST(store_wait_default_waits_for_every_key) {
+  HashStore store;
+  std::thread setter([&] {
+    store.set("a", bytesOf("1"));
+    std::this_thread::sleep_for(30ms);
+    store.set("b", bytesOf("2"));
+  });
+  store.wait({"a", "b"}, 10s);
+  setter.join();
+  std::string message = messageOf<TimeoutError>([&] { store.wait({"a", "missing"}, 50ms); });
+  CHECK(startsWith(message, "store wait('missing') timed out after "));
+  CHECK(contains(message, "1 of 2 keys present"));
+}
+
+// ---- Socket helpers ------------------------------------------------------------------------------
+
+TEST(socket_helpers_round_trip_and_deadlines) {
+  net::UniqueFd listener = net::listenTcp(kLoopback, 0);
+  int port = net::localAddress(listener.get()).port();
+  CHECK(port > 0);
+  net::UniqueFd client = net::connectTcp(kLoopback, port, net::deadlineAfter(5s));
+  CHECK(net::waitReady(listener.get(), POLLIN, net::deadlineAfter(5s)));
+  net::UniqueFd server = net::acceptTcp(listener.get());
+  CHECK(server.valid());
+  CHECK(!net::acceptTcp(listener.get()).valid());  // nothing else pending
+  CHECK_EQ(net::localAddress(client.get()).host(), "127.0.0.1");
+  CHECK_EQ(net::peerAddress(server.get()).toString(), net::localAddress(client.get()).toString());
+
+  // More than a socket buffer holds, so both sides have to wait on each other.
+  Bytes sent(8 * 1024 * 1024);
+  for (size_t i = 0; i < sent.size(); ++i) sent[i] = uint8_t(i * 131 + 7);
+  Bytes received(sent.size());
+  std::thread writer([&] { net::writeFully(client.get(), sent.data(), sent.size(), net::deadlineAfter(20s)); });
+  net::readFully(server.get(), received.data(), received.size(), net::deadlineAfter(20s));
+  writer.join();
+  CHECK(sent == received);
+
+  uint8_t byte = 0;
+  std::string message = messageOf<TimeoutError>(
+      [&] { net::readFully(server.get(), &byte, 1, net::deadlineAfter(50ms)); });
+  CHECK(contains(message, "0 of 1 bytes"));
+  client.reset();
+  messageOf<TransportError>(
+      [&] { net::readFully(server.get(), &byte, 1, net::deadlineAfter(5s)); });
+
+  CHECK_EQ(net::formatHostPort("::1", 80), "[::1]:80");
+  CHECK(net::deadlineAfter(std::chrono::milliseconds::max()) == Clock::time_point::max());
+}
+
+TEST(socket_connect_times_out_naming_the_address) {
+  int port = unusedPort();
+  auto start = std::chrono::steady_clock::now();
+  std::string message = messageOf<TimeoutError>(
+      [&] { net::connectTcp(kLoopback, port, net::deadlineAfter(200ms)); });
+  double waited = secondsBetween(start, std::chrono::steady_clock::now());
+  CHECK(contains(message, "127.0.0.1:" + std::to_string(port)));
+  CHECK(contains(message, "refused"));
+  CHECK(waited >= 0.2 && waited < 3.0);
+  messageOf<InvalidArgument>([] { net::listenTcp(kLoopback, 70000); });
+}
+
+// ---- TcpStoreServer / TcpStore -------------------------------------------------------------------
+
+TEST(tcp_store_set_get_add) {
+  TcpStoreServer server(kLoopback, 0);
+  CHECK(server.port() > 0);
+  TcpStore store(kLoopback, server.port(), 5s);
+  store.set("k", bytesOf("v"));
+  CHECK_EQ(textOf(store.get("k", 1s)), "v");
+  store.set("k", bytesOf("w"));
+  CHECK_EQ(textOf(store.get("k", 0ms)), "w");
+  CHECK_EQ(store.add("n", 3), 3);
+  CHECK_EQ(store.add("n", -1), 2);
+  CHECK_EQ(textOf(store.get("n", 0ms)), "2");
+  store.set("empty", Bytes{});
+  CHECK(store.get("empty", 0ms).empty());
+  std::string message = messageOf<InvalidArgument>([&] { store.add("k", 1); });
+  CHECK(contains(message, "'k'"));
+  // A refused add() leaves the connection usable.
+  CHECK_EQ(store.add("n", 1), 3);
+  CHECK_EQ(store.localAddress(), "127.0.0.1");
+}
+
+TEST(tcp_store_large_value) {
+  TcpStoreServer server(kLoopback, 0);
+  TcpStore writer(kLoopback, server.port(), 5s);
+  TcpStore reader(kLoopback, server.port(), 5s);
+  Bytes value(5 * 1024 * 1024);
+  for (size_t i = 0; i < value.size(); ++i) value[i] = uint8_t(i * 7 + 1);
+  std::thread setter([&] { writer.set("big", value); });
+  Bytes got = reader.get("big", 20s);
+  setter.join();
+  CHECK(got == value);
+}
+
+TEST(tcp_store_many_clients_rendezvous) {
+  // Every "rank" publishes its address and reads everyone else's, as bootstrap does.
+  constexpr int kRanks = 8;
+  TcpStoreServer server(kLoopback, 0);
+  std::vector<std::thread> ranks;
+  std::vector<std::string> failures(kRanks);
+  std::vector<int64_t> arrivals(kRanks);
+  for (int rank = 0; rank < kRanks; ++rank) {
+    ranks.emplace_back([&, rank] {
+      try {
+        TcpStore store(kLoopback, server.port(), 5s);
+        store.set("rank" + std::to_string(rank) + "/addr", bytesOf("host-" + std::to_string(rank)));
+        for (int peer = 0; peer < kRanks; ++peer) {
+          Bytes value = store.get("rank" + std::to_string(peer) + "/addr", 10s);
+          if (textOf(value) != "host-" + std::to_string(peer)) failures[rank] = "wrong value";
+        }
+        arrivals[rank] = store.add("arrived", 1);
+        store.wait({"rank0/addr", "rank7/addr"}, 1s);
+      } catch (const std::exception& error) {
+        failures[rank] = error.what();
+      }
+    });
+  }
+  for (auto& thread : ranks) thread.join();
+  for (int rank = 0; rank < kRanks; ++rank) CHECK_EQ(failures[rank], "");
+  std::sort(arrivals.begin(), arrivals.end());
+  for (int rank = 0; rank < kRanks; ++rank) CHECK_EQ(arrivals[rank], rank + 1);
+}
+
+TEST(tcp_store_get_blocks_until_a_later_set) {
+  TcpStoreServer server(kLoopback, 0);
+  TcpStore waiter(kLoopback, server.port(), 5s);
+  TcpStore setter(kLoopback, server.port(), 5s);
+  std::thread late([&] {
+    std::this_thread::sleep_for(150ms);
+    setter.set("late", bytesOf("value"));
+  });
+  auto start = std::chrono::steady_clock::now();
+  Bytes value = waiter.get("late", 10s);
+  double waited = secondsBetween(start, std::chrono::steady_clock::now());
+  late.join();
+  CHECK_EQ(textOf(value), "value");
+  CHECK(waited >= 0.1 && waited < 5.0);
+
+  // An add() that creates the key also answers a parked get().
+  std::thread adder([&] {
+    std::this_thread::sleep_for(50ms);
+    setter.add("counter", 4);
+  });
+  CHECK_EQ(textOf(waiter.get("counter", 10s)), "4");
+  adder.join();
+}
+
+TEST(tcp_store_get_timeout_names_key_and_seconds) {
+  TcpStoreServer server(kLoopback, 0);
+  TcpStore store(kLoopback, server.port(), 5s);
+  try {
+    store.get("rank3/addr", 200ms);
+    CHECK(false);
+  } catch (const TimeoutError& error) {
+    CHECK(startsWith(error.what(), "store get('rank3/addr') timed out after 0."));
+    CHECK(contains(error.what(), " s"));
+    CHECK(error.context().elapsedSeconds >= 0.2 && error.context().elapsedSeconds < 3.0);
+  }
+  // The server answered the timeout itself, so the connection is still good.
+  store.set("rank3/addr", bytesOf("x"));
+  CHECK_EQ(textOf(store.get("rank3/addr", 1s)), "x");
+}
+
+TEST(tcp_store_add_from_many_threads_is_exact) {
+  constexpr int kThreads = 8;
+  constexpr int kAddsPerThread = 500;
+  TcpStoreServer server(kLoopback, 0);
+  // Half the threads share one client (exercising its mutex), half have their own.
+  TcpStore shared(kLoopback, server.port(), 5s);
+  std::vector<std::vector<int64_t>> seen(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::unique_ptr<TcpStore> own;
+      if (t % 2 == 1) own = std::make_unique<TcpStore>(kLoopback, server.port(), 5s);
+      Store& store = own ? static_cast<Store&>(*own) : static_cast<Store&>(shared);
+      for (int i = 0; i < kAddsPerThread; ++i) seen[t].push_back(store.add("total", 1));
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK_EQ(shared.add("total", 0), int64_t(kThreads) * kAddsPerThread);
+  // Every add saw a distinct count: the increments were atomic.
+  std::vector<int64_t> all;
+  for (const auto& values : seen) all.insert(all.end(), values.begin(), values.end());
+  std::sort(all.begin(), all.end());
+  for (size_t i = 0; i < all.size(); ++i) CHECK_EQ(all[i], int64_t(i) + 1);
+}
+
+TEST(tcp_store_client_retries_until_server_starts) {
+  int port = unusedPort();
+  std::string failure;
+  std::string value;
+  std::thread client([&] {
+    try {
+      TcpStore store(kLoopback, port, 10s);  // the server is not up yet
+      value = textOf(store.get("ready", 10s));
+    } catch (const std::exception& error) {
+      failure = error.what();
+    }
+  });
+  std::this_thread::sleep_for(300ms);
+  TcpStoreServer server(kLoopback, port);
+  TcpStore store(kLoopback, port, 5s);
+  store.set("ready", bytesOf("yes"));
+  client.join();
+  CHECK_EQ(failure, "");
+  CHECK_EQ(value, "yes");
+}
+
+TEST(tcp_store_connect_timeout) {
+  int port = unusedPort();
+  std::string message =
+      messageOf<TimeoutError>([&] { TcpStore store(kLoopback, port, 200ms); });
+  CHECK(contains(message, "127.0.0.1:" + std::to_string(port)));
+}
+
+TEST(tcp_store_server_stop_fails_waiting_clients) {
+  auto server = std::make_unique<TcpStoreServer>(kLoopback, 0);
+  int port = server->port();
+  constexpr int kWaiters = 3;
+  std::vector<std::unique_ptr<TcpStore>> clients;
+  for (int i = 0; i < kWaiters; ++i) {
+    clients.push_back(std::make_unique<TcpStore>(kLoopback, port, 5s));
+  }
+  std::vector<std::string> errors(kWaiters);
+  std::vector<double> waited(kWaiters);
+  std::atomic<int> started{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWaiters; ++i) {
+    threads.emplace_back([&, i] {
+      auto start = std::chrono::steady_clock::now();
+      started++;
+      try {
+        clients[i]->get("never", 60s);
+        errors[i] = "no error";
+      } catch (const TransportError& error) {
+        errors[i] = error.what();
+      } catch (const std::exception& error) {
+        errors[i] = std::string("wrong error: ") + error.what();
+      }
+      waited[i] = secondsBetween(start, std::chrono::steady_clock::now());
+    });
+  }
+  while (started.load() < kWaiters) std::this_thread::yield();
+  std::this_thread::sleep_for(100ms);  // let the gets park on the server
+  auto stopStart = std::chrono::steady_clock::now();
+  server->stop();
+  server->stop();  // idempotent
+  CHECK(secondsBetween(stopStart, std::chrono::steady_clock::now()) < 2.0);
+  for (auto& thread : threads) thread.join();
+  for (int i = 0; i < kWaiters; ++i) {
+    CHECK(startsWith(errors[i], "store get('never') failed: store at 127.0.0.1:" +
+                                    std::to_string(port)));
+    CHECK(waited[i] < 5.0);
+  }
+  // Later calls fail at once too, naming the store.
+  std::string message = messageOf<TransportError>([&] { clients[0]->set("k", bytesOf("v")); });
+  CHECK(contains(message, "127.0.0.1:" + std::to_string(port)));
+  server.reset();
+}
+
+TEST(tcp_store_server_destructor_is_prompt_with_idle_clients) {
+  auto start = std::chrono::steady_clock::now();
+  {
+    TcpStoreServer server(kLoopback, 0);
+    TcpStore a(kLoopback, server.port(), 5s);
+    TcpStore b(kLoopback, server.port(), 5s);
+    a.set("x", bytesOf("1"));
+  }
+  CHECK(secondsBetween(start, std::chrono::steady_clock::now()) < 2.0);
+}
+
+TEST(tcp_store_server_survives_misbehaving_clients) {
+  TcpStoreServer server(kLoopback, 0);
+  int port = server.port();
+  {
+    // Half a request, then gone.
+    RawClient half(port);
+    Bytes frame = storeproto::Encoder(storeproto::Op::Set).str("k").str("v").finish();
+    frame.resize(frame.size() / 2);
+    half.send(frame);
+  }
+  {
+    // A parked get whose client leaves before the key arrives.
+    RawClient gone(port);
+    gone.send(storeproto::Encoder(storeproto::Op::Get).str("later").i64(60000).finish());
+  }
+  {
+    // A length prefix no store message has: the server drops this client only.
+    RawClient garbage(port);
+    garbage.send(Bytes{0xff, 0xff, 0xff, 0xff, 1, 2, 3});
+    uint8_t byte = 0;
+    messageOf<TransportError>(
+        [&] { net::readFully(garbage.fd.get(), &byte, 1, net::deadlineAfter(5s)); });
+  }
+  {
+    // An unknown opcode is refused, and the connection goes on.
+    RawClient odd(port);
+    odd.send(storeproto::Encoder(uint8_t(99)).finish());
+    Bytes reply = odd.receive();
+    CHECK_EQ(int(reply.at(0)), int(storeproto::Status::Error));
+    // A set then an immediate hang-up still takes effect.
+    odd.send(storeproto::Encoder(storeproto::Op::Set).str("parting").str("gift").finish());
+  }
+  TcpStore store(kLoopback, port, 5s);
+  store.set("later", bytesOf("now"));  // wakes nobody: the waiter has gone
+  CHECK_EQ(textOf(store.get("later", 1s)), "now");
+  CHECK_EQ(textOf(store.get("parting", 5s)), "gift");
+  messageOf<TimeoutError>([&] { store.get("k", 0ms); });  // the half set never happened
+}
+
+TEST(tcp_store_check_and_pipelined_requests) {
+  TcpStoreServer server(kLoopback, 0);
+  RawClient raw(server.port());
+  using storeproto::Encoder;
+  using storeproto::Op;
+  auto check = [&](std::vector<std::string> keys) {
+    Encoder request(Op::Check);
+    request.u32(uint32_t(keys.size()));
+    for (const auto& key : keys) request.str(key);
+    raw.send(request.finish());
+    Bytes reply = raw.receive();
+    storeproto::Decoder decoder(reply.data(), reply.size());
+    CHECK_EQ(int(decoder.u8()), int(storeproto::Status::Ok));
+    return decoder.u8() == 1;
+  };
+  CHECK(!check({"a"}));
+  // Three requests in one write, the first of which parks: replies still come back in order.
+  Bytes batch;
+  for (Bytes frame : {Encoder(Op::Get).str("a").i64(10000).finish(),
+                      Encoder(Op::Add).str("c").i64(2).finish(),
+                      Encoder(Op::Get).str("c").i64(0).finish()}) {
+    batch.insert(batch.end(), frame.begin(), frame.end());
+  }
+  raw.send(batch);
+  TcpStore store(kLoopback, server.port(), 5s);
+  std::this_thread::sleep_for(50ms);
+  // The add queued behind the parked get has not run yet.
+  messageOf<TimeoutError>([&] { store.get("c", 0ms); });
+  store.set("a", bytesOf("A"));
+  Bytes first = raw.receive();
+  CHECK_EQ(int(first.at(0)), int(storeproto::Status::Ok));
+  CHECK_EQ(textOf(Bytes(first.begin() + 5, first.end())), "A");
+  Bytes second = raw.receive();
+  storeproto::Decoder added(second.data(), second.size());
+  CHECK_EQ(int(added.u8()), int(storeproto::Status::Ok));
+  CHECK_EQ(added.i64(), 2);
+  Bytes third = raw.receive();
+  CHECK_EQ(textOf(Bytes(third.begin() + 5, third.end())), "2");
+  CHECK(check({"a", "c"}));
+  CHECK(!check({"a", "c", "zzz"}));
+}
+
+TEST(tcp_store_server_hosts_and_ports) {
+  for (const char* host : {"", "0.0.0.0", "127.0.0.1", "localhost"}) {
+    TcpStoreServer server(host, 0);
+    TcpStore store(kLoopback, server.port(), 5s);
+    store.set("h", bytesOf(host));
+    CHECK_EQ(textOf(store.get("h", 1s)), host);
+    CHECK_EQ(store.localAddress(), "127.0.0.1");
+  }
+  TcpStoreServer first(kLoopback, 0);
+  std::string message =
+      messageOf<TransportError>([&] { TcpStoreServer second(kLoopback, first.port()); });
+  CHECK(contains(message, "127.0.0.1:" + std::to_string(first.port())));
+  messageOf<InvalidArgument>([] { TcpStoreServer bad(kLoopback, -1); });
+  messageOf<InvalidArgument>([] { TcpStore bad(kLoopback, 0, 1s); });
+}
+
+TEST(prefix_store_over_tcp_store) {
+  TcpStoreServer server(kLoopback, 0);
+  auto base = std::make_shared<TcpStore>(kLoopback, server.port(), 5s);
+  PrefixStore a("comm0", base);
+  PrefixStore b("comm1", base);
+  a.set("rank0", bytesOf("x"));
+  b.set("rank0", bytesOf("y"));
+  CHECK_EQ(textOf(base->get("comm0/rank0", 0ms)), "x");
+  CHECK_EQ(textOf(b.get("rank0", 0ms)), "y");
+  std::thread later([&] {
+    std::this_thread::sleep_for(50ms);
+    a.set("rank1", bytesOf("z"));
+  });
+  a.wait({"rank0", "rank1"}, 10s);
+  later.join();
+  std::string message = messageOf<TimeoutError>([&] { b.wait({"rank1"}, 100ms); });
+  CHECK(startsWith(message, "store wait('rank1') timed out after "));
+}
+
+TEST(tcp_store_shared_client_set_while_get_parked) {
+  // One TcpStore shared by two threads: the set() must not queue behind the parked get().
+  TcpStoreServer server(kLoopback, 0);
+  TcpStore store(kLoopback, server.port(), 5s);
+  std::thread setter([&] {
+    std::this_thread::sleep_for(50ms);
+    store.set("k", bytesOf("v"));
+  });
+  auto start = std::chrono::steady_clock::now();
+  Bytes value = store.get("k", 20s);
+  setter.join();
+  CHECK_EQ(textOf(value), "v");
+  CHECK(secondsBetween(start, std::chrono::steady_clock::now()) < 5.0);
+}
+
+TEST(tcp_store_silent_server_times_out) {
+  // Something listens (the kernel completes the handshake) but never answers.
+  net::UniqueFd listener = net::listenTcp(kLoopback, 0);
+  int port = net::localAddress(listener.get()).port();
+  TcpStore store(kLoopback, port, 5s);
+  auto start = std::chrono::steady_clock::now();
+  std::string message = messageOf<TimeoutError>([&] { store.get("k", 100ms); });
+  double waited = secondsBetween(start, std::chrono::steady_clock::now());
+  CHECK(startsWith(message, "store get('k') timed out after "));
+  CHECK(contains(message, "127.0.0.1:" + std::to_string(port)));
+  CHECK(waited < 15.0);
+}
+
+namespace {
+size_t countEntries(const char* directory) {
+  size_t count = 0;
+  if (DIR* dir = ::opendir(directory)) {
+    while (::readdir(dir) != nullptr) ++count;
+    ::closedir(dir);
+  }
+  return count;
+}
+}  // namespace
+
+TEST(tcp_store_leaves_no_threads_or_descriptors) {
+  size_t fdsBefore = countEntries("/proc/self/fd");
+  size_t threadsBefore = countEntries("/proc/self/task");
+  {
+    TcpStoreServer server(kLoopback, 0);
+    TcpStore a(kLoopback, server.port(), 5s);
+    auto b = std::make_shared<TcpStore>(kLoopback, server.port(), 5s);
+    std::thread waiter([&] { b->get("x", 10s); });
+    std::this_thread::sleep_for(20ms);
+    a.set("x", bytesOf("1"));
+    waiter.join();
+    RawClient raw(server.port());
+    raw.send(Bytes{1, 0});  // half a frame
+    server.stop();
+  }
+  CHECK_EQ(countEntries("/proc/self/fd"), fdsBefore);
+  CHECK_EQ(countEntries("/proc/self/task"), threadsBefore);
+}
