@@ -80,7 +80,7 @@ def _from_numpy(array: np.ndarray, name: str, writable: bool) -> Buffer:
 
 
 def _contiguous(shape, strides) -> bool:
-    if not strides:
+    if not strides or 0 in shape:  # an empty array's strides mean nothing
         return True
     expected = 1
     for extent, stride in zip(reversed(shape), reversed(strides)):

@@ -38,11 +38,10 @@ namespace {
 constexpr size_t kWholeVectorBytes = 16 * 1024;
 constexpr std::chrono::milliseconds kHealthCheckInterval{100};
 
-inline void cpuRelax() {
-#if defined(__x86_64__)
-  __builtin_ia32_pause();
-#endif
-}
+// A compiler barrier only. PAUSE would be the textbook choice, but under a hypervisor with
+// pause-loop exiting (the 2-core development VMs) a PAUSE loop makes the vCPU yield to the host:
+// measured 600 us per small all-reduce with PAUSE vs 4 us with plain re-reads.
+inline void cpuRelax() { asm volatile("" ::: "memory"); }
 
 }  // namespace
 

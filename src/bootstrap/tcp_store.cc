@@ -493,7 +493,8 @@ net::UniqueFd TcpStore::State::acquire(Clock::time_point start, Clock::time_poin
   // Every connection is busy. The server is known to be up, so this connect needs no long retry,
   // but a burst of ranks connecting at once can briefly fill the listen backlog.
   try {
-    return net::connectTcp(host, port, std::min(deadline, net::deadlineAfter(kExtraConnectTimeout)));
+    auto connectDeadline = std::min(deadline, net::deadlineAfter(kExtraConnectTimeout));
+    return net::connectTcp(host, port, connectDeadline);
   } catch (const TimeoutError& error) {
     fail(operation, std::string("cannot open another connection: ") + error.what(), start);
   }

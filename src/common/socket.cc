@@ -205,7 +205,8 @@ UniqueFd listenTcp(const std::string& host, int port, int backlog) {
       int zero = 0;  // "::" also accepts IPv4 where the OS allows it
       ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
     }
-    if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&address.storage), address.length) != 0) {
+    const auto* raw = reinterpret_cast<const sockaddr*>(&address.storage);
+    if (::bind(fd.get(), raw, address.length) != 0) {
       lastError = "bind " + address.toString() + ": " + errnoText(errno);
       continue;
     }

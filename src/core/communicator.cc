@@ -30,6 +30,8 @@ namespace {
 constexpr int kSpinsWithSpareCores = 20000;
 // With more local ranks than cores a spinning rank steals the core its peer needs: block at once.
 constexpr int kSpinsOversubscribed = 0;
+// How long a rank that saw a peer's connection close looks for that peer's stated reason.
+constexpr std::chrono::milliseconds kPeerReasonWait{500};
 
 int availableCores() {
   cpu_set_t set;
@@ -43,8 +45,10 @@ std::string describeBytes(size_t count, DataType type) {
 
 class CommunicatorImpl : public Communicator {
  public:
-  CommunicatorImpl(int rank, int size, Config config, transport::Links links)
-      : rank_(rank), size_(size), config_(std::move(config)), links_(std::move(links)) {
+  CommunicatorImpl(int rank, int size, Config config, transport::Links links,
+                   std::shared_ptr<Store> store)
+      : rank_(rank), size_(size), config_(std::move(config)), links_(std::move(links)),
+        store_(std::move(store)) {
     int spins = config_.spinCount;
     if (spins < 0) {
       spins = static_cast<int>(links_.localRanks.size()) <= availableCores() ? kSpinsWithSpareCores
@@ -226,9 +230,28 @@ class CommunicatorImpl : public Communicator {
 
   void poison(const std::string& reason) {
     if (!markClosed(reason)) return;
+    // Leave the reason where peers can read it: a TCP peer only sees the connection close.
+    try {
+      store_->set("abort/" + std::to_string(rank_), Bytes(reason.begin(), reason.end()));
+    } catch (const std::exception&) {
+      // Best effort: the store may be gone with the rank that served it.
+    }
     // Peers waiting on this rank learn of the failure now instead of at their own timeout.
     if (links_.segments) links_.segments->markAborted(reason);
     transport_->abort();
+  }
+
+  // "rank 3 closed its connection" says little; if rank 3 failed first and said why, add that.
+  std::string withPeerReason(const PeerError& error) {
+    const int peer = error.context().peer;
+    if (peer < 0 || dynamic_cast<const TransportError*>(&error) == nullptr) return error.what();
+    try {
+      Bytes reason = store_->get("abort/" + std::to_string(peer), kPeerReasonWait);
+      return std::string(error.what()) + "; rank " + std::to_string(peer) +
+             " reported: " + std::string(reason.begin(), reason.end());
+    } catch (const std::exception&) {
+      return error.what();
+    }
   }
 
   template <typename Options, typename Body>
@@ -260,6 +283,10 @@ class CommunicatorImpl : public Communicator {
       algorithms::Context ctx{rank_, size_, *transport_, op, tag, config_.segmentBytes, scratch_};
       try {
         body(ctx);
+      } catch (const TransportError& error) {
+        std::string what = withPeerReason(error);
+        poison(what);
+        throw TransportError(what, error.context());
       } catch (const PeerError& error) {
         poison(error.what());
         throw;
@@ -277,6 +304,7 @@ class CommunicatorImpl : public Communicator {
   int size_;
   Config config_;
   transport::Links links_;
+  std::shared_ptr<Store> store_;  // this communicator's prefix of the rendezvous store
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<algorithms::DirectGroup> direct_;
   algorithms::Scratch scratch_;
@@ -325,7 +353,7 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
       bootstrap::rendezvous(*scoped, rank, size, self, config.timeout);
   transport::Links links =
       transport::connectPeers(*scoped, rank, rendezvous, std::move(listener), config);
-  return std::make_shared<CommunicatorImpl>(rank, size, config, std::move(links));
+  return std::make_shared<CommunicatorImpl>(rank, size, config, std::move(links), scoped);
 }
 
 }  // namespace ringcomm

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "reduce/dispatch.h"
@@ -42,8 +43,16 @@ inline size_t clampToBlock(size_t remaining, size_t block) {
   return remaining < block ? remaining : block;
 }
 
-// --- Operations. Integers do their arithmetic in the unsigned type, so Sum and Prod wrap around
-// instead of overflowing (which is undefined for signed types). ---
+// --- Operations. ---
+//
+// Integers do their arithmetic in the unsigned type, so Sum and Prod wrap around instead of
+// overflowing (which is undefined for signed types).
+//
+// Floats: any NaN result is the canonical quiet NaN. Without that, NaN OP NaN would not be
+// deterministic: x86 returns the first operand's payload, and the compiler may swap the operands
+// of + and * (it does, differently in vector and scalar code). The extra compare and blend cost
+// nothing measurable in these memory-bound loops. Min and Max propagate NaN like torch: NaN when
+// either operand is. Selections use `|`, not `||`, so there is no branch to stop vectorising.
 
 template <typename T, bool kIntegral = std::is_integral_v<T>>
 struct Arithmetic {
@@ -56,32 +65,45 @@ struct Arithmetic<T, true> {
 template <typename T>
 using ArithmeticType = typename Arithmetic<T>::type;
 
+template <typename T>
+constexpr T kCanonicalNan = std::numeric_limits<T>::quiet_NaN();
+
+template <typename T>
+T canonicalizeNan(T value) {
+  return value != value ? kCanonicalNan<T> : value;
+}
+
 struct SumOp {
   template <typename T>
   static T apply(T a, T b) {
-    using A = ArithmeticType<T>;
-    return static_cast<T>(static_cast<A>(static_cast<A>(a) + static_cast<A>(b)));
+    if constexpr (std::is_floating_point_v<T>) {
+      return canonicalizeNan(a + b);
+    } else {
+      using A = ArithmeticType<T>;
+      return static_cast<T>(static_cast<A>(static_cast<A>(a) + static_cast<A>(b)));
+    }
   }
 };
 
 struct ProdOp {
   template <typename T>
   static T apply(T a, T b) {
-    using A = ArithmeticType<T>;
-    return static_cast<T>(static_cast<A>(static_cast<A>(a) * static_cast<A>(b)));
+    if constexpr (std::is_floating_point_v<T>) {
+      return canonicalizeNan(a * b);
+    } else {
+      using A = ArithmeticType<T>;
+      return static_cast<T>(static_cast<A>(static_cast<A>(a) * static_cast<A>(b)));
+    }
   }
 };
 
-// Min and Max propagate NaN like torch: the result is a NaN when either operand is (the first
-// operand's when both are). Written with `|` rather than `||` so there is no branch to stop the
-// compiler turning the selection into a vector blend.
 struct MinOp {
   template <typename T>
   static T apply(T a, T b) {
     if constexpr (std::is_floating_point_v<T>) {
-      return ((a < b) | (a != a)) ? a : b;
+      return ((a != a) | (b != b)) ? kCanonicalNan<T> : (b < a ? b : a);
     } else {
-      return a < b ? a : b;
+      return b < a ? b : a;
     }
   }
 };
@@ -90,9 +112,9 @@ struct MaxOp {
   template <typename T>
   static T apply(T a, T b) {
     if constexpr (std::is_floating_point_v<T>) {
-      return ((a > b) | (a != a)) ? a : b;
+      return ((a != a) | (b != b)) ? kCanonicalNan<T> : (b > a ? b : a);
     } else {
-      return a > b ? a : b;
+      return b > a ? b : a;
     }
   }
 };

@@ -2,6 +2,7 @@
 // computed here a different way: integers in 64-bit modular arithmetic, floats in double and
 // rounded by this file's own float16/bfloat16 rounding (a search for the nearest value, not the
 // library's bit tricks). The vector variant is also compared with the portable one bit for bit.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -95,24 +96,28 @@ uint16_t nearestEven(double magnitude, uint16_t lo, double loValue, double hiVal
   return (lo & 1) == 0 ? lo : static_cast<uint16_t>(lo + 1);
 }
 
+// The value of every positive binary16 code up to infinity, which stands for 2^16 while rounding
+// (IEEE's unbounded-exponent rule: 65520, halfway to 2^16, rounds to infinity).
+const std::vector<double>& positiveHalfValues() {
+  static const std::vector<double> values = [] {
+    std::vector<double> table(0x7C01);
+    for (uint16_t code = 0; code < 0x7C00; ++code) table[code] = refHalfToDouble(code);
+    table[0x7C00] = 65536.0;
+    return table;
+  }();
+  return values;
+}
+
 // Rounds a non-NaN float to binary16 by searching for its neighbours among all positive codes.
-// Infinity (0x7C00) stands for 2^16 while rounding, as IEEE's unbounded-exponent rule says.
 uint16_t refFloatToHalf(float value) {
   const uint16_t sign = std::signbit(value) ? 0x8000 : 0;
   const double magnitude = std::fabs(static_cast<double>(value));
-  auto valueOf = [](uint16_t code) { return code == 0x7C00 ? 65536.0 : refHalfToDouble(code); };
-  if (magnitude >= 65536.0) return sign | 0x7C00;
-  uint16_t lo = 0;
-  uint16_t hi = 0x7C00;  // invariant: valueOf(lo) <= magnitude < valueOf(hi)
-  while (hi - lo > 1) {
-    const uint16_t mid = static_cast<uint16_t>((lo + hi) / 2);
-    if (valueOf(mid) <= magnitude) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  return sign | nearestEven(magnitude, lo, valueOf(lo), valueOf(lo + 1));
+  const std::vector<double>& values = positiveHalfValues();
+  if (magnitude >= values[0x7C00]) return sign | 0x7C00;
+  // The last code whose value is <= magnitude.
+  const auto above = std::upper_bound(values.begin(), values.end(), magnitude);
+  const uint16_t lo = static_cast<uint16_t>(above - values.begin() - 1);
+  return sign | nearestEven(magnitude, lo, values[lo], values[lo + 1]);
 }
 
 // Rounds a non-NaN float to bfloat16: the two neighbours are the truncation and the next code.
@@ -222,9 +227,18 @@ struct Widened16Traits {
     if (std::isnan(value)) return kHalf ? 0x7E00 : 0x7FC0;
     return kHalf ? refFloatToHalf(value) : refFloatToBfloat16(value);
   }
+  // Moderate values straight from bits (rounding each through the reference would be slow):
+  // a random sign and mantissa, exponents from 1/8 to 4.
   static uint16_t random(Rng& rng, size_t index) {
     if (index % 101 == 67) return 0x0003;  // a subnormal in both formats
-    return randomFloatLike(rng, index, [](float v) { return round(v); });
+    const uint64_t bits = rng.next();
+    const int mantissaBits = kHalf ? 10 : 7;
+    const int exponentBias = kHalf ? 15 : 127;
+    const uint32_t exponent = static_cast<uint32_t>(exponentBias - 3 + (bits >> 32) % 5);
+    const uint32_t mantissa = static_cast<uint32_t>(bits) & ((1u << mantissaBits) - 1);
+    const uint32_t sign = (bits >> 40) & 1;
+    const uint16_t regular = static_cast<uint16_t>(sign << 15 | exponent << mantissaBits | mantissa);
+    return randomFloatLike(rng, index, [&](float v) { return v == 0.5f ? regular : round(v); });
   }
   static uint16_t fold(ReduceOp op, const std::vector<uint16_t>& values) {
     float acc = static_cast<float>(toDouble(values[0]));

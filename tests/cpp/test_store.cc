@@ -78,7 +78,7 @@ struct RawClient {
 
 // ---- HashStore, PrefixStore, Store::wait --------------------------------------------------------
 
-TEST(hash_store_set_get_add) {
+TEST(hashStoreSetGetAdd) {
   HashStore store;
   store.set("a", bytesOf("1"));
   store.set("a", bytesOf("2"));  // overwrite
@@ -94,7 +94,7 @@ TEST(hash_store_set_get_add) {
   CHECK(store.get("empty", 0ms).empty());
 }
 
-TEST(hash_store_get_blocks_until_set) {
+TEST(hashStoreGetBlocksUntilSet) {
   HashStore store;
   std::thread setter([&] {
     std::this_thread::sleep_for(50ms);
@@ -108,7 +108,7 @@ TEST(hash_store_get_blocks_until_set) {
   CHECK(secondsBetween(start, end) >= 0.04);
 }
 
-TEST(hash_store_get_timeout_names_key_and_seconds) {
+TEST(hashStoreGetTimeoutNamesKeyAndSeconds) {
   HashStore store;
   try {
     store.get("rank3/addr", 100ms);
@@ -120,7 +120,7 @@ TEST(hash_store_get_timeout_names_key_and_seconds) {
   }
 }
 
-TEST(prefix_store_namespaces_keys) {
+TEST(prefixStoreNamespacesKeys) {
   auto inner = std::make_shared<HashStore>();
   PrefixStore first("job1", inner);
   PrefixStore second("job2", inner);
@@ -140,7 +140,7 @@ TEST(prefix_store_namespaces_keys) {
   messageOf<InvalidArgument>([] { PrefixStore("x", nullptr); });
 }
 
-TEST(store_wait_default_waits_for_every_key) {
+TEST(storeWaitDefaultWaitsForEveryKey) {
   HashStore store;
   std::thread setter([&] {
     store.set("a", bytesOf("1"));
@@ -154,9 +154,9 @@ TEST(store_wait_default_waits_for_every_key) {
   CHECK(contains(message, "1 of 2 keys present"));
 }
 
-// ---- Socket helpers ------------------------------------------------------------------------------
+// ---- Socket helpers -----------------------------------------------------------------------------
 
-TEST(socket_helpers_round_trip_and_deadlines) {
+TEST(socketHelpersRoundTripAndDeadlines) {
   net::UniqueFd listener = net::listenTcp(kLoopback, 0);
   int port = net::localAddress(listener.get()).port();
   CHECK(port > 0);
@@ -172,7 +172,8 @@ TEST(socket_helpers_round_trip_and_deadlines) {
   Bytes sent(8 * 1024 * 1024);
   for (size_t i = 0; i < sent.size(); ++i) sent[i] = uint8_t(i * 131 + 7);
   Bytes received(sent.size());
-  std::thread writer([&] { net::writeFully(client.get(), sent.data(), sent.size(), net::deadlineAfter(20s)); });
+  std::thread writer(
+      [&] { net::writeFully(client.get(), sent.data(), sent.size(), net::deadlineAfter(20s)); });
   net::readFully(server.get(), received.data(), received.size(), net::deadlineAfter(20s));
   writer.join();
   CHECK(sent == received);
@@ -189,7 +190,7 @@ TEST(socket_helpers_round_trip_and_deadlines) {
   CHECK(net::deadlineAfter(std::chrono::milliseconds::max()) == Clock::time_point::max());
 }
 
-TEST(socket_connect_times_out_naming_the_address) {
+TEST(socketConnectTimesOutNamingTheAddress) {
   int port = unusedPort();
   auto start = std::chrono::steady_clock::now();
   std::string message = messageOf<TimeoutError>(
@@ -201,9 +202,9 @@ TEST(socket_connect_times_out_naming_the_address) {
   messageOf<InvalidArgument>([] { net::listenTcp(kLoopback, 70000); });
 }
 
-// ---- TcpStoreServer / TcpStore -------------------------------------------------------------------
+// ---- TcpStoreServer / TcpStore ------------------------------------------------------------------
 
-TEST(tcp_store_set_get_add) {
+TEST(tcpStoreSetGetAdd) {
   TcpStoreServer server(kLoopback, 0);
   CHECK(server.port() > 0);
   TcpStore store(kLoopback, server.port(), 5s);
@@ -223,7 +224,7 @@ TEST(tcp_store_set_get_add) {
   CHECK_EQ(store.localAddress(), "127.0.0.1");
 }
 
-TEST(tcp_store_large_value) {
+TEST(tcpStoreLargeValue) {
   TcpStoreServer server(kLoopback, 0);
   TcpStore writer(kLoopback, server.port(), 5s);
   TcpStore reader(kLoopback, server.port(), 5s);
@@ -235,7 +236,7 @@ TEST(tcp_store_large_value) {
   CHECK(got == value);
 }
 
-TEST(tcp_store_many_clients_rendezvous) {
+TEST(tcpStoreManyClientsRendezvous) {
   // Every "rank" publishes its address and reads everyone else's, as bootstrap does.
   constexpr int kRanks = 8;
   TcpStoreServer server(kLoopback, 0);
@@ -264,7 +265,7 @@ TEST(tcp_store_many_clients_rendezvous) {
   for (int rank = 0; rank < kRanks; ++rank) CHECK_EQ(arrivals[rank], rank + 1);
 }
 
-TEST(tcp_store_get_blocks_until_a_later_set) {
+TEST(tcpStoreGetBlocksUntilALaterSet) {
   TcpStoreServer server(kLoopback, 0);
   TcpStore waiter(kLoopback, server.port(), 5s);
   TcpStore setter(kLoopback, server.port(), 5s);
@@ -288,7 +289,7 @@ TEST(tcp_store_get_blocks_until_a_later_set) {
   adder.join();
 }
 
-TEST(tcp_store_get_timeout_names_key_and_seconds) {
+TEST(tcpStoreGetTimeoutNamesKeyAndSeconds) {
   TcpStoreServer server(kLoopback, 0);
   TcpStore store(kLoopback, server.port(), 5s);
   try {
@@ -304,7 +305,7 @@ TEST(tcp_store_get_timeout_names_key_and_seconds) {
   CHECK_EQ(textOf(store.get("rank3/addr", 1s)), "x");
 }
 
-TEST(tcp_store_add_from_many_threads_is_exact) {
+TEST(tcpStoreAddFromManyThreadsIsExact) {
   constexpr int kThreads = 8;
   constexpr int kAddsPerThread = 500;
   TcpStoreServer server(kLoopback, 0);
@@ -329,7 +330,7 @@ TEST(tcp_store_add_from_many_threads_is_exact) {
   for (size_t i = 0; i < all.size(); ++i) CHECK_EQ(all[i], int64_t(i) + 1);
 }
 
-TEST(tcp_store_client_retries_until_server_starts) {
+TEST(tcpStoreClientRetriesUntilServerStarts) {
   int port = unusedPort();
   std::string failure;
   std::string value;
@@ -350,14 +351,14 @@ TEST(tcp_store_client_retries_until_server_starts) {
   CHECK_EQ(value, "yes");
 }
 
-TEST(tcp_store_connect_timeout) {
+TEST(tcpStoreConnectTimeout) {
   int port = unusedPort();
   std::string message =
       messageOf<TimeoutError>([&] { TcpStore store(kLoopback, port, 200ms); });
   CHECK(contains(message, "127.0.0.1:" + std::to_string(port)));
 }
 
-TEST(tcp_store_server_stop_fails_waiting_clients) {
+TEST(tcpStoreServerStopFailsWaitingClients) {
   auto server = std::make_unique<TcpStoreServer>(kLoopback, 0);
   int port = server->port();
   constexpr int kWaiters = 3;
@@ -402,7 +403,7 @@ TEST(tcp_store_server_stop_fails_waiting_clients) {
   server.reset();
 }
 
-TEST(tcp_store_server_destructor_is_prompt_with_idle_clients) {
+TEST(tcpStoreServerDestructorIsPromptWithIdleClients) {
   auto start = std::chrono::steady_clock::now();
   {
     TcpStoreServer server(kLoopback, 0);
@@ -413,7 +414,7 @@ TEST(tcp_store_server_destructor_is_prompt_with_idle_clients) {
   CHECK(secondsBetween(start, std::chrono::steady_clock::now()) < 2.0);
 }
 
-TEST(tcp_store_server_survives_misbehaving_clients) {
+TEST(tcpStoreServerSurvivesMisbehavingClients) {
   TcpStoreServer server(kLoopback, 0);
   int port = server.port();
   {
@@ -452,7 +453,7 @@ TEST(tcp_store_server_survives_misbehaving_clients) {
   messageOf<TimeoutError>([&] { store.get("k", 0ms); });  // the half set never happened
 }
 
-TEST(tcp_store_check_and_pipelined_requests) {
+TEST(tcpStoreCheckAndPipelinedRequests) {
   TcpStoreServer server(kLoopback, 0);
   RawClient raw(server.port());
   using storeproto::Encoder;
@@ -494,7 +495,7 @@ TEST(tcp_store_check_and_pipelined_requests) {
   CHECK(!check({"a", "c", "zzz"}));
 }
 
-TEST(tcp_store_server_hosts_and_ports) {
+TEST(tcpStoreServerHostsAndPorts) {
   for (const char* host : {"", "0.0.0.0", "127.0.0.1", "localhost"}) {
     TcpStoreServer server(host, 0);
     TcpStore store(kLoopback, server.port(), 5s);
@@ -510,7 +511,7 @@ TEST(tcp_store_server_hosts_and_ports) {
   messageOf<InvalidArgument>([] { TcpStore bad(kLoopback, 0, 1s); });
 }
 
-TEST(prefix_store_over_tcp_store) {
+TEST(prefixStoreOverTcpStore) {
   TcpStoreServer server(kLoopback, 0);
   auto base = std::make_shared<TcpStore>(kLoopback, server.port(), 5s);
   PrefixStore a("comm0", base);
@@ -529,7 +530,7 @@ TEST(prefix_store_over_tcp_store) {
   CHECK(startsWith(message, "store wait('rank1') timed out after "));
 }
 
-TEST(tcp_store_shared_client_set_while_get_parked) {
+TEST(tcpStoreSharedClientSetWhileGetParked) {
   // One TcpStore shared by two threads: the set() must not queue behind the parked get().
   TcpStoreServer server(kLoopback, 0);
   TcpStore store(kLoopback, server.port(), 5s);
@@ -544,7 +545,7 @@ TEST(tcp_store_shared_client_set_while_get_parked) {
   CHECK(secondsBetween(start, std::chrono::steady_clock::now()) < 5.0);
 }
 
-TEST(tcp_store_silent_server_times_out) {
+TEST(tcpStoreSilentServerTimesOut) {
   // Something listens (the kernel completes the handshake) but never answers.
   net::UniqueFd listener = net::listenTcp(kLoopback, 0);
   int port = net::localAddress(listener.get()).port();
@@ -568,7 +569,7 @@ size_t countEntries(const char* directory) {
 }
 }  // namespace
 
-TEST(tcp_store_leaves_no_threads_or_descriptors) {
+TEST(tcpStoreLeavesNoThreadsOrDescriptors) {
   size_t fdsBefore = countEntries("/proc/self/fd");
   size_t threadsBefore = countEntries("/proc/self/task");
   {

@@ -1,0 +1,94 @@
+"""Runs a test worker as N ranks and collects what each rank reported.
+
+Workers print one line ``RESULT <json>`` at the end. Ranks get a store served here, so a test can
+stall or kill ranks individually and still read the survivors' reports. Every job has a deadline:
+ranks still running at it are killed and reported as timed out (a hang fails, it never blocks).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ringcomm import _core
+
+WORKERS = Path(__file__).parent / "workers"
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class RankOutcome:
+    rank: int
+    returncode: Optional[int]  # None: killed at the job's deadline
+    stdout: str
+    stderr: str
+    elapsed: float
+    result: Optional[dict] = field(default=None)
+
+    def describe(self) -> str:
+        return (f"rank {self.rank} exited {self.returncode} after {self.elapsed:.1f}s\n"
+                f"--- stdout ---\n{self.stdout[-4000:]}\n--- stderr ---\n{self.stderr[-4000:]}")
+
+
+def worker_env(extra: Optional[dict] = None) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.setdefault("RINGCOMM_TIMEOUT", "60")
+    env.update(extra or {})
+    return env
+
+
+def run_job(nranks: int, worker: str, args: Sequence[str] = (), env: Optional[dict] = None,
+            deadline: float = 240.0, per_rank_env: Optional[dict] = None) -> list[RankOutcome]:
+    server = _core.TcpStoreServer("127.0.0.1", 0)
+    base = worker_env(env)
+    base.update(RINGCOMM_STORE=f"127.0.0.1:{server.port}", RINGCOMM_WORLD_SIZE=str(nranks))
+    with tempfile.TemporaryDirectory() as logs:
+        procs, files = [], []
+        start = time.monotonic()
+        for rank in range(nranks):
+            rank_env = dict(base, RINGCOMM_RANK=str(rank), **(per_rank_env or {}).get(rank, {}))
+            out = open(Path(logs) / f"{rank}.out", "w+")
+            err = open(Path(logs) / f"{rank}.err", "w+")
+            files.append((out, err))
+            procs.append(subprocess.Popen([sys.executable, str(WORKERS / worker), *args],
+                                          env=rank_env, stdout=out, stderr=err))
+        ended = [None] * nranks
+        while time.monotonic() - start < deadline and any(p.poll() is None for p in procs):
+            for rank, proc in enumerate(procs):
+                if ended[rank] is None and proc.poll() is not None:
+                    ended[rank] = time.monotonic() - start
+            time.sleep(0.02)
+        outcomes = []
+        for rank, proc in enumerate(procs):
+            timed_out = proc.poll() is None
+            if timed_out:
+                proc.kill()
+            proc.wait()
+            out, err = files[rank]
+            out.seek(0)
+            err.seek(0)
+            stdout, stderr = out.read(), err.read()
+            out.close()
+            err.close()
+            result = None
+            for line in stdout.splitlines():
+                if line.startswith("RESULT "):
+                    result = json.loads(line[len("RESULT "):])
+            elapsed = ended[rank] if ended[rank] is not None else time.monotonic() - start
+            outcomes.append(RankOutcome(rank, None if timed_out else proc.returncode, stdout,
+                                        stderr, elapsed, result))
+        server.stop()
+        return outcomes
+
+
+def assert_all_succeeded(outcomes: list[RankOutcome]) -> None:
+    for outcome in outcomes:
+        assert outcome.returncode == 0 and outcome.result is not None, outcome.describe()
