@@ -91,8 +91,10 @@ def _torchrun(timeout: float, keepalive: list) -> LaunchEnvironment:
         torch_store = dist.TCPStore(host, port, world_size=size, is_master=False,
                                     timeout=timedelta(seconds=timeout))
         restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-        store = _core.PrefixStore(f"ringcomm/{restart}/", TorchStoreAdapter(torch_store))
-        keepalive.append(torch_store)
+        adapter = TorchStoreAdapter(torch_store)
+        store = _core.PrefixStore(f"ringcomm/{restart}/", adapter)
+        # The C++ side holds the adapter, but its Python half (the overrides) must stay alive too.
+        keepalive.extend([torch_store, adapter])
         return LaunchEnvironment(rank, size, store, "torchrun", keepalive)
     store = _serve_or_join(rank, host, port, timeout, keepalive)
     return LaunchEnvironment(rank, size, store, "env", keepalive)

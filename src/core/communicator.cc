@@ -91,6 +91,7 @@ class CommunicatorImpl : public Communicator {
     Algorithm algorithm = o.algorithm != Algorithm::Auto ? o.algorithm
                                                          : chooseAllreduceAlgorithm(o.count * elementSize(o.type));
     if (algorithm == Algorithm::Auto) algorithm = chooseAllreduceAlgorithm(o.count * elementSize(o.type));
+    if (size_ == 1) algorithm = Algorithm::Ring;  // nothing to exchange: every schedule is a copy
     if (algorithm == Algorithm::Direct && !direct_) {
       throw InvalidArgument(
           "allreduce: algorithm 'direct' needs every rank on this host, connected through shared "

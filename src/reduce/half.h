@@ -127,14 +127,15 @@ inline float bfloat16BitsToFloat(uint16_t value) {
 
 inline uint16_t floatToBfloat16Bits(float value) {
   const uint32_t bits = floatBits(value);
-  if ((bits & kFloatAbsMask) > kFloatExponentMask) {
-    // NaN: truncating could leave an all-zero mantissa (infinity), so set the quiet bit.
-    return static_cast<uint16_t>((bits >> kBfloat16Shift) | kBfloat16QuietBit);
-  }
   // Round to nearest even; overflow carries into the exponent and gives infinity, as it should.
   const uint32_t odd = (bits >> kBfloat16Shift) & 1;
-  const uint32_t rounded = bits + ((1u << (kBfloat16Shift - 1)) - 1) + odd;
-  return static_cast<uint16_t>(rounded >> kBfloat16Shift);
+  const uint32_t rounded = (bits + ((1u << (kBfloat16Shift - 1)) - 1) + odd) >> kBfloat16Shift;
+  // NaN: truncating could leave an all-zero mantissa (infinity), so set the quiet bit instead.
+  const uint32_t quietNan = (bits >> kBfloat16Shift) | kBfloat16QuietBit;
+  // Both candidates computed and one selected, with a float comparison: this vectorises to a
+  // compare and one blend (AVX2 has no unsigned 32-bit compare for the integer NaN test), and
+  // NaN compares unequal whatever the FPU mode.
+  return static_cast<uint16_t>(value != value ? quietNan : rounded);
 }
 
 }  // namespace ringcomm::reduce::detail

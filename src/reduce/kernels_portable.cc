@@ -4,11 +4,19 @@
 #include "reduce/loops.h"
 
 namespace ringcomm::reduce {
+namespace {
+
+struct PortableCodecs {
+  using Float16 = SoftwareHalfCodec;
+  using BFloat16 = SoftwareBfloat16Codec;
+};
+
+}  // namespace
 
 const KernelSet kPortableKernels = {
     "portable",
-    &Kernels<SoftwareHalfCodec>::reduceMany,
-    &Kernels<SoftwareHalfCodec>::divide,
+    &Kernels<PortableCodecs>::reduceMany,
+    &Kernels<PortableCodecs>::divide,
 };
 
 }  // namespace ringcomm::reduce

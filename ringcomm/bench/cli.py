@@ -1,0 +1,203 @@
+"""ringcomm-bench: nccl-tests-style tables for ringcomm, with gloo and MPI in the same run.
+
+    ringcomm-bench allreduce --size 1GB
+    ringcomm-bench allreduce -b 8 -e 256M -f 2 -np 4 --compare gloo,mpi --check
+    mpirun -np 4 ringcomm-bench allreduce          # the launcher's ranks run the benchmark
+
+Started from a shell, the CLI is the parent: it measures memory bandwidth, then launches the
+ranks of ringcomm and of each peer one after another (launchers.py) and prints their tables.
+Started by a launcher (ringcomm-run, torchrun, mpirun), each process is a ringcomm rank and rank
+0 prints; peers are not run then, since they need ranks of their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ringcomm.bench import machine, memory_bandwidth, report
+from ringcomm.bench.collectives import COLLECTIVES, REDUCING, limit_busbw
+from ringcomm.bench.dtypes import DTYPES
+from ringcomm.bench.launchers import PEERS, RUNNERS, Outcome
+from ringcomm.bench.plan import Plan, run_deadline
+from ringcomm.bench.sizes import parse_size, sweep
+
+OPS = ("sum", "avg", "min", "max", "prod")
+_DEFAULT_BEGIN, _DEFAULT_END, _DEFAULT_FACTOR = "8", "128M", 4
+# A process is a rank of someone else's job when one of these is set (see ringcomm._environment).
+_RANK_VARIABLES = ("RINGCOMM_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK",
+                   "MV2_COMM_WORLD_RANK")
+_TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _peers(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in PEERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown peer {', '.join(unknown)}; "
+                                         f"choose from {', '.join(PEERS)}")
+    return list(dict.fromkeys(names))
+
+
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive; got {text}")
+        return value
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ringcomm-bench", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("collective", choices=COLLECTIVES)
+    sizes = parser.add_argument_group("sizes (bytes; K/M/G = 1024-based: 8, 4K, 1MB, 1GiB)")
+    sizes.add_argument("--size", type=_size, help="one size (instead of a sweep)")
+    sizes.add_argument("-b", "--minbytes", type=_size,
+                       help=f"sweep from (default {_DEFAULT_BEGIN})")
+    sizes.add_argument("-e", "--maxbytes", type=_size, help=f"sweep to (default {_DEFAULT_END})")
+    sizes.add_argument("-f", "--stepfactor", type=int, default=_DEFAULT_FACTOR,
+                       help=f"sweep factor (default {_DEFAULT_FACTOR})")
+    parser.add_argument("-np", "-n", dest="nranks", type=_positive(int),
+                        help=f"ranks (default: one per core, {machine.cores()} here)")
+    parser.add_argument("--algorithm", choices=("auto", "ring", "tree", "direct"), default="auto",
+                        help="ringcomm all-reduce algorithm (default auto: the cost model's)")
+    parser.add_argument("--transport", choices=("auto", "tcp", "shm"), default="auto")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32")
+    parser.add_argument("--op", choices=OPS, help="reduction (default sum)")
+    parser.add_argument("--iters", type=_positive(int),
+                        help="timed calls per size (default: enough for --min-time, 3..1000)")
+    parser.add_argument("--warmup", type=int, help="untimed calls first (default: adaptive)")
+    parser.add_argument("--min-time", type=_positive(float), default=0.3,
+                        help="seconds of timed calls per size when adaptive (default 0.3)")
+    parser.add_argument("--check", action="store_true", help="verify results (#wrong column)")
+    parser.add_argument("--compare", type=_peers, default=[], metavar="gloo,mpi",
+                        help="also run these peers, same sizes, ranks and dtype")
+    parser.add_argument("--json", metavar="PATH", help="write all results here")
+    parser.add_argument("--timeout", type=_positive(float),
+                        help="seconds each implementation's run may take (default: from sizes)")
+    parser.add_argument("--quiet", action="store_true", help="no progress messages")
+    return parser
+
+
+def requested_sizes(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[int]:
+    if args.size is not None:
+        if args.minbytes is not None or args.maxbytes is not None:
+            parser.error("give --size or -b/-e, not both")
+        return [args.size]
+    begin = args.minbytes if args.minbytes is not None else parse_size(_DEFAULT_BEGIN)
+    end = args.maxbytes if args.maxbytes is not None else max(begin, parse_size(_DEFAULT_END))
+    try:
+        return sweep(begin, end, args.stepfactor)
+    except ValueError as error:
+        parser.error(str(error))
+
+
+def make_plan(args: argparse.Namespace, sizes: list[int], nranks: int) -> Plan:
+    return Plan(
+        collective=args.collective, sizes=sizes, dtype=args.dtype,
+        op=(args.op or "sum") if args.collective in REDUCING else "sum",
+        check=args.check, iters=args.iters, warmup=args.warmup, min_time=args.min_time,
+        algorithm=args.algorithm, transport=args.transport,
+        timeout=args.timeout or run_deadline(sizes, nranks))
+
+
+def launched_as_rank(env=os.environ) -> bool:
+    return any(v in env for v in _RANK_VARIABLES) or all(v in env for v in _TORCHRUN_VARIABLES)
+
+
+def _bandwidth(nranks: int, method: Optional[str] = None):
+    """B_mem with as many processes as ranks can run at once (at most one per core)."""
+    try:
+        return memory_bandwidth.measure(min(nranks, machine.cores()), method=method)
+    except Exception as error:  # the tables are still worth having without the limit
+        print(f"note: memory bandwidth not measured: {error}", file=sys.stderr)
+        return None
+
+
+def _finish(args, command, info, plan, nranks, bandwidth, limit, outcomes, comparison) -> int:
+    if args.json:
+        report.save_json(args.json, command, info, plan, nranks, bandwidth, limit, outcomes,
+                         comparison)
+    wrong = any((row.get("wrong") or 0) > 0 for o in outcomes for row in o.rows)
+    return 1 if wrong or outcomes[0].report is None else 0
+
+
+def _run_as_rank(args, parser, command: str) -> int:
+    """Under mpirun/torchrun/ringcomm-run: this process is one ringcomm rank."""
+    from ringcomm.bench import ringcomm_worker
+
+    sizes = requested_sizes(args, parser)
+    out = report.console()
+    provisional = make_plan(args, sizes, nranks=1)
+    comm = ringcomm_worker.connect(provisional)
+    try:
+        plan = make_plan(args, sizes, comm.size)
+        bandwidth = limit = None
+        if comm.rank == 0:
+            info = machine.describe()
+            for line in report.header_lines(command, info, plan, comm.size):
+                out.print(line)
+            if args.compare or args.nranks:
+                out.print("note: under a launcher the launcher sets the ranks; -np and "
+                          "--compare are ignored (run ringcomm-bench from a shell to compare)")
+            # Spawned, not forked: this process already runs the communicator's threads.
+            bandwidth = _bandwidth(comm.size, method="spawn")
+            limit = limit_busbw(plan.collective, comm.size, bandwidth and bandwidth.gbps)
+            for line in report.limit_lines(plan.collective, comm.size, bandwidth, limit):
+                out.print(line)
+        comm.barrier()
+        result = ringcomm_worker.run(plan, comm)
+    finally:
+        comm.shutdown()
+    if comm.rank != 0:
+        return 0
+    outcome = Outcome("ringcomm", result, result.get("skipped"))
+    report.print_outcome(out, outcome, plan, comm.size, info)
+    return _finish(args, command, info, plan, comm.size, bandwidth, limit, [outcome], None)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    command = machine.command_line(argv)
+    if launched_as_rank():
+        return _run_as_rank(args, parser, command)
+    nranks = args.nranks or machine.cores()
+    plan = make_plan(args, requested_sizes(args, parser), nranks)
+    out, progress = report.console(), report.console(stderr=True)
+    info = machine.describe()
+    for line in report.header_lines(command, info, plan, nranks):
+        out.print(line)
+    if args.op and args.collective not in REDUCING:
+        out.print(f"note: --op does not apply to {args.collective}; ignored")
+    bandwidth = _bandwidth(nranks)
+    limit = limit_busbw(plan.collective, nranks, bandwidth and bandwidth.gbps)
+    for line in report.limit_lines(plan.collective, nranks, bandwidth, limit):
+        out.print(line)
+    out.file.flush()
+    outcomes = []
+    with tempfile.TemporaryDirectory(prefix="ringcomm-bench-") as workdir:
+        plan_path = Path(workdir) / "plan.json"
+        plan.save(plan_path)
+        for implementation in ["ringcomm", *args.compare]:
+            if not args.quiet:
+                progress.print(f"running {implementation} on {nranks} ranks ...")
+            outcome = RUNNERS[implementation](plan, nranks, plan_path, Path(workdir))
+            report.print_outcome(out, outcome, plan, nranks, info)
+            outcomes.append(outcome)
+    comparison = report.print_comparison(out, outcomes, limit) if args.compare else None
+    return _finish(args, command, info, plan, nranks, bandwidth, limit, outcomes, comparison)

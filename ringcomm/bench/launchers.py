@@ -1,0 +1,149 @@
+"""Starting each implementation's ranks from the parent, one implementation at a time.
+
+Each run gets the same plan file and writes rank 0's report to its own file. No run can hang the
+benchmark: the workers exit at the plan's deadline (faulthandler, see worker.start), and the
+parent kills what is still running _KILL_SLACK seconds after it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ringcomm.bench.plan import Plan
+from ringcomm.launch import spawn
+
+IMPLEMENTATIONS = ("ringcomm", "gloo", "mpi")
+PEERS = ("gloo", "mpi")
+
+_KILL_SLACK = 30.0  # seconds past the plan's deadline before the parent kills a run
+_GRACE = 10.0       # after one rank fails, how long the others get to report it themselves
+# Variables by which a launcher tells a process its rank: a peer's ranks must not inherit ours.
+_LAUNCHER_VARIABLES = ("RINGCOMM_RANK", "RINGCOMM_WORLD_SIZE", "RINGCOMM_LOCAL_RANK",
+                       "RINGCOMM_LOCAL_WORLD_SIZE", "RINGCOMM_STORE", "RANK", "WORLD_SIZE",
+                       "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                       "PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "PMIX_RANK",
+                       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK")
+
+
+@dataclass
+class Outcome:
+    implementation: str
+    report: Optional[dict] = None  # rank 0's report (worker.run_plan), when the run succeeded
+    note: Optional[str] = None     # why there is no report, or why it has no results
+
+    @property
+    def rows(self) -> list:
+        return (self.report or {}).get("results", [])
+
+
+def _clean_environment() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARIABLES}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def _collect(implementation: str, report_path: Path, status) -> Outcome:
+    if status != 0:
+        reason = "timed out" if status == "timeout" else f"exit status {status}"
+        return Outcome(implementation, note=f"{implementation} run failed ({reason})")
+    try:
+        report = json.loads(report_path.read_text())
+    except (OSError, ValueError) as error:
+        return Outcome(implementation, note=f"{implementation} wrote no report ({error})")
+    return Outcome(implementation, report, report.get("skipped"))
+
+
+def _worker_command(module: str, plan_path: Path, report_path: Path) -> list[str]:
+    return [sys.executable, "-m", module, "--plan", str(plan_path), "--out", str(report_path)]
+
+
+def run_ringcomm(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome:
+    report = workdir / "ringcomm.json"
+    command = _worker_command("ringcomm.bench.ringcomm_worker", plan_path, report)
+    status = spawn(nranks, command, env=_clean_environment())
+    return _collect("ringcomm", report, status)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_all(children: list, deadline: float) -> object:
+    """0 when every child succeeded; else the first failure's status, or "timeout"."""
+    failed_at, status = None, 0
+    while any(c.poll() is None for c in children):
+        for child in children:
+            if child.returncode not in (None, 0) and status == 0:
+                status, failed_at = child.returncode, time.monotonic()
+        now = time.monotonic()
+        if now > deadline or (failed_at is not None and now - failed_at > _GRACE):
+            for child in children:
+                if child.poll() is None:
+                    child.kill()
+                    child.wait()
+            return status or "timeout"
+        time.sleep(0.05)
+    return next((c.returncode for c in children if c.returncode != 0), status)
+
+
+def run_gloo(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome:
+    if importlib.util.find_spec("torch") is None:
+        return Outcome("gloo", note="gloo skipped: torch is not installed (pip install torch)")
+    report = workdir / "gloo.json"
+    base = dict(_clean_environment(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
+                WORLD_SIZE=str(nranks), LOCAL_WORLD_SIZE=str(nranks))
+    # All ranks are on this host: keep gloo on loopback rather than whatever the hostname
+    # resolves to (which in containers may be an address that is not ours).
+    if "GLOO_SOCKET_IFNAME" not in base and "lo" in (n for _, n in socket.if_nameindex()):
+        base["GLOO_SOCKET_IFNAME"] = "lo"
+    command = _worker_command("ringcomm.bench.peers.gloo_worker", plan_path, report)
+    children = [subprocess.Popen(command, env=dict(base, RANK=str(r), LOCAL_RANK=str(r)))
+                for r in range(nranks)]
+    status = _wait_all(children, time.monotonic() + plan.timeout + _KILL_SLACK)
+    return _collect("gloo", report, status)
+
+
+def find_mpirun() -> Optional[str]:
+    """mpirun of the MPI this Python's mpi4py was installed with (same venv) first, then PATH."""
+    here = Path(sys.executable).parent
+    for name in ("mpirun", "mpiexec"):
+        if (here / name).exists():
+            return str(here / name)
+    return shutil.which("mpirun") or shutil.which("mpiexec")
+
+
+def run_mpi(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome:
+    mpirun = find_mpirun()
+    if mpirun is None:
+        return Outcome("mpi", note="mpi skipped: no mpirun next to python or on PATH "
+                                   "(pip install mpich mpi4py)")
+    if importlib.util.find_spec("mpi4py") is None:
+        return Outcome("mpi", note="mpi skipped: mpi4py is not installed (pip install mpi4py)")
+    report = workdir / "mpi.json"
+    command = [mpirun, "-np", str(nranks),
+               *_worker_command("ringcomm.bench.peers.mpi_worker", plan_path, report)]
+    # Its own session, so that on timeout mpirun and the ranks it started go down together.
+    child = subprocess.Popen(command, env=_clean_environment(), start_new_session=True)
+    try:
+        status = child.wait(timeout=plan.timeout + _KILL_SLACK)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        status = "timeout"
+    return _collect("mpi", report, status)
+
+
+RUNNERS = {"ringcomm": run_ringcomm, "gloo": run_gloo, "mpi": run_mpi}

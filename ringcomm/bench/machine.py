@@ -1,0 +1,62 @@
+"""What the results were measured on, and how: printed above the tables for bench/RESULTS.md."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Optional, Sequence
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cores() -> int:
+    """Cores this process may run on (its affinity), as -np's default."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def memory_gib() -> Optional[float]:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def version(package: str) -> Optional[str]:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def command_line(argv: Optional[Sequence[str]] = None) -> str:
+    """The invocation as typed: "ringcomm-bench ..." or "python -m ringcomm.bench ..."."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    program = Path(sys.argv[0]).name
+    prefix = "python -m ringcomm.bench" if program in ("__main__.py", "-m", "-c", "") \
+        else "ringcomm-bench"
+    return " ".join([prefix, shlex.join(args)]).strip()
+
+
+def describe() -> dict:
+    import ringcomm
+
+    versions = {name: version(name) for name in ("numpy", "torch", "mpi4py", "mpich")}
+    versions["ringcomm"] = ringcomm.__version__
+    return {"cpu": cpu_model(), "cores": cores(), "logical_cpus": os.cpu_count(),
+            "memory_gib": memory_gib(), "python": platform.python_version(),
+            "versions": {k: v for k, v in versions.items() if v}}

@@ -1,0 +1,1 @@
+"""The implementations ringcomm is compared with: torch.distributed (gloo) and MPI (mpi4py)."""

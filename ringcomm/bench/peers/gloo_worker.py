@@ -1,0 +1,79 @@
+"""A torch.distributed (gloo) rank of the benchmark, on CPU tensors.
+
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=... RANK=r WORLD_SIZE=p \
+        python -m ringcomm.bench.peers.gloo_worker --plan P --out R
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from ringcomm.bench.dtypes import torch_tensor
+from ringcomm.bench.worker import finish, run_plan, start
+
+_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "min": dist.ReduceOp.MIN,
+        "max": dist.ReduceOp.MAX, "prod": dist.ReduceOp.PRODUCT}
+
+# torch 2.13 renamed the flat-tensor collectives; older releases only have the *_tensor names.
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+class GlooGroup:
+    name = "gloo"
+
+    def __init__(self):
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def allgather_float(self, value: float) -> list[float]:
+        slots = torch.zeros(self.size, dtype=torch.float64)
+        slots[self.rank] = value
+        dist.all_reduce(slots)
+        return slots.tolist()
+
+    def array(self, count: int, dtype: str):
+        return torch_tensor(count, dtype)
+
+    def allreduce(self, x, op: str) -> None:
+        dist.all_reduce(x, op=_OPS[op])
+
+    def allgather(self, x, out) -> None:
+        _all_gather(out, x)
+
+    def reduce_scatter(self, x, out, op: str) -> None:
+        _reduce_scatter(out, x, op=_OPS[op])
+
+    def broadcast(self, x, root: int) -> None:
+        dist.broadcast(x, src=root)
+
+    def unsupported(self, collective: str, dtype: str, op: str) -> Optional[str]:
+        if op == "avg" and dtype.startswith(("int", "uint")):
+            return f"gloo has no avg for {dtype}"
+        return None
+
+    def details(self, collective: str, nbytes: int) -> dict:
+        return {}
+
+
+def main(argv=None) -> int:
+    plan, out = start(argv, __doc__)
+    # Gloo reduces on its own threads; torch's intra-op threads only fill and check buffers,
+    # and p ranks sharing the cores should not each start one per core.
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=timedelta(seconds=plan.op_timeout))
+    try:
+        report = run_plan(plan, GlooGroup())
+    finally:
+        dist.destroy_process_group()
+    return finish(report, out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

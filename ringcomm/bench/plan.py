@@ -1,0 +1,46 @@
+"""What every implementation runs: one JSON file the parent writes and each rank reads."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+# Deadline for a whole run (all sizes) of one implementation, so that a hung peer cannot stall the
+# benchmark: start-up, plus per size a fixed part and a part per GB of buffer per rank. Each size
+# touches its buffers about ten times (fill, probe, warmup, >= 3 timed calls, check); 40 s per GB
+# allows for that at 0.25 GB/s, well below any machine's memory bandwidth, even oversubscribed.
+_START_SECONDS = 90.0
+_PER_SIZE_SECONDS = 15.0
+_SECONDS_PER_RANK_GB = 40.0
+
+
+@dataclass
+class Plan:
+    collective: str
+    sizes: list[int]                    # requested bytes (nccl-tests' size), before rounding
+    dtype: str = "float32"
+    op: str = "sum"
+    check: bool = False
+    iters: Optional[int] = None         # None: adaptive
+    warmup: Optional[int] = None        # None: adaptive
+    min_time: float = 0.3               # seconds of timed calls per size when adaptive
+    algorithm: str = "auto"             # ringcomm only
+    transport: str = "auto"             # ringcomm only
+    op_timeout: float = 120.0           # seconds one collective may take before it fails
+    timeout: float = 600.0              # seconds a whole run may take before its ranks exit
+
+    def save(self, path) -> None:
+        with open(path, "w") as f:
+            json.dump(asdict(self), f, indent=1)
+
+    @classmethod
+    def load(cls, path) -> "Plan":
+        with open(path) as f:
+            return cls(**json.load(f))
+
+
+def run_deadline(sizes: list[int], nranks: int) -> float:
+    """A default for Plan.timeout: long enough for a slow machine, short enough to notice a hang."""
+    moved_gb = sum(sizes) * nranks / 1e9
+    return _START_SECONDS + _PER_SIZE_SECONDS * len(sizes) + _SECONDS_PER_RANK_GB * moved_gb

@@ -1,0 +1,117 @@
+"""What the CLI prints (header, one table per implementation, comparison) and saves (--json)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional, Sequence
+
+from rich.console import Console
+
+from ringcomm.bench import table
+from ringcomm.bench.collectives import limit_formula
+from ringcomm.bench.compare import comparison_rows
+from ringcomm.bench.launchers import Outcome
+from ringcomm.bench.memory_bandwidth import MemoryBandwidth
+from ringcomm.bench.plan import Plan
+from ringcomm.bench.sizes import human
+
+_PIPE_WIDTH = 200  # when not a terminal, wide enough that no table column wraps
+
+
+def console(stderr: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else _PIPE_WIDTH
+    return Console(file=stream, width=width, highlight=False, markup=False, soft_wrap=True)
+
+
+def print_table(out: Console, rich_table) -> None:
+    """The table as plain Markdown lines: without the blank padding rows rich draws around it."""
+    with out.capture() as captured:
+        out.print(rich_table)
+    for line in captured.get().splitlines():
+        if line.strip():
+            out.file.write(line.rstrip() + "\n")
+    out.file.flush()
+
+
+def _peer_label(implementation: str, machine: dict) -> str:
+    versions = machine.get("versions", {})
+    if implementation == "gloo":
+        return f"gloo (torch.distributed, torch {versions.get('torch', '?')})"
+    if implementation == "mpi":
+        return (f"mpi (MPICH {versions.get('mpich', '?')} through mpi4py "
+                f"{versions.get('mpi4py', '?')})")
+    return f"ringcomm {versions.get('ringcomm', '')}".strip()
+
+
+def _sizes(sizes: Sequence[int]) -> str:
+    if len(sizes) == 1:
+        return f"size {human(sizes[0])}"
+    return f"{len(sizes)} sizes {human(min(sizes))} .. {human(max(sizes))}"
+
+
+def header_lines(command: str, machine: dict, plan: Plan, nranks: int) -> list[str]:
+    versions = ", ".join(f"{k} {v}" for k, v in machine["versions"].items())
+    memory = f", {machine['memory_gib']:.1f} GiB" if machine.get("memory_gib") else ""
+    return [
+        f"# {command}",
+        f"# machine: {machine['cpu']}, {machine['cores']} cores{memory}; "
+        f"python {machine['python']}; {versions}",
+        f"# {plan.collective}: {nranks} ranks on one host, {plan.dtype}, op {plan.op}, "
+        f"algorithm {plan.algorithm}, transport {plan.transport}, {_sizes(plan.sizes)}",
+    ]
+
+
+def limit_lines(collective: str, nranks: int, bandwidth: Optional[MemoryBandwidth],
+                limit: Optional[float]) -> list[str]:
+    if bandwidth is None:
+        return ["# memory bandwidth: not measured (no single-host limit)"]
+    return [
+        f"# memory bandwidth B_mem: {bandwidth.gbps:.2f} GB/s read+write ({bandwidth.processes} "
+        f"processes each np.copyto of {human(bandwidth.buffer_bytes)} at once, best of several)",
+        f"# single-host limit: {collective} busbw <= {limit_formula(collective)} = "
+        f"{limit:.2f} GB/s (p = {nranks})",
+    ]
+
+
+def print_outcome(out: Console, outcome: Outcome, plan: Plan, nranks: int, machine: dict) -> None:
+    out.print(f"\n## {_peer_label(outcome.implementation, machine)}: {plan.collective}, "
+              f"{nranks} ranks")
+    if outcome.note:
+        out.print(f"note: {outcome.note}")
+    if outcome.rows:
+        print_table(out, table.results_table(outcome.rows))
+    out.file.flush()
+
+
+def busbw_by_size(outcomes: Sequence[Outcome]) -> dict[str, dict[int, float]]:
+    return {o.implementation: {row["size"]: row["busbw"] for row in o.rows} for o in outcomes}
+
+
+def print_comparison(out: Console, outcomes: Sequence[Outcome], limit: Optional[float]) -> list:
+    implementations = [o.implementation for o in outcomes]
+    rows = comparison_rows(busbw_by_size(outcomes), limit)
+    out.print("\n## comparison: busbw (GB/s); ringcomm/peer > 1 means ringcomm is faster; "
+              "x/limit is the share of the single-host limit")
+    print_table(out, table.comparison_table(rows, implementations, limit is not None))
+    return rows
+
+
+def save_json(path: str, command: str, machine: dict, plan: Plan, nranks: int,
+              bandwidth: Optional[MemoryBandwidth], limit: Optional[float],
+              outcomes: Sequence[Outcome], comparison: Optional[list]) -> None:
+    document = {
+        "command": command,
+        "machine": machine,
+        "plan": plan.__dict__,
+        "nranks": nranks,
+        "memory_bandwidth": None if bandwidth is None else bandwidth.__dict__,
+        "limit_busbw": limit,
+        "limit_formula": limit_formula(plan.collective),
+        "implementations": {o.implementation: {"results": o.rows, "note": o.note}
+                            for o in outcomes},
+        "comparison": comparison,
+    }
+    with open(path, "w") as f:
+        json.dump(document, f, indent=1)

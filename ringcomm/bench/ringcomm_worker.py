@@ -1,0 +1,83 @@
+"""A ringcomm rank of the benchmark: ``python -m ringcomm.bench.ringcomm_worker --plan P --out R``.
+
+Started by the CLI through ringcomm.launch.spawn, or run in-process by the CLI itself when the CLI
+was started by a launcher (mpirun, torchrun, ringcomm-run).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+import ringcomm
+from ringcomm.bench.dtypes import NUMPY_LACKS, numpy_array, torch_tensor
+from ringcomm.bench.plan import Plan
+from ringcomm.bench.worker import finish, run_plan, start
+
+_OPS = {"sum": ringcomm.SUM, "avg": ringcomm.AVG, "min": ringcomm.MIN, "max": ringcomm.MAX,
+        "prod": ringcomm.PROD}
+
+
+class RingcommGroup:
+    name = "ringcomm"
+
+    def __init__(self, comm: "ringcomm.Communicator", algorithm: str):
+        self.comm, self.algorithm = comm, algorithm
+        self.rank, self.size = comm.rank, comm.size
+
+    def barrier(self) -> None:
+        self.comm.barrier()
+
+    def allgather_float(self, value: float) -> list[float]:
+        return self.comm.allgather(np.array([value], dtype=np.float64)).tolist()
+
+    def array(self, count: int, dtype: str):
+        return torch_tensor(count, dtype) if dtype in NUMPY_LACKS else numpy_array(count, dtype)
+
+    def allreduce(self, x, op: str) -> None:
+        self.comm.allreduce(x, op=_OPS[op], algorithm=self.algorithm)
+
+    def allgather(self, x, out) -> None:
+        self.comm.allgather(x, out=out)
+
+    def reduce_scatter(self, x, out, op: str) -> None:
+        self.comm.reduce_scatter(x, out=out, op=_OPS[op])
+
+    def broadcast(self, x, root: int) -> None:
+        self.comm.broadcast(x, root=root)
+
+    def unsupported(self, collective: str, dtype: str, op: str) -> Optional[str]:
+        return None
+
+    def details(self, collective: str, nbytes: int) -> dict:
+        """Which all-reduce algorithm ran: the forced one, or the cost model's choice."""
+        if collective != "allreduce":
+            return {}
+        chosen = self.algorithm if self.algorithm != "auto" else self.comm.choose_algorithm(nbytes)
+        return {"algorithm": chosen}
+
+
+def connect(plan: Plan) -> "ringcomm.Communicator":
+    """Joins the job this process belongs to, with the plan's transport, algorithm and timeout."""
+    return ringcomm.init(timeout=plan.op_timeout, transport=plan.transport,
+                         algorithm=plan.algorithm)
+
+
+def run(plan: Plan, comm: "ringcomm.Communicator") -> Optional[dict]:
+    """Runs the plan on ``comm``; the report on rank 0, None on the others."""
+    return run_plan(plan, RingcommGroup(comm, plan.algorithm))
+
+
+def main(argv=None) -> int:
+    plan, out = start(argv, __doc__)
+    comm = connect(plan)
+    try:
+        report = run(plan, comm)
+    finally:
+        comm.shutdown()
+    return finish(report, out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

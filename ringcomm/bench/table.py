@@ -1,0 +1,80 @@
+"""Tables in nccl-tests' columns, drawn with rich as Markdown so they paste into RESULTS.md.
+
+The cell formatting is pure (rows in, strings out), so it is tested without a terminal.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence
+
+from rich import box
+from rich.table import Table
+
+RESULT_COLUMNS = ("size", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
+                  "#wrong")
+
+
+def format_bw(gbps: Optional[float]) -> str:
+    """GB/s with two decimals, as nccl-tests; tiny values keep two significant digits instead of
+    printing 0.00, so that ratios between small messages stay readable."""
+    if gbps is None:
+        return "-"
+    return f"{gbps:.2f}" if gbps >= 0.01 or gbps == 0 else f"{gbps:.1e}"
+
+
+def format_ratio(value: Optional[float]) -> str:
+    return format_bw(value)  # the same rule: two decimals, or two significant digits if tiny
+
+
+def result_cells(row: dict) -> list[str]:
+    """One worker result row (worker._run_size) -> the cells of RESULT_COLUMNS (+ algorithm)."""
+    wrong = "N/A" if row.get("wrong") is None else str(row["wrong"])
+    cells = [str(row["size"]), str(row["count"]), row["type"], row["redop"],
+             f"{row['time_us']:.2f}", format_bw(row["algbw"]), format_bw(row["busbw"]), wrong]
+    if "algorithm" in row:
+        cells.append(row["algorithm"])
+    return cells
+
+
+def _table(columns: Sequence[str]) -> Table:
+    table = Table(box=box.MARKDOWN, show_edge=True, pad_edge=True)
+    for column in columns:
+        table.add_column(column, justify="right", no_wrap=True)
+    return table
+
+
+def results_table(rows: Sequence[dict]) -> Table:
+    """One implementation's results; ringcomm's all-reduce adds the algorithm that ran."""
+    extra = ("algorithm",) if rows and "algorithm" in rows[0] else ()
+    table = _table(RESULT_COLUMNS + extra)
+    for row in rows:
+        table.add_row(*result_cells(row))
+    return table
+
+
+def comparison_columns(implementations: Sequence[str], has_limit: bool,
+                       reference: str = "ringcomm") -> list[str]:
+    peers = [impl for impl in implementations if impl != reference]
+    columns = ["size"] + [f"{impl} busbw" for impl in implementations]
+    columns += [f"{reference}/{peer}" for peer in peers]
+    if has_limit:
+        columns += [f"{impl}/limit" for impl in implementations]
+    return columns
+
+
+def comparison_cells(row: dict, implementations: Sequence[str], has_limit: bool,
+                     reference: str = "ringcomm") -> list[str]:
+    """One compare.comparison_rows row -> cells in comparison_columns' order."""
+    cells = [str(row["size"])] + [format_bw(row["busbw"].get(impl)) for impl in implementations]
+    cells += [format_ratio(row["vs"].get(impl)) for impl in implementations if impl != reference]
+    if has_limit:
+        cells += [format_ratio(row["of_limit"].get(impl)) for impl in implementations]
+    return cells
+
+
+def comparison_table(rows: Iterable[dict], implementations: Sequence[str],
+                     has_limit: bool) -> Table:
+    table = _table(comparison_columns(implementations, has_limit))
+    for row in rows:
+        table.add_row(*comparison_cells(row, implementations, has_limit))
+    return table

@@ -1,0 +1,141 @@
+"""The procedure every implementation's ranks run, size by size; only the library calls differ.
+
+For each size: allocate the buffers (only those the collective needs: in place where it can be),
+fill them with exact-sum inputs, time the collective (timing.py), then, with --check, refill, run
+it once more and count the elements that differ from the expected result, summed over ranks.
+Rank 0 returns the report; the launcher writes it where the parent reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import gc
+import json
+from typing import Any, Callable, Optional, Protocol
+
+from ringcomm.bench import patterns
+from ringcomm.bench.collectives import REDUCING, ElementCounts, bandwidths, element_counts
+from ringcomm.bench.dtypes import ITEMSIZE
+from ringcomm.bench.plan import Plan
+from ringcomm.bench.timing import measure
+
+_ROOT = 0  # broadcast root
+
+
+class Group(Protocol):
+    """One implementation's view of the ranks, as the procedure needs it."""
+
+    name: str
+    rank: int
+    size: int
+
+    def barrier(self) -> None: ...
+    def allgather_float(self, value: float) -> list[float]: ...
+    def array(self, count: int, dtype: str) -> Any: ...
+    def allreduce(self, x, op: str) -> None: ...
+    def allgather(self, x, out) -> None: ...
+    def reduce_scatter(self, x, out, op: str) -> None: ...
+    def broadcast(self, x, root: int) -> None: ...
+    def unsupported(self, collective: str, dtype: str, op: str) -> Optional[str]: ...
+    def details(self, collective: str, nbytes: int) -> dict: ...
+
+
+class _Case:
+    """One collective at one size: its buffers, the call, its inputs and its expected output."""
+
+    def __init__(self, plan: Plan, group: Group, counts: ElementCounts):
+        self.plan, self.group, self.counts = plan, group, counts
+        self.op = plan.op if plan.collective in REDUCING else "sum"
+        self.x = group.array(counts.in_count, plan.dtype)
+        in_place = plan.collective in ("allreduce", "broadcast")
+        self.out = self.x if in_place else group.array(counts.out_count, plan.dtype)
+
+    def call(self) -> Callable[[], None]:
+        g, x, out, op = self.group, self.x, self.out, self.plan.op
+        return {
+            "allreduce": lambda: g.allreduce(x, op),
+            "allgather": lambda: g.allgather(x, out),
+            "reduce_scatter": lambda: g.reduce_scatter(x, out, op),
+            "broadcast": lambda: g.broadcast(x, _ROOT),
+        }[self.plan.collective]
+
+    def fill_inputs(self) -> None:
+        rank, p = self.group.rank, self.group.size
+        if self.plan.collective == "broadcast" and rank != _ROOT:
+            patterns.fill(self.x, patterns.sentinel_values())
+        else:
+            source = _ROOT if self.plan.collective == "broadcast" else rank
+            patterns.fill(self.x, patterns.input_values(self.op, source, p))
+
+    def count_wrong(self) -> int:
+        rank, p, n = self.group.rank, self.group.size, self.counts.out_count
+        collective = self.plan.collective
+        if collective == "allreduce":
+            return patterns.count_wrong(self.out, patterns.reduced_values(self.op, p))
+        if collective == "reduce_scatter":  # this rank's block of the reduced input
+            return patterns.count_wrong(self.out, patterns.reduced_values(self.op, p), rank * n)
+        if collective == "broadcast":
+            return patterns.count_wrong(self.out, patterns.input_values(self.op, _ROOT, p))
+        block = self.counts.in_count  # allgather: block r of the output is rank r's input
+        return sum(patterns.count_wrong(self.out[r * block:(r + 1) * block],
+                                        patterns.input_values(self.op, r, p)) for r in range(p))
+
+
+def _run_size(plan: Plan, group: Group, counts: ElementCounts) -> dict:
+    case = _Case(plan, group, counts)
+    run = case.call()
+    case.fill_inputs()
+    timing = measure(run, group, plan.min_time, plan.iters, plan.warmup)
+    wrong = None
+    if plan.check:
+        case.fill_inputs()
+        run()
+        wrong = int(sum(group.allgather_float(float(case.count_wrong()))))
+    algbw, busbw = bandwidths(plan.collective, counts.nbytes, timing.time_us, group.size)
+    row = {
+        "size": counts.nbytes, "count": counts.count, "type": plan.dtype,
+        "redop": plan.op if plan.collective in REDUCING else "none",
+        "time_us": timing.time_us, "algbw": algbw, "busbw": busbw, "wrong": wrong,
+        "iters": timing.iters, "warmup": timing.warmup, "trials_us": timing.trials_us,
+    }
+    row.update(group.details(plan.collective, counts.nbytes))
+    return row
+
+
+def run_plan(plan: Plan, group: Group) -> Optional[dict]:
+    """Runs every size of the plan; returns the report on rank 0 and None on the others."""
+    report = {"implementation": group.name, "nranks": group.size, "collective": plan.collective,
+              "dtype": plan.dtype, "op": plan.op}
+    reason = group.unsupported(plan.collective, plan.dtype, plan.op)
+    if reason is not None:
+        return dict(report, skipped=reason) if group.rank == 0 else None
+    seen, rows = set(), []
+    for nbytes in plan.sizes:
+        counts = element_counts(plan.collective, nbytes, ITEMSIZE[plan.dtype], group.size)
+        if counts.nbytes in seen:  # two requested sizes that round to the same buffers
+            continue
+        seen.add(counts.nbytes)
+        rows.append(_run_size(plan, group, counts))
+        gc.collect()  # free this size's buffers before the next (larger) ones are allocated
+    group.barrier()
+    return dict(report, results=rows) if group.rank == 0 else None
+
+
+def start(argv=None, description: Optional[str] = None) -> tuple[Plan, str]:
+    """A worker's command line (--plan P --out R): the plan, where to write the report, and a
+    deadline after which this rank prints its stack and exits, so that no rank hangs."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--plan", required=True, help="plan file the CLI wrote")
+    parser.add_argument("--out", required=True, help="where rank 0 writes its report")
+    args = parser.parse_args(argv)
+    plan = Plan.load(args.plan)
+    faulthandler.dump_traceback_later(plan.timeout, exit=True)
+    return plan, args.out
+
+
+def finish(report: Optional[dict], path: str) -> int:
+    if report is not None:
+        with open(path, "w") as f:
+            json.dump(report, f)
+    return 0

@@ -1,0 +1,100 @@
+"""The Python API in one process (world size 1): argument checking and error messages."""
+
+import numpy as np
+import pytest
+import torch
+
+import ringcomm
+
+
+@pytest.fixture(scope="module")
+def comm():
+    communicator = ringcomm.init(timeout=10)
+    yield communicator
+    communicator.shutdown()
+
+
+def test_single_process_world(comm):
+    assert (comm.rank, comm.size, comm.local_size) == (0, 1, 1)
+    x = np.arange(5, dtype=np.float32)
+    assert comm.allreduce(x) is x
+    assert np.array_equal(x, np.arange(5))
+    assert np.array_equal(comm.allgather(x), x)
+    for algorithm in ("auto", "ring", "tree", "direct"):
+        comm.allreduce(x, algorithm=algorithm)
+
+
+def test_buffer_protocol_and_dlpack_inputs(comm):
+    data = bytearray(b"\x01\x02\x03")
+    comm.allreduce(data, op=ringcomm.MAX)
+    assert data == bytearray(b"\x01\x02\x03")
+    t = torch.ones(3, 4, requires_grad=True)
+    comm.allreduce(t.detach())
+    out = comm.allgather(torch.arange(6, dtype=torch.int64).reshape(2, 3))
+    assert isinstance(out, torch.Tensor) and out.shape == (2, 3)
+
+
+@pytest.mark.parametrize("bad,error,words", [
+    (np.zeros(4, np.complex64), TypeError, "complex64"),
+    (np.zeros(4, np.bool_), TypeError, "bool"),
+    (np.zeros((4, 4), np.float32)[:, 1], ValueError, "contiguous"),
+    (torch.zeros(4, 4).t(), ValueError, "contiguous"),
+    ("a string", TypeError, "str"),
+])
+def test_bad_inputs_say_what_is_wrong(comm, bad, error, words):
+    with pytest.raises(error, match=words):
+        comm.allreduce(bad)
+
+
+def test_read_only_input_for_in_place(comm):
+    x = np.zeros(4, np.float32)
+    x.setflags(write=False)
+    with pytest.raises(ValueError, match="read-only"):
+        comm.allreduce(x)
+
+
+def test_bad_arguments(comm):
+    x = np.zeros(4, np.float32)
+    with pytest.raises(ValueError, match="out has 3 elements"):
+        comm.allreduce(x, out=np.zeros(3, np.float32))
+    with pytest.raises(TypeError, match="dtype"):
+        comm.allreduce(x, out=np.zeros(4, np.float64))
+    with pytest.raises(ValueError, match="algorithm"):
+        comm.allreduce(x, algorithm="butterfly")
+    with pytest.raises(ValueError, match="op must be"):
+        comm.allreduce(x, op="median")
+    with pytest.raises(ValueError, match="root must be in"):
+        comm.broadcast(x, root=3)
+    with pytest.raises(ValueError, match="peer"):
+        comm.send(x, dest=0)
+    with pytest.raises(ValueError, match="timeout"):
+        comm.allreduce(x, timeout=-1)
+    with pytest.raises(ValueError, match="x must hold size"):
+        comm.reduce_scatter(x, out=np.zeros(3, np.float32))
+    with pytest.raises(ValueError, match="ranks other than the root|must pass"):
+        comm.scatter(None, root=0)
+
+
+def test_async_work(comm):
+    x = np.ones(1000, np.float64)
+    work = comm.allreduce(x, async_op=True)
+    assert work.wait() is x
+    assert work.is_completed()
+
+
+def test_calls_after_shutdown_raise():
+    communicator = ringcomm.init(timeout=10)
+    communicator.shutdown()
+    communicator.shutdown()  # idempotent
+    with pytest.raises(ringcomm.CommunicatorClosed, match="shut down"):
+        communicator.allreduce(np.zeros(2, np.float32))
+
+
+def test_bad_configuration_names_the_variable(monkeypatch):
+    monkeypatch.setenv("RINGCOMM_TRANSPORT", "carrier-pigeon")
+    with pytest.raises(ValueError, match="transport must be one of"):
+        ringcomm.init()
+    monkeypatch.setenv("RINGCOMM_TRANSPORT", "auto")
+    monkeypatch.setenv("RINGCOMM_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match="RINGCOMM_TIMEOUT"):
+        ringcomm.init()

@@ -1,0 +1,60 @@
+"""A dead, late, stalled or mismatched rank makes every other rank raise, naming it, in time."""
+
+import pytest
+
+from harness import run_job
+
+TIMEOUT = 5.0  # RINGCOMM_TIMEOUT for these jobs
+# Time allowed beyond the timeout: detection runs every 100 ms, plus process start-up on 2 cores.
+SLACK = 10.0
+
+
+def survivors(outcomes, victim):
+    reports = [o for o in outcomes if o.rank != victim]
+    for outcome in reports:
+        assert outcome.returncode == 0 and outcome.result is not None, outcome.describe()
+    return [o.result for o in reports]
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("size", [2, 4])
+def test_killed_rank_is_named_by_every_survivor(size, transport):
+    victim = size - 1
+    outcomes = run_job(size, "failures.py", ["kill", str(victim)], deadline=60,
+                       env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport})
+    for result in survivors(outcomes, victim):
+        assert result["error"] in ("TransportError", "TimeoutError"), result
+        assert f"rank {victim}" in result["message"], result
+        assert result["waited"] < TIMEOUT + SLACK, result
+        assert result["after"] == "CommunicatorClosed", result
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_stalled_rank_is_named_within_the_timeout(transport):
+    victim = 1
+    outcomes = run_job(3, "failures.py", ["stall", str(victim)], deadline=60,
+                       env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport})
+    for result in survivors(outcomes, victim):
+        assert result["error"] in ("TimeoutError", "TransportError"), result
+        assert f"rank {victim}" in result["message"], result
+        assert result["waited"] < TIMEOUT + SLACK, result
+
+
+def test_rank_that_never_arrives_fails_rendezvous():
+    victim = 2
+    outcomes = run_job(3, "failures.py", ["late", str(victim)], deadline=60,
+                       env={"RINGCOMM_TIMEOUT": str(TIMEOUT)})
+    for result in survivors(outcomes, victim):
+        assert result["error"] == "TimeoutError", result
+        assert f"rank {victim}" in result["message"], result
+        assert result["since_start"] < TIMEOUT + SLACK, result
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_mismatched_sizes_raise_instead_of_hanging(transport):
+    outcomes = run_job(3, "failures.py", ["mismatch", "1"], deadline=60,
+                       env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport})
+    results = [o.result for o in outcomes]
+    assert all(o.returncode == 0 and o.result for o in outcomes), [o.describe() for o in outcomes]
+    assert all(r["error"] for r in results), results
+    assert any(r["error"] == "MismatchError" for r in results), results

@@ -1,0 +1,58 @@
+"""A job in which one rank misbehaves; every other rank reports the error it got and when.
+
+argv: mode victim
+  kill      the victim kills itself (SIGKILL) in the middle of a stream of 4 MiB all-reduces
+  late      the victim arrives long after the others' rendezvous timeout
+  stall     the victim stops calling collectives after the first few
+  mismatch  the victim calls all-reduce with a different element count
+"""
+
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+import ringcomm  # noqa: E402
+from report import report  # noqa: E402
+
+mode, victim = sys.argv[1], int(sys.argv[2])
+rank = int(os.environ["RINGCOMM_RANK"])
+timeout = float(os.environ.get("RINGCOMM_TIMEOUT", "5"))
+
+if mode == "late" and rank == victim:
+    time.sleep(timeout * 6)
+    sys.exit(0)
+
+started = time.monotonic()
+outcome = {"rank": rank, "error": None}
+try:
+    comm = ringcomm.init()
+    x = np.ones(1 << 20, np.float32)
+    for iteration in range(1000):
+        if rank == victim and iteration == 3:
+            if mode == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if mode == "stall":
+                time.sleep(timeout * 6)
+                sys.exit(0)
+            if mode == "mismatch":
+                x = np.ones((1 << 20) + 1, np.float32)
+        failed_at = time.monotonic()
+        comm.allreduce(x)
+    outcome["completed"] = True
+except Exception as error:  # report whatever surfaced, the test judges it
+    outcome.update(error=type(error).__name__, message=str(error),
+                   peer=getattr(error, "peer", None),
+                   waited=time.monotonic() - failed_at if "failed_at" in dir() else None,
+                   since_start=time.monotonic() - started)
+    # After a failure the communicator is poisoned: the next call must fail at once.
+    if "comm" in dir():
+        try:
+            comm.allreduce(np.ones(4, np.float32))
+            outcome["after"] = "no error"
+        except Exception as after:
+            outcome["after"] = type(after).__name__
+report(outcome)

@@ -1,0 +1,18 @@
+"""Started by a real launcher (mpirun, torchrun, ringcomm-run): init() with no arguments."""
+
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+import ringcomm  # noqa: E402
+from report import report  # noqa: E402
+
+comm = ringcomm.init(timeout=60)
+x = np.full(100_003, comm.rank + 1, np.float64)
+comm.allreduce(x)
+expected = comm.size * (comm.size + 1) / 2
+report({"rank": comm.rank, "size": comm.size, "local_size": comm.local_size,
+        "ok": bool(np.all(x == expected))})
+comm.shutdown()
