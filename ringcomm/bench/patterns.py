@@ -4,7 +4,8 @@ Every value is a small integer, so sums, minima, maxima and products are exact i
 (float16 and bfloat16 included) whatever order an algorithm adds them in; the expected result can
 then be compared element for element, with no tolerance:
   sum, min, max:  rank r holds (r + i) % 7 at index i
-  avg:            p * ((r + i) % 7), so the sum divides evenly by p
+  avg:            the same, except that the last rank holds what makes the sum a multiple of p
+                  (at most p - 1), so the average is an integer too and int8 does not overflow
   prod:           1 + (r + i) % 2, so products are powers of two
 The values repeat every _PERIOD elements, which lets fill() and count_wrong() work through a
 buffer of any size (1 GiB included) in chunks, with one precomputed block and no full-size copy.
@@ -26,8 +27,10 @@ _SENTINEL = 9.0  # never produced by the patterns: marks a buffer a broadcast mu
 def input_values(op: str, rank: int, nranks: int) -> Values:
     if op == "prod":
         return lambda i: 1.0 + (rank + i) % 2
-    scale = float(nranks) if op == "avg" else 1.0
-    return lambda i: scale * ((rank + i) % 7)
+    if op == "avg" and rank == nranks - 1 and nranks > 1:
+        others = [input_values("sum", r, nranks) for r in range(nranks - 1)]
+        return lambda i: np.mod(-sum(values(i) for values in others), nranks)
+    return lambda i: 1.0 * ((rank + i) % 7)
 
 
 def reduced_values(op: str, nranks: int) -> Values:

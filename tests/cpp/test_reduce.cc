@@ -281,66 +281,68 @@ bool sameValue(ReduceOp op, typename Traits::Storage got, typename Traits::Stora
   }
 }
 
-// How a reduceMany case is run.
+// How a case calls the kernels.
 enum class Call { ReduceInto, ReduceMany, ReduceManyInPlace };
+const char* const kCallNames[] = {"reduceInto", "reduceMany", "reduceMany(dst = srcs[0])"};
 
-struct Case {
-  ReduceOp op;
-  int n;  // sources
+// The most sources a case uses: two passes of the fused loops plus one (4 + 3 + 1).
+constexpr int kMaxSources = 8;
+
+// Random sources and a random initial dst, generated once per (count, offset) and shared by all
+// the cases on them. Each has one guard element after the range, and `offset` before it.
+template <typename Traits>
+struct Inputs {
+  using T = typename Traits::Storage;
   size_t count;
   size_t offset;
-  Call call;
-};
+  std::vector<std::vector<T>> sources;
+  std::vector<T> dst;
 
-std::string describe(DataType type, const Case& c) {
-  std::ostringstream out;
-  out << "dtype " << static_cast<int>(type) << " " << opName(c.op) << " n=" << c.n
-      << " count=" << c.count << " offset=" << c.offset << " call=" << static_cast<int>(c.call)
-      << " kernels=" << activeKernelName();
-  return out.str();
-}
+  Inputs(size_t countValue, size_t offsetValue) : count(countValue), offset(offsetValue) {
+    Rng rng{count * 131 + offset};
+    const size_t size = offset + count + 1;
+    sources.assign(kMaxSources, std::vector<T>(size));
+    for (auto& source : sources) {
+      for (size_t i = 0; i < size; ++i) source[i] = Traits::random(rng, i);
+    }
+    dst.resize(size);
+    for (size_t i = 0; i < size; ++i) dst[i] = Traits::random(rng, i + 1);
+  }
+};
 
 // Runs one case; returns "" when every element matches the reference and nothing outside
 // [offset, offset + count) was written, else what went wrong.
 template <typename Traits>
-std::string runCase(const Case& c) {
+std::string runCase(const Inputs<Traits>& in, ReduceOp op, int n, Call call) {
   using T = typename Traits::Storage;
-  Rng rng{c.count * 131 + c.offset * 7 + static_cast<uint64_t>(c.op) * 17 + c.n};
-  const size_t size = c.offset + c.count + 1;  // one guard element after the range
-  std::vector<std::vector<T>> sources(c.n, std::vector<T>(size));
-  for (auto& source : sources) {
-    for (size_t i = 0; i < size; ++i) source[i] = Traits::random(rng, i);
-  }
-  std::vector<T> dst(size);
-  for (size_t i = 0; i < size; ++i) dst[i] = Traits::random(rng, i + 1);
-  const std::vector<T> dstBefore = c.call == Call::ReduceMany ? dst : sources[0];
-
+  std::vector<T> dst = call == Call::ReduceMany ? in.dst : in.sources[0];
+  const std::vector<T> dstBefore = dst;
   std::vector<const void*> pointers;
-  for (auto& source : sources) pointers.push_back(source.data() + c.offset);
-  if (c.call != Call::ReduceMany) {
-    dst = sources[0];
-    pointers[0] = dst.data() + c.offset;
-  }
-  if (c.call == Call::ReduceInto) {
-    reduceInto(dst.data() + c.offset, pointers[1], c.count, Traits::kType, c.op);
+  for (int k = 0; k < n; ++k) pointers.push_back(in.sources[k].data() + in.offset);
+  if (call != Call::ReduceMany) pointers[0] = dst.data() + in.offset;
+
+  if (call == Call::ReduceInto) {
+    reduceInto(dst.data() + in.offset, pointers[1], in.count, Traits::kType, op);
   } else {
-    reduceMany(dst.data() + c.offset, pointers.data(), c.n, c.count, Traits::kType, c.op);
+    reduceMany(dst.data() + in.offset, pointers.data(), n, in.count, Traits::kType, op);
   }
 
-  std::vector<T> operands(c.n);
-  for (size_t i = 0; i < size; ++i) {
-    const bool inRange = i >= c.offset && i < c.offset + c.count;
+  std::vector<T> operands(n);
+  for (size_t i = 0; i < dst.size(); ++i) {
+    const bool inRange = i >= in.offset && i < in.offset + in.count;
     T want = dstBefore[i];
     if (inRange) {
-      for (int k = 0; k < c.n; ++k) operands[k] = sources[k][i];
-      want = Traits::fold(c.op, operands);
+      for (int k = 0; k < n; ++k) operands[k] = in.sources[k][i];
+      want = Traits::fold(op, operands);
     }
-    const bool ok = inRange ? sameValue<Traits>(c.op, dst[i], want)
+    const bool ok = inRange ? sameValue<Traits>(op, dst[i], want)
                             : std::memcmp(&dst[i], &want, sizeof(T)) == 0;
     if (!ok) {
       std::ostringstream out;
-      out << describe(Traits::kType, c) << ": element " << i << (inRange ? "" : " (outside)")
-          << " got " << +dst[i] << " want " << +want;
+      out << "dtype " << static_cast<int>(Traits::kType) << " " << opName(op) << " "
+          << kCallNames[static_cast<int>(call)] << " n=" << n << " count=" << in.count
+          << " offset=" << in.offset << " kernels=" << activeKernelName() << ": element " << i
+          << (inRange ? "" : " (outside the range)") << " got " << +dst[i] << " want " << +want;
       return out.str();
     }
   }
@@ -349,18 +351,25 @@ std::string runCase(const Case& c) {
 
 template <typename Traits>
 void checkReduceMatrix() {
-  for (bool portable : {false, true}) {
-    PortableScope scope(portable);
-    for (ReduceOp op : kOps) {
-      for (size_t count : kCounts) {
-        for (size_t offset : kOffsets) {
-          CHECK_EQ(runCase<Traits>({op, 2, count, offset, Call::ReduceInto}), "");
-          CHECK_EQ(runCase<Traits>({op, 3, count, offset, Call::ReduceManyInPlace}), "");
-          // Every source count on the small counts; the large one (slow to check) takes n = 3,
-          // which already crosses every block with both the first step and a later one.
-          for (int n : {1, 2, 3, 5}) {
-            if (count > kLargestSmallCount && n != 3) continue;
-            CHECK_EQ(runCase<Traits>({op, n, count, offset, Call::ReduceMany}), "");
+  for (size_t count : kCounts) {
+    for (size_t offset : kOffsets) {
+      const Inputs<Traits> inputs(count, offset);
+      const bool large = count > kLargestSmallCount;
+      for (bool portable : {false, true}) {
+        PortableScope scope(portable);
+        for (ReduceOp op : kOps) {
+          CHECK_EQ(runCase(inputs, op, 2, Call::ReduceInto), "");
+          if (large) {
+            // Slow to check, so only counts that between them run every fused loop across many
+            // blocks: 3 sources (one pass), 8 (4 + 3 + 1), 6 in place (3 + 2).
+            CHECK_EQ(runCase(inputs, op, 3, Call::ReduceMany), "");
+            CHECK_EQ(runCase(inputs, op, 8, Call::ReduceMany), "");
+            CHECK_EQ(runCase(inputs, op, 6, Call::ReduceManyInPlace), "");
+            continue;
+          }
+          for (int n = 1; n <= kMaxSources; ++n) {
+            CHECK_EQ(runCase(inputs, op, n, Call::ReduceMany), "");
+            if (n >= 2) CHECK_EQ(runCase(inputs, op, n, Call::ReduceManyInPlace), "");
           }
         }
       }

@@ -1,0 +1,331 @@
+"""ringcomm-bench: size parsing, nccl-tests' bandwidth math, table cells, the shared per-size
+procedure (on a one-rank group), and end-to-end runs against gloo and MPI."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ringcomm.bench import cli, patterns, table
+from ringcomm.bench.collectives import (
+    bandwidths,
+    bus_factor,
+    element_counts,
+    limit_busbw,
+)
+from ringcomm.bench.compare import comparison_rows
+from ringcomm.bench.launchers import find_mpirun
+from ringcomm.bench.plan import Plan
+from ringcomm.bench.sizes import parse_size, sweep
+from ringcomm.bench.timing import measure, plan_iterations, split_trials
+from ringcomm.bench.worker import run_plan
+
+REPO = Path(__file__).resolve().parent.parent
+HAVE_PEERS = (importlib.util.find_spec("torch") is not None
+              and importlib.util.find_spec("mpi4py") is not None and find_mpirun() is not None)
+needs_peers = pytest.mark.skipif(not HAVE_PEERS, reason="needs torch, mpi4py and mpirun")
+
+
+# ---- sizes ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, expected", [
+    ("8", 8), ("8B", 8), ("4K", 4096), ("4KB", 4096), ("4KiB", 4096), ("1M", 1 << 20),
+    ("1MB", 1 << 20), ("1GiB", 1 << 30), ("1GB", 1 << 30), ("256M", 256 << 20),
+    ("1.5K", 1536), ("2g", 2 << 30), (" 64k ", 65536),
+])
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "abc", "0", "-4K", "4X", "1.3", "4 K B", "K"])
+def test_parse_size_rejects(text):
+    with pytest.raises(ValueError):
+        parse_size(text)
+
+
+def test_sweep():
+    assert sweep(8, 64 << 10, 8) == [8, 64, 512, 4096, 32768]
+    assert sweep(8, 256 << 20, 2)[-1] == 256 << 20
+    assert sweep(1024, 1024, 2) == [1024]
+    with pytest.raises(ValueError):
+        sweep(16, 8, 2)
+    with pytest.raises(ValueError):
+        sweep(8, 16, 1)
+
+
+# ---- nccl-tests conventions -------------------------------------------------------------------
+def test_element_counts_follow_nccl_tests():
+    c = element_counts("allreduce", 1 << 30, 4, 2)
+    assert (c.count, c.in_count, c.out_count, c.nbytes) == (1 << 28, 1 << 28, 1 << 28, 1 << 30)
+    # allgather: size is the whole output; each rank sends size / p.
+    c = element_counts("allgather", 4096, 4, 4)
+    assert (c.count, c.in_count, c.out_count, c.nbytes) == (1024, 256, 1024, 4096)
+    # reduce_scatter: size is the whole input, rounded down to a multiple of p elements.
+    c = element_counts("reduce_scatter", 1000, 4, 3)
+    assert (c.count, c.in_count, c.out_count, c.nbytes) == (249, 249, 83, 996)
+    # Too small to split: one element per rank.
+    c = element_counts("allgather", 8, 4, 4)
+    assert (c.in_count, c.out_count, c.nbytes) == (1, 4, 16)
+    assert element_counts("broadcast", 3, 8, 2).count == 1
+
+
+def test_bus_bandwidth_factors():
+    assert bus_factor("allreduce", 4) == pytest.approx(1.5)
+    assert bus_factor("allgather", 4) == pytest.approx(0.75)
+    assert bus_factor("reduce_scatter", 2) == pytest.approx(0.5)
+    assert bus_factor("broadcast", 8) == 1.0
+    algbw, busbw = bandwidths("allreduce", 2_000_000_000, 1e6, 4)  # 2 GB in 1 s
+    assert (algbw, busbw) == (pytest.approx(2.0), pytest.approx(3.0))
+    algbw, busbw = bandwidths("allgather", 1_000_000, 500.0, 2)
+    assert (algbw, busbw) == (pytest.approx(2.0), pytest.approx(1.0))
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 8])
+def test_single_host_limit(p):
+    b_mem = 20.0
+    assert limit_busbw("allreduce", p, b_mem) == pytest.approx(b_mem * (p - 1) / p ** 2)
+    assert limit_busbw("allgather", p, b_mem) == pytest.approx(b_mem * (p - 1) / (p * (p + 1)))
+    assert limit_busbw("reduce_scatter", p, b_mem) == limit_busbw("allgather", p, b_mem)
+    assert limit_busbw("broadcast", p, b_mem) == pytest.approx(b_mem / p)
+    assert limit_busbw("allreduce", p, None) is None
+
+
+# ---- tables and comparison --------------------------------------------------------------------
+def test_result_cells():
+    row = {"size": 4096, "count": 1024, "type": "float32", "redop": "sum", "time_us": 12.3456,
+           "algbw": 0.3318, "busbw": 0.004977, "wrong": 0, "algorithm": "ring"}
+    assert table.result_cells(row) == ["4096", "1024", "float32", "sum", "12.35", "0.33",
+                                       "5.0e-03", "0", "ring"]
+    unchecked = dict(row, wrong=None)
+    del unchecked["algorithm"]
+    assert table.result_cells(unchecked)[-1] == "N/A"
+    assert len(table.result_cells(unchecked)) == len(table.RESULT_COLUMNS)
+
+
+def test_comparison_rows_and_cells():
+    busbw = {"ringcomm": {8: 0.002, 1024: 2.0}, "gloo": {8: 0.001, 1024: 1.0},
+             "mpi": {1024: 4.0}}
+    rows = comparison_rows(busbw, limit=8.0)
+    assert [r["size"] for r in rows] == [8, 1024]
+    assert rows[1]["vs"] == {"gloo": pytest.approx(2.0), "mpi": pytest.approx(0.5)}
+    assert rows[1]["of_limit"]["ringcomm"] == pytest.approx(0.25)
+    assert rows[0]["vs"]["mpi"] is None  # mpi did not measure that size
+    impls = ["ringcomm", "gloo", "mpi"]
+    columns = table.comparison_columns(impls, has_limit=True)
+    assert columns == ["size", "ringcomm busbw", "gloo busbw", "mpi busbw", "ringcomm/gloo",
+                       "ringcomm/mpi", "ringcomm/limit", "gloo/limit", "mpi/limit"]
+    cells = table.comparison_cells(rows[1], impls, has_limit=True)
+    assert cells == ["1024", "2.00", "1.00", "4.00", "2.00", "0.50", "0.25", "0.12", "0.50"]
+    assert len(table.comparison_cells(rows[0], impls, has_limit=False)) == 6
+    assert comparison_rows(busbw, limit=None)[0]["of_limit"]["gloo"] is None
+
+
+# ---- inputs and checking ----------------------------------------------------------------------
+def test_fill_and_count_wrong_across_chunks():
+    n = 2 * patterns._CHUNK + 5
+    values = patterns.input_values("sum", 3, 4)
+    for offset in (0, 5, 1000):
+        x = np.empty(n, dtype=np.float32)
+        patterns.fill(x, values, offset)
+        assert np.array_equal(x, values(np.arange(offset, offset + n)).astype(np.float32))
+        assert patterns.count_wrong(x, values, offset) == 0
+        x[[0, patterns._CHUNK, n - 1]] += 1
+        x[7] = np.nan
+        assert patterns.count_wrong(x, values, offset) == 4
+
+
+@pytest.mark.parametrize("op", ["sum", "avg", "min", "max", "prod"])
+@pytest.mark.parametrize("dtype", ["float16", "int8", "float32"])
+def test_reductions_of_the_inputs_are_exact(op, dtype):
+    p, index = 5, np.arange(100)
+    inputs = [patterns.input_values(op, r, p)(index).astype(dtype) for r in range(p)]
+    combine = {"sum": np.add, "avg": np.add, "min": np.minimum, "max": np.maximum,
+               "prod": np.multiply}[op]
+    result = inputs[0]
+    for x in reversed(inputs[1:]):  # any order gives the same result
+        result = combine(result, x)
+    if op == "avg":
+        result = result / p
+    expected = patterns.reduced_values(op, p)(index)
+    assert np.array_equal(result.astype(np.float64), expected)
+
+
+def test_patterns_fill_torch_bfloat16():
+    torch = pytest.importorskip("torch")
+    x = torch.empty(1000, dtype=torch.bfloat16)
+    values = patterns.reduced_values("sum", 8)
+    patterns.fill(x, values, 3)
+    assert patterns.count_wrong(x, values, 3) == 0
+    assert patterns.count_wrong(x, values, 4) > 0
+
+
+# ---- timing -----------------------------------------------------------------------------------
+class OneRank:
+    """A one-rank group: collectives on one rank leave their input as it is, or copy it."""
+
+    name, rank, size = "local", 0, 1
+
+    def __init__(self):
+        self.barriers = 0
+
+    def barrier(self):
+        self.barriers += 1
+
+    def allgather_float(self, value):
+        return [value]
+
+    def array(self, count, dtype):
+        return np.empty(count, dtype=dtype)
+
+    def allreduce(self, x, op):
+        pass
+
+    def allgather(self, x, out):
+        out[:] = x
+
+    def reduce_scatter(self, x, out, op):
+        out[:] = x
+
+    def broadcast(self, x, root):
+        pass
+
+    def unsupported(self, collective, dtype, op):
+        return "no prod here" if op == "prod" else None
+
+    def details(self, collective, nbytes):
+        return {}
+
+
+def test_iteration_planning():
+    assert plan_iterations(1e-3, 0.3) == (30, 300)
+    assert plan_iterations(1e-7, 0.3) == (100, 1000)  # capped
+    assert plan_iterations(10.0, 0.3) == (0, 3)       # at least three timed calls
+    assert split_trials(3) == (1, 3)
+    assert split_trials(7) == (2, 4)
+    assert split_trials(1000) == (5, 200)
+
+
+def test_measure_counts_calls():
+    calls = []
+    timing = measure(lambda: calls.append(1), OneRank(), min_time=0.01, iters=6, warmup=2)
+    assert (timing.iters, timing.warmup, len(timing.trials_us)) == (6, 2, 2)
+    assert len(calls) == 8 and timing.time_us >= 0
+    calls.clear()
+    timing = measure(lambda: calls.append(1), OneRank(), min_time=0.01)
+    assert 3 <= timing.iters <= 1000 and len(calls) == timing.iters + timing.warmup
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "allgather", "reduce_scatter", "broadcast"])
+def test_run_plan_on_one_rank(collective):
+    plan = Plan(collective, [8, 4096, 4096 + 2], op="avg", check=True, iters=3, warmup=0)
+    report = run_plan(plan, OneRank())
+    rows = report["results"]
+    assert [r["size"] for r in rows] == [8, 4096]  # 4098 B rounds to 4096 B of float32
+    assert all(r["wrong"] == 0 and r["time_us"] >= 0 and r["iters"] == 3 for r in rows)
+    assert run_plan(Plan(collective, [8], op="prod"), OneRank())["skipped"] == "no prod here"
+
+
+# ---- command line -----------------------------------------------------------------------------
+def test_cli_sizes_and_plan():
+    parser = cli.build_parser()
+    args = parser.parse_args(["allreduce", "--size", "1GB"])
+    assert cli.requested_sizes(args, parser) == [1 << 30]
+    args = parser.parse_args(["allgather", "-b", "8", "-e", "64K", "-f", "8", "-np", "3",
+                              "--op", "max", "--compare", "gloo,mpi"])
+    assert cli.requested_sizes(args, parser) == [8, 64, 512, 4096, 32768]
+    assert args.nranks == 3 and args.compare == ["gloo", "mpi"]
+    plan = cli.make_plan(args, [8], 3)
+    assert plan.op == "sum" and plan.timeout > 0  # --op does not apply to allgather
+    with pytest.raises(SystemExit):
+        parser.parse_args(["allreduce", "--compare", "nccl"])
+    with pytest.raises(SystemExit):
+        cli.requested_sizes(parser.parse_args(["allreduce", "--size", "8", "-b", "8"]), parser)
+
+
+def test_launched_as_rank():
+    assert not cli.launched_as_rank({})
+    assert cli.launched_as_rank({"RINGCOMM_RANK": "0"})
+    assert cli.launched_as_rank({"PMI_RANK": "1"})
+    assert cli.launched_as_rank({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h",
+                                 "MASTER_PORT": "1"})
+    assert not cli.launched_as_rank({"RANK": "0"})
+
+
+# ---- end to end -------------------------------------------------------------------------------
+def run(command, tmp_path, timeout=100) -> str:
+    """Runs a command with this checkout importable; its stdout, after asserting it succeeded."""
+    paths = [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout,
+                          cwd=tmp_path)
+    assert done.returncode == 0, f"{command} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def run_bench(args, tmp_path):
+    """python -m ringcomm.bench ARGS --json out.json: (stdout, the JSON document)."""
+    out = tmp_path / "out.json"
+    stdout = run([sys.executable, "-m", "ringcomm.bench", *args, "--json", str(out)], tmp_path)
+    return stdout, json.loads(out.read_text())
+
+
+def assert_all_right(document, implementations, nsizes):
+    for name in implementations:
+        rows = document["implementations"][name]["results"]
+        assert len(rows) == nsizes, (name, document["implementations"][name])
+        assert all(row["wrong"] == 0 for row in rows), (name, rows)
+        assert all(row["busbw"] > 0 and row["time_us"] > 0 for row in rows), (name, rows)
+
+
+@needs_peers
+@pytest.mark.timeout(110)
+def test_allreduce_sweep_against_gloo_and_mpi(tmp_path):
+    stdout, document = run_bench(["allreduce", "-b", "8", "-e", "64K", "-f", "8", "-np", "2",
+                                  "--check", "--compare", "gloo,mpi"], tmp_path)
+    assert_all_right(document, ["ringcomm", "gloo", "mpi"], 5)
+    assert document["nranks"] == 2 and document["memory_bandwidth"]["gbps"] > 0
+    comparison = document["comparison"]
+    assert [row["size"] for row in comparison] == [8, 64, 512, 4096, 32768]
+    for row in comparison:
+        assert row["vs"]["gloo"] > 0 and row["vs"]["mpi"] > 0
+        assert row["of_limit"]["ringcomm"] > 0
+    for heading in ("## ringcomm", "## gloo", "## mpi", "## comparison", "single-host limit",
+                    "| size | count |", "ringcomm/gloo"):
+        assert heading in stdout
+
+
+@needs_peers
+@pytest.mark.timeout(110)
+@pytest.mark.parametrize("collective", ["allgather", "reduce_scatter", "broadcast"])
+def test_other_collectives_on_three_ranks(collective, tmp_path):
+    _, document = run_bench([collective, "-b", "8", "-e", "32K", "-f", "64", "-np", "3",
+                             "--iters", "3", "--warmup", "1", "--check",
+                             "--compare", "gloo,mpi"], tmp_path)
+    assert_all_right(document, ["ringcomm", "gloo", "mpi"], 3)
+
+
+@needs_peers
+@pytest.mark.timeout(110)
+def test_bfloat16_max_skips_mpi_with_a_note(tmp_path):
+    stdout, document = run_bench(["allreduce", "--size", "64K", "--dtype", "bfloat16", "--op",
+                                  "max", "-np", "2", "--iters", "3", "--check",
+                                  "--compare", "gloo,mpi"], tmp_path)
+    assert_all_right(document, ["ringcomm", "gloo"], 1)
+    assert "bfloat16" in document["implementations"]["mpi"]["note"]
+    assert "note: mpi4py has no bfloat16" in stdout
+
+
+@pytest.mark.timeout(110)
+def test_runs_as_ranks_under_a_launcher(tmp_path):
+    out = tmp_path / "out.json"
+    stdout = run([sys.executable, "-m", "ringcomm.launch", "-np", "2", "-m", "ringcomm.bench",
+                  "allreduce", "-b", "8", "-e", "4K", "-f", "16", "--iters", "3", "--check",
+                  "--json", str(out)], tmp_path)
+    assert_all_right(json.loads(out.read_text()), ["ringcomm"], 3)
+    assert stdout.count("## ringcomm") == 1  # only rank 0 prints
