@@ -31,7 +31,7 @@ constexpr int kSpinsWithSpareCores = 20000;
 // With more local ranks than cores a spinning rank steals the core its peer needs: block at once.
 constexpr int kSpinsOversubscribed = 0;
 // How long a rank that saw a peer's connection close looks for that peer's stated reason.
-constexpr std::chrono::milliseconds kPeerReasonWait{500};
+constexpr std::chrono::milliseconds kPeerReasonWait{1000};
 
 int availableCores() {
   cpu_set_t set;
@@ -231,7 +231,8 @@ class CommunicatorImpl : public Communicator {
 
   void poison(const std::string& reason) {
     if (!markClosed(reason)) return;
-    // Leave the reason where peers can read it: a TCP peer only sees the connection close.
+    // Leave the reason where peers can read it: a TCP peer only sees the connection close, and a
+    // peer that timed out waiting for this rank wants to know what this rank was waiting for.
     try {
       store_->set("abort/" + std::to_string(rank_), Bytes(reason.begin(), reason.end()));
     } catch (const std::exception&) {
@@ -242,10 +243,14 @@ class CommunicatorImpl : public Communicator {
     transport_->abort();
   }
 
-  // "rank 3 closed its connection" says little; if rank 3 failed first and said why, add that.
+  // "rank 3 closed its connection" or "timed out waiting for rank 3" says little when rank 3 was
+  // itself stuck behind rank 5; if rank 3 failed and said why, append that, so the message leads
+  // to the culprit.
   std::string withPeerReason(const PeerError& error) {
     const int peer = error.context().peer;
-    if (peer < 0 || dynamic_cast<const TransportError*>(&error) == nullptr) return error.what();
+    if (peer < 0 || std::string(error.what()).find(" aborted: ") != std::string::npos) {
+      return error.what();
+    }
     try {
       Bytes reason = store_->get("abort/" + std::to_string(peer), kPeerReasonWait);
       return std::string(error.what()) + "; rank " + std::to_string(peer) +
@@ -253,6 +258,15 @@ class CommunicatorImpl : public Communicator {
     } catch (const std::exception&) {
       return error.what();
     }
+  }
+
+  [[noreturn]] void failWith(const PeerError& error) {
+    poison(error.what());  // first, so that peers reading our reason are not kept waiting
+    const std::string what = withPeerReason(error);
+    if (dynamic_cast<const TimeoutError*>(&error)) throw TimeoutError(what, error.context());
+    if (dynamic_cast<const MismatchError*>(&error)) throw MismatchError(what, error.context());
+    if (dynamic_cast<const TransportError*>(&error)) throw TransportError(what, error.context());
+    throw PeerError(what, error.context());
   }
 
   template <typename Options, typename Body>
@@ -284,13 +298,8 @@ class CommunicatorImpl : public Communicator {
       algorithms::Context ctx{rank_, size_, *transport_, op, tag, config_.segmentBytes, scratch_};
       try {
         body(ctx);
-      } catch (const TransportError& error) {
-        std::string what = withPeerReason(error);
-        poison(what);
-        throw TransportError(what, error.context());
       } catch (const PeerError& error) {
-        poison(error.what());
-        throw;
+        failWith(error);
       } catch (const CommunicatorClosed&) {
         throw;
       } catch (const std::exception& error) {
