@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "arrays.h"
 #include "dlpack.h"
 #include "ringcomm/communicator.h"
 
@@ -202,9 +203,23 @@ PYBIND11_MODULE(_core, m) {
            py::arg("timeout") = 0.0, py::call_guard<py::gil_scoped_release>());
 
   // ---- communicator ------------------------------------------------------------------------
-  // Buffers arrive as (address, count, dtype): the Python layer owns the arrays and keeps them
-  // alive until the Work completes.
+  // Arrays arrive as Python objects and are decoded here (arrays.h); the Python layer keeps them
+  // alive until the Work completes. `out` may be None where the collective allows in place.
   using Comm = Communicator;
+  using bindings::ArrayView;
+  using bindings::viewArray;
+  auto sameType = [](const ArrayView& a, const ArrayView& b) {
+    if (a.type != b.type) {
+      throw py::type_error(std::string("out has dtype ") + toString(b.type) + " but x has " +
+                           toString(a.type));
+    }
+  };
+  auto countIs = [](const ArrayView& view, size_t expected, const char* what) {
+    if (view.count != expected) {
+      throw py::value_error(std::string(what) + " must hold " + std::to_string(expected) +
+                            " elements; it holds " + std::to_string(view.count));
+    }
+  };
   py::class_<Comm, std::shared_ptr<Comm>>(m, "Communicator")
       .def_static("create", [](std::shared_ptr<Store> store, int rank, int size, const Config& config) {
         py::gil_scoped_release release;
@@ -219,67 +234,96 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("config", &Comm::config)
       .def("transport_to", &Comm::transportTo)
       .def("choose_allreduce_algorithm", &Comm::chooseAllreduceAlgorithm)
-      .def("allreduce", [](Comm& c, uintptr_t in, uintptr_t out, size_t count, DataType type, ReduceOp op,
-                           Algorithm algorithm, double timeout, bool blocking) {
+      .def("allreduce", [=](Comm& c, py::handle x, py::handle out, ReduceOp op, Algorithm algorithm,
+                            double timeout, bool blocking) {
+        ArrayView in = viewArray(x, "x", out.is_none());
+        ArrayView into = out.is_none() ? in : viewArray(out, "out", true);
+        sameType(in, into);
+        countIs(into, in.count, "out");
         AllreduceOptions o;
-        o.input = reinterpret_cast<const void*>(in);
-        o.output = reinterpret_cast<void*>(out);
-        o.count = count; o.type = type; o.op = op; o.algorithm = algorithm; o.timeout = toMilliseconds(timeout);
+        o.input = in.data; o.output = into.data; o.count = in.count; o.type = in.type;
+        o.op = op; o.algorithm = algorithm; o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::allreduce);
       })
-      .def("reduce_scatter", [](Comm& c, uintptr_t in, uintptr_t out, size_t count, DataType type, ReduceOp op,
-                                double timeout, bool blocking) {
+      .def("reduce_scatter", [=](Comm& c, py::handle x, py::handle out, ReduceOp op, double timeout,
+                                 bool blocking) {
+        ArrayView in = viewArray(x, "x", false);
+        ArrayView into = viewArray(out, "out", true);
+        sameType(in, into);
+        countIs(in, into.count * c.size(), "x (size * len(out))");
         ReduceScatterOptions o;
-        o.input = reinterpret_cast<const void*>(in);
-        o.output = reinterpret_cast<void*>(out);
-        o.count = count; o.type = type; o.op = op; o.timeout = toMilliseconds(timeout);
+        o.input = in.data; o.output = into.data; o.count = into.count; o.type = in.type;
+        o.op = op; o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::reduceScatter);
       })
-      .def("allgather", [](Comm& c, uintptr_t in, uintptr_t out, size_t count, DataType type, double timeout,
-                           bool blocking) {
+      .def("allgather", [=](Comm& c, py::handle x, py::handle out, double timeout, bool blocking) {
+        ArrayView in = viewArray(x, "x", false);
+        ArrayView into = viewArray(out, "out", true);
+        sameType(in, into);
+        countIs(into, in.count * c.size(), "out (size * len(x))");
         AllgatherOptions o;
-        o.input = reinterpret_cast<const void*>(in);
-        o.output = reinterpret_cast<void*>(out);
-        o.count = count; o.type = type; o.timeout = toMilliseconds(timeout);
+        o.input = in.data; o.output = into.data; o.count = in.count; o.type = in.type;
+        o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::allgather);
       })
-      .def("broadcast", [](Comm& c, uintptr_t buffer, size_t count, DataType type, int root, double timeout,
-                           bool blocking) {
+      .def("broadcast", [](Comm& c, py::handle x, int root, double timeout, bool blocking) {
+        ArrayView buffer = viewArray(x, "x", true);
         BroadcastOptions o;
-        o.buffer = reinterpret_cast<void*>(buffer);
-        o.count = count; o.type = type; o.root = root; o.timeout = toMilliseconds(timeout);
+        o.buffer = buffer.data; o.count = buffer.count; o.type = buffer.type; o.root = root;
+        o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::broadcast);
       })
-      .def("reduce", [](Comm& c, uintptr_t in, uintptr_t out, size_t count, DataType type, ReduceOp op, int root,
-                        double timeout, bool blocking) {
+      .def("reduce", [=](Comm& c, py::handle x, py::handle out, ReduceOp op, int root, double timeout,
+                         bool blocking) {
+        const bool inPlaceRoot = out.is_none() && c.rank() == root;
+        ArrayView in = viewArray(x, "x", inPlaceRoot);
+        ArrayView into = out.is_none() ? in : viewArray(out, "out", true);
+        sameType(in, into);
+        countIs(into, in.count, "out");
         ReduceOptions o;
-        o.input = reinterpret_cast<const void*>(in);
-        o.output = reinterpret_cast<void*>(out);
-        o.count = count; o.type = type; o.op = op; o.root = root; o.timeout = toMilliseconds(timeout);
+        o.input = in.data; o.output = into.data; o.count = in.count; o.type = in.type;
+        o.op = op; o.root = root; o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::reduce);
       })
-      .def("alltoall", [](Comm& c, uintptr_t in, uintptr_t out, size_t count, DataType type, double timeout,
-                          bool blocking) {
+      .def("alltoall", [=](Comm& c, py::handle x, py::handle out, double timeout, bool blocking) {
+        ArrayView in = viewArray(x, "x", false);
+        ArrayView into = viewArray(out, "out", true);
+        sameType(in, into);
+        countIs(into, in.count, "out");
+        if (in.count % c.size() != 0) {
+          throw py::value_error("x holds " + std::to_string(in.count) +
+                                " elements, which do not split evenly across " +
+                                std::to_string(c.size()) + " ranks");
+        }
         AlltoallOptions o;
-        o.input = reinterpret_cast<const void*>(in);
-        o.output = reinterpret_cast<void*>(out);
-        o.count = count; o.type = type; o.timeout = toMilliseconds(timeout);
+        o.input = in.data; o.output = into.data; o.count = in.count / c.size(); o.type = in.type;
+        o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::alltoall);
       })
-      .def("gather", [](Comm& c, uintptr_t in, uintptr_t out, size_t count, DataType type, int root,
-                        double timeout, bool blocking) {
+      .def("gather", [=](Comm& c, py::handle x, py::handle out, int root, double timeout, bool blocking) {
+        ArrayView in = viewArray(x, "x", false);
         GatherOptions o;
-        o.input = reinterpret_cast<const void*>(in);
-        o.output = reinterpret_cast<void*>(out);
-        o.count = count; o.type = type; o.root = root; o.timeout = toMilliseconds(timeout);
+        if (!out.is_none()) {
+          ArrayView into = viewArray(out, "out", true);
+          sameType(in, into);
+          countIs(into, in.count * c.size(), "out (size * len(x))");
+          o.output = into.data;
+        }
+        o.input = in.data; o.count = in.count; o.type = in.type; o.root = root;
+        o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::gather);
       })
-      .def("scatter", [](Comm& c, uintptr_t in, uintptr_t out, size_t count, DataType type, int root,
-                         double timeout, bool blocking) {
+      .def("scatter", [=](Comm& c, py::handle x, py::handle out, int root, double timeout, bool blocking) {
+        ArrayView into = viewArray(out, "out", true);
         ScatterOptions o;
-        o.input = reinterpret_cast<const void*>(in);
-        o.output = reinterpret_cast<void*>(out);
-        o.count = count; o.type = type; o.root = root; o.timeout = toMilliseconds(timeout);
+        if (!x.is_none()) {
+          ArrayView in = viewArray(x, "x", false);
+          sameType(in, into);
+          countIs(in, into.count * c.size(), "x (size * len(out))");
+          o.input = in.data;
+        }
+        o.output = into.data; o.count = into.count; o.type = into.type; o.root = root;
+        o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::scatter);
       })
       .def("barrier", [](Comm& c, double timeout, bool blocking) {
@@ -287,21 +331,28 @@ PYBIND11_MODULE(_core, m) {
         o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::barrier);
       })
-      .def("send", [](Comm& c, uintptr_t buffer, size_t bytes, int peer, int tag, double timeout, bool blocking) {
+      .def("send", [](Comm& c, py::handle x, int peer, int tag, double timeout, bool blocking) {
+        ArrayView buffer = viewArray(x, "x", false);
         SendOptions o;
-        o.buffer = reinterpret_cast<const void*>(buffer);
-        o.bytes = bytes; o.peer = peer; o.tag = tag; o.timeout = toMilliseconds(timeout);
+        o.buffer = buffer.data; o.bytes = buffer.count * elementSize(buffer.type); o.peer = peer;
+        o.tag = tag; o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::send);
       })
-      .def("recv", [](Comm& c, uintptr_t buffer, size_t bytes, int peer, int tag, double timeout, bool blocking) {
+      .def("recv", [](Comm& c, py::handle x, int peer, int tag, double timeout, bool blocking) {
+        ArrayView buffer = viewArray(x, "x", true);
         RecvOptions o;
-        o.buffer = reinterpret_cast<void*>(buffer);
-        o.bytes = bytes; o.peer = peer; o.tag = tag; o.timeout = toMilliseconds(timeout);
+        o.buffer = buffer.data; o.bytes = buffer.count * elementSize(buffer.type); o.peer = peer;
+        o.tag = tag; o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::recv);
       })
       .def("abort", &Comm::abort, py::arg("reason") = "abort() called",
            py::call_guard<py::gil_scoped_release>())
       .def("shutdown", &Comm::shutdown, py::call_guard<py::gil_scoped_release>());
+
+  m.def("view_array", [](py::handle obj, const char* name, bool writable) {
+    ArrayView view = viewArray(obj, name, writable);
+    return py::make_tuple(reinterpret_cast<uintptr_t>(view.data), view.count, view.type);
+  }, py::arg("obj"), py::arg("name") = "x", py::arg("writable") = false);
 
   m.def("read_dlpack", [](const py::capsule& capsule) {
     bindings::DlpackView v = bindings::readDlpack(capsule);

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ringcomm import _core
-from ringcomm._buffers import Buffer, as_buffer, empty_like
+from ringcomm._buffers import empty_like, shape_of, split_shape, stacked_shape
 from ringcomm._environment import LaunchEnvironment, detect
 from ringcomm.ops import SUM, as_op
 
@@ -33,24 +33,14 @@ class Work:
         return self.wait()
 
 
+_ALGORITHM_VALUES = {name: _core.parse_algorithm(name) for name in _ALGORITHMS}
+
+
 def _check_algorithm(algorithm: str) -> "_core.Algorithm":
-    if algorithm not in _ALGORITHMS:
+    value = _ALGORITHM_VALUES.get(algorithm)
+    if value is None:
         raise ValueError(f"algorithm must be one of {sorted(_ALGORITHMS)}; got {algorithm!r}")
-    return _core.parse_algorithm(algorithm)
-
-
-def _check_same_type(a: Buffer, b: Buffer, a_name: str, b_name: str) -> None:
-    if a.dtype != b.dtype:
-        raise TypeError(f"{b_name} has dtype {b.dtype.name} but {a_name} has {a.dtype.name}")
-
-
-def _leading_split(buffer: Buffer, parts: int, name: str) -> tuple:
-    """Shape of one of `parts` equal pieces of `buffer` along its first axis."""
-    shape = buffer.shape or (1,)
-    if shape[0] % parts != 0:
-        raise ValueError(f"{name} has {shape[0]} rows along its first axis, which does not split "
-                         f"evenly across {parts} ranks")
-    return (shape[0] // parts,) + tuple(shape[1:])
+    return value
 
 
 class Communicator:
@@ -104,158 +94,100 @@ class Communicator:
     def _timeout(timeout: Optional[float]) -> float:
         if timeout is None:
             return 0.0
-        if timeout <= 0:
+        if not timeout > 0:
             raise ValueError(f"timeout must be positive seconds; got {timeout}")
         return float(timeout)
 
-    @staticmethod
-    def _finish(work, result, async_op: bool, keepalive: tuple):
-        if async_op:
-            return Work(work, result, keepalive)
-        return result
+    # Each collective checks shapes and allocates here, the bindings decode the arrays, and then
+    # the call either waits (blocking: it returns the result) or returns a Work holding the arrays.
 
     # ---- collectives ----------------------------------------------------------------------
     def allreduce(self, x, out=None, op=SUM, algorithm: str = "auto", async_op: bool = False,
                   timeout: Optional[float] = None):
         """Reduces ``x`` over all ranks into ``out`` (default: ``x`` itself)."""
-        src = as_buffer(x, "x", writable=out is None)
+        work = self._core.allreduce(x, out, as_op(op), _check_algorithm(algorithm),
+                                    self._timeout(timeout), not async_op)
         result = x if out is None else out
-        dst = src if out is None else as_buffer(out, "out", writable=True)
-        if out is not None:
-            _check_same_type(src, dst, "x", "out")
-            if dst.count != src.count:
-                raise ValueError(f"out has {dst.count} elements but x has {src.count}")
-        work = self._core.allreduce(src.address, dst.address, src.count, src.dtype, as_op(op),
-                                    _check_algorithm(algorithm), self._timeout(timeout), not async_op)
-        return self._finish(work, result, async_op, (src, dst))
+        return Work(work, result, (x, out)) if async_op else result
 
     def reduce_scatter(self, x, out=None, op=SUM, async_op: bool = False,
                        timeout: Optional[float] = None):
-        """Reduces ``x`` over all ranks; rank r receives rows r*n/size..(r+1)*n/size."""
-        src = as_buffer(x, "x")
+        """Reduces ``x`` over all ranks; rank r receives block r of its first axis."""
         if out is None:
-            out = empty_like(x, _leading_split(src, self.size, "x"))
-        dst = as_buffer(out, "out", writable=True)
-        _check_same_type(src, dst, "x", "out")
-        if src.count != dst.count * self.size:
-            raise ValueError(f"x must hold size * len(out) = {dst.count * self.size} elements; "
-                             f"it holds {src.count}")
-        work = self._core.reduce_scatter(src.address, dst.address, dst.count, src.dtype, as_op(op),
-                                         self._timeout(timeout), not async_op)
-        return self._finish(work, out, async_op, (src, dst))
+            out = empty_like(x, split_shape(x, self.size, "x"))
+        work = self._core.reduce_scatter(x, out, as_op(op), self._timeout(timeout), not async_op)
+        return Work(work, out, (x, out)) if async_op else out
 
     def allgather(self, x, out=None, async_op: bool = False, timeout: Optional[float] = None):
         """Concatenates every rank's ``x`` along the first axis, in rank order."""
-        src = as_buffer(x, "x")
         if out is None:
-            shape = src.shape or (1,)
-            out = empty_like(x, (shape[0] * self.size,) + tuple(shape[1:]))
-        dst = as_buffer(out, "out", writable=True)
-        _check_same_type(src, dst, "x", "out")
-        if dst.count != src.count * self.size:
-            raise ValueError(f"out must hold size * len(x) = {src.count * self.size} elements; "
-                             f"it holds {dst.count}")
-        work = self._core.allgather(src.address, dst.address, src.count, src.dtype,
-                                    self._timeout(timeout), not async_op)
-        return self._finish(work, out, async_op, (src, dst))
+            out = empty_like(x, stacked_shape(x, self.size))
+        work = self._core.allgather(x, out, self._timeout(timeout), not async_op)
+        return Work(work, out, (x, out)) if async_op else out
 
     def broadcast(self, x, root: int = 0, async_op: bool = False, timeout: Optional[float] = None):
         """Copies the root's ``x`` into every rank's ``x``."""
-        buf = as_buffer(x, "x", writable=True)
-        work = self._core.broadcast(buf.address, buf.count, buf.dtype, root, self._timeout(timeout),
-                                    not async_op)
-        return self._finish(work, x, async_op, (buf,))
+        work = self._core.broadcast(x, root, self._timeout(timeout), not async_op)
+        return Work(work, x, (x,)) if async_op else x
 
     def reduce(self, x, out=None, op=SUM, root: int = 0, async_op: bool = False,
                timeout: Optional[float] = None):
-        """Reduces ``x`` over all ranks into the root's ``out`` (default: its ``x``)."""
-        src = as_buffer(x, "x", writable=out is None and self.rank == root)
-        dst = src
-        if out is not None:
-            dst = as_buffer(out, "out", writable=True)
-            _check_same_type(src, dst, "x", "out")
-            if dst.count != src.count:
-                raise ValueError(f"out has {dst.count} elements but x has {src.count}")
+        """Reduces ``x`` over all ranks into the root's ``out`` (default: its ``x``); others get None."""
+        work = self._core.reduce(x, out, as_op(op), root, self._timeout(timeout), not async_op)
         result = (x if out is None else out) if self.rank == root else None
-        work = self._core.reduce(src.address, dst.address, src.count, src.dtype, as_op(op), root,
-                                 self._timeout(timeout), not async_op)
-        return self._finish(work, result, async_op, (src, dst))
+        return Work(work, result, (x, out)) if async_op else result
 
     def alltoall(self, x, out=None, async_op: bool = False, timeout: Optional[float] = None):
         """Block j (along the first axis) of rank i's ``x`` lands in block i of rank j's ``out``."""
-        src = as_buffer(x, "x")
-        _leading_split(src, self.size, "x")
+        split_shape(x, self.size, "x")
         if out is None:
-            out = empty_like(x, src.shape)
-        dst = as_buffer(out, "out", writable=True)
-        _check_same_type(src, dst, "x", "out")
-        if dst.count != src.count:
-            raise ValueError(f"out has {dst.count} elements but x has {src.count}")
-        work = self._core.alltoall(src.address, dst.address, src.count // self.size, src.dtype,
-                                   self._timeout(timeout), not async_op)
-        return self._finish(work, out, async_op, (src, dst))
+            out = empty_like(x, shape_of(x))
+        work = self._core.alltoall(x, out, self._timeout(timeout), not async_op)
+        return Work(work, out, (x, out)) if async_op else out
 
     def gather(self, x, out=None, root: int = 0, async_op: bool = False,
                timeout: Optional[float] = None):
         """The root receives every rank's ``x``, concatenated in rank order; others get None."""
-        src = as_buffer(x, "x")
-        dst, result = None, None
-        if self.rank == root:
-            if out is None:
-                shape = src.shape or (1,)
-                out = empty_like(x, (shape[0] * self.size,) + tuple(shape[1:]))
-            dst = as_buffer(out, "out", writable=True)
-            _check_same_type(src, dst, "x", "out")
-            if dst.count != src.count * self.size:
-                raise ValueError(f"out must hold size * len(x) = {src.count * self.size} elements; "
-                                 f"it holds {dst.count}")
-            result = out
-        work = self._core.gather(src.address, dst.address if dst else 0, src.count, src.dtype, root,
-                                 self._timeout(timeout), not async_op)
-        return self._finish(work, result, async_op, (src, dst))
+        if self.rank != root:
+            out = None
+        elif out is None:
+            out = empty_like(x, stacked_shape(x, self.size))
+        work = self._core.gather(x, out, root, self._timeout(timeout), not async_op)
+        return Work(work, out, (x, out)) if async_op else out
 
     def scatter(self, x=None, out=None, root: int = 0, async_op: bool = False,
                 timeout: Optional[float] = None):
         """Rank r receives block r (along the first axis) of the root's ``x``.
 
-        Non-root ranks pass ``out`` (their block's shape and dtype); the root may omit it.
+        Ranks other than the root pass ``out`` (their block's shape and dtype); the root may omit it.
         """
-        src = None
         if self.rank == root:
             if x is None:
                 raise ValueError("scatter: the root must pass x")
-            src = as_buffer(x, "x")
             if out is None:
-                out = empty_like(x, _leading_split(src, self.size, "x"))
-        elif out is None:
-            raise ValueError("scatter: ranks other than the root must pass out")
-        dst = as_buffer(out, "out", writable=True)
-        if src is not None:
-            _check_same_type(src, dst, "x", "out")
-            if src.count != dst.count * self.size:
-                raise ValueError(f"x must hold size * len(out) = {dst.count * self.size} elements; "
-                                 f"it holds {src.count}")
-        work = self._core.scatter(src.address if src else 0, dst.address, dst.count, dst.dtype, root,
-                                  self._timeout(timeout), not async_op)
-        return self._finish(work, out, async_op, (src, dst))
+                out = empty_like(x, split_shape(x, self.size, "x"))
+        else:
+            if out is None:
+                raise ValueError("scatter: ranks other than the root must pass out")
+            x = None
+        work = self._core.scatter(x, out, root, self._timeout(timeout), not async_op)
+        return Work(work, out, (x, out)) if async_op else out
 
     def barrier(self, async_op: bool = False, timeout: Optional[float] = None):
         work = self._core.barrier(self._timeout(timeout), not async_op)
-        return self._finish(work, None, async_op, ())
+        return Work(work, None, ()) if async_op else None
 
     def send(self, x, dest: int, tag: int = 0, async_op: bool = False,
              timeout: Optional[float] = None):
         """Sends ``x`` to ``dest``; the matching ``recv`` must use the same size and tag."""
-        buf = as_buffer(x, "x")
-        work = self._core.send(buf.address, buf.nbytes, dest, tag, self._timeout(timeout), not async_op)
-        return self._finish(work, None, async_op, (buf,))
+        work = self._core.send(x, dest, tag, self._timeout(timeout), not async_op)
+        return Work(work, None, (x,)) if async_op else None
 
     def recv(self, x, source: int, tag: int = 0, async_op: bool = False,
              timeout: Optional[float] = None):
         """Receives into ``x`` from ``source``."""
-        buf = as_buffer(x, "x", writable=True)
-        work = self._core.recv(buf.address, buf.nbytes, source, tag, self._timeout(timeout), not async_op)
-        return self._finish(work, x, async_op, (buf,))
+        work = self._core.recv(x, source, tag, self._timeout(timeout), not async_op)
+        return Work(work, x, (x,)) if async_op else x
 
     # ---- lifetime -------------------------------------------------------------------------
     def abort(self, reason: str = "abort() called") -> None:

@@ -13,7 +13,7 @@ _BY_NAME = {"sum": SUM, "avg": AVG, "mean": AVG, "min": MIN, "max": MAX, "prod":
 
 
 def as_op(op) -> ReduceOp:
-    if isinstance(op, ReduceOp):
+    if type(op) is ReduceOp:
         return op
     if isinstance(op, str) and op.lower() in _BY_NAME:
         return _BY_NAME[op.lower()]

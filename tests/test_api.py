@@ -55,7 +55,7 @@ def test_read_only_input_for_in_place(comm):
 
 def test_bad_arguments(comm):
     x = np.zeros(4, np.float32)
-    with pytest.raises(ValueError, match="out has 3 elements"):
+    with pytest.raises(ValueError, match="out must hold 4 elements; it holds 3"):
         comm.allreduce(x, out=np.zeros(3, np.float32))
     with pytest.raises(TypeError, match="dtype"):
         comm.allreduce(x, out=np.zeros(4, np.float64))
@@ -69,7 +69,7 @@ def test_bad_arguments(comm):
         comm.send(x, dest=0)
     with pytest.raises(ValueError, match="timeout"):
         comm.allreduce(x, timeout=-1)
-    with pytest.raises(ValueError, match="x must hold size"):
+    with pytest.raises(ValueError, match=r"x \(size \* len\(out\)\) must hold 3 elements; it holds 4"):
         comm.reduce_scatter(x, out=np.zeros(3, np.float32))
     with pytest.raises(ValueError, match="ranks other than the root|must pass"):
         comm.scatter(None, root=0)

@@ -50,11 +50,11 @@ def _peers(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _positive(kind):
+def _at_least(kind, least):
     def parse(text: str):
         value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive; got {text}")
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}; got {text}")
         return value
     return parse
 
@@ -71,23 +71,24 @@ def build_parser() -> argparse.ArgumentParser:
     sizes.add_argument("-e", "--maxbytes", type=_size, help=f"sweep to (default {_DEFAULT_END})")
     sizes.add_argument("-f", "--stepfactor", type=int, default=_DEFAULT_FACTOR,
                        help=f"sweep factor (default {_DEFAULT_FACTOR})")
-    parser.add_argument("-np", "-n", dest="nranks", type=_positive(int),
+    parser.add_argument("-np", "-n", dest="nranks", type=_at_least(int, 1),
                         help=f"ranks (default: one per core, {machine.cores()} here)")
     parser.add_argument("--algorithm", choices=("auto", "ring", "tree", "direct"), default="auto",
                         help="ringcomm all-reduce algorithm (default auto: the cost model's)")
     parser.add_argument("--transport", choices=("auto", "tcp", "shm"), default="auto")
     parser.add_argument("--dtype", choices=DTYPES, default="float32")
     parser.add_argument("--op", choices=OPS, help="reduction (default sum)")
-    parser.add_argument("--iters", type=_positive(int),
+    parser.add_argument("--iters", type=_at_least(int, 1),
                         help="timed calls per size (default: enough for --min-time, 3..1000)")
-    parser.add_argument("--warmup", type=int, help="untimed calls first (default: adaptive)")
-    parser.add_argument("--min-time", type=_positive(float), default=0.3,
+    parser.add_argument("--warmup", type=_at_least(int, 0),
+                        help="untimed calls first (default: adaptive)")
+    parser.add_argument("--min-time", type=_at_least(float, 0.001), default=0.3,
                         help="seconds of timed calls per size when adaptive (default 0.3)")
     parser.add_argument("--check", action="store_true", help="verify results (#wrong column)")
     parser.add_argument("--compare", type=_peers, default=[], metavar="gloo,mpi",
                         help="also run these peers, same sizes, ranks and dtype")
     parser.add_argument("--json", metavar="PATH", help="write all results here")
-    parser.add_argument("--timeout", type=_positive(float),
+    parser.add_argument("--timeout", type=_at_least(float, 1.0),
                         help="seconds each implementation's run may take (default: from sizes)")
     parser.add_argument("--quiet", action="store_true", help="no progress messages")
     return parser
@@ -140,12 +141,10 @@ def _run_as_rank(args, parser, command: str) -> int:
     """Under mpirun/torchrun/ringcomm-run: this process is one ringcomm rank."""
     from ringcomm.bench import ringcomm_worker
 
-    sizes = requested_sizes(args, parser)
+    plan = make_plan(args, requested_sizes(args, parser), nranks=1)  # deadline unused here
     out = report.console()
-    provisional = make_plan(args, sizes, nranks=1)
-    comm = ringcomm_worker.connect(provisional)
+    comm = ringcomm_worker.connect(plan)
     try:
-        plan = make_plan(args, sizes, comm.size)
         bandwidth = limit = None
         if comm.rank == 0:
             info = machine.describe()

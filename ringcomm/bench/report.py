@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 from rich.console import Console
 
 from ringcomm.bench import table
-from ringcomm.bench.collectives import limit_formula
+from ringcomm.bench.collectives import REDUCING, limit_formula
 from ringcomm.bench.compare import comparison_rows
 from ringcomm.bench.launchers import Outcome
 from ringcomm.bench.memory_bandwidth import MemoryBandwidth
@@ -54,11 +54,12 @@ def _sizes(sizes: Sequence[int]) -> str:
 def header_lines(command: str, machine: dict, plan: Plan, nranks: int) -> list[str]:
     versions = ", ".join(f"{k} {v}" for k, v in machine["versions"].items())
     memory = f", {machine['memory_gib']:.1f} GiB" if machine.get("memory_gib") else ""
+    op = f", op {plan.op}" if plan.collective in REDUCING else ""
     return [
         f"# {command}",
         f"# machine: {machine['cpu']}, {machine['cores']} cores{memory}; "
         f"python {machine['python']}; {versions}",
-        f"# {plan.collective}: {nranks} ranks on one host, {plan.dtype}, op {plan.op}, "
+        f"# {plan.collective}: {nranks} ranks on one host, {plan.dtype}{op}, "
         f"algorithm {plan.algorithm}, transport {plan.transport}, {_sizes(plan.sizes)}",
     ]
 
@@ -71,7 +72,8 @@ def limit_lines(collective: str, nranks: int, bandwidth: Optional[MemoryBandwidt
         f"# memory bandwidth B_mem: {bandwidth.gbps:.2f} GB/s read+write ({bandwidth.processes} "
         f"processes each np.copyto of {human(bandwidth.buffer_bytes)} at once, best of several)",
         f"# single-host limit: {collective} busbw <= {limit_formula(collective)} = "
-        f"{limit:.2f} GB/s (p = {nranks})",
+        f"{limit:.2f} GB/s (p = {nranks}); a DRAM bound: sizes whose buffers fit in cache can "
+        f"exceed it",
     ]
 
 

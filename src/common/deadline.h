@@ -1,25 +1,63 @@
-// Time bookkeeping of one collective: when it started, when it must end, and what to call it in an
-// error message. Every blocking wait in the core takes an Operation.
+// Time bookkeeping of one collective: when it started, when it must end, and what to call it in
+// an error message. Every blocking wait in the core takes an Operation.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace ringcomm {
 
 using Clock = std::chrono::steady_clock;
 
+// What an operation is, kept as plain fields (pointers to string literals) and turned into text
+// only when an error needs it: a small collective must not pay for building a sentence it never
+// prints.
+struct OperationLabel {
+  const char* collective = "operation";  // "allreduce", "send", "connecting to peers"...
+  const char* algorithm = nullptr;       // "ring" (all-reduce only)
+  const char* reduceOp = nullptr;        // "sum"
+  const char* type = nullptr;            // "float32"
+  size_t count = 0;                      // elements (per rank where perRank)
+  bool perRank = false;
+  int root = -1;
+  int peer = -1;                         // send / recv
+  int tag = 0;
+  size_t bytes = 0;                      // send / recv
+  int64_t sequence = -1;                 // collective sequence number, -1 if none
+
+  std::string describe() const {
+    std::string text = collective;
+    std::string details;
+    auto add = [&details](const std::string& part) {
+      details += (details.empty() ? "" : ", ") + part;
+    };
+    if (algorithm != nullptr) add(algorithm);
+    if (reduceOp != nullptr) add(reduceOp);
+    if (root >= 0) add("root " + std::to_string(root));
+    if (peer >= 0) add("rank " + std::to_string(peer) + ", tag " + std::to_string(tag) + ", " +
+                       std::to_string(bytes) + " bytes");
+    if (type != nullptr) {
+      add(std::to_string(count) + " x " + type + (perRank ? " per rank" : ""));
+    }
+    if (!details.empty()) text += " (" + details + ")";
+    if (sequence >= 0) text += " #" + std::to_string(sequence);
+    return text;
+  }
+};
+
 struct Operation {
-  std::string name;  // "allreduce #12 (ring, float32 sum, 4194304 bytes)"
+  OperationLabel label;
   int rank = -1;
   Clock::time_point start = Clock::now();
   Clock::time_point deadline = Clock::time_point::max();
 
   Operation() = default;
-  Operation(std::string operationName, int thisRank, std::chrono::milliseconds timeout)
-      : name(std::move(operationName)), rank(thisRank), start(Clock::now()),
-        deadline(start + timeout) {}
+  Operation(OperationLabel what, int thisRank, std::chrono::milliseconds timeout)
+      : label(what), rank(thisRank), start(Clock::now()), deadline(start + timeout) {}
 
+  std::string name() const { return label.describe(); }
   bool expired() const { return Clock::now() >= deadline; }
   double elapsedSeconds() const {
     return std::chrono::duration<double>(Clock::now() - start).count();

@@ -13,14 +13,14 @@ namespace ringcomm {
 inline std::string describeFailure(const Operation& op, const std::string& what) {
   char seconds[32];
   std::snprintf(seconds, sizeof(seconds), "%.2f", op.elapsedSeconds());
-  return "ringcomm: " + op.name + " on rank " + std::to_string(op.rank) + ": " + what +
+  return "ringcomm: " + op.name() + " on rank " + std::to_string(op.rank) + ": " + what +
          " after " + seconds + " s";
 }
 
 template <typename ErrorType>
 [[noreturn]] void raisePeerFailure(const Operation& op, int peer, const std::string& what) {
   throw ErrorType(describeFailure(op, what),
-                  FailureContext{op.name, op.rank, peer, op.elapsedSeconds()});
+                  FailureContext{op.name(), op.rank, peer, op.elapsedSeconds()});
 }
 
 }  // namespace ringcomm

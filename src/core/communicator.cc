@@ -39,8 +39,15 @@ int availableCores() {
   return static_cast<int>(std::thread::hardware_concurrency());
 }
 
-std::string describeBytes(size_t count, DataType type) {
-  return std::to_string(count) + " x " + toString(type);
+OperationLabel labelOf(const char* collective, size_t count, DataType type, bool perRank = false,
+                       int root = -1) {
+  OperationLabel label;
+  label.collective = collective;
+  label.count = count;
+  label.type = toString(type);
+  label.perRank = perRank;
+  label.root = root;
+  return label;
 }
 
 class CommunicatorImpl : public Communicator {
@@ -97,9 +104,10 @@ class CommunicatorImpl : public Communicator {
           "allreduce: algorithm 'direct' needs every rank on this host, connected through shared "
           "memory (RINGCOMM_TRANSPORT=auto or shm); use 'ring' or 'tree'");
     }
-    std::string name = std::string("allreduce (") + toString(algorithm) + ", " + toString(o.op) +
-                       ", " + describeBytes(o.count, o.type) + ")";
-    return enqueue(CollectiveKind::Allreduce, o, name, [this, o, algorithm](const algorithms::Context& ctx) {
+    OperationLabel label = labelOf("allreduce", o.count, o.type);
+    label.algorithm = toString(algorithm);
+    label.reduceOp = toString(o.op);
+    return enqueue(CollectiveKind::Allreduce, o, label, [this, o, algorithm](const algorithms::Context& ctx) {
       switch (algorithm) {
         case Algorithm::Direct:
           direct_->allreduce(ctx.op, ctx.tag, o.input, o.output, o.count, o.type, o.op);
@@ -116,21 +124,25 @@ class CommunicatorImpl : public Communicator {
   WorkPtr reduceScatter(const ReduceScatterOptions& o) override {
     o.validate();
     return enqueue(CollectiveKind::ReduceScatter, o,
-                   "reduce_scatter (" + describeBytes(o.count, o.type) + " per rank)",
+                   [&] {
+                     OperationLabel label = labelOf("reduce_scatter", o.count, o.type, true);
+                     label.reduceOp = toString(o.op);
+                     return label;
+                   }(),
                    [o](const algorithms::Context& ctx) { algorithms::reduceScatter(ctx, o); });
   }
 
   WorkPtr allgather(const AllgatherOptions& o) override {
     o.validate();
     return enqueue(CollectiveKind::Allgather, o,
-                   "allgather (" + describeBytes(o.count, o.type) + " per rank)",
+                   labelOf("allgather", o.count, o.type, true),
                    [o](const algorithms::Context& ctx) { algorithms::allgather(ctx, o); });
   }
 
   WorkPtr broadcast(const BroadcastOptions& o) override {
     o.validate(size_);
     return enqueue(CollectiveKind::Broadcast, o,
-                   "broadcast (root " + std::to_string(o.root) + ", " + describeBytes(o.count, o.type) + ")",
+                   labelOf("broadcast", o.count, o.type, false, o.root),
                    [o](const algorithms::Context& ctx) { algorithms::broadcast(ctx, o); });
   }
 
@@ -140,33 +152,39 @@ class CommunicatorImpl : public Communicator {
       throw InvalidArgument("reduce: output is null on the root");
     }
     return enqueue(CollectiveKind::Reduce, o,
-                   "reduce (root " + std::to_string(o.root) + ", " + describeBytes(o.count, o.type) + ")",
+                   [&] {
+                     OperationLabel label = labelOf("reduce", o.count, o.type, false, o.root);
+                     label.reduceOp = toString(o.op);
+                     return label;
+                   }(),
                    [o](const algorithms::Context& ctx) { algorithms::reduce(ctx, o); });
   }
 
   WorkPtr alltoall(const AlltoallOptions& o) override {
     o.validate();
     return enqueue(CollectiveKind::Alltoall, o,
-                   "alltoall (" + describeBytes(o.count, o.type) + " per peer)",
+                   labelOf("alltoall", o.count, o.type, true),
                    [o](const algorithms::Context& ctx) { algorithms::alltoall(ctx, o); });
   }
 
   WorkPtr gather(const GatherOptions& o) override {
     o.validate(size_, rank_);
     return enqueue(CollectiveKind::Gather, o,
-                   "gather (root " + std::to_string(o.root) + ", " + describeBytes(o.count, o.type) + ")",
+                   labelOf("gather", o.count, o.type, true, o.root),
                    [o](const algorithms::Context& ctx) { algorithms::gather(ctx, o); });
   }
 
   WorkPtr scatter(const ScatterOptions& o) override {
     o.validate(size_, rank_);
     return enqueue(CollectiveKind::Scatter, o,
-                   "scatter (root " + std::to_string(o.root) + ", " + describeBytes(o.count, o.type) + ")",
+                   labelOf("scatter", o.count, o.type, true, o.root),
                    [o](const algorithms::Context& ctx) { algorithms::scatter(ctx, o); });
   }
 
   WorkPtr barrier(const BarrierOptions& o) override {
-    return enqueue(CollectiveKind::Barrier, o, "barrier", [this](const algorithms::Context& ctx) {
+    OperationLabel label;
+    label.collective = "barrier";
+    return enqueue(CollectiveKind::Barrier, o, label, [this](const algorithms::Context& ctx) {
       if (direct_) {
         direct_->barrier(ctx.op, ctx.tag);
       } else {
@@ -177,8 +195,7 @@ class CommunicatorImpl : public Communicator {
 
   WorkPtr send(const SendOptions& o) override {
     o.validate(size_, rank_);
-    return enqueuePointToPoint(o, "send to rank " + std::to_string(o.peer) + " (tag " +
-                                      std::to_string(o.tag) + ", " + std::to_string(o.bytes) + " bytes)",
+    return enqueuePointToPoint(o, pointToPointLabel("send", o.peer, o.tag, o.bytes),
                                [o](const algorithms::Context& ctx) {
                                  ctx.transport.wait(ctx.transport.postSend(o.peer, o.buffer, o.bytes, userTag(o.tag)), ctx.op);
                                });
@@ -186,8 +203,7 @@ class CommunicatorImpl : public Communicator {
 
   WorkPtr recv(const RecvOptions& o) override {
     o.validate(size_, rank_);
-    return enqueuePointToPoint(o, "recv from rank " + std::to_string(o.peer) + " (tag " +
-                                      std::to_string(o.tag) + ", " + std::to_string(o.bytes) + " bytes)",
+    return enqueuePointToPoint(o, pointToPointLabel("recv", o.peer, o.tag, o.bytes),
                                [o](const algorithms::Context& ctx) {
                                  ctx.transport.wait(ctx.transport.postRecv(o.peer, o.buffer, o.bytes, userTag(o.tag)), ctx.op);
                                });
@@ -216,6 +232,7 @@ class CommunicatorImpl : public Communicator {
     std::lock_guard<std::mutex> lock(stateMutex_);
     if (!closedReason_.empty()) return false;
     closedReason_ = reason;
+    closed_.store(true, std::memory_order_release);
     return true;
   }
 
@@ -269,32 +286,42 @@ class CommunicatorImpl : public Communicator {
     throw PeerError(what, error.context());
   }
 
-  template <typename Options, typename Body>
-  WorkPtr enqueue(CollectiveKind kind, const Options& options, const std::string& name, Body body) {
-    std::lock_guard<std::mutex> lock(submitMutex_);
-    const uint64_t sequence = sequence_++;
-    return submit(options, name + " #" + std::to_string(sequence), collectiveTag(sequence, kind),
-                  std::move(body));
+  static OperationLabel pointToPointLabel(const char* what, int peer, int tag, size_t bytes) {
+    OperationLabel label;
+    label.collective = what;
+    label.peer = peer;
+    label.tag = tag;
+    label.bytes = bytes;
+    return label;
   }
 
   template <typename Options, typename Body>
-  WorkPtr enqueuePointToPoint(const Options& options, const std::string& name, Body body) {
+  WorkPtr enqueue(CollectiveKind kind, const Options& options, OperationLabel label, Body body) {
     std::lock_guard<std::mutex> lock(submitMutex_);
-    return submit(options, name, 0, std::move(body));
+    const uint64_t sequence = sequence_++;
+    label.sequence = static_cast<int64_t>(sequence);
+    return submit(options, label, collectiveTag(sequence, kind), std::move(body));
+  }
+
+  template <typename Options, typename Body>
+  WorkPtr enqueuePointToPoint(const Options& options, OperationLabel label, Body body) {
+    std::lock_guard<std::mutex> lock(submitMutex_);
+    return submit(options, label, 0, std::move(body));
+  }
+
+  void throwIfClosed(const OperationLabel& label) {
+    if (!closed_.load(std::memory_order_acquire)) return;
+    throw CommunicatorClosed("ringcomm: " + label.describe() + ": " + closedReason());
   }
 
   template <typename Body>
-  WorkPtr submit(const CommonOptions& options, std::string name, uint32_t tag, Body body) {
-    {
-      std::string reason = closedReason();
-      if (!reason.empty()) throw CommunicatorClosed("ringcomm: " + name + ": " + reason);
-    }
+  WorkPtr submit(const CommonOptions& options, const OperationLabel& label, uint32_t tag, Body body) {
+    throwIfClosed(label);
     const std::chrono::milliseconds timeout =
         options.timeout.count() > 0 ? options.timeout : config_.timeout;
-    auto task = [this, name = std::move(name), tag, timeout, body = std::move(body)]() {
-      std::string reason = closedReason();
-      if (!reason.empty()) throw CommunicatorClosed("ringcomm: " + name + ": " + reason);
-      const Operation op(name, rank_, timeout);
+    auto task = [this, label, tag, timeout, body = std::move(body)]() {
+      throwIfClosed(label);
+      const Operation op(label, rank_, timeout);
       algorithms::Context ctx{rank_, size_, *transport_, op, tag, config_.segmentBytes, scratch_};
       try {
         body(ctx);
@@ -323,6 +350,7 @@ class CommunicatorImpl : public Communicator {
   uint64_t sequence_ = 0;
   std::mutex stateMutex_;
   std::string closedReason_;
+  std::atomic<bool> closed_{false};  // closedReason_ is set: checked on every call without a lock
   bool shutDown_ = false;
   std::unique_ptr<engine::Engine> engine_;  // created last, stopped first
 };

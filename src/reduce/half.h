@@ -2,8 +2,9 @@
 // hardware ones: IEEE binary16 as x86 F16C does it (vcvtph2ps / vcvtps2ph with round to nearest
 // even), bfloat16 as the upper half of a float32.
 //
-// Only integer operations are used, so the results do not depend on the FPU's rounding mode or on
-// flush-to-zero / denormals-are-zero settings a host process may have turned on.
+// The results do not depend on the FPU's rounding mode or on flush-to-zero / denormals-are-zero
+// settings a host process may have turned on: rounding is integer arithmetic, and the one float
+// operation (widening a binary16 subnormal) is exact on normal numbers.
 //
 // NaN handling matches F16C (checked against it for every one of the 2^32 float inputs): a NaN
 // keeps its sign and the top bits of its payload, and comes out quiet.
@@ -45,40 +46,39 @@ constexpr int kFloatMantissaBits = 23;
 constexpr int kHalfToFloatMantissaShift = kFloatMantissaBits - kHalfMantissaBits;
 // Difference of the exponent biases (127 - 15), placed in the float32 exponent field.
 constexpr uint32_t kHalfToFloatRebias = uint32_t{127 - 15} << kFloatMantissaBits;
+// The value of one binary16 subnormal unit, 2^-24.
+constexpr float kHalfSubnormalUnit = 0x1p-24f;
 // The smallest normal binary16, 2^-14, as float32 bits.
 constexpr uint32_t kHalfMinNormalAsFloat = 0x38800000u;
-// Half of the smallest binary16 subnormal (2^-25): at or below it everything rounds to zero
-// (exactly 2^-25 is a tie, and zero is the even neighbour).
-constexpr uint32_t kHalfZeroThresholdAsFloat = 0x33000000u;
 // 65520 = 65504 (largest finite binary16) plus half an ulp: from there on, round to infinity.
 constexpr uint32_t kHalfOverflowThresholdAsFloat = 0x477FF000u;
 
+// Both conversions compute every case and select one, without branches: element loops over them
+// then vectorise wherever the target has per-lane variable shifts (NEON, AVX2), which is what
+// makes the portable float16 kernels usable on aarch64.
+
 inline float halfBitsToFloat(uint16_t half) {
   const uint32_t sign = (uint32_t{half} & kHalfSignBit) << 16;
-  const uint32_t exponent = uint32_t{half} & kHalfExponentMask;
-  uint32_t mantissa = uint32_t{half} & kHalfMantissaMask;
+  const uint32_t magnitude = uint32_t{half} & ~kHalfSignBit;
+  const uint32_t exponent = magnitude & kHalfExponentMask;
+  const uint32_t mantissa = magnitude & kHalfMantissaMask;
 
-  if (exponent == kHalfExponentMask) {  // infinity or NaN
-    const uint32_t quiet = mantissa != 0 ? kFloatQuietBit : 0;
-    return floatFromBits(sign | kFloatExponentMask | quiet |
-                         (mantissa << kHalfToFloatMantissaShift));
-  }
-  if (exponent != 0) {  // normal
-    return floatFromBits(sign | (((exponent | mantissa) << kHalfToFloatMantissaShift) +
-                                 kHalfToFloatRebias));
-  }
-  if (mantissa == 0) return floatFromBits(sign);  // signed zero
+  const uint32_t normal = (magnitude << kHalfToFloatMantissaShift) + kHalfToFloatRebias;
+  // Infinity or NaN; a NaN comes out quiet.
+  const uint32_t special = (magnitude << kHalfToFloatMantissaShift) | kFloatExponentMask |
+                           (mantissa != 0 ? kFloatQuietBit : 0);
+  // Subnormal or zero: mantissa * 2^-24. The integer converts exactly and the power-of-two
+  // scaling leaves a normal float, so neither the rounding mode nor FTZ/DAZ can change the bits.
+  const uint32_t subnormal =
+      floatBits(static_cast<float>(static_cast<int32_t>(mantissa)) * kHalfSubnormalUnit);
 
-  // Subnormal: value = mantissa * 2^-24, a normal float32. Shift the leading one up to the
-  // implicit-bit position and lower the exponent by the same amount.
-  uint32_t floatExponent = kHalfMinNormalAsFloat >> kFloatMantissaBits;  // 2^-14
-  while ((mantissa & (kHalfMantissaMask + 1)) == 0) {
-    mantissa <<= 1;
-    --floatExponent;
-  }
-  mantissa &= kHalfMantissaMask;
-  return floatFromBits(sign | (floatExponent << kFloatMantissaBits) |
-                       (mantissa << kHalfToFloatMantissaShift));
+  // Selected with masks rather than `?:`: the compiler will not hoist a float multiply out of a
+  // conditional (it might trap), so a conditional here would stay a branch and block vectorising.
+  const uint32_t isSpecial = 0u - static_cast<uint32_t>(exponent == kHalfExponentMask);
+  const uint32_t isSubnormal = 0u - static_cast<uint32_t>(exponent == 0);
+  const uint32_t bits = (special & isSpecial) | (subnormal & isSubnormal) |
+                        (normal & ~(isSpecial | isSubnormal));
+  return floatFromBits(sign | bits);
 }
 
 inline uint16_t floatToHalfBits(float value) {
@@ -86,34 +86,37 @@ inline uint16_t floatToHalfBits(float value) {
   const uint32_t sign = (bits >> 16) & kHalfSignBit;
   const uint32_t magnitude = bits & kFloatAbsMask;
 
-  if (magnitude > kFloatExponentMask) {  // NaN: keep the payload's top bits, make it quiet
-    return static_cast<uint16_t>(sign | kHalfExponentMask | kHalfQuietBit |
-                                 ((magnitude >> kHalfToFloatMantissaShift) & kHalfMantissaMask));
-  }
-  if (magnitude >= kHalfOverflowThresholdAsFloat) {  // overflow, or infinity itself
-    return static_cast<uint16_t>(sign | kHalfExponentMask);
-  }
-  if (magnitude >= kHalfMinNormalAsFloat) {
-    // Round the 13 dropped bits to nearest even: add just under half an ulp, plus one when the
-    // kept part is odd, and let a carry ripple into the exponent (it cannot reach infinity,
-    // the overflow threshold above caught those values).
-    const uint32_t odd = (magnitude >> kHalfToFloatMantissaShift) & 1;
-    const uint32_t rounded = magnitude + ((1u << (kHalfToFloatMantissaShift - 1)) - 1) + odd;
-    return static_cast<uint16_t>(sign |
-                                 ((rounded - kHalfToFloatRebias) >> kHalfToFloatMantissaShift));
-  }
-  if (magnitude <= kHalfZeroThresholdAsFloat) return static_cast<uint16_t>(sign);
+  // NaN: keep the payload's top bits, make it quiet.
+  const uint32_t nan = kHalfExponentMask | kHalfQuietBit |
+                       ((magnitude >> kHalfToFloatMantissaShift) & kHalfMantissaMask);
 
-  // Subnormal result: units of 2^-24. The float32 significand (with its implicit bit) is worth
-  // significand * 2^(exponent - 150); dividing by 2^-24 is a right shift by 126 - exponent,
-  // which is between 14 and 24 here. A result of 0x400 is correctly the smallest normal.
+  // Normal result: round the 13 dropped bits to nearest even by adding just under half an ulp,
+  // plus one when the kept part is odd; a carry ripples into the exponent (it cannot reach
+  // infinity: values that would are at or above the overflow threshold, selected out below).
+  const uint32_t odd = (magnitude >> kHalfToFloatMantissaShift) & 1;
+  const uint32_t normal =
+      (magnitude + ((1u << (kHalfToFloatMantissaShift - 1)) - 1) + odd - kHalfToFloatRebias) >>
+      kHalfToFloatMantissaShift;
+
+  // Subnormal result, in units of 2^-24. The float32 significand (implicit bit included) is worth
+  // significand * 2^(exponent - 150), so the units are significand >> (126 - exponent), rounded
+  // to nearest even. The shift is clamped to [1, 25] so that it is defined for every input;
+  // inputs below 2^-25 (shift 25 and more) come out as zero, as they must, and a result of 0x400
+  // is correctly the smallest normal.
   const uint32_t significand = (magnitude & kFloatMantissaMask) | (kFloatMantissaMask + 1);
-  const int shift = 126 - static_cast<int>(magnitude >> kFloatMantissaBits);
+  const int unclamped = 126 - static_cast<int>(magnitude >> kFloatMantissaBits);
+  const int shift = unclamped < 1 ? 1 : (unclamped > 25 ? 25 : unclamped);
   const uint32_t kept = significand >> shift;
   const uint32_t dropped = significand & ((1u << shift) - 1);
   const uint32_t halfway = 1u << (shift - 1);
-  const bool roundUp = dropped > halfway || (dropped == halfway && (kept & 1) != 0);
-  return static_cast<uint16_t>(sign | (kept + (roundUp ? 1 : 0)));
+  const uint32_t roundUp = (dropped > halfway) | ((dropped == halfway) & kept);
+  const uint32_t subnormal = kept + (roundUp & 1);
+
+  const uint32_t half = magnitude > kFloatExponentMask                 ? nan
+                        : magnitude >= kHalfOverflowThresholdAsFloat   ? kHalfExponentMask
+                        : magnitude >= kHalfMinNormalAsFloat           ? normal
+                                                                       : subnormal;
+  return static_cast<uint16_t>(sign | half);
 }
 
 // --- bfloat16: the upper 16 bits of a float32. ---

@@ -1,10 +1,9 @@
 // The kernels compiled for AVX2, with float16 converted by F16C and bfloat16 by hand-written
-// AVX2 code. Built without any -m flag: a
-// target region switches the instruction set on for this file's code only, and reduce.cc calls it
-// only on CPUs that report both extensions.
+// AVX2 code. Built without any -m flag: a target region switches the instruction set on for this
+// file's code only, and reduce.cc calls it only on CPUs that report both extensions.
 //
 // FMA is deliberately not enabled: without it the compiler cannot fuse a multiply and an add, so
-// this variant cannot round differently from the portable one.
+// this variant cannot round differently from the portable one, whatever -ffp-contract says.
 #if defined(__x86_64__)
 
 #include <immintrin.h>
@@ -42,21 +41,21 @@ constexpr size_t kHalfLanes = 16;  // 16-bit lanes in a 256-bit register
 // detail::floatToHalfBits (tests compare the two).
 struct F16cHalfCodec {
   static void widen(float* __restrict out, const uint16_t* __restrict in, size_t count) {
-    size_t i = 0;
-    for (; i + kFloatLanes <= count; i += kFloatLanes) {
+    const size_t vectorEnd = count - count % kFloatLanes;
+    for (size_t i = 0; i < vectorEnd; i += kFloatLanes) {
       const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
       _mm256_storeu_ps(out + i, _mm256_cvtph_ps(halves));
     }
-    for (; i < count; ++i) out[i] = _cvtsh_ss(in[i]);
+    for (size_t i = vectorEnd; i < count; ++i) out[i] = _cvtsh_ss(in[i]);
   }
 
   static void narrow(uint16_t* __restrict out, const float* __restrict in, size_t count) {
-    size_t i = 0;
-    for (; i + kFloatLanes <= count; i += kFloatLanes) {
+    const size_t vectorEnd = count - count % kFloatLanes;
+    for (size_t i = 0; i < vectorEnd; i += kFloatLanes) {
       const __m128i halves = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), kRoundNearestEven);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), halves);
     }
-    for (; i < count; ++i) out[i] = _cvtss_sh(in[i], kRoundNearestEven);
+    for (size_t i = vectorEnd; i < count; ++i) out[i] = _cvtss_sh(in[i], kRoundNearestEven);
   }
 };
 
@@ -72,30 +71,30 @@ struct F16cHalfCodec {
 struct Avx2Bfloat16Codec {
   static void widen(float* __restrict out, const uint16_t* __restrict in, size_t count) {
     const __m256i zero = _mm256_setzero_si256();
-    size_t i = 0;
-    for (; i + kHalfLanes <= count; i += kHalfLanes) {
+    const size_t vectorEnd = count - count % kHalfLanes;
+    for (size_t i = 0; i < vectorEnd; i += kHalfLanes) {
       const __m256i values = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_unpacklo_epi16(zero, values));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i + kFloatLanes),
                           _mm256_unpackhi_epi16(zero, values));
     }
-    for (; i < count; ++i) out[i] = detail::bfloat16BitsToFloat(in[i]);
+    for (size_t i = vectorEnd; i < count; ++i) out[i] = detail::bfloat16BitsToFloat(in[i]);
   }
 
   static void narrow(uint16_t* __restrict out, const float* __restrict in, size_t count) {
-    size_t i = 0;
-    for (; i + kHalfLanes <= count; i += kHalfLanes) {
-      const __m256i low = round(_mm256_loadu_ps(in + i));
-      const __m256i high = round(_mm256_loadu_ps(in + i + kFloatLanes));
+    const size_t vectorEnd = count - count % kHalfLanes;
+    for (size_t i = 0; i < vectorEnd; i += kHalfLanes) {
+      const __m256i low = roundToBfloat16(_mm256_loadu_ps(in + i));
+      const __m256i high = roundToBfloat16(_mm256_loadu_ps(in + i + kFloatLanes));
       // Each 32-bit lane holds a value below 2^16, so the saturating pack just narrows.
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_packus_epi32(low, high));
     }
-    for (; i < count; ++i) out[i] = detail::floatToBfloat16Bits(in[i]);
+    for (size_t i = vectorEnd; i < count; ++i) out[i] = detail::floatToBfloat16Bits(in[i]);
   }
 
  private:
   // Eight floats to bfloat16 bits, each in the low half of a 32-bit lane.
-  static __m256i round(__m256 value) {
+  static __m256i roundToBfloat16(__m256 value) {
     const __m256i bits = _mm256_castps_si256(value);
     const __m256i kept = _mm256_srli_epi32(bits, detail::kBfloat16Shift);
     const __m256i odd = _mm256_and_si256(kept, _mm256_set1_epi32(1));

@@ -11,11 +11,11 @@
 //    what the compiler auto-vectorises; it then uses whatever the target region allows.
 //  - Vectorising does not change the result: the compiler keeps the same IEEE operations in the
 //    same order per element, so every variant gives the same bits. That only holds because no
-//    loop here multiplies and then adds (nothing for FMA contraction to fuse) and no variant is
-//    built with -ffast-math.
-//  - float16 and bfloat16 are widened to float32 a tile at a time into stack buffers, combined
-//    with the float32 loop, and rounded back. The conversion is then the only code that differs
-//    between variants (F16C or software), and both convert exactly alike.
+//    loop here multiplies and then adds (nothing for FMA contraction to fuse), no variant is
+//    built with -ffast-math, and NaN results are canonicalised (see the operations below).
+//  - float16 and bfloat16 are widened to float32 a small group at a time, combined by the same
+//    float32 loop, and rounded back. The conversions are then the only code that differs between
+//    variants (F16C or software, AVX2 or plain shifts), and they convert exactly alike.
 #pragma once
 
 #include <cstddef>
@@ -193,6 +193,38 @@ inline void copyUnlessSame(void* dst, const void* src, size_t bytes) {
   if (dst != src) std::memcpy(dst, src, bytes);
 }
 
+// Up to kMaxFusedSources source pointers for one pass over a block; the unused ones are null.
+template <typename T>
+struct PassSources {
+  const T* at[kMaxFusedSources] = {};
+  int count = 0;
+
+  PassSources(const void* const* srcs, int first, int countValue, size_t start)
+      : count(countValue) {
+    for (int k = 0; k < count; ++k) at[k] = static_cast<const T*>(srcs[first + k]) + start;
+  }
+};
+
+// out = s[0] OP s[1] OP ... OP s[count - 1], count from 2 to kMaxFusedSources.
+template <typename Op, typename T>
+void combinePass(T* out, const PassSources<T>& s, size_t length) {
+  switch (s.count) {
+    case 2: return combine<Op, 2>(out, s.at[0], s.at[1], s.at[2], s.at[3], length);
+    case 3: return combine<Op, 3>(out, s.at[0], s.at[1], s.at[2], s.at[3], length);
+    default: return combine<Op, 4>(out, s.at[0], s.at[1], s.at[2], s.at[3], length);
+  }
+}
+
+// acc = acc OP s[0] OP ... OP s[count - 1], count from 1 to kMaxFusedSources - 1.
+template <typename Op, typename T>
+void accumulatePass(T* acc, const PassSources<T>& s, size_t length) {
+  switch (s.count) {
+    case 1: return accumulate<Op, 1>(acc, s.at[0], s.at[1], s.at[2], length);
+    case 2: return accumulate<Op, 2>(acc, s.at[0], s.at[1], s.at[2], length);
+    default: return accumulate<Op, 3>(acc, s.at[0], s.at[1], s.at[2], length);
+  }
+}
+
 // Types reduced in themselves: dst = srcs[0] OP srcs[1] OP ..., left to right. Up to
 // kMaxFusedSources sources go through in one pass; with more, dst is worked on one L2-sized block
 // at a time, so that the passes after the first find it in cache.
@@ -203,8 +235,8 @@ bool reduceManySame(void* dstBytes, const void* const* srcs, int n, size_t count
     copyUnlessSame(dst, srcs[0], count * sizeof(T));
     return true;
   }
-  auto source = [&](int k, size_t start) { return static_cast<const T*>(srcs[k]) + start; };
-  // dst may be srcs[0] itself; then the first pass works in place (and must, for __restrict).
+  // dst may be srcs[0] itself; then every pass accumulates in place (it must: the loops'
+  // pointers are __restrict).
   const bool inPlace = dstBytes == srcs[0];
   constexpr size_t kBlock = kBlockBytes / sizeof(T);
   for (size_t start = 0; start < count; start += kBlock) {
@@ -212,38 +244,14 @@ bool reduceManySame(void* dstBytes, const void* const* srcs, int n, size_t count
     T* out = dst + start;
     int next = 1;  // the first source not yet in out
     if (!inPlace) {
-      switch (n < kMaxFusedSources ? n : kMaxFusedSources) {
-        case 2:
-          combine<Op, 2, T>(out, source(0, start), source(1, start), nullptr, nullptr, length);
-          break;
-        case 3:
-          combine<Op, 3, T>(out, source(0, start), source(1, start), source(2, start), nullptr,
-                         length);
-          break;
-        default:
-          combine<Op, 4, T>(out, source(0, start), source(1, start), source(2, start),
-                         source(3, start), length);
-          break;
-      }
-      next = n < kMaxFusedSources ? n : kMaxFusedSources;
+      const int take = n < kMaxFusedSources ? n : kMaxFusedSources;
+      combinePass<Op>(out, PassSources<T>(srcs, 0, take, start), length);
+      next = take;
     }
     while (next < n) {
-      const int remaining = n - next;
-      switch (remaining < kMaxFusedSources - 1 ? remaining : kMaxFusedSources - 1) {
-        case 1:
-          accumulate<Op, 1, T>(out, source(next, start), nullptr, nullptr, length);
-          next += 1;
-          break;
-        case 2:
-          accumulate<Op, 2, T>(out, source(next, start), source(next + 1, start), nullptr, length);
-          next += 2;
-          break;
-        default:
-          accumulate<Op, 3, T>(out, source(next, start), source(next + 1, start),
-                            source(next + 2, start), length);
-          next += 3;
-          break;
-      }
+      const int take = n - next < kMaxFusedSources - 1 ? n - next : kMaxFusedSources - 1;
+      accumulatePass<Op>(out, PassSources<T>(srcs, next, take, start), length);
+      next += take;
     }
   }
   return true;

@@ -5,7 +5,12 @@
 // bitwise on every machine path (vector or scalar) — both paths evaluate the same IEEE operations
 // in the same order, element by element. float16/bfloat16 are widened to float32, combined, and
 // rounded back to nearest-even after each call (reduceMany accumulates all sources in float32 and
-// rounds once).
+// rounds once). A float result that is NaN is always the canonical quiet NaN: NaN payloads would
+// otherwise depend on the order in which the compiler happened to put the operands of + and *.
+// Min and Max return NaN when either operand is NaN, like torch.
+//
+// Pointers must be aligned to their element size; buffers must not overlap except as stated.
+// The implementation: loops.h (the loops), kernels_*.cc (one compiled variant each), dispatch.h.
 #pragma once
 
 #include <cstddef>
@@ -16,15 +21,18 @@
 namespace ringcomm::reduce {
 
 // dst[i] = dst[i] OP src[i]. Avg behaves as Sum here (the division happens in finishAverage).
+// Integer Sum and Prod wrap around.
 void reduceInto(void* dst, const void* src, size_t count, DataType type, ReduceOp op);
 
 // dst[i] = srcs[0][i] OP srcs[1][i] OP ... OP srcs[n-1][i], evaluated left to right.
-// dst may alias srcs[0] (and only srcs[0]). n >= 1.
+// dst may alias srcs[0] (and only srcs[0]). n >= 1 (n == 1 copies); throws InvalidArgument for
+// n < 1 or an unknown type or op.
 void reduceMany(void* dst, const void* const* srcs, int n, size_t count, DataType type,
                 ReduceOp op);
 
 // For ReduceOp::Avg: buf[i] /= divisor (floats: multiply by nothing, divide exactly;
-// integers: truncating division). No-op for the other ops.
+// integers: truncating division). No-op for the other ops. Throws InvalidArgument for Avg with a
+// divisor below 1.
 void finishAverage(void* buf, size_t count, DataType type, ReduceOp op, int divisor);
 
 // IEEE binary16 / bfloat16 <-> float32, round to nearest even (NaN stays NaN).

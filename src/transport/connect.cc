@@ -56,7 +56,9 @@ void setUpSharedMemory(Store& store, int rank, Links& links,
 void setUpTcp(int rank, const std::vector<int>& tcpPeers, Links& links,
               const bootstrap::Rendezvous& rendezvous, net::UniqueFd listener, const Config& config,
               std::chrono::milliseconds timeout) {
-  const Operation op("connecting to peers", rank, timeout);
+  OperationLabel label;
+  label.collective = "connecting to peers";
+  const Operation op(label, rank, timeout);
   std::map<int, net::UniqueFd> connected;
   // Lower ranks listen, higher ranks call: each pair connects exactly once.
   for (int peer : tcpPeers) {

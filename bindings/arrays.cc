@@ -1,0 +1,132 @@
+#include "arrays.h"
+
+#include <cstring>
+#include <string>
+
+#include "dlpack.h"
+
+namespace py = pybind11;
+
+namespace ringcomm::bindings {
+namespace {
+
+constexpr const char* kSupported = "int8, uint8, int32, int64, float16, bfloat16, float32, float64";
+
+// The buffer protocol's struct-module format for one element: an optional byte-order prefix,
+// then a type character whose size is given by itemsize.
+bool typeFromFormat(const char* format, Py_ssize_t itemsize, DataType* type) {
+  if (format == nullptr) format = "B";
+  if (*format == '<' || *format == '=' || *format == '@') ++format;
+  if (format[0] == '\0' || format[1] != '\0') return false;
+  switch (format[0]) {
+    case 'b': *type = DataType::Int8; return true;
+    case 'B': *type = DataType::Uint8; return true;
+    case 'e': *type = DataType::Float16; return true;
+    case 'f': *type = DataType::Float32; return true;
+    case 'd': *type = DataType::Float64; return true;
+    case 'i': case 'l': case 'q':
+      if (itemsize == 4) { *type = DataType::Int32; return true; }
+      if (itemsize == 8) { *type = DataType::Int64; return true; }
+      return false;
+    default: return false;
+  }
+}
+
+std::string describeType(py::handle obj) {
+  if (py::hasattr(obj, "dtype")) return py::str(obj.attr("dtype"));
+  return py::str(py::type::of(obj).attr("__name__"));
+}
+
+[[noreturn]] void unsupportedType(py::handle obj, const char* name) {
+  throw py::type_error(std::string(name) + " has dtype " + describeType(obj) +
+                       "; ringcomm supports " + kSupported);
+}
+
+// Why a buffer request failed, in the caller's words: retry with fewer demands to find out.
+[[noreturn]] void explainBufferFailure(py::handle obj, const char* name, bool writable) {
+  PyErr_Clear();
+  Py_buffer probe;
+  if (PyObject_GetBuffer(obj.ptr(), &probe, PyBUF_RECORDS_RO) == 0) {
+    const bool contiguous = PyBuffer_IsContiguous(&probe, 'C');
+    const bool readOnly = probe.readonly;
+    PyBuffer_Release(&probe);
+    if (!contiguous) {
+      throw py::value_error(std::string(name) +
+                            " must be C-contiguous; pass np.ascontiguousarray(...) or .contiguous()");
+    }
+    if (writable && readOnly) {
+      throw py::value_error(std::string(name) + " is read-only, but this collective writes into it");
+    }
+  }
+  PyErr_Clear();
+  unsupportedType(obj, name);
+}
+
+ArrayView fromDlpack(py::handle obj, const char* name, bool writable) {
+  py::object source = py::reinterpret_borrow<py::object>(obj);
+  // torch refuses to export a tensor that requires grad; its detached view shares the memory.
+  if (py::hasattr(source, "requires_grad") && source.attr("requires_grad").cast<bool>()) {
+    source = source.attr("detach")();
+  }
+  if (py::hasattr(source, "__dlpack_device__")) {
+    py::tuple device = source.attr("__dlpack_device__")();
+    const int deviceType = device[0].cast<int>();
+    if (deviceType != 1 && deviceType != 3) {  // kDLCPU, kDLCUDAHost
+      throw py::type_error(std::string(name) + " is in device memory (DLPack device type " +
+                           std::to_string(deviceType) + "); ringcomm collectives take host memory");
+    }
+  }
+  py::capsule capsule = source.attr("__dlpack__")();
+  DlpackView view = readDlpack(capsule);
+  DataType type;
+  switch ((view.code << 8) | view.bits) {
+    case (0 << 8) | 8: type = DataType::Int8; break;
+    case (1 << 8) | 8: type = DataType::Uint8; break;
+    case (0 << 8) | 32: type = DataType::Int32; break;
+    case (0 << 8) | 64: type = DataType::Int64; break;
+    case (2 << 8) | 16: type = DataType::Float16; break;
+    case (4 << 8) | 16: type = DataType::BFloat16; break;
+    case (2 << 8) | 32: type = DataType::Float32; break;
+    case (2 << 8) | 64: type = DataType::Float64; break;
+    default: unsupportedType(obj, name);
+  }
+  if (view.lanes != 1) unsupportedType(obj, name);
+  size_t count = 1;
+  for (int64_t extent : view.shape) count *= static_cast<size_t>(extent);
+  if (count > 0 && !view.strides.empty()) {
+    int64_t expected = 1;
+    for (size_t i = view.shape.size(); i-- > 0;) {
+      if (view.shape[i] != 1 && view.strides[i] != expected) {
+        throw py::value_error(std::string(name) + " must be contiguous; call .contiguous() first");
+      }
+      expected *= view.shape[i];
+    }
+  }
+  if (writable && view.readOnly) {
+    throw py::value_error(std::string(name) + " is read-only, but this collective writes into it");
+  }
+  // The capsule goes out of scope here; the caller holds `obj`, which owns the memory.
+  return ArrayView{reinterpret_cast<void*>(view.data), count, type};
+}
+
+}  // namespace
+
+ArrayView viewArray(py::handle obj, const char* name, bool writable) {
+  if (PyObject_CheckBuffer(obj.ptr())) {
+    Py_buffer buffer;
+    const int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj.ptr(), &buffer, flags) != 0) explainBufferFailure(obj, name, writable);
+    DataType type;
+    const bool known = typeFromFormat(buffer.format, buffer.itemsize, &type);
+    ArrayView view{buffer.buf, static_cast<size_t>(buffer.len / (buffer.itemsize ? buffer.itemsize : 1)), type};
+    PyBuffer_Release(&buffer);
+    if (!known) unsupportedType(obj, name);
+    return view;
+  }
+  if (py::hasattr(obj, "__dlpack__")) return fromDlpack(obj, name, writable);
+  throw py::type_error(std::string(name) +
+                       " must be an array (NumPy, torch, anything with __dlpack__ or the buffer "
+                       "protocol); got " + std::string(py::str(py::type::of(obj).attr("__name__"))));
+}
+
+}  // namespace ringcomm::bindings
