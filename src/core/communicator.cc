@@ -27,7 +27,7 @@ namespace {
 
 // Polls before a wait blocks when every local rank has a core of its own: long enough to catch a
 // peer that is a few microseconds behind, short next to a futex round trip (~5 us each way).
-constexpr int kSpinsWithSpareCores = 20000;
+constexpr int kSpinsWithSpareCores = 100000;  // in practice bounded by kMaxSpinTime
 // With more local ranks than cores a spinning rank steals the core its peer needs: block at once.
 constexpr int kSpinsOversubscribed = 0;
 // How long a rank that saw a peer's connection close looks for that peer's stated reason.

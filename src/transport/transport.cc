@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/failure.h"
+#include "common/spin.h"
 #include "common/tags.h"
 #include "ringcomm/errors.h"
 #include "transport/shm/segment.h"
@@ -23,10 +24,6 @@ constexpr std::chrono::milliseconds kHealthCheckInterval{100};
 // the doorbell is not ignored for long.
 constexpr std::chrono::milliseconds kMixedPollSlice{1};
 
-// A compiler barrier only. PAUSE would be the textbook choice, but under a hypervisor with
-// pause-loop exiting (the 2-core development VMs) a PAUSE loop makes the vCPU yield to the host:
-// measured 600 us per small all-reduce with PAUSE vs 4 us with plain re-reads.
-inline void cpuRelax() { asm volatile("" ::: "memory"); }
 
 }  // namespace
 
@@ -214,20 +211,17 @@ void Transport::block(uint32_t doorbellSeen, const Operation& op) {
 
 template <typename Predicate>
 void Transport::waitUntil(Predicate done, const Operation& op) {
-  int idle = 0;
+  SpinBudget spin(spinCount_);
   auto lastHealthCheck = Clock::now();
   while (true) {
     uint32_t doorbell = segments_ != nullptr ? segments_->doorbellSnapshot() : 0;
     bool moved = progressAll(op);
     if (done()) return;
     if (moved) {
-      idle = 0;
+      spin.reset();
       continue;
     }
-    if (++idle <= spinCount_) {
-      cpuRelax();
-      continue;
-    }
+    if (spin.spinAgain()) continue;
     if (op.expired()) raiseTimeout(op);
     block(doorbell, op);
     if (Clock::now() - lastHealthCheck >= kHealthCheckInterval) {

@@ -1,0 +1,46 @@
+// How long a waiting rank polls before it blocks (futex or poll()).
+//
+// Polling catches a peer that is a few microseconds behind without a sleep/wake round trip, but
+// a polling rank holds a core: with more ranks than cores (or other work on the machine) it
+// delays the very peer it waits for. So the budget is bounded twice: by a count (0 when local
+// ranks outnumber cores, see communicator.cc) and by time.
+#pragma once
+
+#include "common/deadline.h"
+
+namespace ringcomm {
+
+// Measured on the 2-core development VM: a cross-core cache-line round trip costs ~2 us, a
+// futex sleep/wake ~10-20 us; polling much past the latter only burns the core.
+constexpr std::chrono::microseconds kMaxSpinTime{50};
+
+class SpinBudget {
+ public:
+  explicit SpinBudget(int maxSpins) : maxSpins_(maxSpins) {}
+
+  // True: poll again. False: block now.
+  bool spinAgain() {
+    if (spins_ >= maxSpins_) return false;
+    if ((++spins_ & 63) == 0 && Clock::now() - start_ > kMaxSpinTime) {
+      spins_ = maxSpins_;
+      return false;
+    }
+    // A compiler barrier, not PAUSE: under a hypervisor with pause-loop exiting (the 2-core
+    // development VMs) a PAUSE loop makes the vCPU yield to the host.
+    asm volatile("" ::: "memory");
+    return true;
+  }
+
+  // Progress was made: the peer is active, polling is worth it again.
+  void reset() {
+    spins_ = 0;
+    start_ = Clock::now();
+  }
+
+ private:
+  int maxSpins_;
+  int spins_ = 0;
+  Clock::time_point start_ = Clock::now();
+};
+
+}  // namespace ringcomm
