@@ -1,7 +1,8 @@
 // Tests of the reduction kernels (src/reduce). Every result is checked against a reference
-// computed here a different way: integers in 64-bit modular arithmetic, floats in double and
-// rounded by this file's own float16/bfloat16 rounding (a search for the nearest value, not the
-// library's bit tricks). The vector variant is also compared with the portable one bit for bit.
+// computed here a different way: integers in 64-bit modular arithmetic, floats in double, rounded
+// to float16/bfloat16 by this file's own rounding (double arithmetic and nearest-neighbour
+// comparisons, not the library's bit tricks). The vector variant is also compared with the
+// portable one bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -26,7 +27,7 @@ using namespace ringcomm::reduce;
 namespace {
 
 // The counts of the matrix: empty, single, shorter than a vector, a vector and a remainder, and a
-// prime above a million (crosses many blocks and tiles and ends mid-vector).
+// prime above a million (crosses many blocks and groups, and ends mid-vector).
 const size_t kCounts[] = {0, 1, 7, 17, 1000003};
 constexpr size_t kLargestSmallCount = 17;
 // Pointers are tested aligned and one element off.
@@ -97,28 +98,21 @@ uint16_t nearestEven(double magnitude, uint16_t lo, double loValue, double hiVal
   return (lo & 1) == 0 ? lo : static_cast<uint16_t>(lo + 1);
 }
 
-// The value of every positive binary16 code up to infinity, which stands for 2^16 while rounding
-// (IEEE's unbounded-exponent rule: 65520, halfway to 2^16, rounds to infinity).
-const std::vector<double>& positiveHalfValues() {
-  static const std::vector<double> values = [] {
-    std::vector<double> table(0x7C01);
-    for (uint16_t code = 0; code < 0x7C00; ++code) table[code] = refHalfToDouble(code);
-    table[0x7C00] = 65536.0;
-    return table;
-  }();
-  return values;
-}
-
-// Rounds a non-NaN float to binary16 by searching for its neighbours among all positive codes.
+// Rounds a non-NaN float to binary16 in double arithmetic: count the value in units of the
+// binary16 ulp at its exponent (exact: a power-of-two scaling), round that count to the nearest
+// integer, ties to even (nearbyint in the default rounding mode), and encode count and exponent.
 uint16_t refFloatToHalf(float value) {
   const uint16_t sign = std::signbit(value) ? 0x8000 : 0;
   const double magnitude = std::fabs(static_cast<double>(value));
-  const std::vector<double>& values = positiveHalfValues();
-  if (magnitude >= values[0x7C00]) return sign | 0x7C00;
-  // The last code whose value is <= magnitude.
-  const auto above = std::upper_bound(values.begin(), values.end(), magnitude);
-  const uint16_t lo = static_cast<uint16_t>(above - values.begin() - 1);
-  return sign | nearestEven(magnitude, lo, values[lo], values[lo + 1]);
+  if (magnitude >= 65520.0) return sign | 0x7C00;  // 65504 plus half an ulp and above
+  int exponent = 0;
+  std::frexp(magnitude, &exponent);  // magnitude = f * 2^exponent, f in [0.5, 1)
+  // The binary16 exponent; below 2^-14 the subnormals share the ulp of 2^-14.
+  const int halfExponent = std::max(exponent - 1, -14);
+  const int units = static_cast<int>(std::nearbyint(std::ldexp(magnitude, 10 - halfExponent)));
+  if (units < 1024) return sign | static_cast<uint16_t>(units);  // subnormal or zero
+  // units is in [1024, 2048]; 2048 carries into the next exponent by itself.
+  return sign | static_cast<uint16_t>(((halfExponent + 15) << 10) + units - 1024);
 }
 
 // Rounds a non-NaN float to bfloat16: the two neighbours are the truncation and the next code.
@@ -180,9 +174,13 @@ struct IntTraits {
 };
 
 // Special values at fixed positions (NaN, infinities, signed zeros), `regular()` elsewhere.
+constexpr size_t kSpecialPeriod = 101;
+// Sources shift their positions by this much each (so the first ones land on regular values).
+constexpr size_t kSpecialShift = 3;
+
 template <typename Make, typename Regular>
 auto specialOr(size_t index, Make make, Regular regular) {
-  switch (index % 101) {
+  switch (index % kSpecialPeriod) {
     case 7: return make(std::numeric_limits<float>::quiet_NaN());
     case 13: return make(std::numeric_limits<float>::infinity());
     case 29: return make(-std::numeric_limits<float>::infinity());
@@ -199,8 +197,8 @@ struct NativeFloatTraits {
   static constexpr bool kFloat = true;
 
   static T random(Rng& rng, size_t index) {
-    if (index % 101 == 67) return std::numeric_limits<T>::denorm_min() * 3;
-    // Moderate values, so that products of five stay finite.
+    if (index % kSpecialPeriod == 67) return std::numeric_limits<T>::denorm_min() * 3;
+    // Moderate values, so that products of eight stay finite.
     return specialOr(index, [](float v) { return static_cast<T>(v); },
                      [&] { return static_cast<T>(rng.uniform(-4.0, 4.0)); });
   }
@@ -211,7 +209,9 @@ struct NativeFloatTraits {
     for (size_t k = 1; k < values.size(); ++k) acc = static_cast<T>(refApply(op, acc, values[k]));
     return acc;
   }
-  static T divide(T value, int divisor) { return static_cast<T>(value / static_cast<double>(divisor)); }
+  static T divide(T value, int divisor) {
+    return static_cast<T>(value / static_cast<double>(divisor));  // one rounding, as above
+  }
   static double toDouble(T value) { return static_cast<double>(value); }
 };
 
@@ -224,16 +224,28 @@ struct Widened16Traits {
   static constexpr bool kHalf = kTypeValue == DataType::Float16;
 
   static double toDouble(uint16_t value) {
-    return kHalf ? refHalfToDouble(value) : refBfloat16ToDouble(value);
+    return kHalf ? halfValueTable()[value] : refBfloat16ToDouble(value);
+  }
+  // refHalfToDouble of every code, looked up: the reference folds run over millions of elements.
+  static const std::vector<double>& halfValueTable() {
+    static const std::vector<double> table = [] {
+      std::vector<double> values(0x10000);
+      for (uint32_t code = 0; code < 0x10000; ++code) {
+        values[code] = refHalfToDouble(static_cast<uint16_t>(code));
+      }
+      return values;
+    }();
+    return table;
   }
   static uint16_t round(float value) {
     if (std::isnan(value)) return kHalf ? 0x7E00 : 0x7FC0;
     return kHalf ? refFloatToHalf(value) : refFloatToBfloat16(value);
   }
   // Moderate values straight from bits (rounding each through the reference would be slow):
-  // random sign and mantissa, exponents from 1/8 to 4.
+  // random sign and mantissa, exponents from 1/8 to 4. Products of eight can overflow float16,
+  // which tests rounding to infinity.
   static uint16_t random(Rng& rng, size_t index) {
-    if (index % 101 == 67) return 0x0003;  // a subnormal in both formats
+    if (index % kSpecialPeriod == 67) return 0x0003;  // a subnormal in both formats
     return specialOr(index, round, [&] {
       const uint64_t bits = rng.next();
       const int mantissaBits = kHalf ? 10 : 7;
@@ -302,18 +314,36 @@ struct Inputs {
     Rng rng{count * 131 + offset};
     const size_t size = offset + count + 1;
     sources.assign(kMaxSources, std::vector<T>(size));
-    for (auto& source : sources) {
-      for (size_t i = 0; i < size; ++i) source[i] = Traits::random(rng, i);
+    for (int k = 0; k < kMaxSources; ++k) {
+      // Shifted per source, so that special values meet regular ones (and each other) at
+      // different positions and in both operand orders.
+      const size_t shift = static_cast<size_t>(k) * kSpecialShift;
+      for (size_t i = 0; i < size; ++i) sources[k][i] = Traits::random(rng, i + shift);
     }
     dst.resize(size);
     for (size_t i = 0; i < size; ++i) dst[i] = Traits::random(rng, i + 1);
   }
 };
 
-// Runs one case; returns "" when every element matches the reference and nothing outside
+// The reference result of reducing the first n sources, element by element.
+template <typename Traits>
+std::vector<typename Traits::Storage> referenceResult(const Inputs<Traits>& in, ReduceOp op,
+                                                      int n) {
+  using T = typename Traits::Storage;
+  std::vector<T> result(in.count);
+  std::vector<T> operands(n);
+  for (size_t i = 0; i < in.count; ++i) {
+    for (int k = 0; k < n; ++k) operands[k] = in.sources[k][in.offset + i];
+    result[i] = Traits::fold(op, operands);
+  }
+  return result;
+}
+
+// Runs one case; returns "" when every element matches `want` and nothing outside
 // [offset, offset + count) was written, else what went wrong.
 template <typename Traits>
-std::string runCase(const Inputs<Traits>& in, ReduceOp op, int n, Call call) {
+std::string runCase(const Inputs<Traits>& in, ReduceOp op, int n, Call call,
+                    const std::vector<typename Traits::Storage>& want) {
   using T = typename Traits::Storage;
   std::vector<T> dst = call == Call::ReduceMany ? in.dst : in.sources[0];
   const std::vector<T> dstBefore = dst;
@@ -327,26 +357,34 @@ std::string runCase(const Inputs<Traits>& in, ReduceOp op, int n, Call call) {
     reduceMany(dst.data() + in.offset, pointers.data(), n, in.count, Traits::kType, op);
   }
 
-  std::vector<T> operands(n);
   for (size_t i = 0; i < dst.size(); ++i) {
     const bool inRange = i >= in.offset && i < in.offset + in.count;
-    T want = dstBefore[i];
-    if (inRange) {
-      for (int k = 0; k < n; ++k) operands[k] = in.sources[k][i];
-      want = Traits::fold(op, operands);
-    }
-    const bool ok = inRange ? sameValue<Traits>(op, dst[i], want)
-                            : std::memcmp(&dst[i], &want, sizeof(T)) == 0;
+    const T expected = inRange ? want[i - in.offset] : dstBefore[i];
+    const bool ok = inRange ? sameValue<Traits>(op, dst[i], expected)
+                            : std::memcmp(&dst[i], &expected, sizeof(T)) == 0;
     if (!ok) {
       std::ostringstream out;
       out << "dtype " << static_cast<int>(Traits::kType) << " " << opName(op) << " "
           << kCallNames[static_cast<int>(call)] << " n=" << n << " count=" << in.count
           << " offset=" << in.offset << " kernels=" << activeKernelName() << ": element " << i
-          << (inRange ? "" : " (outside the range)") << " got " << +dst[i] << " want " << +want;
+          << (inRange ? "" : " (outside the range)") << " got " << +dst[i] << " want "
+          << +expected;
       return out.str();
     }
   }
   return "";
+}
+
+// Every way of reducing the first n sources, on both kernel variants, against one reference.
+template <typename Traits>
+void checkAllCalls(const Inputs<Traits>& in, ReduceOp op, int n) {
+  const auto want = referenceResult(in, op, n);
+  for (bool portable : {false, true}) {
+    PortableScope scope(portable);
+    if (n == 2) CHECK_EQ(runCase(in, op, n, Call::ReduceInto, want), "");
+    CHECK_EQ(runCase(in, op, n, Call::ReduceMany, want), "");
+    if (n >= 2) CHECK_EQ(runCase(in, op, n, Call::ReduceManyInPlace, want), "");
+  }
 }
 
 template <typename Traits>
@@ -354,23 +392,13 @@ void checkReduceMatrix() {
   for (size_t count : kCounts) {
     for (size_t offset : kOffsets) {
       const Inputs<Traits> inputs(count, offset);
-      const bool large = count > kLargestSmallCount;
-      for (bool portable : {false, true}) {
-        PortableScope scope(portable);
-        for (ReduceOp op : kOps) {
-          CHECK_EQ(runCase(inputs, op, 2, Call::ReduceInto), "");
-          if (large) {
-            // Slow to check, so only counts that between them run every fused loop across many
-            // blocks: 3 sources (one pass), 8 (4 + 3 + 1), 6 in place (3 + 2).
-            CHECK_EQ(runCase(inputs, op, 3, Call::ReduceMany), "");
-            CHECK_EQ(runCase(inputs, op, 8, Call::ReduceMany), "");
-            CHECK_EQ(runCase(inputs, op, 6, Call::ReduceManyInPlace), "");
-            continue;
-          }
-          for (int n = 1; n <= kMaxSources; ++n) {
-            CHECK_EQ(runCase(inputs, op, n, Call::ReduceMany), "");
-            if (n >= 2) CHECK_EQ(runCase(inputs, op, n, Call::ReduceManyInPlace), "");
-          }
+      for (ReduceOp op : kOps) {
+        if (count > kLargestSmallCount) {
+          // Slow to check, so only source counts that between them run every fused loop across
+          // many blocks: 2, 3 (one pass), 6 (4 + 2, in place 3 + 2), 8 (4 + 3 + 1).
+          for (int n : {2, 3, 6, kMaxSources}) checkAllCalls(inputs, op, n);
+        } else {
+          for (int n = 1; n <= kMaxSources; ++n) checkAllCalls(inputs, op, n);
         }
       }
     }
@@ -430,9 +458,9 @@ size_t sizeOf(DataType type) {
   return 0;
 }
 
-const DataType kTypes[] = {DataType::Int8,     DataType::Uint8,    DataType::Int32,
-                           DataType::Int64,    DataType::Float16,  DataType::BFloat16,
-                           DataType::Float32,  DataType::Float64};
+const DataType kTypes[] = {DataType::Int8,    DataType::Uint8,    DataType::Int32,
+                           DataType::Int64,   DataType::Float16,  DataType::BFloat16,
+                           DataType::Float32, DataType::Float64};
 
 }  // namespace
 
@@ -488,7 +516,7 @@ TEST(floatToHalfRoundsToNearestEven) {
   CHECK_EQ(floatToHalf(floatOf(0x7FFFE000u)), 0x7FFF);   // payload's top bits kept
 }
 
-TEST(floatToHalfMatchesSearchAtEveryBoundary) {
+TEST(floatToHalfMatchesReferenceAtEveryBoundary) {
   // Every midpoint between neighbouring finite halves, and the floats either side of it.
   for (uint16_t code = 0; code < 0x7BFF; ++code) {
     const double mid = (refHalfToDouble(code) + refHalfToDouble(code + 1)) / 2;
@@ -701,30 +729,46 @@ TEST(badArgumentsThrow) {
 
 TEST(vectorAndPortableKernelsAgreeBitwise) {
   constexpr size_t kCount = 100003;
-  constexpr int kSources = 5;
   Rng rng{2024};
   for (DataType type : kTypes) {
     const size_t bytes = (kCount + 1) * sizeOf(type);
-    std::vector<std::vector<unsigned char>> sources(kSources, std::vector<unsigned char>(bytes));
-    for (auto& source : sources) fillRandomBits(source, rng);
     const size_t offset = sizeOf(type);  // one element in
+    std::vector<std::vector<unsigned char>> sources(kMaxSources,
+                                                    std::vector<unsigned char>(bytes));
+    for (auto& source : sources) fillRandomBits(source, rng);
     std::vector<const void*> pointers;
     for (auto& source : sources) pointers.push_back(source.data() + offset);
 
+    // Every entry point on the same inputs, the outputs appended into one buffer.
+    auto runAll = [&](ReduceOp op) {
+      std::vector<unsigned char> out = sources[0];
+      reduceInto(out.data() + offset, pointers[1], kCount, type, op);
+
+      std::vector<unsigned char> many(bytes);
+      reduceMany(many.data() + offset, pointers.data(), kMaxSources, kCount, type, op);
+      out.insert(out.end(), many.begin(), many.end());
+
+      std::vector<unsigned char> inPlace = sources[0];
+      std::vector<const void*> inPlacePointers = pointers;
+      inPlacePointers[0] = inPlace.data() + offset;
+      reduceMany(inPlace.data() + offset, inPlacePointers.data(), 6, kCount, type, op);
+      out.insert(out.end(), inPlace.begin(), inPlace.end());
+
+      std::vector<unsigned char> average = sources[2];  // random bits, NaN payloads included
+      finishAverage(average.data() + offset, kCount, type, op, 3);
+      out.insert(out.end(), average.begin(), average.end());
+      return out;
+    };
+
     for (ReduceOp op : kOps) {
-      std::vector<unsigned char> results[2];
-      for (int portable = 0; portable < 2; ++portable) {
-        PortableScope scope(portable == 1);
-        std::vector<unsigned char>& out = results[portable];
-        // reduceInto, then reduceMany over all sources appended, then the average.
-        out = sources[0];
-        reduceInto(out.data() + offset, pointers[1], kCount, type, op);
-        std::vector<unsigned char> many(bytes);
-        reduceMany(many.data() + offset, pointers.data(), kSources, kCount, type, op);
-        finishAverage(many.data() + offset, kCount, type, op, 3);
-        out.insert(out.end(), many.begin(), many.end());
+      std::vector<unsigned char> vector;
+      std::vector<unsigned char> portable;
+      vector = runAll(op);
+      {
+        PortableScope scope(true);
+        portable = runAll(op);
       }
-      if (results[0] != results[1]) {
+      if (vector != portable) {
         CHECK_EQ("dtype " + std::to_string(static_cast<int>(type)) + " " + opName(op) +
                      ": vector and portable results differ",
                  "");
