@@ -6,14 +6,15 @@
 // in its slot, and finally every rank copies the p-1 reduced slices of the others into its output.
 // Reduce-scatter + all-gather again, but each hop is a plain load from a peer's memory.
 //
-// A vector larger than a slot runs as several rounds; slots alternate (round % 2), so a rank can
-// stage round k+1 while slower peers still read round k. Slots are sized to stay in the shared
+// A vector larger than a slot runs as several rounds; rounds take the slots in turn
+// (round % kDirectSlots), so a rank can stage the next rounds while slower peers still read
+// earlier ones. Slots are sized to stay in the shared
 // last-level cache, so staging traffic rarely reaches DRAM: what does is the input read and the
 // output write, which is the single-host limit of 2pN bytes.
 //
 // Synchronisation is three counters per rank (posted, reduced, done: rounds completed in each
 // phase) that peers poll, spin-then-sleep on the doorbell. A slot is rewritten in round k only
-// after every peer is done with round k-2, i.e. has finished reading it.
+// after every peer is done with round k - kDirectSlots, i.e. has finished reading it.
 //
 // Small vectors skip the reduce-scatter: every rank stages its whole input and reduces the whole
 // vector from all slots in rank order. The order is the same on every rank, so the bits are too,
@@ -42,9 +43,9 @@ constexpr std::chrono::milliseconds kHealthCheckInterval{100};
 
 }  // namespace
 
-DirectGroup::DirectGroup(const shm::Segments& segments, int spinCount)
+DirectGroup::DirectGroup(const shm::Segments& segments, int spinCount, int yieldCount)
     : segments_(segments), rank_(segments.localRank()), size_(segments.localSize()),
-      spinCount_(spinCount) {}
+      spinCount_(spinCount), yieldCount_(yieldCount) {}
 
 void DirectGroup::publish(Phase phase, uint64_t value) {
   shm::DirectCounters& own = segments_.counters(rank_);
@@ -61,7 +62,7 @@ void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
         phase == Phase::Posted ? c.posted : phase == Phase::Reduced ? c.reduced : c.done;
     return counter.value.load(std::memory_order_acquire) >= value;
   };
-  SpinBudget spin(spinCount_);
+  SpinBudget spin(spinCount_, yieldCount_);
   auto lastHealthCheck = Clock::now();
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
@@ -90,9 +91,9 @@ void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
 }
 
 void DirectGroup::stage(uint64_t round, uint32_t tag, size_t bytes, const Operation& op) {
-  // The slot of this round was last used two rounds ago: wait until everyone has read it.
-  if (round >= 2) waitForAll(Phase::Done, round - 1, op);
-  shm::SlotDescriptor& descriptor = segments_.counters(rank_).descriptor[round % 2];
+  // The slot of this round was last used kDirectSlots rounds ago: wait until everyone read it.
+  if (round >= shm::kDirectSlots) waitForAll(Phase::Done, round - shm::kDirectSlots + 1, op);
+  shm::SlotDescriptor& descriptor = segments_.counters(rank_).descriptor[round % shm::kDirectSlots];
   descriptor.tag.store(tag, std::memory_order_relaxed);
   descriptor.bytes.store(bytes, std::memory_order_relaxed);
 }
@@ -100,7 +101,8 @@ void DirectGroup::stage(uint64_t round, uint32_t tag, size_t bytes, const Operat
 void DirectGroup::checkDescriptors(uint64_t round, uint32_t tag, size_t bytes,
                                    const Operation& op) {
   for (int peer = 0; peer < size_; ++peer) {
-    const shm::SlotDescriptor& theirs = segments_.counters(peer).descriptor[round % 2];
+    const shm::SlotDescriptor& theirs =
+        segments_.counters(peer).descriptor[round % shm::kDirectSlots];
     const uint64_t theirTag = theirs.tag.load(std::memory_order_relaxed);
     const uint64_t theirBytes = theirs.bytes.load(std::memory_order_relaxed);
     if (theirTag != tag || theirBytes != bytes) {
@@ -126,7 +128,7 @@ void DirectGroup::allreduce(const Operation& op, uint32_t tag, const void* input
     const size_t n = std::min(roundCount, count - done);
     const size_t bytes = n * element;
     const uint64_t round = round_++;
-    const int slot = static_cast<int>(round % 2);
+    const int slot = static_cast<int>(round % shm::kDirectSlots);
     const uint8_t* roundIn = in + done * element;
     uint8_t* roundOut = out + done * element;
     uint8_t* staging = segments_.slotInput(rank_, slot);

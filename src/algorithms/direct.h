@@ -16,7 +16,7 @@ namespace ringcomm::algorithms {
 class DirectGroup {
  public:
   // Every rank of the communicator must be in `segments` (one host), local rank == rank.
-  DirectGroup(const shm::Segments& segments, int spinCount);
+  DirectGroup(const shm::Segments& segments, int spinCount, int yieldCount);
 
   void allreduce(const Operation& op, uint32_t tag, const void* input, void* output, size_t count,
                  DataType type, ReduceOp op_);
@@ -34,6 +34,7 @@ class DirectGroup {
   int rank_;
   int size_;
   int spinCount_;
+  int yieldCount_;
   uint64_t round_ = 0;  // rounds ever run on this communicator; the slot is round % 2
 };
 

@@ -40,6 +40,9 @@ Config Config::fromEnvironment() {
   if (const char* v = variable("RINGCOMM_SPIN_COUNT")) {
     config.spinCount = static_cast<int>(parseNumber("RINGCOMM_SPIN_COUNT", v));
   }
+  if (const char* v = variable("RINGCOMM_YIELD_COUNT")) {
+    config.yieldCount = static_cast<int>(parseNumber("RINGCOMM_YIELD_COUNT", v));
+  }
   if (const char* v = variable("RINGCOMM_SEGMENT_BYTES")) {
     config.segmentBytes = static_cast<size_t>(parseNumber("RINGCOMM_SEGMENT_BYTES", v));
   }

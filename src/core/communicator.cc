@@ -30,6 +30,9 @@ namespace {
 constexpr int kSpinsWithSpareCores = 100000;  // in practice bounded by kMaxSpinTime
 // With more local ranks than cores a spinning rank steals the core its peer needs: block at once.
 constexpr int kSpinsOversubscribed = 0;
+// ...but hand it over a few times first (src/common/spin.h). Measured at 4 ranks on 2 cores,
+// direct all-reduce: 8 B 24 us -> 6-11 us, 64 MiB 4.4 -> 4.8 GB/s with 4-32 yields.
+constexpr int kYieldsOversubscribed = 16;
 // How long a rank that saw a peer's connection close looks for that peer's stated reason.
 constexpr std::chrono::milliseconds kPeerReasonWait{1000};
 
@@ -56,15 +59,15 @@ class CommunicatorImpl : public Communicator {
                    std::shared_ptr<Store> store)
       : rank_(rank), size_(size), config_(std::move(config)), links_(std::move(links)),
         store_(std::move(store)) {
+    const bool oversubscribed = static_cast<int>(links_.localRanks.size()) > availableCores();
     int spins = config_.spinCount;
-    if (spins < 0) {
-      spins = static_cast<int>(links_.localRanks.size()) <= availableCores() ? kSpinsWithSpareCores
-                                                                             : kSpinsOversubscribed;
-    }
+    if (spins < 0) spins = oversubscribed ? kSpinsOversubscribed : kSpinsWithSpareCores;
+    int yields = config_.yieldCount;
+    if (yields < 0) yields = oversubscribed ? kYieldsOversubscribed : 0;
     transport_ = std::make_unique<transport::Transport>(rank_, std::move(links_.streams),
-                                                        links_.segments.get(), spins);
+                                                        links_.segments.get(), spins, yields);
     if (links_.segments && static_cast<int>(links_.localRanks.size()) == size_) {
-      direct_ = std::make_unique<algorithms::DirectGroup>(*links_.segments, spins);
+      direct_ = std::make_unique<algorithms::DirectGroup>(*links_.segments, spins, yields);
     }
     engine_ = std::make_unique<engine::Engine>();
   }

@@ -28,8 +28,9 @@ constexpr std::chrono::milliseconds kMixedPollSlice{1};
 }  // namespace
 
 Transport::Transport(int rank, std::vector<std::unique_ptr<ByteStream>> streams,
-                     const shm::Segments* segments, int spinCount)
-    : rank_(rank), peers_(streams.size()), segments_(segments), spinCount_(spinCount) {
+                     const shm::Segments* segments, int spinCount, int yieldCount)
+    : rank_(rank), peers_(streams.size()), segments_(segments), spinCount_(spinCount),
+      yieldCount_(yieldCount) {
   for (size_t peer = 0; peer < streams.size(); ++peer) peers_[peer].stream = std::move(streams[peer]);
 }
 
@@ -211,7 +212,7 @@ void Transport::block(uint32_t doorbellSeen, const Operation& op) {
 
 template <typename Predicate>
 void Transport::waitUntil(Predicate done, const Operation& op) {
-  SpinBudget spin(spinCount_);
+  SpinBudget spin(spinCount_, yieldCount_);
   auto lastHealthCheck = Clock::now();
   while (true) {
     uint32_t doorbell = segments_ != nullptr ? segments_->doorbellSnapshot() : 0;

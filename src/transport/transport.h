@@ -39,7 +39,7 @@ class Transport {
 
   // streams[peer] reaches peer (null for this rank). segments: this host's shared memory, or null.
   Transport(int rank, std::vector<std::unique_ptr<ByteStream>> streams,
-            const shm::Segments* segments, int spinCount);
+            const shm::Segments* segments, int spinCount, int yieldCount);
 
   Request postSend(int peer, const void* data, size_t bytes, uint32_t tag);
   Request postRecv(int peer, void* data, size_t bytes, uint32_t tag);
@@ -86,6 +86,7 @@ class Transport {
   std::vector<Peer> peers_;
   const shm::Segments* segments_;
   int spinCount_;
+  int yieldCount_;
   std::vector<int> active_;  // peers with pending requests
 };
 

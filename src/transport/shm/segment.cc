@@ -51,7 +51,7 @@ size_t Segments::directOffset() const { return roundUp(sizeof(SegmentHeader), kC
 size_t Segments::slotsOffset() const {
   return roundUp(directOffset() + sizeof(DirectCounters), kPage);
 }
-size_t Segments::ringsOffset() const { return slotsOffset() + 4 * slotBytes_; }
+size_t Segments::ringsOffset() const { return slotsOffset() + 2 * kDirectSlots * slotBytes_; }
 size_t Segments::segmentBytes() const {
   return ringsOffset() + localRanks_.size() * (roundUp(sizeof(RingHeader), kPage) + ringBytes_);
 }

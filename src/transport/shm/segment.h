@@ -19,6 +19,9 @@
 namespace ringcomm::shm {
 
 constexpr size_t kCacheLine = 64;
+// Staging slots of the direct schedule per rank. Rounds use them in turn, so a rank can run this
+// many rounds minus one ahead of its slowest peer before it has to wait for it.
+constexpr int kDirectSlots = 4;
 
 struct alignas(kCacheLine) PaddedCounter {
   std::atomic<uint64_t> value{0};
@@ -43,7 +46,7 @@ struct DirectCounters {
   PaddedCounter posted;   // rounds whose input this rank has staged
   PaddedCounter reduced;  // rounds whose reduced slice this rank has published
   PaddedCounter done;     // rounds this rank has finished reading from everyone
-  SlotDescriptor descriptor[2];
+  SlotDescriptor descriptor[kDirectSlots];
 };
 
 struct alignas(kCacheLine) RingHeader {
