@@ -18,7 +18,7 @@ Modules, one purpose each:
     worker.py           the per-size procedure shared by all implementations
     ringcomm_worker.py  a ringcomm rank;  peers/gloo_worker.py, peers/mpi_worker.py: the peers
     launchers.py        starting the ranks of each implementation, with deadlines
-    memory_bandwidth.py B_mem: concurrent np.copyto
+    memory_bandwidth.py B_mem: concurrent in-place updates
     machine.py          CPU model, cores, memory, versions, the command line
     compare.py          ratios between implementations and to the limit
     table.py            rich tables in nccl-tests' columns

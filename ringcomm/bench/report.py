@@ -70,7 +70,7 @@ def limit_lines(collective: str, nranks: int, bandwidth: Optional[MemoryBandwidt
         return ["# memory bandwidth: not measured (no single-host limit)"]
     return [
         f"# memory bandwidth B_mem: {bandwidth.gbps:.2f} GB/s read+write ({bandwidth.processes} "
-        f"processes each np.copyto of {human(bandwidth.buffer_bytes)} at once, best of several)",
+        f"processes each updating {human(bandwidth.buffer_bytes)} in place at once, best of several)",
         f"# single-host limit: {collective} busbw <= {limit_formula(collective)} = "
         f"{limit:.2f} GB/s (p = {nranks}); a DRAM bound: sizes whose buffers fit in cache can "
         f"exceed it",
