@@ -24,11 +24,15 @@ struct Config {
   std::string listenAddress;
   // RINGCOMM_HOSTID: overrides host identity (ranks with equal ids share memory).
   std::string hostId;
-  // RINGCOMM_SPIN_COUNT: polls before a wait blocks; -1 = decide from cores vs local ranks.
-  int spinCount = -1;
-  // RINGCOMM_YIELD_COUNT: sched_yield() calls before a wait blocks, when local ranks outnumber
-  // cores; -1 = the default (measured: 16 halves small all-reduce latency at 4 ranks on 2 cores).
-  int yieldCount = -1;
+  // How a rank waits for a peer (src/common/spin.h): RINGCOMM_SPIN_COUNT pure polls, then
+  // RINGCOMM_YIELD_COUNT polls each followed by sched_yield(), then a blocking sleep. Measured on
+  // the 2-core VM, direct all-reduce (bench/RESULTS.md): polling through sched_yield() gives the
+  // latency of spinning (1.5 us at 8 B, 2 ranks) without its failure mode: pure spinning made
+  // the hypervisor time-slice the vCPUs, and bandwidth fell 8x (2 GB/s instead of 17 at 1 MiB)
+  // in about half the runs; at 4 ranks on 2 cores the yields hand the core to the peer being
+  // waited for (8 B: 24 us with a futex at once, 6-11 us with yields).
+  int spinCount = 0;
+  int yieldCount = 16;
   // RINGCOMM_SEGMENT_BYTES: pipelining granularity of the ring schedule.
   size_t segmentBytes = 512 * 1024;
   // RINGCOMM_SHM_SLOT_BYTES: bytes a rank stages per round of the direct schedule. Sized so that

@@ -2,8 +2,9 @@
 //
 // Polling catches a peer that is a few microseconds behind without a sleep/wake round trip, but
 // a polling rank holds a core: with more ranks than cores (or other work on the machine) it
-// delays the very peer it waits for. So the budget is bounded twice: by a count (0 when local
-// ranks outnumber cores, see communicator.cc) and by time.
+// delays the very peer it waits for. Polling through sched_yield() keeps the latency and gives
+// the core away whenever anything else can use it (Config::yieldCount says what was measured);
+// pure polls are available (Config::spinCount) but off by default, and bounded by time.
 #pragma once
 
 #include <sched.h>
@@ -14,7 +15,7 @@ namespace ringcomm {
 
 // Measured on the 2-core development VM: a cross-core cache-line round trip costs ~2 us, a
 // futex sleep/wake ~10-20 us; polling much past the latter only burns the core.
-constexpr std::chrono::microseconds kMaxSpinTime{50};
+constexpr std::chrono::microseconds kMaxSpinTime{500};
 
 class SpinBudget {
  public:

@@ -2,13 +2,11 @@
 // caller's thread, given a sequence number (its wire tag), and run by the engine.
 #include "ringcomm/communicator.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 #include <sstream>
-#include <thread>
 
 #include "algorithms/collectives.h"
 #include "algorithms/direct.h"
@@ -25,22 +23,8 @@
 namespace ringcomm {
 namespace {
 
-// Polls before a wait blocks when every local rank has a core of its own: long enough to catch a
-// peer that is a few microseconds behind, short next to a futex round trip (~5 us each way).
-constexpr int kSpinsWithSpareCores = 100000;  // in practice bounded by kMaxSpinTime
-// With more local ranks than cores a spinning rank steals the core its peer needs: block at once.
-constexpr int kSpinsOversubscribed = 0;
-// ...but hand it over a few times first (src/common/spin.h). Measured at 4 ranks on 2 cores,
-// direct all-reduce: 8 B 24 us -> 6-11 us, 64 MiB 4.4 -> 4.8 GB/s with 4-32 yields.
-constexpr int kYieldsOversubscribed = 16;
 // How long a rank that saw a peer's connection close looks for that peer's stated reason.
 constexpr std::chrono::milliseconds kPeerReasonWait{1000};
-
-int availableCores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::thread::hardware_concurrency());
-}
 
 OperationLabel labelOf(const char* collective, size_t count, DataType type, bool perRank = false,
                        int root = -1) {
@@ -59,11 +43,8 @@ class CommunicatorImpl : public Communicator {
                    std::shared_ptr<Store> store)
       : rank_(rank), size_(size), config_(std::move(config)), links_(std::move(links)),
         store_(std::move(store)) {
-    const bool oversubscribed = static_cast<int>(links_.localRanks.size()) > availableCores();
-    int spins = config_.spinCount;
-    if (spins < 0) spins = oversubscribed ? kSpinsOversubscribed : kSpinsWithSpareCores;
-    int yields = config_.yieldCount;
-    if (yields < 0) yields = oversubscribed ? kYieldsOversubscribed : 0;
+    const int spins = config_.spinCount;
+    const int yields = config_.yieldCount;
     transport_ = std::make_unique<transport::Transport>(rank_, std::move(links_.streams),
                                                         links_.segments.get(), spins, yields);
     if (links_.segments && static_cast<int>(links_.localRanks.size()) == size_) {
