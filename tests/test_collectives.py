@@ -27,3 +27,20 @@ def test_collectives_match_numpy_and_agree_across_ranks(size, transport):
         for name, value in outcome.result["digests"].items():
             if name.startswith(SHARED_RESULTS):
                 assert value == reference[name], f"rank {outcome.rank} differs on {name}"
+
+
+@pytest.mark.parametrize("size", [4, 5])
+def test_two_hosts_mix_shared_memory_and_tcp(size):
+    # RINGCOMM_HOSTID makes ranks 0..1 one "host" and the rest another: shared memory within each,
+    # TCP between them, one progress loop driving both.
+    hosts = {rank: {"RINGCOMM_HOSTID": "host-a" if rank < 2 else "host-b"} for rank in range(size)}
+    outcomes = run_job(size, "collectives.py", ["65537"], per_rank_env=hosts, deadline=280)
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"][:20])
+        assert "direct" not in outcome.result["algorithms"]
+        transports = outcome.result["transports"]
+        for peer, kind in enumerate(transports):
+            same_host = (peer < 2) == (outcome.rank < 2)
+            expected = "self" if peer == outcome.rank else ("shm" if same_host else "tcp")
+            assert kind == expected, (outcome.rank, transports)

@@ -249,6 +249,7 @@ def torch_cases() -> None:
     case("torch/allreduce/max", tensor_allreduce)
 
 
+transports = [comm.transport_to(peer) for peer in range(size)]
 allreduce_cases()
 reduce_scatter_cases()
 allgather_cases()
@@ -257,4 +258,5 @@ personalised_cases()
 point_to_point_cases()
 torch_cases()
 comm.shutdown()
-report({"rank": rank, "failures": failures, "digests": digests, "algorithms": ALGORITHMS})
+report({"rank": rank, "failures": failures, "digests": digests, "algorithms": ALGORITHMS,
+        "transports": transports})
