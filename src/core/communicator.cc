@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cstring>
 #include <sstream>
 
@@ -25,6 +28,33 @@ namespace {
 
 // How long a rank that saw a peer's connection close looks for that peer's stated reason.
 constexpr std::chrono::milliseconds kPeerReasonWait{1000};
+// How long a failing rank waits for the store to take its reason before raising anyway.
+constexpr std::chrono::milliseconds kStoreReportWait{500};
+
+// Runs `work` on a thread of its own and waits at most `limit` for it. For the store calls made
+// while reporting a failure: the store may be unreachable (served by the rank that died, or across
+// the link that broke), and the report must not wait out the store's own timeouts.
+template <typename Work>
+void runWithin(std::chrono::milliseconds limit, Work work) {
+  struct Done {
+    std::mutex mutex;
+    std::condition_variable changed;
+    bool finished = false;
+  };
+  auto done = std::make_shared<Done>();
+  std::thread([done, work]() mutable {
+    try {
+      work();
+    } catch (const std::exception&) {
+      // Best effort: nobody is waiting for the answer any more, or the store is gone.
+    }
+    std::lock_guard<std::mutex> lock(done->mutex);
+    done->finished = true;
+    done->changed.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(done->mutex);
+  done->changed.wait_for(lock, limit, [&] { return done->finished; });
+}
 
 OperationLabel labelOf(const char* collective, size_t count, DataType type, bool perRank = false,
                        int root = -1) {
@@ -234,11 +264,10 @@ class CommunicatorImpl : public Communicator {
     if (!markClosed(reason)) return;
     // Leave the reason where peers can read it: a TCP peer only sees the connection close, and a
     // peer that timed out waiting for this rank wants to know what this rank was waiting for.
-    try {
-      store_->set("abort/" + std::to_string(rank_), Bytes(reason.begin(), reason.end()));
-    } catch (const std::exception&) {
-      // Best effort: the store may be gone with the rank that served it.
-    }
+    runWithin(kStoreReportWait, [store = store_, key = "abort/" + std::to_string(rank_),
+                                 value = Bytes(reason.begin(), reason.end())] {
+      store->set(key, value);
+    });
     // Peers waiting on this rank learn of the failure now instead of at their own timeout.
     if (links_.segments) links_.segments->markAborted(reason);
     transport_->abort();
@@ -252,13 +281,16 @@ class CommunicatorImpl : public Communicator {
     if (peer < 0 || std::string(error.what()).find(" aborted: ") != std::string::npos) {
       return error.what();
     }
-    try {
-      Bytes reason = store_->get("abort/" + std::to_string(peer), kPeerReasonWait);
-      return std::string(error.what()) + "; rank " + std::to_string(peer) +
-             " reported: " + std::string(reason.begin(), reason.end());
-    } catch (const std::exception&) {
-      return error.what();
-    }
+    auto reason = std::make_shared<std::string>();
+    auto guard = std::make_shared<std::mutex>();
+    runWithin(kPeerReasonWait, [store = store_, key = "abort/" + std::to_string(peer), reason, guard] {
+      Bytes value = store->get(key, kPeerReasonWait);
+      std::lock_guard<std::mutex> lock(*guard);
+      reason->assign(value.begin(), value.end());
+    });
+    std::lock_guard<std::mutex> lock(*guard);
+    if (reason->empty()) return error.what();
+    return std::string(error.what()) + "; rank " + std::to_string(peer) + " reported: " + *reason;
   }
 
   [[noreturn]] void failWith(const PeerError& error) {
@@ -340,6 +372,8 @@ class CommunicatorImpl : public Communicator {
 };
 
 std::atomic<uint64_t> communicatorsCreated{0};
+
+
 
 std::string listenAddressFor(const Config& config, Store& store) {
   if (!config.listenAddress.empty()) return config.listenAddress;
