@@ -101,8 +101,11 @@ PYBIND11_MODULE(_core, m) {
   Py_DECREF(connectionBases);
   PyObject* mismatchError = makeException(m, "MismatchError", peerError,
                                           "Ranks called different collectives, or with different sizes or types.");
-  PyObject* closedError = makeException(m, "CommunicatorClosed", baseError,
+  // Also a ValueError, as Python's operations on a closed file are.
+  PyObject* closedBases = PyTuple_Pack(2, baseError, PyExc_ValueError);
+  PyObject* closedError = makeException(m, "CommunicatorClosed", closedBases,
                                         "The communicator was shut down or poisoned by an earlier failure.");
+  Py_DECREF(closedBases);
 
   exceptionTypes = {baseError, peerError, timeoutError, transportError, mismatchError, closedError};
   py::register_exception_translator([](std::exception_ptr pointer) {

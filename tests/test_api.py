@@ -88,6 +88,8 @@ def test_calls_after_shutdown_raise():
     communicator.shutdown()  # idempotent
     with pytest.raises(ringcomm.CommunicatorClosed, match="shut down"):
         communicator.allreduce(np.zeros(2, np.float32))
+    with pytest.raises(ValueError):  # like an operation on a closed file
+        communicator.barrier()
 
 
 def test_bad_configuration_names_the_variable(monkeypatch):

@@ -144,7 +144,11 @@ def allreduce_cases() -> None:
             x = rng.standard_normal(count).astype(np.float32)
             everyone = np.stack([np.random.default_rng(1234 + r).standard_normal(count)
                                  .astype(np.float32) for r in range(size)]).astype(np.float64)
+            again = x.copy()
             comm.allreduce(x, algorithm=algorithm)
+            comm.allreduce(again, algorithm=algorithm)  # same input, same schedule: same bits
+            if not np.array_equal(x.view(np.uint32), again.view(np.uint32)):
+                failures.append(f"allreduce/{algorithm}/random: not deterministic run to run")
             error = np.abs(x - everyone.sum(axis=0)).max()
             if error > 1e-4 * size:
                 failures.append(f"allreduce/{algorithm}/random: error {error} vs float64")
