@@ -142,6 +142,10 @@ PYBIND11_MODULE(_core, m) {
   py::enum_<Algorithm>(m, "Algorithm")
       .value("auto", Algorithm::Auto).value("ring", Algorithm::Ring)
       .value("tree", Algorithm::Tree).value("direct", Algorithm::Direct);
+  py::enum_<Compression>(m, "Compression")
+      .value("none", Compression::None).value("fp16", Compression::Float16)
+      .value("bf16", Compression::BFloat16);
+  m.def("parse_compression", &parseCompression);
   py::enum_<TransportKind>(m, "TransportKind")
       .value("auto", TransportKind::Auto).value("tcp", TransportKind::Tcp).value("shm", TransportKind::Shm);
   m.def("parse_algorithm", &parseAlgorithm);
@@ -238,7 +242,8 @@ PYBIND11_MODULE(_core, m) {
       .def("transport_to", &Comm::transportTo)
       .def("choose_allreduce_algorithm", &Comm::chooseAllreduceAlgorithm)
       .def("allreduce", [=](Comm& c, py::handle x, py::handle out, ReduceOp op, Algorithm algorithm,
-                            double timeout, bool blocking) {
+                            double timeout, bool blocking, Compression compression, double prescale,
+                            double postscale) {
         ArrayView in = viewArray(x, "x", out.is_none());
         ArrayView into = out.is_none() ? in : viewArray(out, "out", true);
         sameType(in, into);
@@ -246,6 +251,7 @@ PYBIND11_MODULE(_core, m) {
         AllreduceOptions o;
         o.input = in.data; o.output = into.data; o.count = in.count; o.type = in.type;
         o.op = op; o.algorithm = algorithm; o.timeout = toMilliseconds(timeout);
+        o.compression = compression; o.prescale = prescale; o.postscale = postscale;
         return launch(c, o, blocking, &Comm::allreduce);
       })
       .def("reduce_scatter", [=](Comm& c, py::handle x, py::handle out, ReduceOp op, double timeout,

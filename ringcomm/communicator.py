@@ -10,6 +10,8 @@ from ringcomm._environment import LaunchEnvironment, detect
 from ringcomm.ops import SUM, as_op
 
 _ALGORITHMS = {"auto", "ring", "tree", "direct"}
+_COMPRESSIONS = {None: "none", "none": "none", "fp16": "fp16", "float16": "fp16", "bf16": "bf16",
+                 "bfloat16": "bf16"}
 _TRANSPORTS = {"auto", "tcp", "shm"}
 
 
@@ -34,6 +36,16 @@ class Work:
 
 
 _ALGORITHM_VALUES = {name: _core.parse_algorithm(name) for name in _ALGORITHMS}
+
+
+_COMPRESSION_VALUES = {key: _core.parse_compression(name) for key, name in _COMPRESSIONS.items()}
+
+
+def _check_compression(compression) -> "_core.Compression":
+    value = _COMPRESSION_VALUES.get(compression)
+    if value is None:
+        raise ValueError(f"compression must be None, 'fp16' or 'bf16'; got {compression!r}")
+    return value
 
 
 def _check_algorithm(algorithm: str) -> "_core.Algorithm":
@@ -103,10 +115,19 @@ class Communicator:
 
     # ---- collectives ----------------------------------------------------------------------
     def allreduce(self, x, out=None, op=SUM, algorithm: str = "auto", async_op: bool = False,
-                  timeout: Optional[float] = None):
-        """Reduces ``x`` over all ranks into ``out`` (default: ``x`` itself)."""
+                  timeout: Optional[float] = None, compression: Optional[str] = None,
+                  prescale: float = 1.0, postscale: float = 1.0):
+        """Reduces ``x`` over all ranks into ``out`` (default: ``x`` itself).
+
+        ``compression="fp16"`` or ``"bf16"`` (float32 sum/avg): values travel as 16-bit floats
+        and are accumulated in float32 at every hop. ``prescale`` multiplies the input first
+        (e.g. ``1 / comm.size`` keeps fp16 partial sums from overflowing), ``postscale`` the
+        result.
+        """
         work = self._core.allreduce(x, out, as_op(op), _check_algorithm(algorithm),
-                                    self._timeout(timeout), not async_op)
+                                    self._timeout(timeout), not async_op,
+                                    _check_compression(compression), float(prescale),
+                                    float(postscale))
         result = x if out is None else out
         return Work(work, result, (x, out)) if async_op else result
 

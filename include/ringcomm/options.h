@@ -26,6 +26,12 @@ struct AllreduceOptions : CommonOptions {
   DataType type = DataType::Float32;
   ReduceOp op = ReduceOp::Sum;
   Algorithm algorithm = Algorithm::Auto;
+  // fp16/bf16 on the wire, float32 accumulation at every hop: float32 sum/avg only, ring schedule.
+  Compression compression = Compression::None;
+  // Multiply the input before reducing (e.g. 1/size to keep fp16 partial sums from overflowing)
+  // and the result after; 1.0 = untouched. float32 and float64 only.
+  double prescale = 1.0;
+  double postscale = 1.0;
   void validate() const;
 };
 

@@ -34,6 +34,10 @@ enum class Algorithm : uint8_t {
   Direct,  // shared memory only: each rank reduces its slice straight from every peer's staging
 };
 
+// The wire format of a compressed all-reduce: values travel as 16-bit floats, partial sums are
+// accumulated in float32 at every hop (src/codec).
+enum class Compression : uint8_t { None, Float16, BFloat16 };
+
 // Which transport carries point-to-point traffic. Auto: shared memory within a host, TCP between.
 enum class TransportKind : uint8_t { Auto, Tcp, Shm };
 
@@ -42,9 +46,11 @@ const char* toString(DataType type);
 const char* toString(ReduceOp op);
 const char* toString(Algorithm algorithm);
 const char* toString(TransportKind kind);
+const char* toString(Compression compression);
 
 // Parsers used by the configuration and bindings; they throw InvalidArgument naming the value.
 Algorithm parseAlgorithm(const std::string& name);
 TransportKind parseTransportKind(const std::string& name);
+Compression parseCompression(const std::string& name);
 
 }  // namespace ringcomm

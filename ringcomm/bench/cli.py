@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"sweep factor (default {_DEFAULT_FACTOR})")
     parser.add_argument("-np", "-n", dest="nranks", type=_at_least(int, 1),
                         help=f"ranks (default: one per core, {machine.cores()} here)")
+    parser.add_argument("--compression", choices=("none", "fp16", "bf16"), default="none",
+                        help="ringcomm all-reduce wire format: fp16/bf16 on the wire, float32 "
+                             "accumulation (float32 sum/avg; runs the ring schedule)")
     parser.add_argument("--algorithm", choices=("auto", "ring", "tree", "direct"), default="auto",
                         help="ringcomm all-reduce algorithm (default auto: the cost model's)")
     parser.add_argument("--transport", choices=("auto", "tcp", "shm"), default="auto")
@@ -112,7 +115,7 @@ def make_plan(args: argparse.Namespace, sizes: list[int], nranks: int) -> Plan:
         collective=args.collective, sizes=sizes, dtype=args.dtype,
         op=(args.op or "sum") if args.collective in REDUCING else "sum",
         check=args.check, iters=args.iters, warmup=args.warmup, min_time=args.min_time,
-        algorithm=args.algorithm, transport=args.transport,
+        algorithm=args.algorithm, transport=args.transport, compression=args.compression,
         timeout=args.timeout or run_deadline(sizes, nranks))
 
 

@@ -27,6 +27,7 @@ class Plan:
     min_time: float = 0.3               # seconds of timed calls per size when adaptive
     algorithm: str = "auto"             # ringcomm only
     transport: str = "auto"             # ringcomm only
+    compression: str = "none"           # ringcomm all-reduce only: none, fp16, bf16
     op_timeout: float = 120.0           # seconds one collective may take before it fails
     timeout: float = 600.0              # seconds a whole run may take before its ranks exit
 

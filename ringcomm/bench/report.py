@@ -60,7 +60,8 @@ def header_lines(command: str, machine: dict, plan: Plan, nranks: int) -> list[s
         f"# machine: {machine['cpu']}, {machine['cores']} cores{memory}; "
         f"python {machine['python']}; {versions}",
         f"# {plan.collective}: {nranks} ranks on one host, {plan.dtype}{op}, "
-        f"algorithm {plan.algorithm}, transport {plan.transport}, {_sizes(plan.sizes)}",
+        f"algorithm {plan.algorithm}, transport {plan.transport}, compression {plan.compression}, "
+        f"{_sizes(plan.sizes)}",
     ]
 
 

@@ -22,8 +22,9 @@ _OPS = {"sum": ringcomm.SUM, "avg": ringcomm.AVG, "min": ringcomm.MIN, "max": ri
 class RingcommGroup:
     name = "ringcomm"
 
-    def __init__(self, comm: "ringcomm.Communicator", algorithm: str):
+    def __init__(self, comm: "ringcomm.Communicator", algorithm: str, compression: str = "none"):
         self.comm, self.algorithm = comm, algorithm
+        self.compression = None if compression == "none" else compression
         self.rank, self.size = comm.rank, comm.size
 
     def barrier(self) -> None:
@@ -36,7 +37,7 @@ class RingcommGroup:
         return torch_tensor(count, dtype) if dtype in NUMPY_LACKS else numpy_array(count, dtype)
 
     def allreduce(self, x, op: str) -> None:
-        self.comm.allreduce(x, op=_OPS[op], algorithm=self.algorithm)
+        self.comm.allreduce(x, op=_OPS[op], algorithm=self.algorithm, compression=self.compression)
 
     def allgather(self, x, out) -> None:
         self.comm.allgather(x, out=out)
@@ -54,6 +55,8 @@ class RingcommGroup:
         """Which all-reduce algorithm ran: the forced one, or the cost model's choice."""
         if collective != "allreduce":
             return {}
+        if self.compression:
+            return {"algorithm": f"ring+{self.compression}"}
         chosen = self.algorithm if self.algorithm != "auto" else self.comm.choose_algorithm(nbytes)
         return {"algorithm": chosen}
 
@@ -66,7 +69,7 @@ def connect(plan: Plan) -> "ringcomm.Communicator":
 
 def run(plan: Plan, comm: "ringcomm.Communicator") -> Optional[dict]:
     """Runs the plan on ``comm``; the report on rank 0, None on the others."""
-    return run_plan(plan, RingcommGroup(comm, plan.algorithm))
+    return run_plan(plan, RingcommGroup(comm, plan.algorithm, plan.compression))
 
 
 def main(argv=None) -> int:

@@ -10,10 +10,15 @@
 // reduction of step s instead of waiting for the whole block. Receives for step s+1 are posted
 // before step s is processed, into the other of two scratch buffers, so the transport can take
 // them off the wire while this rank reduces.
+//
+// Compression changes only what a segment looks like on the wire (the Wire helper below): it is
+// encoded to 16-bit floats when posted and decoded (into a float32 accumulation, or a copy) when
+// it arrives. The schedule itself is the same.
 #include "algorithms/ring.h"
 
 #include <cstring>
 
+#include "codec/codec.h"
 #include "reduce/reduce.h"
 
 namespace ringcomm::algorithms {
@@ -22,10 +27,106 @@ namespace {
 using plan::Block;
 using transport::Transport;
 
+// Scratch buffer indices of the ring (others use higher ones, see collectives.cc).
+constexpr int kReceiveScratch = 0;  // and 1: two parities of receive buffers
+constexpr int kWireScratch = 3;     // encoded segments in flight, at their element offsets
+
 struct Posted {
   Block segment;
   Transport::Request request;
 };
+
+// Who the ring neighbours are and how big a segment is.
+struct Ring {
+  int size;
+  int right;
+  int left;
+  size_t element;       // bytes per element of the working buffer
+  size_t wireElement;   // bytes per element on the wire
+  size_t segmentCount;  // elements per segment
+  Compression compression;
+
+  Ring(const Context& ctx, DataType type, Compression c)
+      : size(ctx.size), right((ctx.rank + 1) % ctx.size), left((ctx.rank + ctx.size - 1) % ctx.size),
+        element(elementSize(type)),
+        wireElement(c == Compression::None ? element : codec::kWireElementBytes),
+        segmentCount(std::max<size_t>(1, ctx.segmentBytes / element)), compression(c) {}
+
+  bool compressed() const { return compression != Compression::None; }
+};
+
+// The bytes that travel for a segment of the working buffer `base`.
+class Wire {
+ public:
+  Wire(const Context& ctx, const Ring& ring, uint8_t* base, size_t totalCount)
+      : ctx_(ctx), ring_(ring), base_(base),
+        wire_(ring.compressed() ? ctx.scratch.get(kWireScratch, totalCount * ring.wireElement)
+                                : nullptr) {}
+
+  // Encodes (if compressing) and posts the send of a segment.
+  void send(const Block& segment) {
+    uint8_t* data = base_ + segment.offset * ring_.element;
+    if (ring_.compressed()) {
+      uint16_t* encoded = wireAt(segment.offset);
+      codec::encode(reinterpret_cast<const float*>(data), encoded, segment.count, ring_.compression);
+      data = reinterpret_cast<uint8_t*>(encoded);
+    }
+    ctx_.transport.postSend(ring_.right, data, segment.count * ring_.wireElement, ctx_.tag);
+  }
+
+  // Posts the send of a segment already in wire form (all-gather forwards what it received).
+  void forward(const Block& segment) {
+    uint8_t* data = ring_.compressed() ? reinterpret_cast<uint8_t*>(wireAt(segment.offset))
+                                       : base_ + segment.offset * ring_.element;
+    ctx_.transport.postSend(ring_.right, data, segment.count * ring_.wireElement, ctx_.tag);
+  }
+
+  // Where a segment of the working buffer arrives in wire form.
+  uint8_t* arrivalFor(const Block& segment) {
+    return ring_.compressed() ? reinterpret_cast<uint8_t*>(wireAt(segment.offset))
+                              : base_ + segment.offset * ring_.element;
+  }
+
+  // Makes an arrived wire segment the working buffer's value (all-gather).
+  void land(const Block& segment) {
+    if (!ring_.compressed()) return;
+    codec::decode(wireAt(segment.offset), reinterpret_cast<float*>(base_ + segment.offset * ring_.element),
+                  segment.count, ring_.compression);
+  }
+
+  // Folds a received wire segment into the working buffer (reduce-scatter).
+  void reduceInto(const Block& segment, const uint8_t* received, DataType type, ReduceOp op) {
+    uint8_t* mine = base_ + segment.offset * ring_.element;
+    if (ring_.compressed()) {
+      codec::decodeAccumulate(reinterpret_cast<const uint16_t*>(received), reinterpret_cast<float*>(mine),
+                              segment.count, ring_.compression);
+    } else {
+      reduce::reduceInto(mine, received, segment.count, type, op);
+    }
+  }
+
+  // Rounds a block to what the wire carries, so its owner keeps the value everyone receives.
+  void roundToWire(const Block& block) {
+    if (!ring_.compressed()) return;
+    float* values = reinterpret_cast<float*>(base_ + block.offset * ring_.element);
+    codec::encode(values, wireAt(block.offset), block.count, ring_.compression);
+    codec::decode(wireAt(block.offset), values, block.count, ring_.compression);
+  }
+
+ private:
+  uint16_t* wireAt(size_t elementOffset) {
+    return reinterpret_cast<uint16_t*>(wire_) + elementOffset;
+  }
+
+  const Context& ctx_;
+  const Ring& ring_;
+  uint8_t* base_;
+  uint8_t* wire_;
+};
+
+size_t totalCount(const std::vector<Block>& blocks) {
+  return blocks.empty() ? 0 : blocks.back().offset + blocks.back().count;
+}
 
 }  // namespace
 
@@ -42,34 +143,32 @@ std::vector<Block> equalBlocks(size_t perRank, int parts) {
 }
 
 void ringReduceScatter(const Context& ctx, void* buffer, const std::vector<Block>& blocks,
-                       DataType type, ReduceOp op) {
+                       DataType type, ReduceOp op, Compression compression) {
   if (ctx.size == 1) return;
-  const int p = ctx.size;
-  const int right = (ctx.rank + 1) % p;
-  const int left = (ctx.rank + p - 1) % p;
-  const size_t element = elementSize(type);
-  const size_t segmentCount = std::max<size_t>(1, ctx.segmentBytes / element);
+  const Ring ring(ctx, type, compression);
+  const int p = ring.size;
   uint8_t* base = static_cast<uint8_t*>(buffer);
+  Wire wire(ctx, ring, base, totalCount(blocks));
 
   size_t largest = 0;
   for (const Block& block : blocks) largest = std::max(largest, block.count);
-  uint8_t* scratch[2] = {ctx.scratch.get(0, largest * element), ctx.scratch.get(1, largest * element)};
+  uint8_t* scratch[2] = {ctx.scratch.get(kReceiveScratch, largest * ring.wireElement),
+                         ctx.scratch.get(kReceiveScratch + 1, largest * ring.wireElement)};
 
   auto postReceives = [&](int step) {
     std::vector<Posted> posted;
     const Block block = blocks[plan::ringReduceScatterStep(ctx.rank, p, step).recvBlock];
-    for (const Block& segment : plan::segmentsOf(block, segmentCount)) {
-      uint8_t* into = scratch[step % 2] + (segment.offset - block.offset) * element;
-      posted.push_back({segment, ctx.transport.postRecv(left, into, segment.count * element, ctx.tag)});
+    for (const Block& segment : plan::segmentsOf(block, ring.segmentCount)) {
+      uint8_t* into = scratch[step % 2] + (segment.offset - block.offset) * ring.wireElement;
+      posted.push_back({segment, ctx.transport.postRecv(ring.left, into,
+                                                        segment.count * ring.wireElement, ctx.tag)});
     }
     return posted;
   };
 
   // Step 0 sends this rank's own contribution to block r-1; later steps forward what arrived.
   const Block first = blocks[plan::ringReduceScatterStep(ctx.rank, p, 0).sendBlock];
-  for (const Block& segment : plan::segmentsOf(first, segmentCount)) {
-    ctx.transport.postSend(right, base + segment.offset * element, segment.count * element, ctx.tag);
-  }
+  for (const Block& segment : plan::segmentsOf(first, ring.segmentCount)) wire.send(segment);
   std::vector<Posted> current = postReceives(0);
   for (int step = 0; step < p - 1; ++step) {
     std::vector<Posted> next;
@@ -77,57 +176,53 @@ void ringReduceScatter(const Context& ctx, void* buffer, const std::vector<Block
     const Block block = blocks[plan::ringReduceScatterStep(ctx.rank, p, step).recvBlock];
     for (const Posted& posted : current) {
       ctx.transport.wait(posted.request, ctx.op);
-      uint8_t* mine = base + posted.segment.offset * element;
-      const uint8_t* theirs = scratch[step % 2] + (posted.segment.offset - block.offset) * element;
-      reduce::reduceInto(mine, theirs, posted.segment.count, type, op);
-      if (step + 1 < p - 1) {
-        ctx.transport.postSend(right, mine, posted.segment.count * element, ctx.tag);
-      }
+      const uint8_t* theirs = scratch[step % 2] + (posted.segment.offset - block.offset) * ring.wireElement;
+      wire.reduceInto(posted.segment, theirs, type, op);
+      if (step + 1 < p - 1) wire.send(posted.segment);
     }
     current = std::move(next);
   }
   const Block& own = blocks[ctx.rank];
-  reduce::finishAverage(base + own.offset * element, own.count, type, op, p);
+  reduce::finishAverage(base + own.offset * ring.element, own.count, type, op, p);
   ctx.transport.waitAll(ctx.op);
 }
 
 void ringAllgather(const Context& ctx, void* buffer, const std::vector<Block>& blocks,
-                   DataType type) {
+                   DataType type, Compression compression) {
   if (ctx.size == 1) return;
-  const int p = ctx.size;
-  const int right = (ctx.rank + 1) % p;
-  const int left = (ctx.rank + p - 1) % p;
-  const size_t element = elementSize(type);
-  const size_t segmentCount = std::max<size_t>(1, ctx.segmentBytes / element);
-  uint8_t* base = static_cast<uint8_t*>(buffer);
+  const Ring ring(ctx, type, compression);
+  const int p = ring.size;
+  Wire wire(ctx, ring, static_cast<uint8_t*>(buffer), totalCount(blocks));
 
-  for (const Block& segment : plan::segmentsOf(blocks[ctx.rank], segmentCount)) {
-    ctx.transport.postSend(right, base + segment.offset * element, segment.count * element, ctx.tag);
+  wire.roundToWire(blocks[ctx.rank]);
+  for (const Block& segment : plan::segmentsOf(blocks[ctx.rank], ring.segmentCount)) {
+    wire.forward(segment);
   }
   for (int step = 0; step < p - 1; ++step) {
     const Block block = blocks[plan::ringAllgatherStep(ctx.rank, p, step).recvBlock];
     std::vector<Posted> posted;
-    for (const Block& segment : plan::segmentsOf(block, segmentCount)) {
-      posted.push_back({segment, ctx.transport.postRecv(left, base + segment.offset * element,
-                                                        segment.count * element, ctx.tag)});
+    for (const Block& segment : plan::segmentsOf(block, ring.segmentCount)) {
+      posted.push_back({segment, ctx.transport.postRecv(ring.left, wire.arrivalFor(segment),
+                                                        segment.count * ring.wireElement, ctx.tag)});
     }
     for (const Posted& arrived : posted) {
       ctx.transport.wait(arrived.request, ctx.op);
-      if (step + 1 < p - 1) {
-        ctx.transport.postSend(right, base + arrived.segment.offset * element,
-                               arrived.segment.count * element, ctx.tag);
-      }
+      if (step + 1 < p - 1) wire.forward(arrived.segment);
+      wire.land(arrived.segment);
     }
   }
   ctx.transport.waitAll(ctx.op);
 }
 
 void ringAllreduce(const Context& ctx, const void* input, void* output, size_t count,
-                   DataType type, ReduceOp op) {
+                   DataType type, ReduceOp op, Compression compression, double prescale,
+                   double postscale) {
   if (input != output) std::memcpy(output, input, count * elementSize(type));
+  codec::scale(output, count, type, prescale);
   const std::vector<Block> blocks = evenBlocks(count, ctx.size);
-  ringReduceScatter(ctx, output, blocks, type, op);
-  ringAllgather(ctx, output, blocks, type);
+  ringReduceScatter(ctx, output, blocks, type, op, compression);
+  ringAllgather(ctx, output, blocks, type, compression);
+  codec::scale(output, count, type, postscale);
 }
 
 }  // namespace ringcomm::algorithms

@@ -17,6 +17,7 @@ using Clock = std::chrono::steady_clock;
 struct OperationLabel {
   const char* collective = "operation";  // "allreduce", "send", "connecting to peers"...
   const char* algorithm = nullptr;       // "ring" (all-reduce only)
+  const char* compression = nullptr;     // "fp16" (compressed all-reduce only)
   const char* reduceOp = nullptr;        // "sum"
   const char* type = nullptr;            // "float32"
   size_t count = 0;                      // elements (per rank where perRank)
@@ -34,6 +35,7 @@ struct OperationLabel {
       details += (details.empty() ? "" : ", ") + part;
     };
     if (algorithm != nullptr) add(algorithm);
+    if (compression != nullptr) add(std::string(compression) + " on the wire");
     if (reduceOp != nullptr) add(reduceOp);
     if (root >= 0) add("root " + std::to_string(root));
     if (peer >= 0) add("rank " + std::to_string(peer) + ", tag " + std::to_string(tag) + ", " +

@@ -38,6 +38,25 @@ void requirePeer(int peer, int size, int rank, const char* collective) {
 void AllreduceOptions::validate() const {
   requireBuffer(input, count, "allreduce", "input");
   requireBuffer(output, count, "allreduce", "output");
+  if (compression != Compression::None) {
+    if (type != DataType::Float32) {
+      throw InvalidArgument(std::string("allreduce: compression '") + toString(compression) +
+                            "' needs float32 data; got " + toString(type));
+    }
+    if (op != ReduceOp::Sum && op != ReduceOp::Avg) {
+      throw InvalidArgument(std::string("allreduce: compression needs op sum or avg; got ") +
+                            toString(op));
+    }
+    if (algorithm == Algorithm::Tree || algorithm == Algorithm::Direct) {
+      throw InvalidArgument(std::string("allreduce: compression runs on the ring schedule; got "
+                                        "algorithm '") + toString(algorithm) + "'");
+    }
+  }
+  if ((prescale != 1.0 || postscale != 1.0) && type != DataType::Float32 &&
+      type != DataType::Float64) {
+    throw InvalidArgument(std::string("allreduce: prescale/postscale need float32 or float64 data; got ") +
+                          toString(type));
+  }
 }
 
 void ReduceScatterOptions::validate() const {

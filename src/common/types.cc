@@ -66,6 +66,22 @@ const char* toString(TransportKind kind) {
   return "unknown";
 }
 
+const char* toString(Compression compression) {
+  switch (compression) {
+    case Compression::None: return "none";
+    case Compression::Float16: return "fp16";
+    case Compression::BFloat16: return "bf16";
+  }
+  return "unknown";
+}
+
+Compression parseCompression(const std::string& name) {
+  for (Compression c : {Compression::None, Compression::Float16, Compression::BFloat16}) {
+    if (name == toString(c)) return c;
+  }
+  throw InvalidArgument("compression must be one of none, fp16, bf16; got '" + name + "'");
+}
+
 Algorithm parseAlgorithm(const std::string& name) {
   for (Algorithm a : {Algorithm::Auto, Algorithm::Ring, Algorithm::Tree, Algorithm::Direct}) {
     if (name == toString(a)) return a;

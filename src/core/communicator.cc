@@ -16,6 +16,7 @@
 #include "algorithms/ring.h"
 #include "algorithms/tree.h"
 #include "bootstrap/rendezvous.h"
+#include "codec/codec.h"
 #include "common/socket.h"
 #include "common/tags.h"
 #include "engine/engine.h"
@@ -109,8 +110,9 @@ class CommunicatorImpl : public Communicator {
 
   WorkPtr allreduce(const AllreduceOptions& o) override {
     o.validate();
-    Algorithm algorithm = o.algorithm != Algorithm::Auto ? o.algorithm
-                                                         : chooseAllreduceAlgorithm(o.count * elementSize(o.type));
+    Algorithm algorithm = o.algorithm;
+    // Compression is carried by the ring schedule (validate() refused an explicit other one).
+    if (algorithm == Algorithm::Auto && o.compression != Compression::None) algorithm = Algorithm::Ring;
     if (algorithm == Algorithm::Auto) algorithm = chooseAllreduceAlgorithm(o.count * elementSize(o.type));
     if (size_ == 1) algorithm = Algorithm::Ring;  // nothing to exchange: every schedule is a copy
     if (algorithm == Algorithm::Direct && !direct_) {
@@ -121,17 +123,26 @@ class CommunicatorImpl : public Communicator {
     OperationLabel label = labelOf("allreduce", o.count, o.type);
     label.algorithm = toString(algorithm);
     label.reduceOp = toString(o.op);
+    if (o.compression != Compression::None) label.compression = toString(o.compression);
     return enqueue(CollectiveKind::Allreduce, o, label, [this, o, algorithm](const algorithms::Context& ctx) {
-      switch (algorithm) {
-        case Algorithm::Direct:
-          direct_->allreduce(ctx.op, ctx.tag, o.input, o.output, o.count, o.type, o.op);
-          break;
-        case Algorithm::Tree:
-          algorithms::treeAllreduce(ctx, o.input, o.output, o.count, o.type, o.op);
-          break;
-        default:
-          algorithms::ringAllreduce(ctx, o.input, o.output, o.count, o.type, o.op);
+      if (algorithm == Algorithm::Ring) {
+        algorithms::ringAllreduce(ctx, o.input, o.output, o.count, o.type, o.op, o.compression,
+                                  o.prescale, o.postscale);
+        return;
       }
+      // The other schedules reduce in place: scale a copy of the input first if asked to.
+      const void* input = o.input;
+      if (o.prescale != 1.0) {
+        if (o.input != o.output) std::memcpy(o.output, o.input, o.count * elementSize(o.type));
+        codec::scale(o.output, o.count, o.type, o.prescale);
+        input = o.output;
+      }
+      if (algorithm == Algorithm::Direct) {
+        direct_->allreduce(ctx.op, ctx.tag, input, o.output, o.count, o.type, o.op);
+      } else {
+        algorithms::treeAllreduce(ctx, input, o.output, o.count, o.type, o.op);
+      }
+      codec::scale(o.output, o.count, o.type, o.postscale);
     });
   }
 

@@ -1,0 +1,32 @@
+"""fp16/bf16 wire compression: error against float64, identical bits on every rank, pre-scaling."""
+
+import pytest
+
+from harness import assert_all_succeeded, run_job
+
+# Relative error bounds against the float64 sum. One rounding to the wire format per hop bounds
+# the error by about (hops) x 2^-11 (fp16) or 2^-8 (bf16) relative to the partial sums.
+BOUNDS = {"fp16": 2e-3, "bf16": 1.6e-2}
+
+
+@pytest.mark.parametrize("size,transport", [(2, "tcp"), (3, "shm"), (4, "tcp")])
+def test_compressed_allreduce(size, transport):
+    outcomes = run_job(size, "compression.py", env={"RINGCOMM_TRANSPORT": transport}, deadline=120)
+    assert_all_succeeded(outcomes)
+    first = outcomes[0].result
+    for outcome in outcomes:
+        result = outcome.result
+        for name, case in result["cases"].items():
+            assert case["digest"] == first["cases"][name]["digest"], (outcome.rank, name)
+        errors = dict(e.split(": ", 1) for e in result["errors"])
+        assert all(v.startswith("ValueError") for v in errors.values()), errors
+        assert "float32" in errors["int32"] and "sum or avg" in errors["max"]
+        assert "ring" in errors["tree"] and "fp16" in errors["name"]
+    cases = first["cases"]
+    for compression, bound in BOUNDS.items():
+        assert cases[f"{compression}/sum"]["error"] < bound, cases
+        assert cases[f"{compression}/avg"]["error"] < bound, cases
+    assert cases["fp16/sum-prescaled"]["error"] < BOUNDS["fp16"], cases
+    # Without pre-scaling the partial sums leave fp16's range: infinities, an error of inf/NaN.
+    overflowed = cases["fp16/sum-overflowing"]["error"]
+    assert overflowed is None or overflowed > 1.0, cases
