@@ -1,0 +1,65 @@
+"""Horovod's training API on ringcomm: ``import ringcomm.torch as hvd`` in place of
+``import horovod.torch as hvd``.
+
+Implemented so far: init/shutdown and the rank queries; allreduce (blocking, in place, async,
+grouped, differentiable), allgather (first dimensions may differ), broadcast, alltoall (with
+splits), reducescatter, barrier; poll/synchronize on async handles; Compression.fp16/.bf16 as wire
+codecs; broadcast_parameters, broadcast_object, allgather_object. Not yet: DistributedOptimizer,
+tensor fusion in the engine, join, broadcast_optimizer_state, name-based cross-rank checks.
+"""
+
+from ringcomm.torch.compression import Compression
+from ringcomm.torch.handles import poll, synchronize
+from ringcomm.torch.ops import (
+    Average,
+    Max,
+    Min,
+    Product,
+    Sum,
+    allgather,
+    allgather_async,
+    allgather_object,
+    allreduce,
+    allreduce_,
+    allreduce_async,
+    allreduce_async_,
+    alltoall,
+    barrier,
+    broadcast,
+    broadcast_,
+    broadcast_async,
+    broadcast_async_,
+    broadcast_object,
+    broadcast_parameters,
+    grouped_allreduce,
+    grouped_allreduce_,
+    grouped_allreduce_async,
+    grouped_allreduce_async_,
+    reducescatter,
+)
+from ringcomm.torch.state import init, is_initialized, shutdown
+from ringcomm.torch import state as _state
+
+
+def size() -> int:
+    return _state.comm().size
+
+
+def rank() -> int:
+    return _state.comm().rank
+
+
+def local_size() -> int:
+    return _state.comm().local_size
+
+
+def local_rank() -> int:
+    return _state.comm().local_rank
+
+
+def cross_size() -> int:
+    return _state.comm().cross_size
+
+
+def cross_rank() -> int:
+    return _state.comm().cross_rank
