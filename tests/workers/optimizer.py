@@ -1,0 +1,131 @@
+"""DistributedOptimizer against a single-process run on the concatenated batch.
+
+Every rank trains the same model on its shard of a fixed batch; after each step the parameters
+must equal those of one process that trained on the whole batch (the average of per-shard mean
+gradients is the full batch's mean gradient when shards are equal), and be identical across ranks.
+Also: a parameter that is unused on some ranks, backward_passes_per_step, groups, compression.
+"""
+
+import copy
+import os
+import sys
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import ringcomm.torch as hvd  # noqa: E402
+from report import report  # noqa: E402
+
+torch.manual_seed(0)
+hvd.init()
+rank, size = hvd.rank(), hvd.size()
+failures = []
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 5))
+        self.sometimes = torch.nn.Linear(20, 5)  # used only when the flag says so
+
+    def forward(self, x, use_sometimes=False):
+        out = self.body(x)
+        return out + self.sometimes(x) if use_sometimes else out
+
+
+def data(steps, per_rank):
+    g = torch.Generator().manual_seed(1234)
+    return [(torch.randn(per_rank * size, 20, generator=g), torch.randint(0, 5, (per_rank * size,), generator=g))
+            for _ in range(steps)]
+
+
+def train(distributed, steps=4, per_rank=8, passes=1, sometimes=lambda step, r: False, **options):
+    torch.manual_seed(7)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    if distributed:
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                       backward_passes_per_step=passes, **options)
+    for step, (x, y) in enumerate(data(steps, per_rank * passes)):
+        opt.zero_grad()
+        shards = x.chunk(size * passes), y.chunk(size * passes)
+        for k in range(passes):
+            index = rank * passes + k if distributed else None
+            if distributed:
+                xs, ys = shards[0][index], shards[1][index]
+                use = sometimes(step, rank)
+            else:
+                xs, ys, use = x, y, False
+            loss = torch.nn.functional.cross_entropy(model(xs, use), ys)
+            (loss / passes if not distributed else loss).backward()
+        opt.step()
+    return model
+
+
+def same(a, b, tolerance):
+    return all(torch.allclose(p, q, atol=tolerance, rtol=tolerance)
+               for p, q in zip(a.parameters(), b.parameters()))
+
+
+def identical_across_ranks(model):
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    gathered = hvd.allgather(flat.unsqueeze(0))
+    return all(torch.equal(gathered[0], gathered[r]) for r in range(size))
+
+
+def case(name, body):
+    try:
+        body()
+    except Exception:
+        failures.append(f"{name}: raised\n{traceback.format_exc()}")
+
+
+def matches_single_process():
+    reference = train(False)
+    for options in ({}, {"fusion_threshold": 1024}, {"groups": 2}, {"gradient_predivide_factor": 2.0}):
+        model = train(True, **options)
+        if not same(model, reference, 1e-5):
+            failures.append(f"{options}: differs from the single-process run")
+        if not identical_across_ranks(model):
+            failures.append(f"{options}: ranks disagree")
+
+
+def unused_parameters_do_not_hang():
+    # The extra layer is used on rank 0 only, on even steps: its gradient is missing elsewhere.
+    model = train(True, sometimes=lambda step, r: r == 0 and step % 2 == 0, fusion_threshold=2048)
+    if not identical_across_ranks(model):
+        failures.append("unused parameters: ranks disagree")
+
+
+def accumulation():
+    reference = train(False, passes=1, per_rank=8)
+    model = train(True, passes=2, per_rank=4)  # two half-size passes per step: the same batch
+    if not same(model, reference, 1e-5):
+        failures.append("backward_passes_per_step=2: differs from the single-process run")
+
+
+def compressed():
+    reference = train(False)
+    model = train(True, compression=hvd.Compression.fp16)
+    if not same(model, reference, 2e-2) or not identical_across_ranks(model):
+        failures.append("fp16 compression: too far from the single-process run, or ranks disagree")
+
+
+def optimizer_state():
+    model = Net()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01 * (rank + 1))
+    model(torch.randn(2, 20)).sum().backward()
+    opt.step()
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    if opt.param_groups[0]["lr"] != 0.01:
+        failures.append(f"broadcast_optimizer_state: lr {opt.param_groups[0]['lr']}")
+
+
+for name, body in [("matches", matches_single_process), ("unused", unused_parameters_do_not_hang),
+                   ("accumulation", accumulation), ("compressed", compressed),
+                   ("optimizer_state", optimizer_state)]:
+    case(name, body)
+report({"rank": rank, "failures": failures})
+hvd.shutdown()
