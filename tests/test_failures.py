@@ -58,3 +58,15 @@ def test_mismatched_sizes_raise_instead_of_hanging(transport):
     assert all(o.returncode == 0 and o.result for o in outcomes), [o.describe() for o in outcomes]
     assert all(r["error"] for r in results), results
     assert any(r["error"] == "MismatchError" for r in results), results
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("mode,words", [("root", "root 1"), ("dtype", "int32")])
+def test_disagreeing_root_or_type_is_named(transport, mode, words):
+    outcomes = run_job(3, "failures.py", [mode, "2"], deadline=60,
+                       env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport})
+    assert all(o.returncode == 0 and o.result for o in outcomes), [o.describe() for o in outcomes]
+    results = [o.result for o in outcomes]
+    assert all(r["error"] for r in results), results
+    named = [r for r in results if r["error"] == "MismatchError"]
+    assert named and all(words in r["message"] for r in named), results

@@ -44,7 +44,7 @@ struct Context {
   int size;
   transport::Transport& transport;
   const Operation& op;
-  uint32_t tag;
+  MessageTag tag;  // identifies the collective's messages (common/tags.h)
   size_t segmentBytes;
   Scratch& scratch;
 };

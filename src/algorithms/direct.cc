@@ -90,33 +90,43 @@ void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
   }
 }
 
-void DirectGroup::stage(uint64_t round, uint32_t tag, size_t bytes, const Operation& op) {
+void DirectGroup::stage(uint64_t round, const MessageTag& tag, size_t bytes, const Operation& op) {
   // The slot of this round was last used kDirectSlots rounds ago: wait until everyone read it.
   if (round >= shm::kDirectSlots) waitForAll(Phase::Done, round - shm::kDirectSlots + 1, op);
   shm::SlotDescriptor& descriptor = segments_.counters(rank_).descriptor[round % shm::kDirectSlots];
-  descriptor.tag.store(tag, std::memory_order_relaxed);
+  descriptor.tag.store(tag.id, std::memory_order_relaxed);
   descriptor.bytes.store(bytes, std::memory_order_relaxed);
+  descriptor.signature.store(tag.signature, std::memory_order_relaxed);
 }
 
-void DirectGroup::checkDescriptors(uint64_t round, uint32_t tag, size_t bytes,
+void DirectGroup::checkDescriptors(uint64_t round, const MessageTag& tag, size_t bytes,
                                    const Operation& op) {
   for (int peer = 0; peer < size_; ++peer) {
     const shm::SlotDescriptor& theirs =
         segments_.counters(peer).descriptor[round % shm::kDirectSlots];
     const uint64_t theirTag = theirs.tag.load(std::memory_order_relaxed);
     const uint64_t theirBytes = theirs.bytes.load(std::memory_order_relaxed);
-    if (theirTag != tag || theirBytes != bytes) {
+    const uint32_t theirSignature = theirs.signature.load(std::memory_order_relaxed);
+    if (theirTag == tag.id && theirBytes == bytes && theirSignature != tag.signature) {
+      raisePeerFailure<MismatchError>(
+          op, peer,
+          "rank " + std::to_string(peer) + " called " + describeTag(tag.id) + " with " +
+              describeSignature(theirSignature, 0) + ", but this rank with " +
+              describeSignature(tag.signature, 0) +
+              " (ranks must agree on the element type and reduction)");
+    }
+    if (theirTag != tag.id || theirBytes != bytes) {
       raisePeerFailure<MismatchError>(
           op, peer,
           "rank " + std::to_string(peer) + " staged " + describeTag(static_cast<uint32_t>(theirTag)) +
               " with " + std::to_string(theirBytes) + " bytes, but this rank staged " +
-              describeTag(tag) + " with " + std::to_string(bytes) +
+              describeTag(tag.id) + " with " + std::to_string(bytes) +
               " bytes (ranks called different collectives, or with different sizes)");
     }
   }
 }
 
-void DirectGroup::allreduce(const Operation& op, uint32_t tag, const void* input, void* output,
+void DirectGroup::allreduce(const Operation& op, const MessageTag& tag, const void* input, void* output,
                             size_t count, DataType type, ReduceOp reduceOp) {
   const size_t element = elementSize(type);
   const size_t roundCount = std::max<size_t>(1, segments_.slotBytes() / element);
@@ -179,7 +189,7 @@ void DirectGroup::allreduce(const Operation& op, uint32_t tag, const void* input
   }
 }
 
-void DirectGroup::barrier(const Operation& op, uint32_t tag) {
+void DirectGroup::barrier(const Operation& op, const MessageTag& tag) {
   const uint64_t round = round_++;
   stage(round, tag, 0, op);
   publish(Phase::Posted, round + 1);

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "common/deadline.h"
+#include "common/tags.h"
 #include "ringcomm/types.h"
 
 namespace ringcomm::shm {
@@ -18,17 +19,17 @@ class DirectGroup {
   // Every rank of the communicator must be in `segments` (one host), local rank == rank.
   DirectGroup(const shm::Segments& segments, int spinCount, int yieldCount);
 
-  void allreduce(const Operation& op, uint32_t tag, const void* input, void* output, size_t count,
+  void allreduce(const Operation& op, const MessageTag& tag, const void* input, void* output, size_t count,
                  DataType type, ReduceOp op_);
-  void barrier(const Operation& op, uint32_t tag);
+  void barrier(const Operation& op, const MessageTag& tag);
 
  private:
   enum class Phase { Posted, Reduced, Done };
   // Waits until every peer's counter for `phase` reaches `value`.
   void waitForAll(Phase phase, uint64_t value, const Operation& op);
   void publish(Phase phase, uint64_t value);
-  void stage(uint64_t round, uint32_t tag, size_t bytes, const Operation& op);
-  void checkDescriptors(uint64_t round, uint32_t tag, size_t bytes, const Operation& op);
+  void stage(uint64_t round, const MessageTag& tag, size_t bytes, const Operation& op);
+  void checkDescriptors(uint64_t round, const MessageTag& tag, size_t bytes, const Operation& op);
 
   const shm::Segments& segments_;
   int rank_;

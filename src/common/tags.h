@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ringcomm/types.h"
+
 namespace ringcomm {
 
 enum class CollectiveKind : uint8_t {
@@ -45,6 +47,42 @@ inline uint32_t collectiveTag(uint64_t sequence, CollectiveKind kind) {
 }
 
 inline uint32_t userTag(int tag) { return kUserTagBit | (static_cast<uint32_t>(tag) & 0x7fffffffu); }
+
+// What every message of a collective carries besides its tag: what the sending rank believes the
+// collective is. Ranks that agree on the sequence and size but not on the element type, the
+// reduction, the root or the schedule are caught here instead of exchanging the wrong data.
+//   signature: bits 0-7 element type + 1, bits 8-15 reduction + 1, bits 16-31 root + 1 (0 = none)
+//   variant:   bits 0-7 algorithm + 1, bits 8-15 compression + 1 (all-reduce only; 0 = none)
+struct MessageTag {
+  uint32_t id = 0;
+  uint32_t signature = 0;
+  uint32_t variant = 0;
+};
+
+inline uint32_t signatureOf(const DataType* type, const ReduceOp* op, int root) {
+  uint32_t signature = 0;
+  if (type != nullptr) signature |= static_cast<uint32_t>(*type) + 1;
+  if (op != nullptr) signature |= (static_cast<uint32_t>(*op) + 1) << 8;
+  if (root >= 0) signature |= (static_cast<uint32_t>(root) + 1) << 16;
+  return signature;
+}
+
+inline uint32_t variantOf(Algorithm algorithm, Compression compression) {
+  return (static_cast<uint32_t>(algorithm) + 1) | ((static_cast<uint32_t>(compression) + 1) << 8);
+}
+
+inline std::string describeSignature(uint32_t signature, uint32_t variant) {
+  std::string text;
+  auto add = [&text](const std::string& part) { text += (text.empty() ? "" : ", ") + part; };
+  if (signature & 0xffu) add(toString(static_cast<DataType>((signature & 0xffu) - 1)));
+  if ((signature >> 8) & 0xffu) add(toString(static_cast<ReduceOp>(((signature >> 8) & 0xffu) - 1)));
+  if (signature >> 16) add("root " + std::to_string((signature >> 16) - 1));
+  if (variant & 0xffu) add(toString(static_cast<Algorithm>((variant & 0xffu) - 1)));
+  if ((variant >> 8) & 0xffu) {
+    add(std::string("compression ") + toString(static_cast<Compression>(((variant >> 8) & 0xffu) - 1)));
+  }
+  return text.empty() ? "no details" : text;
+}
 
 inline std::string describeTag(uint32_t tag) {
   if (tag & kUserTagBit) return "send/recv with tag " + std::to_string(tag & ~kUserTagBit);

@@ -124,7 +124,8 @@ class CommunicatorImpl : public Communicator {
     label.algorithm = toString(algorithm);
     label.reduceOp = toString(o.op);
     if (o.compression != Compression::None) label.compression = toString(o.compression);
-    return enqueue(CollectiveKind::Allreduce, o, label, [this, o, algorithm](const algorithms::Context& ctx) {
+    return enqueue(CollectiveKind::Allreduce, o, label, signatureOf(&o.type, &o.op, -1),
+                   [this, o, algorithm](const algorithms::Context& ctx) {
       if (algorithm == Algorithm::Ring) {
         algorithms::ringAllreduce(ctx, o.input, o.output, o.count, o.type, o.op, o.compression,
                                   o.prescale, o.postscale);
@@ -143,7 +144,7 @@ class CommunicatorImpl : public Communicator {
         algorithms::treeAllreduce(ctx, input, o.output, o.count, o.type, o.op);
       }
       codec::scale(o.output, o.count, o.type, o.postscale);
-    });
+    }, variantOf(algorithm, o.compression));
   }
 
   WorkPtr reduceScatter(const ReduceScatterOptions& o) override {
@@ -154,6 +155,7 @@ class CommunicatorImpl : public Communicator {
                      label.reduceOp = toString(o.op);
                      return label;
                    }(),
+                   signatureOf(&o.type, &o.op, -1),
                    [o](const algorithms::Context& ctx) { algorithms::reduceScatter(ctx, o); });
   }
 
@@ -161,6 +163,7 @@ class CommunicatorImpl : public Communicator {
     o.validate();
     return enqueue(CollectiveKind::Allgather, o,
                    labelOf("allgather", o.count, o.type, true),
+                   signatureOf(&o.type, nullptr, -1),
                    [o](const algorithms::Context& ctx) { algorithms::allgather(ctx, o); });
   }
 
@@ -168,6 +171,7 @@ class CommunicatorImpl : public Communicator {
     o.validate(size_);
     return enqueue(CollectiveKind::Broadcast, o,
                    labelOf("broadcast", o.count, o.type, false, o.root),
+                   signatureOf(&o.type, nullptr, o.root),
                    [o](const algorithms::Context& ctx) { algorithms::broadcast(ctx, o); });
   }
 
@@ -182,6 +186,7 @@ class CommunicatorImpl : public Communicator {
                      label.reduceOp = toString(o.op);
                      return label;
                    }(),
+                   signatureOf(&o.type, &o.op, o.root),
                    [o](const algorithms::Context& ctx) { algorithms::reduce(ctx, o); });
   }
 
@@ -189,6 +194,7 @@ class CommunicatorImpl : public Communicator {
     o.validate();
     return enqueue(CollectiveKind::Alltoall, o,
                    labelOf("alltoall", o.count, o.type, true),
+                   signatureOf(&o.type, nullptr, -1),
                    [o](const algorithms::Context& ctx) { algorithms::alltoall(ctx, o); });
   }
 
@@ -196,6 +202,7 @@ class CommunicatorImpl : public Communicator {
     o.validate(size_, rank_);
     return enqueue(CollectiveKind::Gather, o,
                    labelOf("gather", o.count, o.type, true, o.root),
+                   signatureOf(&o.type, nullptr, o.root),
                    [o](const algorithms::Context& ctx) { algorithms::gather(ctx, o); });
   }
 
@@ -203,13 +210,14 @@ class CommunicatorImpl : public Communicator {
     o.validate(size_, rank_);
     return enqueue(CollectiveKind::Scatter, o,
                    labelOf("scatter", o.count, o.type, true, o.root),
+                   signatureOf(&o.type, nullptr, o.root),
                    [o](const algorithms::Context& ctx) { algorithms::scatter(ctx, o); });
   }
 
   WorkPtr barrier(const BarrierOptions& o) override {
     OperationLabel label;
     label.collective = "barrier";
-    return enqueue(CollectiveKind::Barrier, o, label, [this](const algorithms::Context& ctx) {
+    return enqueue(CollectiveKind::Barrier, o, label, 0, [this](const algorithms::Context& ctx) {
       if (direct_) {
         direct_->barrier(ctx.op, ctx.tag);
       } else {
@@ -222,7 +230,7 @@ class CommunicatorImpl : public Communicator {
     o.validate(size_, rank_);
     return enqueuePointToPoint(o, pointToPointLabel("send", o.peer, o.tag, o.bytes),
                                [o](const algorithms::Context& ctx) {
-                                 ctx.transport.wait(ctx.transport.postSend(o.peer, o.buffer, o.bytes, userTag(o.tag)), ctx.op);
+                                 ctx.transport.wait(ctx.transport.postSend(o.peer, o.buffer, o.bytes, MessageTag{userTag(o.tag)}), ctx.op);
                                });
   }
 
@@ -230,7 +238,7 @@ class CommunicatorImpl : public Communicator {
     o.validate(size_, rank_);
     return enqueuePointToPoint(o, pointToPointLabel("recv", o.peer, o.tag, o.bytes),
                                [o](const algorithms::Context& ctx) {
-                                 ctx.transport.wait(ctx.transport.postRecv(o.peer, o.buffer, o.bytes, userTag(o.tag)), ctx.op);
+                                 ctx.transport.wait(ctx.transport.postRecv(o.peer, o.buffer, o.bytes, MessageTag{userTag(o.tag)}), ctx.op);
                                });
   }
 
@@ -323,17 +331,19 @@ class CommunicatorImpl : public Communicator {
   }
 
   template <typename Options, typename Body>
-  WorkPtr enqueue(CollectiveKind kind, const Options& options, OperationLabel label, Body body) {
+  WorkPtr enqueue(CollectiveKind kind, const Options& options, OperationLabel label,
+                  uint32_t signature, Body body, uint32_t variant = 0) {
     std::lock_guard<std::mutex> lock(submitMutex_);
     const uint64_t sequence = sequence_++;
     label.sequence = static_cast<int64_t>(sequence);
-    return submit(options, label, collectiveTag(sequence, kind), std::move(body));
+    return submit(options, label, MessageTag{collectiveTag(sequence, kind), signature, variant},
+                  std::move(body));
   }
 
   template <typename Options, typename Body>
   WorkPtr enqueuePointToPoint(const Options& options, OperationLabel label, Body body) {
     std::lock_guard<std::mutex> lock(submitMutex_);
-    return submit(options, label, 0, std::move(body));
+    return submit(options, label, MessageTag{}, std::move(body));
   }
 
   void throwIfClosed(const OperationLabel& label) {
@@ -342,7 +352,8 @@ class CommunicatorImpl : public Communicator {
   }
 
   template <typename Body>
-  WorkPtr submit(const CommonOptions& options, const OperationLabel& label, uint32_t tag, Body body) {
+  WorkPtr submit(const CommonOptions& options, const OperationLabel& label, MessageTag tag,
+                 Body body) {
     throwIfClosed(label);
     const std::chrono::milliseconds timeout =
         options.timeout.count() > 0 ? options.timeout : config_.timeout;

@@ -38,12 +38,13 @@ const char* Transport::kindOf(int peer) const {
   return peers_[peer].stream ? peers_[peer].stream->kind() : "self";
 }
 
-Transport::Request Transport::postSend(int peer, const void* data, size_t bytes, uint32_t tag) {
+Transport::Request Transport::postSend(int peer, const void* data, size_t bytes,
+                                       const MessageTag& tag) {
   Peer& state = peers_[peer];
   Pending pending;
   pending.data = const_cast<uint8_t*>(static_cast<const uint8_t*>(data));
   pending.bytes = bytes;
-  pending.header = FrameHeader{kFrameMagic, tag, bytes};
+  pending.header = FrameHeader{kFrameMagic, tag.id, tag.signature, tag.variant, bytes};
   if (bytes <= kSmallFrameBytes) {
     pending.smallFrame.resize(sizeof(FrameHeader) + bytes);
     std::memcpy(pending.smallFrame.data(), &pending.header, sizeof(FrameHeader));
@@ -56,12 +57,13 @@ Transport::Request Transport::postSend(int peer, const void* data, size_t bytes,
   return request;
 }
 
-Transport::Request Transport::postRecv(int peer, void* data, size_t bytes, uint32_t tag) {
+Transport::Request Transport::postRecv(int peer, void* data, size_t bytes, const MessageTag& tag) {
   Peer& state = peers_[peer];
   Pending pending;
   pending.data = static_cast<uint8_t*>(data);
   pending.bytes = bytes;
-  pending.header = FrameHeader{kFrameMagic, tag, bytes};  // what we expect to receive
+  // What we expect to receive.
+  pending.header = FrameHeader{kFrameMagic, tag.id, tag.signature, tag.variant, bytes};
   if (state.sends.empty() && state.recvs.empty()) active_.push_back(peer);
   state.recvs.push_back(std::move(pending));
   return Request{peer, false, ++state.recvsPosted};
@@ -126,6 +128,14 @@ bool Transport::progressRecvs(int peer, Peer& state, const Operation& op) {
                 std::to_string(incoming.bytes) + " bytes, but this rank expected " +
                 describeTag(head.header.tag) + " with " + std::to_string(head.header.bytes) +
                 " bytes (ranks called different collectives, or with different sizes)");
+      }
+      if (incoming.signature != head.header.signature || incoming.variant != head.header.variant) {
+        raisePeerFailure<MismatchError>(
+            op, peer,
+            "rank " + std::to_string(peer) + " called " + describeTag(incoming.tag) + " with " +
+                describeSignature(incoming.signature, incoming.variant) + ", but this rank with " +
+                describeSignature(head.header.signature, head.header.variant) +
+                " (ranks must agree on the element type, reduction, root and schedule)");
       }
     }
     while (head.moved < head.bytes) {

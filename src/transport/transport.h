@@ -2,7 +2,7 @@
 // each peer (TCP socket, shared-memory ring). Algorithms see only this.
 //
 // Messages to one peer complete in the order they were posted, in each direction; each carries a
-// 16-byte frame header (magic, tag, length) that the receiver checks. Requests complete while the
+// 24-byte frame header (magic, tag, signature, length) that the receiver checks. Requests complete while the
 // caller waits: wait() progresses every pending request, spinning briefly and then blocking
 // (poll() on sockets, a futex on the shared-memory doorbell), so oversubscribed ranks yield the CPU.
 #pragma once
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/deadline.h"
+#include "common/tags.h"
 #include "transport/byte_stream.h"
 
 namespace ringcomm::shm {
@@ -26,6 +27,8 @@ namespace ringcomm::transport {
 struct FrameHeader {
   uint32_t magic;
   uint32_t tag;
+  uint32_t signature;  // see MessageTag
+  uint32_t variant;
   uint64_t bytes;
 };
 
@@ -41,8 +44,8 @@ class Transport {
   Transport(int rank, std::vector<std::unique_ptr<ByteStream>> streams,
             const shm::Segments* segments, int spinCount, int yieldCount);
 
-  Request postSend(int peer, const void* data, size_t bytes, uint32_t tag);
-  Request postRecv(int peer, void* data, size_t bytes, uint32_t tag);
+  Request postSend(int peer, const void* data, size_t bytes, const MessageTag& tag);
+  Request postRecv(int peer, void* data, size_t bytes, const MessageTag& tag);
   void wait(const Request& request, const Operation& op);
   void waitAll(const Operation& op);
 

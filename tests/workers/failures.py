@@ -6,6 +6,8 @@ argv: mode victim
   stall     the victim stops calling collectives after the first few
   mismatch  the victim calls all-reduce with a different element count
   none      nobody misbehaves: the test breaks something from outside (a network link)
+  root      the victim broadcasts from another root than everyone else
+  dtype     the victim reduces int32 where the others reduce float32 (same byte count)
 """
 
 import os
@@ -42,7 +44,12 @@ try:
             if mode == "mismatch":
                 x = np.ones((1 << 20) + 1, np.float32)
         failed_at = time.monotonic()
-        comm.allreduce(x)
+        if mode == "root":
+            comm.broadcast(x, root=1 if rank == victim and iteration == 3 else 0)
+        elif mode == "dtype" and rank == victim and iteration == 3:
+            comm.allreduce(x.view(np.int32))
+        else:
+            comm.allreduce(x)
     outcome["completed"] = True
 except Exception as error:  # report whatever surfaced, the test judges it
     outcome.update(error=type(error).__name__, message=str(error),

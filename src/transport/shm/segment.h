@@ -40,6 +40,7 @@ struct alignas(kCacheLine) SegmentHeader {
 struct alignas(kCacheLine) SlotDescriptor {
   std::atomic<uint64_t> tag{0};
   std::atomic<uint64_t> bytes{0};
+  std::atomic<uint32_t> signature{0};  // see MessageTag
 };
 
 struct DirectCounters {
