@@ -6,8 +6,8 @@ grouped, differentiable), allgather (first dimensions may differ), broadcast, al
 splits), reducescatter, barrier; poll/synchronize on async handles; Compression.fp16/.bf16 as wire
 codecs; broadcast_parameters, broadcast_optimizer_state, broadcast_object, allgather_object;
 DistributedOptimizer (gradient hooks, fusion into buckets, backward_passes_per_step, groups,
-gradient_predivide_factor). Not yet: join, fusion inside the engine (cycle time), name-based
-cross-rank checks and stall reports.
+gradient_predivide_factor); join (for DistributedOptimizer steps). Not yet: fusion inside the
+engine (cycle time), checks by tensor name.
 """
 
 from ringcomm.torch.compression import Compression
@@ -39,7 +39,7 @@ from ringcomm.torch.ops import (
     grouped_allreduce_async_,
     reducescatter,
 )
-from ringcomm.torch.optimizer import DistributedOptimizer, broadcast_optimizer_state
+from ringcomm.torch.optimizer import DistributedOptimizer, broadcast_optimizer_state, join
 from ringcomm.torch.state import init, is_initialized, shutdown
 from ringcomm.torch import state as _state
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 from typing import Iterable, Optional
 
+import numpy as np
 import torch
 
 from ringcomm.torch import ops, state
@@ -38,6 +40,10 @@ def _fusion_threshold() -> int:
         return max(0, int(value))
     except ValueError:
         raise ValueError(f"RINGCOMM_FUSION_THRESHOLD must be a number of bytes; got {value!r}") from None
+
+
+# The most recently created DistributedOptimizer of this process: the one join() drives.
+_latest_optimizer: Optional["weakref.ref"] = None
 
 
 class _Bucket:
@@ -84,6 +90,10 @@ class _DistributedOptimizer:
         self._synchronized = False
         self._skip = False
         self._hooks = [p.register_post_accumulate_grad_hook(self._gradient_ready) for p in params]
+        self._joined = False
+        self._last_active: list = []
+        global _latest_optimizer
+        _latest_optimizer = weakref.ref(self)
 
     @staticmethod
     def _make_buckets(params, groups, threshold) -> list:
@@ -159,6 +169,43 @@ class _DistributedOptimizer:
             self._pass_count[key] = 0
         self._next_launch = 0
         self._synchronized = True
+        self._exchange_activity()
+
+    def _exchange_activity(self) -> list:
+        """Ends every step: which ranks still have data (join() needs it; a few microseconds)."""
+        flags = state.comm().allgather(np.array([0 if self._joined else 1], np.int8))
+        active = [r for r, flag in enumerate(flags.tolist()) if flag]
+        if active:
+            self._last_active = active
+        return active
+
+    def _shadow_step(self) -> bool:
+        """One step of a rank that joined: zero gradients into the same all-reduces, and the
+        optimizer's update with the averaged result, so its replica stays identical. Returns
+        False once every rank has joined."""
+        for p in self._bucket_of_params():
+            p.grad = None
+        self._joined = True
+        for bucket in self._buckets:
+            bucket.ready = {id(p) for p in bucket.params}
+        self._launch_ready_buckets()
+        for bucket in self._buckets:
+            bucket.work.wait()
+            offset = 0
+            for p in bucket.params:
+                n = p.numel()
+                p.grad.copy_(bucket.buffer[offset:offset + n].view_as(p.grad))
+                offset += n
+            bucket.work, bucket.buffer = None, None
+            bucket.ready.clear()
+        self._next_launch = 0
+        if not self._exchange_activity():
+            return False
+        super().step()
+        return True
+
+    def _bucket_of_params(self):
+        return [p for bucket in self._buckets for p in bucket.params]
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -195,6 +242,30 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Opt
                               gradient_predivide_factor, groups,
                               _fusion_threshold() if fusion_threshold is None else fusion_threshold)
     return optimizer
+
+
+def join(optimizer=None) -> int:
+    """This rank has run out of data: until every rank has called join(), keep taking part in
+    the others' DistributedOptimizer steps with zero gradients (applying the averaged updates,
+    so every replica stays identical). Returns the rank that joined last.
+
+    ``optimizer``: the DistributedOptimizer being trained (default: the one created last). Only
+    its gradient all-reduces are mirrored: other collectives called by ranks still training while
+    some have joined are not (they fail with an error).
+    """
+    if optimizer is None:
+        optimizer = _latest_optimizer() if _latest_optimizer is not None else None
+    if optimizer is None:
+        state.comm().barrier()
+        return state.comm().rank
+    if not isinstance(optimizer, _DistributedOptimizer):
+        raise TypeError("join(optimizer): optimizer must be a DistributedOptimizer")
+    optimizer._joined = True
+    while optimizer._shadow_step():
+        pass
+    last = optimizer._last_active
+    optimizer._joined = False
+    return max(last) if last else state.comm().rank
 
 
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) -> None:

@@ -123,7 +123,30 @@ def optimizer_state():
         failures.append(f"broadcast_optimizer_state: lr {opt.param_groups[0]['lr']}")
 
 
-for name, body in [("matches", matches_single_process), ("unused", unused_parameters_do_not_hang),
+def uneven_data_with_join():
+    torch.manual_seed(7)
+    model = Net()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=model.named_parameters(), fusion_threshold=4096)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    for x, y in data(5 - rank, 4):  # rank r runs out of data r steps early
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x[:4]), y[:4]).backward()
+        opt.step()
+    last = hvd.join()
+    if last != 0:
+        failures.append(f"join returned {last}, expected 0 (the rank with the most data)")
+    if not identical_across_ranks(model):
+        failures.append("join: replicas differ")
+    x, y = data(1, 4)[0]  # all ranks train together again afterwards
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x[:4]), y[:4]).backward()
+    opt.step()
+    if not identical_across_ranks(model):
+        failures.append("join: replicas differ after training resumed")
+
+
+for name, body in [("matches", matches_single_process), ("join", uneven_data_with_join), ("unused", unused_parameters_do_not_hang),
                    ("accumulation", accumulation), ("compressed", compressed),
                    ("optimizer_state", optimizer_state)]:
     case(name, body)
