@@ -153,6 +153,16 @@ class _DistributedOptimizer:
     # ---- after backward -------------------------------------------------------------------
     def synchronize(self) -> None:
         """Waits for every gradient's all-reduce (launching those backward never reached)."""
+        self._launch_remaining_and_finish()
+        for key in self._pass_count:
+            self._pass_count[key] = 0
+        self._next_launch = 0
+        self._synchronized = True
+        self._exchange_activity()
+
+    def _launch_remaining_and_finish(self) -> None:
+        """Launches the buckets backward did not complete (missing gradients become zeros),
+        waits for every bucket and copies the reduced values back into the gradients."""
         for bucket in self._buckets[self._next_launch:]:
             bucket.ready = {id(p) for p in bucket.params}
         self._launch_ready_buckets()
@@ -165,11 +175,6 @@ class _DistributedOptimizer:
                 offset += n
             bucket.work, bucket.buffer = None, None
             bucket.ready.clear()
-        for key in self._pass_count:
-            self._pass_count[key] = 0
-        self._next_launch = 0
-        self._synchronized = True
-        self._exchange_activity()
 
     def _exchange_activity(self) -> list:
         """Ends every step: which ranks still have data (join() needs it; a few microseconds)."""
@@ -186,18 +191,7 @@ class _DistributedOptimizer:
         for p in self._bucket_of_params():
             p.grad = None
         self._joined = True
-        for bucket in self._buckets:
-            bucket.ready = {id(p) for p in bucket.params}
-        self._launch_ready_buckets()
-        for bucket in self._buckets:
-            bucket.work.wait()
-            offset = 0
-            for p in bucket.params:
-                n = p.numel()
-                p.grad.copy_(bucket.buffer[offset:offset + n].view_as(p.grad))
-                offset += n
-            bucket.work, bucket.buffer = None, None
-            bucket.ready.clear()
+        self._launch_remaining_and_finish()
         self._next_launch = 0
         if not self._exchange_activity():
             return False
