@@ -33,11 +33,17 @@ def test_killed_rank_is_named_by_every_survivor(size, transport):
 def test_stalled_rank_is_named_within_the_timeout(transport):
     victim = 1
     outcomes = run_job(3, "failures.py", ["stall", str(victim)], deadline=60,
-                       env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport})
+                       env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport,
+                            "RINGCOMM_STALL_WARNING": "1"})
     for result in survivors(outcomes, victim):
         assert result["error"] in ("TimeoutError", "TransportError"), result
         assert f"rank {victim}" in result["message"], result
         assert result["waited"] < TIMEOUT + SLACK, result
+    # Before the deadline, each survivor warned once that it was still waiting, naming a rank.
+    for outcome in outcomes:
+        if outcome.rank != victim:
+            warnings = [l for l in outcome.stderr.splitlines() if "ringcomm: warning:" in l]
+            assert len(warnings) == 1 and "still waiting" in warnings[0], outcome.stderr
 
 
 def test_rank_that_never_arrives_fails_rendezvous():

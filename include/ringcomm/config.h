@@ -13,6 +13,9 @@ namespace ringcomm {
 struct Config {
   // Default deadline of every collective and of rendezvous (RINGCOMM_TIMEOUT, seconds).
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // RINGCOMM_STALL_WARNING (seconds): a collective still waiting after this long prints, once,
+  // which rank it waits for, and goes on waiting until its deadline. 0 = never (Horovod: 60 s).
+  std::chrono::milliseconds stallWarning{std::chrono::seconds(60)};
   // RINGCOMM_TRANSPORT=auto|tcp|shm.
   TransportKind transport = TransportKind::Auto;
   // RINGCOMM_ALGORITHM=auto|ring|tree|direct: forces the all-reduce schedule when the call says auto.

@@ -70,6 +70,7 @@ void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
       uint32_t doorbell = segments_.doorbellSnapshot();
       if (reached(peer)) break;
       if (spin.spinAgain()) continue;
+      op.noteWaitingFor(peer);
       if (op.expired()) {
         const char* what = phase == Phase::Posted    ? "to stage its input"
                            : phase == Phase::Reduced ? "to publish its reduced slice"

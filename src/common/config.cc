@@ -32,6 +32,10 @@ Config Config::fromEnvironment() {
     config.timeout = std::chrono::milliseconds(
         static_cast<int64_t>(parseNumber("RINGCOMM_TIMEOUT", v) * 1000.0));
   }
+  if (const char* v = variable("RINGCOMM_STALL_WARNING")) {
+    config.stallWarning = std::chrono::milliseconds(
+        static_cast<int64_t>(parseNumber("RINGCOMM_STALL_WARNING", v) * 1000.0));
+  }
   if (const char* v = variable("RINGCOMM_TRANSPORT")) config.transport = parseTransportKind(v);
   if (const char* v = variable("RINGCOMM_ALGORITHM")) config.algorithm = parseAlgorithm(v);
   if (const char* v = variable("RINGCOMM_SOCKET_IFNAME")) config.socketInterface = v;

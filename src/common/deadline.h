@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 namespace ringcomm {
@@ -54,10 +55,28 @@ struct Operation {
   int rank = -1;
   Clock::time_point start = Clock::now();
   Clock::time_point deadline = Clock::time_point::max();
+  // When to warn, once, that the operation is still waiting (as Horovod's stall check does);
+  // max() = never.
+  Clock::time_point stallWarning = Clock::time_point::max();
+  mutable bool warned = false;
 
   Operation() = default;
-  Operation(OperationLabel what, int thisRank, std::chrono::milliseconds timeout)
-      : label(what), rank(thisRank), start(Clock::now()), deadline(start + timeout) {}
+  Operation(OperationLabel what, int thisRank, std::chrono::milliseconds timeout,
+            std::chrono::milliseconds warnAfter = std::chrono::milliseconds(0))
+      : label(what), rank(thisRank), start(Clock::now()), deadline(start + timeout) {
+    if (warnAfter.count() > 0 && warnAfter < timeout) stallWarning = start + warnAfter;
+  }
+
+  // Called by waits while they block on `peer`: prints the stall warning when it is due.
+  void noteWaitingFor(int peer) const {
+    if (warned || Clock::now() < stallWarning) return;
+    warned = true;
+    std::fprintf(stderr,
+                 "ringcomm: warning: %s on rank %d has waited %.0f s for rank %d; still waiting "
+                 "(the deadline is in %.0f s)\n",
+                 name().c_str(), rank, elapsedSeconds(), peer,
+                 std::chrono::duration<double>(deadline - Clock::now()).count());
+  }
 
   std::string name() const { return label.describe(); }
   bool expired() const { return Clock::now() >= deadline; }

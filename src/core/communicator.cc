@@ -359,7 +359,7 @@ class CommunicatorImpl : public Communicator {
         options.timeout.count() > 0 ? options.timeout : config_.timeout;
     auto task = [this, label, tag, timeout, body = std::move(body)]() {
       throwIfClosed(label);
-      const Operation op(label, rank_, timeout);
+      const Operation op(label, rank_, timeout, config_.stallWarning);
       algorithms::Context ctx{rank_, size_, *transport_, op, tag, config_.segmentBytes, scratch_};
       try {
         body(ctx);

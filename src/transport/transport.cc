@@ -234,6 +234,7 @@ void Transport::waitUntil(Predicate done, const Operation& op) {
     }
     if (spin.spinAgain()) continue;
     if (op.expired()) raiseTimeout(op);
+    if (!active_.empty()) op.noteWaitingFor(active_.front());
     block(doorbell, op);
     if (Clock::now() - lastHealthCheck >= kHealthCheckInterval) {
       checkPeers(op);
