@@ -40,8 +40,10 @@ std::chrono::milliseconds toMilliseconds(double seconds) {
 // Runs a collective: blocking calls run (usually on this thread) and wait with the GIL released;
 // asynchronous ones return the Work at once.
 template <typename Options, typename Method>
-py::object launch(Communicator& comm, Options options, bool blocking, Method method) {
+py::object launch(Communicator& comm, Options options, bool blocking, Method method,
+                  const std::string& name) {
   options.runInCaller = blocking;
+  options.name = name;
   WorkPtr work;
   {
     py::gil_scoped_release release;
@@ -243,7 +245,7 @@ PYBIND11_MODULE(_core, m) {
       .def("choose_allreduce_algorithm", &Comm::chooseAllreduceAlgorithm)
       .def("allreduce", [=](Comm& c, py::handle x, py::handle out, ReduceOp op, Algorithm algorithm,
                             double timeout, bool blocking, Compression compression, double prescale,
-                            double postscale) {
+                            double postscale, const std::string& name) {
         ArrayView in = viewArray(x, "x", out.is_none());
         ArrayView into = out.is_none() ? in : viewArray(out, "out", true);
         sameType(in, into);
@@ -252,10 +254,10 @@ PYBIND11_MODULE(_core, m) {
         o.input = in.data; o.output = into.data; o.count = in.count; o.type = in.type;
         o.op = op; o.algorithm = algorithm; o.timeout = toMilliseconds(timeout);
         o.compression = compression; o.prescale = prescale; o.postscale = postscale;
-        return launch(c, o, blocking, &Comm::allreduce);
+        return launch(c, o, blocking, &Comm::allreduce, name);
       })
       .def("reduce_scatter", [=](Comm& c, py::handle x, py::handle out, ReduceOp op, double timeout,
-                                 bool blocking) {
+                                 bool blocking, const std::string& name) {
         ArrayView in = viewArray(x, "x", false);
         ArrayView into = viewArray(out, "out", true);
         sameType(in, into);
@@ -263,9 +265,9 @@ PYBIND11_MODULE(_core, m) {
         ReduceScatterOptions o;
         o.input = in.data; o.output = into.data; o.count = into.count; o.type = in.type;
         o.op = op; o.timeout = toMilliseconds(timeout);
-        return launch(c, o, blocking, &Comm::reduceScatter);
+        return launch(c, o, blocking, &Comm::reduceScatter, name);
       })
-      .def("allgather", [=](Comm& c, py::handle x, py::handle out, double timeout, bool blocking) {
+      .def("allgather", [=](Comm& c, py::handle x, py::handle out, double timeout, bool blocking, const std::string& name) {
         ArrayView in = viewArray(x, "x", false);
         ArrayView into = viewArray(out, "out", true);
         sameType(in, into);
@@ -273,17 +275,17 @@ PYBIND11_MODULE(_core, m) {
         AllgatherOptions o;
         o.input = in.data; o.output = into.data; o.count = in.count; o.type = in.type;
         o.timeout = toMilliseconds(timeout);
-        return launch(c, o, blocking, &Comm::allgather);
+        return launch(c, o, blocking, &Comm::allgather, name);
       })
-      .def("broadcast", [](Comm& c, py::handle x, int root, double timeout, bool blocking) {
+      .def("broadcast", [](Comm& c, py::handle x, int root, double timeout, bool blocking, const std::string& name) {
         ArrayView buffer = viewArray(x, "x", true);
         BroadcastOptions o;
         o.buffer = buffer.data; o.count = buffer.count; o.type = buffer.type; o.root = root;
         o.timeout = toMilliseconds(timeout);
-        return launch(c, o, blocking, &Comm::broadcast);
+        return launch(c, o, blocking, &Comm::broadcast, name);
       })
       .def("reduce", [=](Comm& c, py::handle x, py::handle out, ReduceOp op, int root, double timeout,
-                         bool blocking) {
+                         bool blocking, const std::string& name) {
         const bool inPlaceRoot = out.is_none() && c.rank() == root;
         ArrayView in = viewArray(x, "x", inPlaceRoot);
         ArrayView into = out.is_none() ? in : viewArray(out, "out", true);
@@ -292,9 +294,9 @@ PYBIND11_MODULE(_core, m) {
         ReduceOptions o;
         o.input = in.data; o.output = into.data; o.count = in.count; o.type = in.type;
         o.op = op; o.root = root; o.timeout = toMilliseconds(timeout);
-        return launch(c, o, blocking, &Comm::reduce);
+        return launch(c, o, blocking, &Comm::reduce, name);
       })
-      .def("alltoall", [=](Comm& c, py::handle x, py::handle out, double timeout, bool blocking) {
+      .def("alltoall", [=](Comm& c, py::handle x, py::handle out, double timeout, bool blocking, const std::string& name) {
         ArrayView in = viewArray(x, "x", false);
         ArrayView into = viewArray(out, "out", true);
         sameType(in, into);
@@ -307,9 +309,9 @@ PYBIND11_MODULE(_core, m) {
         AlltoallOptions o;
         o.input = in.data; o.output = into.data; o.count = in.count / c.size(); o.type = in.type;
         o.timeout = toMilliseconds(timeout);
-        return launch(c, o, blocking, &Comm::alltoall);
+        return launch(c, o, blocking, &Comm::alltoall, name);
       })
-      .def("gather", [=](Comm& c, py::handle x, py::handle out, int root, double timeout, bool blocking) {
+      .def("gather", [=](Comm& c, py::handle x, py::handle out, int root, double timeout, bool blocking, const std::string& name) {
         ArrayView in = viewArray(x, "x", false);
         GatherOptions o;
         if (!out.is_none()) {
@@ -320,9 +322,9 @@ PYBIND11_MODULE(_core, m) {
         }
         o.input = in.data; o.count = in.count; o.type = in.type; o.root = root;
         o.timeout = toMilliseconds(timeout);
-        return launch(c, o, blocking, &Comm::gather);
+        return launch(c, o, blocking, &Comm::gather, name);
       })
-      .def("scatter", [=](Comm& c, py::handle x, py::handle out, int root, double timeout, bool blocking) {
+      .def("scatter", [=](Comm& c, py::handle x, py::handle out, int root, double timeout, bool blocking, const std::string& name) {
         ArrayView into = viewArray(out, "out", true);
         ScatterOptions o;
         if (!x.is_none()) {
@@ -333,26 +335,26 @@ PYBIND11_MODULE(_core, m) {
         }
         o.output = into.data; o.count = into.count; o.type = into.type; o.root = root;
         o.timeout = toMilliseconds(timeout);
-        return launch(c, o, blocking, &Comm::scatter);
+        return launch(c, o, blocking, &Comm::scatter, name);
       })
-      .def("barrier", [](Comm& c, double timeout, bool blocking) {
+      .def("barrier", [](Comm& c, double timeout, bool blocking, const std::string& name) {
         BarrierOptions o;
         o.timeout = toMilliseconds(timeout);
-        return launch(c, o, blocking, &Comm::barrier);
+        return launch(c, o, blocking, &Comm::barrier, name);
       })
-      .def("send", [](Comm& c, py::handle x, int peer, int tag, double timeout, bool blocking) {
+      .def("send", [](Comm& c, py::handle x, int peer, int tag, double timeout, bool blocking, const std::string& name) {
         ArrayView buffer = viewArray(x, "x", false);
         SendOptions o;
         o.buffer = buffer.data; o.bytes = buffer.count * elementSize(buffer.type); o.peer = peer;
         o.tag = tag; o.timeout = toMilliseconds(timeout);
-        return launch(c, o, blocking, &Comm::send);
+        return launch(c, o, blocking, &Comm::send, name);
       })
-      .def("recv", [](Comm& c, py::handle x, int peer, int tag, double timeout, bool blocking) {
+      .def("recv", [](Comm& c, py::handle x, int peer, int tag, double timeout, bool blocking, const std::string& name) {
         ArrayView buffer = viewArray(x, "x", true);
         RecvOptions o;
         o.buffer = buffer.data; o.bytes = buffer.count * elementSize(buffer.type); o.peer = peer;
         o.tag = tag; o.timeout = toMilliseconds(timeout);
-        return launch(c, o, blocking, &Comm::recv);
+        return launch(c, o, blocking, &Comm::recv, name);
       })
       .def("abort", &Comm::abort, py::arg("reason") = "abort() called",
            py::call_guard<py::gil_scoped_release>())

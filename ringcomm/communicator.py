@@ -58,6 +58,8 @@ def _check_algorithm(algorithm: str) -> "_core.Algorithm":
 class Communicator:
     """A group of ranks that run collectives together.
 
+    Every collective takes ``name=``: what the caller calls the data; error messages quote it.
+
     Collectives take NumPy arrays, torch CPU tensors, or anything with ``__dlpack__`` or the
     buffer protocol. ``out=None`` means in place where the shapes allow it (allreduce, broadcast,
     reduce) and a new array otherwise. ``async_op=True`` returns a :class:`Work`.
@@ -115,8 +117,9 @@ class Communicator:
 
     # ---- collectives ----------------------------------------------------------------------
     def allreduce(self, x, out=None, op=SUM, algorithm: str = "auto", async_op: bool = False,
-                  timeout: Optional[float] = None, compression: Optional[str] = None,
-                  prescale: float = 1.0, postscale: float = 1.0):
+                  timeout: Optional[float] = None, name: Optional[str] = None,
+                  compression: Optional[str] = None, prescale: float = 1.0,
+                  postscale: float = 1.0):
         """Reduces ``x`` over all ranks into ``out`` (default: ``x`` itself).
 
         ``compression="fp16"`` or ``"bf16"`` (float32 sum/avg): values travel as 16-bit floats
@@ -127,57 +130,57 @@ class Communicator:
         work = self._core.allreduce(x, out, as_op(op), _check_algorithm(algorithm),
                                     self._timeout(timeout), not async_op,
                                     _check_compression(compression), float(prescale),
-                                    float(postscale))
+                                    float(postscale), name or "")
         result = x if out is None else out
         return Work(work, result, (x, out)) if async_op else result
 
     def reduce_scatter(self, x, out=None, op=SUM, async_op: bool = False,
-                       timeout: Optional[float] = None):
+                       timeout: Optional[float] = None, name: Optional[str] = None):
         """Reduces ``x`` over all ranks; rank r receives block r of its first axis."""
         if out is None:
             out = empty_like(x, split_shape(x, self.size, "x"))
-        work = self._core.reduce_scatter(x, out, as_op(op), self._timeout(timeout), not async_op)
+        work = self._core.reduce_scatter(x, out, as_op(op), self._timeout(timeout), not async_op, name or "")
         return Work(work, out, (x, out)) if async_op else out
 
-    def allgather(self, x, out=None, async_op: bool = False, timeout: Optional[float] = None):
+    def allgather(self, x, out=None, async_op: bool = False, timeout: Optional[float] = None, name: Optional[str] = None):
         """Concatenates every rank's ``x`` along the first axis, in rank order."""
         if out is None:
             out = empty_like(x, stacked_shape(x, self.size))
-        work = self._core.allgather(x, out, self._timeout(timeout), not async_op)
+        work = self._core.allgather(x, out, self._timeout(timeout), not async_op, name or "")
         return Work(work, out, (x, out)) if async_op else out
 
-    def broadcast(self, x, root: int = 0, async_op: bool = False, timeout: Optional[float] = None):
+    def broadcast(self, x, root: int = 0, async_op: bool = False, timeout: Optional[float] = None, name: Optional[str] = None):
         """Copies the root's ``x`` into every rank's ``x``."""
-        work = self._core.broadcast(x, root, self._timeout(timeout), not async_op)
+        work = self._core.broadcast(x, root, self._timeout(timeout), not async_op, name or "")
         return Work(work, x, (x,)) if async_op else x
 
     def reduce(self, x, out=None, op=SUM, root: int = 0, async_op: bool = False,
-               timeout: Optional[float] = None):
+               timeout: Optional[float] = None, name: Optional[str] = None):
         """Reduces ``x`` over all ranks into the root's ``out`` (default: its ``x``); others get None."""
-        work = self._core.reduce(x, out, as_op(op), root, self._timeout(timeout), not async_op)
+        work = self._core.reduce(x, out, as_op(op), root, self._timeout(timeout), not async_op, name or "")
         result = (x if out is None else out) if self.rank == root else None
         return Work(work, result, (x, out)) if async_op else result
 
-    def alltoall(self, x, out=None, async_op: bool = False, timeout: Optional[float] = None):
+    def alltoall(self, x, out=None, async_op: bool = False, timeout: Optional[float] = None, name: Optional[str] = None):
         """Block j (along the first axis) of rank i's ``x`` lands in block i of rank j's ``out``."""
         split_shape(x, self.size, "x")
         if out is None:
             out = empty_like(x, shape_of(x))
-        work = self._core.alltoall(x, out, self._timeout(timeout), not async_op)
+        work = self._core.alltoall(x, out, self._timeout(timeout), not async_op, name or "")
         return Work(work, out, (x, out)) if async_op else out
 
     def gather(self, x, out=None, root: int = 0, async_op: bool = False,
-               timeout: Optional[float] = None):
+               timeout: Optional[float] = None, name: Optional[str] = None):
         """The root receives every rank's ``x``, concatenated in rank order; others get None."""
         if self.rank != root:
             out = None
         elif out is None:
             out = empty_like(x, stacked_shape(x, self.size))
-        work = self._core.gather(x, out, root, self._timeout(timeout), not async_op)
+        work = self._core.gather(x, out, root, self._timeout(timeout), not async_op, name or "")
         return Work(work, out, (x, out)) if async_op else out
 
     def scatter(self, x=None, out=None, root: int = 0, async_op: bool = False,
-                timeout: Optional[float] = None):
+                timeout: Optional[float] = None, name: Optional[str] = None):
         """Rank r receives block r (along the first axis) of the root's ``x``.
 
         Ranks other than the root pass ``out`` (their block's shape and dtype); the root may omit it.
@@ -191,23 +194,23 @@ class Communicator:
             if out is None:
                 raise ValueError("scatter: ranks other than the root must pass out")
             x = None
-        work = self._core.scatter(x, out, root, self._timeout(timeout), not async_op)
+        work = self._core.scatter(x, out, root, self._timeout(timeout), not async_op, name or "")
         return Work(work, out, (x, out)) if async_op else out
 
-    def barrier(self, async_op: bool = False, timeout: Optional[float] = None):
-        work = self._core.barrier(self._timeout(timeout), not async_op)
+    def barrier(self, async_op: bool = False, timeout: Optional[float] = None, name: Optional[str] = None):
+        work = self._core.barrier(self._timeout(timeout), not async_op, name or "")
         return Work(work, None, ()) if async_op else None
 
     def send(self, x, dest: int, tag: int = 0, async_op: bool = False,
-             timeout: Optional[float] = None):
+             timeout: Optional[float] = None, name: Optional[str] = None):
         """Sends ``x`` to ``dest``; the matching ``recv`` must use the same size and tag."""
-        work = self._core.send(x, dest, tag, self._timeout(timeout), not async_op)
+        work = self._core.send(x, dest, tag, self._timeout(timeout), not async_op, name or "")
         return Work(work, None, (x,)) if async_op else None
 
     def recv(self, x, source: int, tag: int = 0, async_op: bool = False,
-             timeout: Optional[float] = None):
+             timeout: Optional[float] = None, name: Optional[str] = None):
         """Receives into ``x`` from ``source``."""
-        work = self._core.recv(x, source, tag, self._timeout(timeout), not async_op)
+        work = self._core.recv(x, source, tag, self._timeout(timeout), not async_op, name or "")
         return Work(work, x, (x,)) if async_op else x
 
     # ---- lifetime -------------------------------------------------------------------------

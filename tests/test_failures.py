@@ -64,6 +64,8 @@ def test_mismatched_sizes_raise_instead_of_hanging(transport):
     assert all(o.returncode == 0 and o.result for o in outcomes), [o.describe() for o in outcomes]
     assert all(r["error"] for r in results), results
     assert any(r["error"] == "MismatchError" for r in results), results
+    # The caller's name for the data is quoted, as Horovod names the tensor.
+    assert all("'weights'" in r["message"] for r in results if r["error"] == "MismatchError")
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "ringcomm/types.h"
@@ -16,6 +17,8 @@ struct CommonOptions {
   // The caller will wait for the Work at once: run on its thread when the engine is idle,
   // saving two thread hand-offs (most of a small collective's latency).
   bool runInCaller = false;
+  // What the caller calls the data (e.g. a gradient's parameter name): error messages quote it.
+  std::string name;
 };
 
 // output may equal input (in place). count elements in each.

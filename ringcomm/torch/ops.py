@@ -44,7 +44,7 @@ def _host(tensor: torch.Tensor, name: str) -> torch.Tensor:
 # ---- allreduce ----------------------------------------------------------------------------
 
 def _start_allreduce(tensor: torch.Tensor, output: torch.Tensor, op, compression: Compressor,
-                     prescale_factor: float, postscale_factor: float):
+                     prescale_factor: float, postscale_factor: float, name: Optional[str] = None):
     """Starts an all-reduce of ``tensor`` into ``output``; returns (works, finish)."""
     comm = state.comm()
     scalable = output.dtype in _SCALABLE
@@ -57,10 +57,11 @@ def _start_allreduce(tensor: torch.Tensor, output: torch.Tensor, op, compression
     if wire is not None and output.dtype == torch.float64:
         narrowed = tensor.to(torch.float32)
         work = comm.allreduce(narrowed, op=op, async_op=True, compression=wire,
-                              prescale=prescale_factor, postscale=postscale_factor)
+                              prescale=prescale_factor, postscale=postscale_factor, name=name)
         return [work], lambda: output.copy_(narrowed)
     work = comm.allreduce(tensor, out=None if tensor is output else output, op=op, async_op=True,
-                          compression=wire, prescale=prescale_factor, postscale=postscale_factor)
+                          compression=wire, prescale=prescale_factor, postscale=postscale_factor,
+                          name=name)
     return [work], lambda: output
 
 
@@ -69,7 +70,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     tensor = _host(tensor, "tensor").detach().contiguous()
     output = torch.empty_like(tensor)
     works, finish = _start_allreduce(tensor, output, _resolve_op(op, average), compression,
-                                     prescale_factor, postscale_factor)
+                                     prescale_factor, postscale_factor, name)
     return handles.register(works, finish)
 
 
@@ -80,7 +81,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
         raise ValueError("allreduce_: tensor must be contiguous to be reduced in place")
     target = tensor.detach()
     works, finish = _start_allreduce(target, target, _resolve_op(op, average), compression,
-                                     prescale_factor, postscale_factor)
+                                     prescale_factor, postscale_factor, name)
     return handles.register(works, lambda: (finish(), tensor)[1])
 
 
@@ -190,13 +191,13 @@ def broadcast_async_(tensor, root_rank, name=None) -> int:
     _host(tensor, "tensor")
     if not tensor.is_contiguous():
         raise ValueError("broadcast_: tensor must be contiguous")
-    work = state.comm().broadcast(tensor.detach(), root=root_rank, async_op=True)
+    work = state.comm().broadcast(tensor.detach(), root=root_rank, async_op=True, name=name)
     return handles.register([work], lambda: tensor)
 
 
 def broadcast_async(tensor, root_rank, name=None) -> int:
     copy = _host(tensor, "tensor").detach().clone().contiguous()
-    work = state.comm().broadcast(copy, root=root_rank, async_op=True)
+    work = state.comm().broadcast(copy, root=root_rank, async_op=True, name=name)
     return handles.register([work], lambda: copy)
 
 

@@ -148,7 +148,13 @@ class _DistributedOptimizer:
         wire = self._compression.wire if bucket.buffer.dtype == torch.float32 else None
         bucket.work = state.comm().allreduce(
             bucket.buffer, op=self._reduce_op, async_op=True, compression=wire,
-            prescale=self._prescale, postscale=self._postscale)
+            prescale=self._prescale, postscale=self._postscale, name=self._bucket_name(bucket))
+
+    def _bucket_name(self, bucket: _Bucket) -> str:
+        """Names the gradients fused in a bucket, for error messages."""
+        names = [self._names.get(id(p), f"parameter {i}") for i, p in enumerate(bucket.params)]
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        return f"gradients of {shown}"
 
     # ---- after backward -------------------------------------------------------------------
     def synchronize(self) -> None:

@@ -28,9 +28,11 @@ struct OperationLabel {
   int tag = 0;
   size_t bytes = 0;                      // send / recv
   int64_t sequence = -1;                 // collective sequence number, -1 if none
+  std::string name;                      // the caller's name for the data, if it gave one
 
   std::string describe() const {
     std::string text = collective;
+    if (!name.empty()) text += " '" + name + "'";
     std::string details;
     auto add = [&details](const std::string& part) {
       details += (details.empty() ? "" : ", ") + part;

@@ -354,10 +354,12 @@ class CommunicatorImpl : public Communicator {
   template <typename Body>
   WorkPtr submit(const CommonOptions& options, const OperationLabel& label, MessageTag tag,
                  Body body) {
-    throwIfClosed(label);
+    OperationLabel named = label;
+    named.name = options.name;
+    throwIfClosed(named);
     const std::chrono::milliseconds timeout =
         options.timeout.count() > 0 ? options.timeout : config_.timeout;
-    auto task = [this, label, tag, timeout, body = std::move(body)]() {
+    auto task = [this, label = std::move(named), tag, timeout, body = std::move(body)]() {
       throwIfClosed(label);
       const Operation op(label, rank_, timeout, config_.stallWarning);
       algorithms::Context ctx{rank_, size_, *transport_, op, tag, config_.segmentBytes, scratch_};
