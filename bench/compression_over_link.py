@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 SUBNET = "10.231.78"
 SIZES = (64 << 20, 128 << 20)
@@ -62,18 +61,51 @@ def main() -> int:
             ip("-n", ns, "addr", "add", f"{SUBNET}.{index + 1}/24", "dev", link)
             ip("-n", ns, "link", "set", link, "up")
             ip("-n", ns, "link", "set", "lo", "up")
-            subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", link, "root",
-                            "tbf", "rate", args.rate, "burst", "4mb", "latency", "100ms"],
-                           check=True, capture_output=True)
+            subprocess.run(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    ns,
+                    "tc",
+                    "qdisc",
+                    "add",
+                    "dev",
+                    link,
+                    "root",
+                    "tbf",
+                    "rate",
+                    args.rate,
+                    "burst",
+                    "4mb",
+                    "latency",
+                    "100ms",
+                ],
+                check=True,
+                capture_output=True,
+            )
         code = WORKER.replace("SIZES", repr(SIZES)).replace("ITERS", str(args.iters))
         procs = []
         for rank, ns in enumerate(namespaces):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR=f"{SUBNET}.1",
-                       MASTER_PORT="29631")
-            procs.append(subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", code],
-                                          env=env, stdout=subprocess.PIPE, text=True))
+            env = dict(
+                os.environ,
+                RANK=str(rank),
+                WORLD_SIZE="2",
+                MASTER_ADDR=f"{SUBNET}.1",
+                MASTER_PORT="29631",
+            )
+            procs.append(
+                subprocess.Popen(
+                    ["ip", "netns", "exec", ns, sys.executable, "-c", code],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+            )
         outputs = [p.communicate(timeout=900)[0] for p in procs]
-        results = next(json.loads(l[7:]) for l in outputs[0].splitlines() if l.startswith("RESULT "))
+        results = next(
+            json.loads(line[7:]) for line in outputs[0].splitlines() if line.startswith("RESULT ")
+        )
     finally:
         for ns in namespaces:
             ip("netns", "delete", ns, check=False)
@@ -82,8 +114,10 @@ def main() -> int:
     print("|---|---|---|---|---|---|")
     for nbytes in SIZES:
         none, fp16, bf16 = (results[f"{nbytes}/{c}"] for c in ("none", "fp16", "bf16"))
-        print(f"| {nbytes >> 20} MiB | {none:.3f} | {fp16:.3f} | {bf16:.3f} | {fp16 / none:.2f} | "
-              f"{bf16 / none:.2f} |")
+        print(
+            f"| {nbytes >> 20} MiB | {none:.3f} | {fp16:.3f} | {bf16:.3f} | {fp16 / none:.2f} | "
+            f"{bf16 / none:.2f} |"
+        )
     return 0
 
 

@@ -17,7 +17,6 @@ import argparse
 import hashlib
 import time
 
-import numpy as np
 import torch
 from sklearn.datasets import load_digits
 
@@ -28,11 +27,18 @@ class DigitNet(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.features = torch.nn.Sequential(
-            torch.nn.Conv2d(1, 32, 3, padding=1), torch.nn.ReLU(),
-            torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2))
+            torch.nn.Conv2d(1, 32, 3, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(32, 64, 3, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+        )
         self.classifier = torch.nn.Sequential(
-            torch.nn.Flatten(), torch.nn.Linear(64 * 4 * 4, 128), torch.nn.ReLU(),
-            torch.nn.Linear(128, 10))
+            torch.nn.Flatten(),
+            torch.nn.Linear(64 * 4 * 4, 128),
+            torch.nn.ReLU(),
+            torch.nn.Linear(128, 10),
+        )
 
     def forward(self, x):
         return self.classifier(self.features(x))
@@ -64,8 +70,11 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         compression=getattr(hvd.Compression, args.compression))
+    optimizer = hvd.DistributedOptimizer(
+        optimizer,
+        named_parameters=model.named_parameters(),
+        compression=getattr(hvd.Compression, args.compression),
+    )
 
     per_rank = args.batch_size // hvd.size()
     steps = len(train_y) // args.batch_size
@@ -75,8 +84,8 @@ def main() -> None:
         started, total = time.perf_counter(), 0.0
         model.train()
         for step in range(steps):
-            batch = order[step * args.batch_size:(step + 1) * args.batch_size]
-            mine = batch[hvd.rank() * per_rank:(hvd.rank() + 1) * per_rank]
+            batch = order[step * args.batch_size : (step + 1) * args.batch_size]
+            mine = batch[hvd.rank() * per_rank : (hvd.rank() + 1) * per_rank]
             optimizer.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(train_x[mine]), train_y[mine])
             loss.backward()
@@ -91,16 +100,22 @@ def main() -> None:
             accuracy = (model(test_x).argmax(1) == test_y).float().mean().item()
         if hvd.rank() == 0:
             images = steps * args.batch_size
-            print(f"epoch {epoch + 1}: loss {epoch_loss:.4f}  test accuracy {accuracy:.3f}  "
-                  f"{images / elapsed:,.0f} images/s total, {images / elapsed / hvd.size():,.0f} per rank",
-                  flush=True)
+            print(
+                f"epoch {epoch + 1}: loss {epoch_loss:.4f}  test accuracy {accuracy:.3f}  "
+                f"{images / elapsed:,.0f} images/s total, "
+                f"{images / elapsed / hvd.size():,.0f} per rank",
+                flush=True,
+            )
 
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     digests = hvd.allgather_object(hashlib.sha256(flat.numpy().tobytes()).hexdigest())
     identical = len(set(digests)) == 1
     if hvd.rank() == 0:
-        print(f"loss {first_loss:.4f} -> {last_loss:.4f}; parameters identical on all "
-              f"{hvd.size()} ranks: {identical}", flush=True)
+        print(
+            f"loss {first_loss:.4f} -> {last_loss:.4f}; parameters identical on all "
+            f"{hvd.size()} ranks: {identical}",
+            flush=True,
+        )
     hvd.shutdown()
     if not identical or not last_loss < first_loss:
         raise SystemExit("training did not converge identically on all ranks")

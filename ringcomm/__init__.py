@@ -1,10 +1,10 @@
 """ringcomm: collective communication for data-parallel training.
 
-    import ringcomm
-    comm = ringcomm.init()                      # under ringcomm-run, torchrun or mpirun
-    comm.allreduce(x)                           # in place, sum
-    comm.allreduce(x, op=ringcomm.MAX, algorithm="tree")
-    work = comm.allreduce(x, async_op=True); work.wait()
+import ringcomm
+comm = ringcomm.init()                      # under ringcomm-run, torchrun or mpirun
+comm.allreduce(x)                           # in place, sum
+comm.allreduce(x, op=ringcomm.MAX, algorithm="tree")
+work = comm.allreduce(x, async_op=True); work.wait()
 """
 
 from ringcomm._core import (
@@ -21,8 +21,18 @@ from ringcomm.ops import AVG, MAX, MIN, PROD, SUM
 __version__ = "0.1.0"
 
 __all__ = [
-    "AVG", "MAX", "MIN", "PROD", "SUM",
-    "Communicator", "Work", "init",
-    "RingcommError", "PeerError", "TimeoutError", "TransportError", "MismatchError",
+    "AVG",
+    "MAX",
+    "MIN",
+    "PROD",
+    "SUM",
+    "Communicator",
+    "Work",
+    "init",
+    "RingcommError",
+    "PeerError",
+    "TimeoutError",
+    "TransportError",
+    "MismatchError",
     "CommunicatorClosed",
 ]

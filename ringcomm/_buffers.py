@@ -17,8 +17,10 @@ def shape_of(obj: Any) -> tuple:
         try:
             shape = np.asarray(memoryview(obj)).shape
         except TypeError:
-            raise TypeError(f"x must be an array (NumPy, torch, anything with __dlpack__ or the "
-                            f"buffer protocol); got {type(obj).__name__}") from None
+            raise TypeError(
+                f"x must be an array (NumPy, torch, anything with __dlpack__ or the "
+                f"buffer protocol); got {type(obj).__name__}"
+            ) from None
     return tuple(shape) or (1,)
 
 
@@ -41,6 +43,8 @@ def split_shape(obj: Any, parts: int, name: str) -> tuple:
     """One of ``parts`` equal pieces of ``obj`` along its first axis."""
     shape = shape_of(obj)
     if shape[0] % parts != 0:
-        raise ValueError(f"{name} has {shape[0]} rows along its first axis, which does not split "
-                         f"evenly across {parts} ranks")
+        raise ValueError(
+            f"{name} has {shape[0]} rows along its first axis, which does not split "
+            f"evenly across {parts} ranks"
+        )
     return (shape[0] // parts,) + shape[1:]

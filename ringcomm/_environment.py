@@ -88,8 +88,9 @@ def _torchrun(timeout: float, keepalive: list) -> LaunchEnvironment:
 
         import torch.distributed as dist
 
-        torch_store = dist.TCPStore(host, port, world_size=size, is_master=False,
-                                    timeout=timedelta(seconds=timeout))
+        torch_store = dist.TCPStore(
+            host, port, world_size=size, is_master=False, timeout=timedelta(seconds=timeout)
+        )
         restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
         adapter = TorchStoreAdapter(torch_store)
         store = _core.PrefixStore(f"ringcomm/{restart}/", adapter)
@@ -104,7 +105,7 @@ def _mpi(timeout: float, keepalive: list) -> LaunchEnvironment:
     try:
         from mpi4py import MPI
     except ImportError:
-        MPI = None
+        MPI = None  # noqa: N806 (mpi4py's module name)
     if MPI is not None:
         world = MPI.COMM_WORLD
         rank, size = world.Get_rank(), world.Get_size()
@@ -117,17 +118,25 @@ def _mpi(timeout: float, keepalive: list) -> LaunchEnvironment:
             host = "127.0.0.1" if single_host else socket.gethostbyname(socket.gethostname())
             address = (host, server.port)
         host, port = world.bcast(address, root=0)
-        return LaunchEnvironment(rank, size, _core.TcpStore(host, port, timeout), "mpi4py", keepalive)
+        return LaunchEnvironment(
+            rank, size, _core.TcpStore(host, port, timeout), "mpi4py", keepalive
+        )
     rank = _integer(_first(_MPI_RANK_VARIABLES))
     size_variable = _first(_MPI_SIZE_VARIABLES)
     if size_variable is None:
-        raise RuntimeError("launched by MPI, but no world size variable is set "
-                           f"({', '.join(_MPI_SIZE_VARIABLES)}); install mpi4py")
+        raise RuntimeError(
+            "launched by MPI, but no world size variable is set "
+            f"({', '.join(_MPI_SIZE_VARIABLES)}); install mpi4py"
+        )
     size = _integer(size_variable)
     if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
-        raise RuntimeError("launched by MPI without mpi4py: install mpi4py (pip install mpi4py), or "
-                           "set MASTER_ADDR and MASTER_PORT to where rank 0 can serve the store")
-    store = _serve_or_join(rank, os.environ["MASTER_ADDR"], _integer("MASTER_PORT"), timeout, keepalive)
+        raise RuntimeError(
+            "launched by MPI without mpi4py: install mpi4py (pip install mpi4py), or "
+            "set MASTER_ADDR and MASTER_PORT to where rank 0 can serve the store"
+        )
+    store = _serve_or_join(
+        rank, os.environ["MASTER_ADDR"], _integer("MASTER_PORT"), timeout, keepalive
+    )
     return LaunchEnvironment(rank, size, store, "mpi", keepalive)
 
 
@@ -136,7 +145,9 @@ def detect(timeout: float) -> LaunchEnvironment:
     if "RINGCOMM_RANK" in os.environ:
         rank, size = _integer("RINGCOMM_RANK"), _integer("RINGCOMM_WORLD_SIZE")
         host, port = _host_port(os.environ.get("RINGCOMM_STORE", ""), "RINGCOMM_STORE")
-        return LaunchEnvironment(rank, size, _core.TcpStore(host, port, timeout), "ringcomm", keepalive)
+        return LaunchEnvironment(
+            rank, size, _core.TcpStore(host, port, timeout), "ringcomm", keepalive
+        )
     if all(v in os.environ for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
         return _torchrun(timeout, keepalive)
     if _first(_MPI_RANK_VARIABLES) is not None:

@@ -10,8 +10,14 @@ from ringcomm._environment import LaunchEnvironment, detect
 from ringcomm.ops import SUM, as_op
 
 _ALGORITHMS = {"auto", "ring", "tree", "direct"}
-_COMPRESSIONS = {None: "none", "none": "none", "fp16": "fp16", "float16": "fp16", "bf16": "bf16",
-                 "bfloat16": "bf16"}
+_COMPRESSIONS = {
+    None: "none",
+    "none": "none",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+}
 _TRANSPORTS = {"auto", "tcp", "shm"}
 
 
@@ -116,10 +122,19 @@ class Communicator:
     # the call either waits (blocking: it returns the result) or returns a Work holding the arrays.
 
     # ---- collectives ----------------------------------------------------------------------
-    def allreduce(self, x, out=None, op=SUM, algorithm: str = "auto", async_op: bool = False,
-                  timeout: Optional[float] = None, name: Optional[str] = None,
-                  compression: Optional[str] = None, prescale: float = 1.0,
-                  postscale: float = 1.0):
+    def allreduce(
+        self,
+        x,
+        out=None,
+        op=SUM,
+        algorithm: str = "auto",
+        async_op: bool = False,
+        timeout: Optional[float] = None,
+        name: Optional[str] = None,
+        compression: Optional[str] = None,
+        prescale: float = 1.0,
+        postscale: float = 1.0,
+    ):
         """Reduces ``x`` over all ranks into ``out`` (default: ``x`` itself).
 
         ``compression="fp16"`` or ``"bf16"`` (float32 sum/avg): values travel as 16-bit floats
@@ -127,41 +142,92 @@ class Communicator:
         (e.g. ``1 / comm.size`` keeps fp16 partial sums from overflowing), ``postscale`` the
         result.
         """
-        work = self._core.allreduce(x, out, as_op(op), _check_algorithm(algorithm),
-                                    self._timeout(timeout), not async_op,
-                                    _check_compression(compression), float(prescale),
-                                    float(postscale), name or "")
+        work = self._core.allreduce(
+            x,
+            out,
+            as_op(op),
+            _check_algorithm(algorithm),
+            self._timeout(timeout),
+            not async_op,
+            _check_compression(compression),
+            float(prescale),
+            float(postscale),
+            name or "",
+        )
         result = x if out is None else out
         return Work(work, result, (x, out)) if async_op else result
 
-    def reduce_scatter(self, x, out=None, op=SUM, async_op: bool = False,
-                       timeout: Optional[float] = None, name: Optional[str] = None):
+    def reduce_scatter(
+        self,
+        x,
+        out=None,
+        op=SUM,
+        async_op: bool = False,
+        timeout: Optional[float] = None,
+        name: Optional[str] = None,
+    ):
         """Reduces ``x`` over all ranks; rank r receives block r of its first axis."""
         if out is None:
             out = empty_like(x, split_shape(x, self.size, "x"))
-        work = self._core.reduce_scatter(x, out, as_op(op), self._timeout(timeout), not async_op, name or "")
+        work = self._core.reduce_scatter(
+            x, out, as_op(op), self._timeout(timeout), not async_op, name or ""
+        )
         return Work(work, out, (x, out)) if async_op else out
 
-    def allgather(self, x, out=None, async_op: bool = False, timeout: Optional[float] = None, name: Optional[str] = None):
+    def allgather(
+        self,
+        x,
+        out=None,
+        async_op: bool = False,
+        timeout: Optional[float] = None,
+        name: Optional[str] = None,
+    ):
         """Concatenates every rank's ``x`` along the first axis, in rank order."""
         if out is None:
             out = empty_like(x, stacked_shape(x, self.size))
         work = self._core.allgather(x, out, self._timeout(timeout), not async_op, name or "")
         return Work(work, out, (x, out)) if async_op else out
 
-    def broadcast(self, x, root: int = 0, async_op: bool = False, timeout: Optional[float] = None, name: Optional[str] = None):
+    def broadcast(
+        self,
+        x,
+        root: int = 0,
+        async_op: bool = False,
+        timeout: Optional[float] = None,
+        name: Optional[str] = None,
+    ):
         """Copies the root's ``x`` into every rank's ``x``."""
         work = self._core.broadcast(x, root, self._timeout(timeout), not async_op, name or "")
         return Work(work, x, (x,)) if async_op else x
 
-    def reduce(self, x, out=None, op=SUM, root: int = 0, async_op: bool = False,
-               timeout: Optional[float] = None, name: Optional[str] = None):
-        """Reduces ``x`` over all ranks into the root's ``out`` (default: its ``x``); others get None."""
-        work = self._core.reduce(x, out, as_op(op), root, self._timeout(timeout), not async_op, name or "")
+    def reduce(
+        self,
+        x,
+        out=None,
+        op=SUM,
+        root: int = 0,
+        async_op: bool = False,
+        timeout: Optional[float] = None,
+        name: Optional[str] = None,
+    ):
+        """Reduces ``x`` over all ranks into the root's ``out`` (default: its ``x``).
+
+        Returns the result on the root and None on the other ranks.
+        """
+        work = self._core.reduce(
+            x, out, as_op(op), root, self._timeout(timeout), not async_op, name or ""
+        )
         result = (x if out is None else out) if self.rank == root else None
         return Work(work, result, (x, out)) if async_op else result
 
-    def alltoall(self, x, out=None, async_op: bool = False, timeout: Optional[float] = None, name: Optional[str] = None):
+    def alltoall(
+        self,
+        x,
+        out=None,
+        async_op: bool = False,
+        timeout: Optional[float] = None,
+        name: Optional[str] = None,
+    ):
         """Block j (along the first axis) of rank i's ``x`` lands in block i of rank j's ``out``."""
         split_shape(x, self.size, "x")
         if out is None:
@@ -169,8 +235,15 @@ class Communicator:
         work = self._core.alltoall(x, out, self._timeout(timeout), not async_op, name or "")
         return Work(work, out, (x, out)) if async_op else out
 
-    def gather(self, x, out=None, root: int = 0, async_op: bool = False,
-               timeout: Optional[float] = None, name: Optional[str] = None):
+    def gather(
+        self,
+        x,
+        out=None,
+        root: int = 0,
+        async_op: bool = False,
+        timeout: Optional[float] = None,
+        name: Optional[str] = None,
+    ):
         """The root receives every rank's ``x``, concatenated in rank order; others get None."""
         if self.rank != root:
             out = None
@@ -179,11 +252,19 @@ class Communicator:
         work = self._core.gather(x, out, root, self._timeout(timeout), not async_op, name or "")
         return Work(work, out, (x, out)) if async_op else out
 
-    def scatter(self, x=None, out=None, root: int = 0, async_op: bool = False,
-                timeout: Optional[float] = None, name: Optional[str] = None):
+    def scatter(
+        self,
+        x=None,
+        out=None,
+        root: int = 0,
+        async_op: bool = False,
+        timeout: Optional[float] = None,
+        name: Optional[str] = None,
+    ):
         """Rank r receives block r (along the first axis) of the root's ``x``.
 
-        Ranks other than the root pass ``out`` (their block's shape and dtype); the root may omit it.
+        Ranks other than the root pass ``out`` (their block's shape and dtype); the root may
+        omit it.
         """
         if self.rank == root:
             if x is None:
@@ -197,18 +278,34 @@ class Communicator:
         work = self._core.scatter(x, out, root, self._timeout(timeout), not async_op, name or "")
         return Work(work, out, (x, out)) if async_op else out
 
-    def barrier(self, async_op: bool = False, timeout: Optional[float] = None, name: Optional[str] = None):
+    def barrier(
+        self, async_op: bool = False, timeout: Optional[float] = None, name: Optional[str] = None
+    ):
         work = self._core.barrier(self._timeout(timeout), not async_op, name or "")
         return Work(work, None, ()) if async_op else None
 
-    def send(self, x, dest: int, tag: int = 0, async_op: bool = False,
-             timeout: Optional[float] = None, name: Optional[str] = None):
+    def send(
+        self,
+        x,
+        dest: int,
+        tag: int = 0,
+        async_op: bool = False,
+        timeout: Optional[float] = None,
+        name: Optional[str] = None,
+    ):
         """Sends ``x`` to ``dest``; the matching ``recv`` must use the same size and tag."""
         work = self._core.send(x, dest, tag, self._timeout(timeout), not async_op, name or "")
         return Work(work, None, (x,)) if async_op else None
 
-    def recv(self, x, source: int, tag: int = 0, async_op: bool = False,
-             timeout: Optional[float] = None, name: Optional[str] = None):
+    def recv(
+        self,
+        x,
+        source: int,
+        tag: int = 0,
+        async_op: bool = False,
+        timeout: Optional[float] = None,
+        name: Optional[str] = None,
+    ):
         """Receives into ``x`` from ``source``."""
         work = self._core.recv(x, source, tag, self._timeout(timeout), not async_op, name or "")
         return Work(work, x, (x,)) if async_op else x
@@ -229,8 +326,11 @@ class Communicator:
         self.shutdown()
 
 
-def init(timeout: Optional[float] = None, transport: Optional[str] = None,
-         algorithm: Optional[str] = None) -> Communicator:
+def init(
+    timeout: Optional[float] = None,
+    transport: Optional[str] = None,
+    algorithm: Optional[str] = None,
+) -> Communicator:
     """Joins the job this process was launched into (ringcomm-run, torchrun, mpirun, or none).
 
     ``timeout`` (seconds) bounds rendezvous and, by default, every collective; ``transport``

@@ -26,11 +26,14 @@ _GRACE_SECONDS = 10.0
 
 
 def default_ranks() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
 
 
-def spawn(nranks: int, command: Sequence[str], env: Optional[dict] = None,
-          grace: float = _GRACE_SECONDS) -> int:
+def spawn(
+    nranks: int, command: Sequence[str], env: Optional[dict] = None, grace: float = _GRACE_SECONDS
+) -> int:
     """Runs ``command`` as ``nranks`` ranks; returns the job's exit status (0 if all succeeded)."""
     if nranks < 1:
         raise ValueError(f"-np must be at least 1; got {nranks}")
@@ -78,9 +81,16 @@ def _supervise(children, grace: float) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="ringcomm-run", description="Run N local ranks of a Python program.")
-    parser.add_argument("-np", "-n", dest="nranks", type=int, default=default_ranks(),
-                        help="number of ranks (default: one per core)")
+        prog="ringcomm-run", description="Run N local ranks of a Python program."
+    )
+    parser.add_argument(
+        "-np",
+        "-n",
+        dest="nranks",
+        type=int,
+        default=default_ranks(),
+        help="number of ranks (default: one per core)",
+    )
     parser.add_argument("-m", dest="module", help="run a module, as python -m does")
     parser.add_argument("program", nargs=argparse.REMAINDER, help="script and its arguments")
     args = parser.parse_args(argv)

@@ -8,8 +8,15 @@ MIN = ReduceOp.MIN
 MAX = ReduceOp.MAX
 PROD = ReduceOp.PROD
 
-_BY_NAME = {"sum": SUM, "avg": AVG, "mean": AVG, "min": MIN, "max": MAX, "prod": PROD,
-            "product": PROD}
+_BY_NAME = {
+    "sum": SUM,
+    "avg": AVG,
+    "mean": AVG,
+    "min": MIN,
+    "max": MAX,
+    "prod": PROD,
+    "product": PROD,
+}
 
 
 def as_op(op) -> ReduceOp:
@@ -17,4 +24,6 @@ def as_op(op) -> ReduceOp:
         return op
     if isinstance(op, str) and op.lower() in _BY_NAME:
         return _BY_NAME[op.lower()]
-    raise ValueError(f"op must be one of ringcomm.SUM, AVG, MIN, MAX, PROD (or their names); got {op!r}")
+    raise ValueError(
+        f"op must be one of ringcomm.SUM, AVG, MIN, MAX, PROD (or their names); got {op!r}"
+    )

@@ -33,8 +33,10 @@ class RankOutcome:
     result: Optional[dict] = field(default=None)
 
     def describe(self) -> str:
-        return (f"rank {self.rank} exited {self.returncode} after {self.elapsed:.1f}s\n"
-                f"--- stdout ---\n{self.stdout[-4000:]}\n--- stderr ---\n{self.stderr[-4000:]}")
+        return (
+            f"rank {self.rank} exited {self.returncode} after {self.elapsed:.1f}s\n"
+            f"--- stdout ---\n{self.stdout[-4000:]}\n--- stderr ---\n{self.stderr[-4000:]}"
+        )
 
 
 def worker_env(extra: Optional[dict] = None) -> dict:
@@ -45,8 +47,14 @@ def worker_env(extra: Optional[dict] = None) -> dict:
     return env
 
 
-def run_job(nranks: int, worker: str, args: Sequence[str] = (), env: Optional[dict] = None,
-            deadline: float = 240.0, per_rank_env: Optional[dict] = None) -> list[RankOutcome]:
+def run_job(
+    nranks: int,
+    worker: str,
+    args: Sequence[str] = (),
+    env: Optional[dict] = None,
+    deadline: float = 240.0,
+    per_rank_env: Optional[dict] = None,
+) -> list[RankOutcome]:
     server = _core.TcpStoreServer("127.0.0.1", 0)
     base = worker_env(env)
     base.update(RINGCOMM_STORE=f"127.0.0.1:{server.port}", RINGCOMM_WORLD_SIZE=str(nranks))
@@ -58,8 +66,14 @@ def run_job(nranks: int, worker: str, args: Sequence[str] = (), env: Optional[di
             out = open(Path(logs) / f"{rank}.out", "w+")
             err = open(Path(logs) / f"{rank}.err", "w+")
             files.append((out, err))
-            procs.append(subprocess.Popen([sys.executable, str(WORKERS / worker), *args],
-                                          env=rank_env, stdout=out, stderr=err))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(WORKERS / worker), *args],
+                    env=rank_env,
+                    stdout=out,
+                    stderr=err,
+                )
+            )
         ended = [None] * nranks
         while time.monotonic() - start < deadline and any(p.poll() is None for p in procs):
             for rank, proc in enumerate(procs):
@@ -81,10 +95,13 @@ def run_job(nranks: int, worker: str, args: Sequence[str] = (), env: Optional[di
             result = None
             for line in stdout.splitlines():
                 if line.startswith("RESULT "):
-                    result = json.loads(line[len("RESULT "):])
+                    result = json.loads(line[len("RESULT ") :])
             elapsed = ended[rank] if ended[rank] is not None else time.monotonic() - start
-            outcomes.append(RankOutcome(rank, None if timed_out else proc.returncode, stdout,
-                                        stderr, elapsed, result))
+            outcomes.append(
+                RankOutcome(
+                    rank, None if timed_out else proc.returncode, stdout, stderr, elapsed, result
+                )
+            )
         server.stop()
         return outcomes
 

@@ -34,13 +34,16 @@ def test_buffer_protocol_and_dlpack_inputs(comm):
     assert isinstance(out, torch.Tensor) and out.shape == (2, 3)
 
 
-@pytest.mark.parametrize("bad,error,words", [
-    (np.zeros(4, np.complex64), TypeError, "complex64"),
-    (np.zeros(4, np.bool_), TypeError, "bool"),
-    (np.zeros((4, 4), np.float32)[:, 1], ValueError, "contiguous"),
-    (torch.zeros(4, 4).t(), ValueError, "contiguous"),
-    ("a string", TypeError, "str"),
-])
+@pytest.mark.parametrize(
+    "bad,error,words",
+    [
+        (np.zeros(4, np.complex64), TypeError, "complex64"),
+        (np.zeros(4, np.bool_), TypeError, "bool"),
+        (np.zeros((4, 4), np.float32)[:, 1], ValueError, "contiguous"),
+        (torch.zeros(4, 4).t(), ValueError, "contiguous"),
+        ("a string", TypeError, "str"),
+    ],
+)
 def test_bad_inputs_say_what_is_wrong(comm, bad, error, words):
     with pytest.raises(error, match=words):
         comm.allreduce(bad)
@@ -69,7 +72,9 @@ def test_bad_arguments(comm):
         comm.send(x, dest=0)
     with pytest.raises(ValueError, match="timeout"):
         comm.allreduce(x, timeout=-1)
-    with pytest.raises(ValueError, match=r"x \(size \* len\(out\)\) must hold 3 elements; it holds 4"):
+    with pytest.raises(
+        ValueError, match=r"x \(size \* len\(out\)\) must hold 3 elements; it holds 4"
+    ):
         comm.reduce_scatter(x, out=np.zeros(3, np.float32))
     with pytest.raises(ValueError, match="ranks other than the root|must pass"):
         comm.scatter(None, root=0)

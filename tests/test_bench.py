@@ -29,17 +29,33 @@ from ringcomm.bench.timing import measure, plan_iterations, split_trials
 from ringcomm.bench.worker import run_plan
 
 REPO = Path(__file__).resolve().parent.parent
-HAVE_PEERS = (importlib.util.find_spec("torch") is not None
-              and importlib.util.find_spec("mpi4py") is not None and find_mpirun() is not None)
+HAVE_PEERS = (
+    importlib.util.find_spec("torch") is not None
+    and importlib.util.find_spec("mpi4py") is not None
+    and find_mpirun() is not None
+)
 needs_peers = pytest.mark.skipif(not HAVE_PEERS, reason="needs torch, mpi4py and mpirun")
 
 
 # ---- sizes ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("text, expected", [
-    ("8", 8), ("8B", 8), ("4K", 4096), ("4KB", 4096), ("4KiB", 4096), ("1M", 1 << 20),
-    ("1MB", 1 << 20), ("1GiB", 1 << 30), ("1GB", 1 << 30), ("256M", 256 << 20),
-    ("1.5K", 1536), ("2g", 2 << 30), (" 64k ", 65536),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("8", 8),
+        ("8B", 8),
+        ("4K", 4096),
+        ("4KB", 4096),
+        ("4KiB", 4096),
+        ("1M", 1 << 20),
+        ("1MB", 1 << 20),
+        ("1GiB", 1 << 30),
+        ("1GB", 1 << 30),
+        ("256M", 256 << 20),
+        ("1.5K", 1536),
+        ("2g", 2 << 30),
+        (" 64k ", 65536),
+    ],
+)
 def test_parse_size(text, expected):
     assert parse_size(text) == expected
 
@@ -90,7 +106,7 @@ def test_bus_bandwidth_factors():
 @pytest.mark.parametrize("p", [2, 3, 4, 8])
 def test_single_host_limit(p):
     b_mem = 20.0
-    assert limit_busbw("allreduce", p, b_mem) == pytest.approx(b_mem * (p - 1) / p ** 2)
+    assert limit_busbw("allreduce", p, b_mem) == pytest.approx(b_mem * (p - 1) / p**2)
     assert limit_busbw("allgather", p, b_mem) == pytest.approx(b_mem * (p - 1) / (p * (p + 1)))
     assert limit_busbw("reduce_scatter", p, b_mem) == limit_busbw("allgather", p, b_mem)
     assert limit_busbw("broadcast", p, b_mem) == pytest.approx(b_mem / p)
@@ -99,10 +115,28 @@ def test_single_host_limit(p):
 
 # ---- tables and comparison --------------------------------------------------------------------
 def test_result_cells():
-    row = {"size": 4096, "count": 1024, "type": "float32", "redop": "sum", "time_us": 12.3456,
-           "algbw": 0.3318, "busbw": 0.004977, "wrong": 0, "algorithm": "ring"}
-    assert table.result_cells(row) == ["4096", "1024", "float32", "sum", "12.35", "0.33",
-                                       "5.0e-03", "0", "ring"]
+    row = {
+        "size": 4096,
+        "count": 1024,
+        "type": "float32",
+        "redop": "sum",
+        "time_us": 12.3456,
+        "algbw": 0.3318,
+        "busbw": 0.004977,
+        "wrong": 0,
+        "algorithm": "ring",
+    }
+    assert table.result_cells(row) == [
+        "4096",
+        "1024",
+        "float32",
+        "sum",
+        "12.35",
+        "0.33",
+        "5.0e-03",
+        "0",
+        "ring",
+    ]
     unchecked = dict(row, wrong=None)
     del unchecked["algorithm"]
     assert table.result_cells(unchecked)[-1] == "N/A"
@@ -110,8 +144,7 @@ def test_result_cells():
 
 
 def test_comparison_rows_and_cells():
-    busbw = {"ringcomm": {8: 0.002, 1024: 2.0}, "gloo": {8: 0.001, 1024: 1.0},
-             "mpi": {1024: 4.0}}
+    busbw = {"ringcomm": {8: 0.002, 1024: 2.0}, "gloo": {8: 0.001, 1024: 1.0}, "mpi": {1024: 4.0}}
     rows = comparison_rows(busbw, limit=8.0)
     assert [r["size"] for r in rows] == [8, 1024]
     assert rows[1]["vs"] == {"gloo": pytest.approx(2.0), "mpi": pytest.approx(0.5)}
@@ -119,8 +152,17 @@ def test_comparison_rows_and_cells():
     assert rows[0]["vs"]["mpi"] is None  # mpi did not measure that size
     impls = ["ringcomm", "gloo", "mpi"]
     columns = table.comparison_columns(impls, has_limit=True)
-    assert columns == ["size", "ringcomm busbw", "gloo busbw", "mpi busbw", "ringcomm/gloo",
-                       "ringcomm/mpi", "ringcomm/limit", "gloo/limit", "mpi/limit"]
+    assert columns == [
+        "size",
+        "ringcomm busbw",
+        "gloo busbw",
+        "mpi busbw",
+        "ringcomm/gloo",
+        "ringcomm/mpi",
+        "ringcomm/limit",
+        "gloo/limit",
+        "mpi/limit",
+    ]
     cells = table.comparison_cells(rows[1], impls, has_limit=True)
     assert cells == ["1024", "2.00", "1.00", "4.00", "2.00", "0.50", "0.25", "0.12", "0.50"]
     assert len(table.comparison_cells(rows[0], impls, has_limit=False)) == 6
@@ -146,8 +188,13 @@ def test_fill_and_count_wrong_across_chunks():
 def test_reductions_of_the_inputs_are_exact(op, dtype):
     p, index = 5, np.arange(100)
     inputs = [patterns.input_values(op, r, p)(index).astype(dtype) for r in range(p)]
-    combine = {"sum": np.add, "avg": np.add, "min": np.minimum, "max": np.maximum,
-               "prod": np.multiply}[op]
+    combine = {
+        "sum": np.add,
+        "avg": np.add,
+        "min": np.minimum,
+        "max": np.maximum,
+        "prod": np.multiply,
+    }[op]
     result = inputs[0]
     for x in reversed(inputs[1:]):  # any order gives the same result
         result = combine(result, x)
@@ -206,7 +253,7 @@ class OneRank:
 def test_iteration_planning():
     assert plan_iterations(1e-3, 0.3) == (30, 300)
     assert plan_iterations(1e-7, 0.3) == (100, 1000)  # capped
-    assert plan_iterations(10.0, 0.3) == (0, 3)       # at least three timed calls
+    assert plan_iterations(10.0, 0.3) == (0, 3)  # at least three timed calls
     assert split_trials(3) == (1, 3)
     assert split_trials(7) == (2, 4)
     assert split_trials(1000) == (5, 200)
@@ -237,8 +284,23 @@ def test_cli_sizes_and_plan():
     parser = cli.build_parser()
     args = parser.parse_args(["allreduce", "--size", "1GB"])
     assert cli.requested_sizes(args, parser) == [1 << 30]
-    args = parser.parse_args(["allgather", "-b", "8", "-e", "64K", "-f", "8", "-np", "3",
-                              "--op", "max", "--compare", "gloo,mpi"])
+    args = parser.parse_args(
+        [
+            "allgather",
+            "-b",
+            "8",
+            "-e",
+            "64K",
+            "-f",
+            "8",
+            "-np",
+            "3",
+            "--op",
+            "max",
+            "--compare",
+            "gloo,mpi",
+        ]
+    )
     assert cli.requested_sizes(args, parser) == [8, 64, 512, 4096, 32768]
     assert args.nranks == 3 and args.compare == ["gloo", "mpi"]
     plan = cli.make_plan(args, [8], 3)
@@ -253,8 +315,9 @@ def test_launched_as_rank():
     assert not cli.launched_as_rank({})
     assert cli.launched_as_rank({"RINGCOMM_RANK": "0"})
     assert cli.launched_as_rank({"PMI_RANK": "1"})
-    assert cli.launched_as_rank({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h",
-                                 "MASTER_PORT": "1"})
+    assert cli.launched_as_rank(
+        {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
+    )
     assert not cli.launched_as_rank({"RANK": "0"})
 
 
@@ -264,8 +327,9 @@ def run(command, tmp_path, timeout=100) -> str:
     env = dict(os.environ)
     if Path(_core.__file__).parent.parent == REPO:  # from the checkout (PYTHONPATH), not installed
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout,
-                          cwd=tmp_path)
+    done = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=timeout, cwd=tmp_path
+    )
     assert done.returncode == 0, f"{command} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
@@ -288,8 +352,23 @@ def assert_all_right(document, implementations, nsizes):
 @needs_peers
 @pytest.mark.timeout(110)
 def test_allreduce_sweep_against_gloo_and_mpi(tmp_path):
-    stdout, document = run_bench(["allreduce", "-b", "8", "-e", "64K", "-f", "8", "-np", "2",
-                                  "--check", "--compare", "gloo,mpi"], tmp_path)
+    stdout, document = run_bench(
+        [
+            "allreduce",
+            "-b",
+            "8",
+            "-e",
+            "64K",
+            "-f",
+            "8",
+            "-np",
+            "2",
+            "--check",
+            "--compare",
+            "gloo,mpi",
+        ],
+        tmp_path,
+    )
     assert_all_right(document, ["ringcomm", "gloo", "mpi"], 5)
     assert document["nranks"] == 2 and document["memory_bandwidth"]["gbps"] > 0
     comparison = document["comparison"]
@@ -297,8 +376,15 @@ def test_allreduce_sweep_against_gloo_and_mpi(tmp_path):
     for row in comparison:
         assert row["vs"]["gloo"] > 0 and row["vs"]["mpi"] > 0
         assert row["of_limit"]["ringcomm"] > 0
-    for heading in ("## ringcomm", "## gloo", "## mpi", "## comparison", "single-host limit",
-                    "busbw(GB/s) | #wrong |", "ringcomm/gloo"):
+    for heading in (
+        "## ringcomm",
+        "## gloo",
+        "## mpi",
+        "## comparison",
+        "single-host limit",
+        "busbw(GB/s) | #wrong |",
+        "ringcomm/gloo",
+    ):
         assert heading in stdout
 
 
@@ -306,18 +392,52 @@ def test_allreduce_sweep_against_gloo_and_mpi(tmp_path):
 @pytest.mark.timeout(110)
 @pytest.mark.parametrize("collective", ["allgather", "reduce_scatter", "broadcast"])
 def test_other_collectives_on_three_ranks(collective, tmp_path):
-    _, document = run_bench([collective, "-b", "8", "-e", "32K", "-f", "64", "-np", "3",
-                             "--iters", "3", "--warmup", "1", "--check",
-                             "--compare", "gloo,mpi"], tmp_path)
+    _, document = run_bench(
+        [
+            collective,
+            "-b",
+            "8",
+            "-e",
+            "32K",
+            "-f",
+            "64",
+            "-np",
+            "3",
+            "--iters",
+            "3",
+            "--warmup",
+            "1",
+            "--check",
+            "--compare",
+            "gloo,mpi",
+        ],
+        tmp_path,
+    )
     assert_all_right(document, ["ringcomm", "gloo", "mpi"], 3)
 
 
 @needs_peers
 @pytest.mark.timeout(110)
 def test_bfloat16_max_skips_mpi_with_a_note(tmp_path):
-    stdout, document = run_bench(["allreduce", "--size", "64K", "--dtype", "bfloat16", "--op",
-                                  "max", "-np", "2", "--iters", "3", "--check",
-                                  "--compare", "gloo,mpi"], tmp_path)
+    stdout, document = run_bench(
+        [
+            "allreduce",
+            "--size",
+            "64K",
+            "--dtype",
+            "bfloat16",
+            "--op",
+            "max",
+            "-np",
+            "2",
+            "--iters",
+            "3",
+            "--check",
+            "--compare",
+            "gloo,mpi",
+        ],
+        tmp_path,
+    )
     assert_all_right(document, ["ringcomm", "gloo"], 1)
     assert "bfloat16" in document["implementations"]["mpi"]["note"]
     assert "note: mpi4py has no bfloat16" in stdout
@@ -326,8 +446,29 @@ def test_bfloat16_max_skips_mpi_with_a_note(tmp_path):
 @pytest.mark.timeout(110)
 def test_runs_as_ranks_under_a_launcher(tmp_path):
     out = tmp_path / "out.json"
-    stdout = run([sys.executable, "-m", "ringcomm.launch", "-np", "2", "-m", "ringcomm.bench",
-                  "allreduce", "-b", "8", "-e", "4K", "-f", "16", "--iters", "3", "--check",
-                  "--json", str(out)], tmp_path)
+    stdout = run(
+        [
+            sys.executable,
+            "-m",
+            "ringcomm.launch",
+            "-np",
+            "2",
+            "-m",
+            "ringcomm.bench",
+            "allreduce",
+            "-b",
+            "8",
+            "-e",
+            "4K",
+            "-f",
+            "16",
+            "--iters",
+            "3",
+            "--check",
+            "--json",
+            str(out),
+        ],
+        tmp_path,
+    )
     assert_all_right(json.loads(out.read_text()), ["ringcomm"], 3)
     assert stdout.count("## ringcomm") == 1  # only rank 0 prints

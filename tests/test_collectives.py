@@ -1,7 +1,9 @@
-"""Every collective, dtype, op, algorithm and transport at world sizes 1-8 (tests/workers/collectives.py)."""
+"""Every collective, dtype, op, algorithm and transport at world sizes 1-8.
+
+The cases themselves are in tests/workers/collectives.py.
+"""
 
 import pytest
-
 from harness import assert_all_succeeded, run_job
 
 # Results every rank must hold bit for bit (the others differ by rank by design).
@@ -9,14 +11,20 @@ SHARED_RESULTS = ("allreduce/", "allgather/", "broadcast/")
 # "A few MiB" of float32 per rank; smaller at the oversubscribed world sizes to bound CI time.
 LARGE_COUNT = {1: 786_433, 2: 786_433, 3: 786_433, 4: 786_433, 5: 262_147, 8: 262_147}
 
-CASES = [(1, "auto")] + [(size, transport) for size in (2, 3, 4, 5, 8)
-                         for transport in ("shm", "tcp")]
+CASES = [(1, "auto")] + [
+    (size, transport) for size in (2, 3, 4, 5, 8) for transport in ("shm", "tcp")
+]
 
 
 @pytest.mark.parametrize("size,transport", CASES, ids=[f"{s}ranks-{t}" for s, t in CASES])
 def test_collectives_match_numpy_and_agree_across_ranks(size, transport):
-    outcomes = run_job(size, "collectives.py", [str(LARGE_COUNT[size])],
-                       env={"RINGCOMM_TRANSPORT": transport}, deadline=280)
+    outcomes = run_job(
+        size,
+        "collectives.py",
+        [str(LARGE_COUNT[size])],
+        env={"RINGCOMM_TRANSPORT": transport},
+        deadline=280,
+    )
     assert_all_succeeded(outcomes)
     for outcome in outcomes:
         assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"][:20])

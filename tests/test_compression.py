@@ -1,7 +1,6 @@
 """fp16/bf16 wire compression: error against float64, identical bits on every rank, pre-scaling."""
 
 import pytest
-
 from harness import assert_all_succeeded, run_job
 
 # Relative error bounds against the float64 sum. One rounding to the wire format per hop bounds

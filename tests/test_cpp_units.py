@@ -26,14 +26,37 @@ def test_cpp_unit_tests():
     generator = ["-G", "Ninja"] if tool("ninja") else []
     if generator:
         generator += [f"-DCMAKE_MAKE_PROGRAM={tool('ninja')}"]
-    subprocess.run([cmake, "-S", str(REPO), "-B", str(BUILD), *generator,
-                    "-DRINGCOMM_BUILD_PYTHON=OFF", "-DRINGCOMM_BUILD_TESTS=ON"],
-                   check=True, capture_output=True)
-    build = subprocess.run([cmake, "--build", str(BUILD), "--target", "ringcomm_unit_tests",
-                            "-j", str(os.cpu_count() or 2)], capture_output=True, text=True)
+    subprocess.run(
+        [
+            cmake,
+            "-S",
+            str(REPO),
+            "-B",
+            str(BUILD),
+            *generator,
+            "-DRINGCOMM_BUILD_PYTHON=OFF",
+            "-DRINGCOMM_BUILD_TESTS=ON",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    build = subprocess.run(
+        [
+            cmake,
+            "--build",
+            str(BUILD),
+            "--target",
+            "ringcomm_unit_tests",
+            "-j",
+            str(os.cpu_count() or 2),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert build.returncode == 0, build.stdout[-5000:] + build.stderr[-5000:]
-    run = subprocess.run([str(BUILD / "ringcomm_unit_tests")], capture_output=True, text=True,
-                         timeout=600)
+    run = subprocess.run(
+        [str(BUILD / "ringcomm_unit_tests")], capture_output=True, text=True, timeout=600
+    )
     print(run.stdout)
     summary = re.search(r"(\d+) passed, (\d+) failed", run.stdout)
     assert summary and run.returncode == 0, run.stdout[-5000:] + run.stderr[-3000:]

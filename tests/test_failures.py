@@ -1,7 +1,6 @@
 """A dead, late, stalled or mismatched rank makes every other rank raise, naming it, in time."""
 
 import pytest
-
 from harness import run_job
 
 TIMEOUT = 5.0  # RINGCOMM_TIMEOUT for these jobs
@@ -20,8 +19,13 @@ def survivors(outcomes, victim):
 @pytest.mark.parametrize("size", [2, 4])
 def test_killed_rank_is_named_by_every_survivor(size, transport):
     victim = size - 1
-    outcomes = run_job(size, "failures.py", ["kill", str(victim)], deadline=60,
-                       env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport})
+    outcomes = run_job(
+        size,
+        "failures.py",
+        ["kill", str(victim)],
+        deadline=60,
+        env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport},
+    )
     for result in survivors(outcomes, victim):
         assert result["error"] in ("TransportError", "TimeoutError"), result
         assert f"rank {victim}" in result["message"], result
@@ -32,9 +36,17 @@ def test_killed_rank_is_named_by_every_survivor(size, transport):
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_stalled_rank_is_named_within_the_timeout(transport):
     victim = 1
-    outcomes = run_job(3, "failures.py", ["stall", str(victim)], deadline=60,
-                       env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport,
-                            "RINGCOMM_STALL_WARNING": "1"})
+    outcomes = run_job(
+        3,
+        "failures.py",
+        ["stall", str(victim)],
+        deadline=60,
+        env={
+            "RINGCOMM_TIMEOUT": str(TIMEOUT),
+            "RINGCOMM_TRANSPORT": transport,
+            "RINGCOMM_STALL_WARNING": "1",
+        },
+    )
     for result in survivors(outcomes, victim):
         assert result["error"] in ("TimeoutError", "TransportError"), result
         assert f"rank {victim}" in result["message"], result
@@ -42,14 +54,15 @@ def test_stalled_rank_is_named_within_the_timeout(transport):
     # Before the deadline, each survivor warned once that it was still waiting, naming a rank.
     for outcome in outcomes:
         if outcome.rank != victim:
-            warnings = [l for l in outcome.stderr.splitlines() if "ringcomm: warning:" in l]
+            warnings = [w for w in outcome.stderr.splitlines() if "ringcomm: warning:" in w]
             assert len(warnings) == 1 and "still waiting" in warnings[0], outcome.stderr
 
 
 def test_rank_that_never_arrives_fails_rendezvous():
     victim = 2
-    outcomes = run_job(3, "failures.py", ["late", str(victim)], deadline=60,
-                       env={"RINGCOMM_TIMEOUT": str(TIMEOUT)})
+    outcomes = run_job(
+        3, "failures.py", ["late", str(victim)], deadline=60, env={"RINGCOMM_TIMEOUT": str(TIMEOUT)}
+    )
     for result in survivors(outcomes, victim):
         assert result["error"] == "TimeoutError", result
         assert f"rank {victim}" in result["message"], result
@@ -58,8 +71,13 @@ def test_rank_that_never_arrives_fails_rendezvous():
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_mismatched_sizes_raise_instead_of_hanging(transport):
-    outcomes = run_job(3, "failures.py", ["mismatch", "1"], deadline=60,
-                       env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport})
+    outcomes = run_job(
+        3,
+        "failures.py",
+        ["mismatch", "1"],
+        deadline=60,
+        env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport},
+    )
     results = [o.result for o in outcomes]
     assert all(o.returncode == 0 and o.result for o in outcomes), [o.describe() for o in outcomes]
     assert all(r["error"] for r in results), results
@@ -71,8 +89,13 @@ def test_mismatched_sizes_raise_instead_of_hanging(transport):
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 @pytest.mark.parametrize("mode,words", [("root", "root 1"), ("dtype", "int32")])
 def test_disagreeing_root_or_type_is_named(transport, mode, words):
-    outcomes = run_job(3, "failures.py", [mode, "2"], deadline=60,
-                       env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport})
+    outcomes = run_job(
+        3,
+        "failures.py",
+        [mode, "2"],
+        deadline=60,
+        env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport},
+    )
     assert all(o.returncode == 0 and o.result for o in outcomes), [o.describe() for o in outcomes]
     results = [o.result for o in outcomes]
     assert all(r["error"] for r in results), results

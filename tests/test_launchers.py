@@ -1,28 +1,33 @@
 """ringcomm.init() with no arguments under mpirun (MPICH from PyPI), torchrun and ringcomm-run."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-import os
-
 from harness import REPO, WORKERS, worker_env
 
 NRANKS = 4
 
 
 def results_of(stdout: str) -> list[dict]:
-    return sorted((json.loads(line[len("RESULT "):]) for line in stdout.splitlines()
-                   if line.startswith("RESULT ")), key=lambda r: r["rank"])
+    return sorted(
+        (
+            json.loads(line[len("RESULT ") :])
+            for line in stdout.splitlines()
+            if line.startswith("RESULT ")
+        ),
+        key=lambda r: r["rank"],
+    )
 
 
 def run(command, env=None, timeout=120):
-    done = subprocess.run(command, env=worker_env(env), capture_output=True, text=True,
-                          timeout=timeout)
+    done = subprocess.run(
+        command, env=worker_env(env), capture_output=True, text=True, timeout=timeout
+    )
     assert done.returncode == 0, f"{command} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
     results = results_of(done.stdout)
     assert [r["rank"] for r in results] == list(range(NRANKS)), done.stdout + done.stderr
@@ -44,14 +49,27 @@ def test_mpirun_with_mpi4py():
 def test_mpirun_without_mpi4py_uses_pmi_variables_and_master_port():
     # A Python path entry that hides mpi4py makes the import fail, as on a machine without it.
     blocker = Path(__file__).parent / "workers" / "no_mpi4py"
-    env = {"PYTHONPATH": f"{blocker}{os.pathsep}{REPO}", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29517"}
+    env = {
+        "PYTHONPATH": f"{blocker}{os.pathsep}{REPO}",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29517",
+    }
     run([mpirun(), "-np", str(NRANKS), sys.executable, str(WORKERS / "launched.py")], env=env)
 
 
 def test_torchrun():
     pytest.importorskip("torch")
-    run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-         f"--nproc-per-node={NRANKS}", str(WORKERS / "launched.py")], env={"OMP_NUM_THREADS": "1"})
+    run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={NRANKS}",
+            str(WORKERS / "launched.py"),
+        ],
+        env={"OMP_NUM_THREADS": "1"},
+    )
 
 
 def test_ringcomm_run():

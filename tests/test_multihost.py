@@ -14,7 +14,6 @@ import sys
 import time
 
 import pytest
-
 from harness import WORKERS, worker_env
 
 # Addresses of our own test hosts, inside namespaces this test creates and deletes.
@@ -53,11 +52,24 @@ def start_ranks(worker_args, env_extra, port):
     procs = []
     for rank in range(4):
         ns = NAMESPACES[rank // 2]
-        env = worker_env({"RANK": str(rank), "WORLD_SIZE": "4", "MASTER_ADDR": f"{SUBNET}.1",
-                          "MASTER_PORT": str(port), **env_extra})
-        procs.append(subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, *worker_args],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))
+        env = worker_env(
+            {
+                "RANK": str(rank),
+                "WORLD_SIZE": "4",
+                "MASTER_ADDR": f"{SUBNET}.1",
+                "MASTER_PORT": str(port),
+                **env_extra,
+            }
+        )
+        procs.append(
+            subprocess.Popen(
+                ["ip", "netns", "exec", ns, sys.executable, *worker_args],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     return procs
 
 
@@ -69,9 +81,9 @@ def collect(procs, deadline):
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
-        lines = [l for l in out.splitlines() if l.startswith("RESULT ")]
+        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
         assert lines, f"rank exited {proc.returncode} without a result\n{out}\n{err}"
-        results.append(json.loads(lines[-1][len("RESULT "):]))
+        results.append(json.loads(lines[-1][len("RESULT ") :]))
     return results
 
 
@@ -80,15 +92,19 @@ def test_collectives_across_two_hosts(two_hosts):
     results = collect(procs, time.monotonic() + 240)
     for rank, result in enumerate(results):
         assert result["failures"] == [], result["failures"][:10]
-        same_host = lambda peer: peer // 2 == rank // 2  # noqa: E731
-        expected = ["self" if p == rank else ("shm" if same_host(p) else "tcp") for p in range(4)]
+        expected = [
+            "self" if p == rank else ("shm" if p // 2 == rank // 2 else "tcp") for p in range(4)
+        ]
         assert result["transports"] == expected
 
 
 def test_cut_link_is_reported_by_every_rank(two_hosts):
     timeout = 5.0
-    procs = start_ranks([str(WORKERS / "failures.py"), "none", "-1"],
-                        {"RINGCOMM_TIMEOUT": str(timeout), "RINGCOMM_TRANSPORT": "auto"}, 29612)
+    procs = start_ranks(
+        [str(WORKERS / "failures.py"), "none", "-1"],
+        {"RINGCOMM_TIMEOUT": str(timeout), "RINGCOMM_TRANSPORT": "auto"},
+        29612,
+    )
     time.sleep(4.0)  # let them connect and stream all-reduces across the link
     ip("-n", NAMESPACES[1], "link", "set", LINKS[1], "down")
     results = collect(procs, time.monotonic() + 60)

@@ -1,7 +1,6 @@
 """ringcomm.torch: Horovod's collective functions, handles, compression and object helpers."""
 
 import pytest
-
 from harness import assert_all_succeeded, run_job
 
 

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from harness import REPO, worker_env
 
 SCRIPT = str(REPO / "examples" / "train.py")
@@ -15,8 +14,13 @@ ARGS = ["--epochs", "2"]
 
 
 def run(command):
-    done = subprocess.run(command, env=worker_env({"OMP_NUM_THREADS": "1"}), capture_output=True,
-                          text=True, timeout=180)
+    done = subprocess.run(
+        command,
+        env=worker_env({"OMP_NUM_THREADS": "1"}),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
     assert "parameters identical on all" in done.stdout and ": True" in done.stdout, done.stdout
     return done.stdout
@@ -41,6 +45,17 @@ def test_under_mpirun():
 
 
 def test_under_torchrun():
-    out = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-               SCRIPT, *ARGS, "--compression", "fp16"])
+    out = run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            SCRIPT,
+            *ARGS,
+            "--compression",
+            "fp16",
+        ]
+    )
     assert "all 2 ranks" in out

@@ -29,8 +29,13 @@ from ringcomm.bench.sizes import parse_size, sweep
 OPS = ("sum", "avg", "min", "max", "prod")
 _DEFAULT_BEGIN, _DEFAULT_END, _DEFAULT_FACTOR = "8", "128M", 4
 # A process is a rank of someone else's job when one of these is set (see ringcomm._environment).
-_RANK_VARIABLES = ("RINGCOMM_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK",
-                   "MV2_COMM_WORLD_RANK")
+_RANK_VARIABLES = (
+    "RINGCOMM_RANK",
+    "PMI_RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "PMIX_RANK",
+    "MV2_COMM_WORLD_RANK",
+)
 _TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -45,8 +50,9 @@ def _peers(text: str) -> list[str]:
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in PEERS]
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown peer {', '.join(unknown)}; "
-                                         f"choose from {', '.join(PEERS)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown peer {', '.join(unknown)}; choose from {', '.join(PEERS)}"
+        )
     return list(dict.fromkeys(names))
 
 
@@ -56,43 +62,81 @@ def _at_least(kind, least):
         if value < least:
             raise argparse.ArgumentTypeError(f"must be at least {least}; got {text}")
         return value
+
     return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ringcomm-bench", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog="ringcomm-bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("collective", choices=COLLECTIVES)
     sizes = parser.add_argument_group("sizes (bytes; K/M/G = 1024-based: 8, 4K, 1MB, 1GiB)")
     sizes.add_argument("--size", type=_size, help="one size (instead of a sweep)")
-    sizes.add_argument("-b", "--minbytes", type=_size,
-                       help=f"sweep from (default {_DEFAULT_BEGIN})")
+    sizes.add_argument(
+        "-b", "--minbytes", type=_size, help=f"sweep from (default {_DEFAULT_BEGIN})"
+    )
     sizes.add_argument("-e", "--maxbytes", type=_size, help=f"sweep to (default {_DEFAULT_END})")
-    sizes.add_argument("-f", "--stepfactor", type=int, default=_DEFAULT_FACTOR,
-                       help=f"sweep factor (default {_DEFAULT_FACTOR})")
-    parser.add_argument("-np", "-n", dest="nranks", type=_at_least(int, 1),
-                        help=f"ranks (default: one per core, {machine.cores()} here)")
-    parser.add_argument("--compression", choices=("none", "fp16", "bf16"), default="none",
-                        help="ringcomm all-reduce wire format: fp16/bf16 on the wire, float32 "
-                             "accumulation (float32 sum/avg; runs the ring schedule)")
-    parser.add_argument("--algorithm", choices=("auto", "ring", "tree", "direct"), default="auto",
-                        help="ringcomm all-reduce algorithm (default auto: the cost model's)")
+    sizes.add_argument(
+        "-f",
+        "--stepfactor",
+        type=int,
+        default=_DEFAULT_FACTOR,
+        help=f"sweep factor (default {_DEFAULT_FACTOR})",
+    )
+    parser.add_argument(
+        "-np",
+        "-n",
+        dest="nranks",
+        type=_at_least(int, 1),
+        help=f"ranks (default: one per core, {machine.cores()} here)",
+    )
+    parser.add_argument(
+        "--compression",
+        choices=("none", "fp16", "bf16"),
+        default="none",
+        help="ringcomm all-reduce wire format: fp16/bf16 on the wire, float32 "
+        "accumulation (float32 sum/avg; runs the ring schedule)",
+    )
+    parser.add_argument(
+        "--algorithm",
+        choices=("auto", "ring", "tree", "direct"),
+        default="auto",
+        help="ringcomm all-reduce algorithm (default auto: the cost model's)",
+    )
     parser.add_argument("--transport", choices=("auto", "tcp", "shm"), default="auto")
     parser.add_argument("--dtype", choices=DTYPES, default="float32")
     parser.add_argument("--op", choices=OPS, help="reduction (default sum)")
-    parser.add_argument("--iters", type=_at_least(int, 1),
-                        help="timed calls per size (default: enough for --min-time, 3..1000)")
-    parser.add_argument("--warmup", type=_at_least(int, 0),
-                        help="untimed calls first (default: adaptive)")
-    parser.add_argument("--min-time", type=_at_least(float, 0.001), default=0.3,
-                        help="seconds of timed calls per size when adaptive (default 0.3)")
+    parser.add_argument(
+        "--iters",
+        type=_at_least(int, 1),
+        help="timed calls per size (default: enough for --min-time, 3..1000)",
+    )
+    parser.add_argument(
+        "--warmup", type=_at_least(int, 0), help="untimed calls first (default: adaptive)"
+    )
+    parser.add_argument(
+        "--min-time",
+        type=_at_least(float, 0.001),
+        default=0.3,
+        help="seconds of timed calls per size when adaptive (default 0.3)",
+    )
     parser.add_argument("--check", action="store_true", help="verify results (#wrong column)")
-    parser.add_argument("--compare", type=_peers, default=[], metavar="gloo,mpi",
-                        help="also run these peers, same sizes, ranks and dtype")
+    parser.add_argument(
+        "--compare",
+        type=_peers,
+        default=[],
+        metavar="gloo,mpi",
+        help="also run these peers, same sizes, ranks and dtype",
+    )
     parser.add_argument("--json", metavar="PATH", help="write all results here")
-    parser.add_argument("--timeout", type=_at_least(float, 1.0),
-                        help="seconds each implementation's run may take (default: from sizes)")
+    parser.add_argument(
+        "--timeout",
+        type=_at_least(float, 1.0),
+        help="seconds each implementation's run may take (default: from sizes)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress messages")
     return parser
 
@@ -112,11 +156,19 @@ def requested_sizes(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
 def make_plan(args: argparse.Namespace, sizes: list[int], nranks: int) -> Plan:
     return Plan(
-        collective=args.collective, sizes=sizes, dtype=args.dtype,
+        collective=args.collective,
+        sizes=sizes,
+        dtype=args.dtype,
         op=(args.op or "sum") if args.collective in REDUCING else "sum",
-        check=args.check, iters=args.iters, warmup=args.warmup, min_time=args.min_time,
-        algorithm=args.algorithm, transport=args.transport, compression=args.compression,
-        timeout=args.timeout or run_deadline(sizes, nranks))
+        check=args.check,
+        iters=args.iters,
+        warmup=args.warmup,
+        min_time=args.min_time,
+        algorithm=args.algorithm,
+        transport=args.transport,
+        compression=args.compression,
+        timeout=args.timeout or run_deadline(sizes, nranks),
+    )
 
 
 def launched_as_rank(env=os.environ) -> bool:
@@ -134,8 +186,9 @@ def _bandwidth(nranks: int, method: Optional[str] = None):
 
 def _finish(args, command, info, plan, nranks, bandwidth, limit, outcomes, comparison) -> int:
     if args.json:
-        report.save_json(args.json, command, info, plan, nranks, bandwidth, limit, outcomes,
-                         comparison)
+        report.save_json(
+            args.json, command, info, plan, nranks, bandwidth, limit, outcomes, comparison
+        )
     wrong = any((row.get("wrong") or 0) > 0 for o in outcomes for row in o.rows)
     return 1 if wrong or outcomes[0].report is None else 0
 
@@ -154,8 +207,10 @@ def _run_as_rank(args, parser, command: str) -> int:
             for line in report.header_lines(command, info, plan, comm.size):
                 out.print(line)
             if args.compare or args.nranks:
-                out.print("note: under a launcher the launcher sets the ranks; -np and "
-                          "--compare are ignored (run ringcomm-bench from a shell to compare)")
+                out.print(
+                    "note: under a launcher the launcher sets the ranks; -np and "
+                    "--compare are ignored (run ringcomm-bench from a shell to compare)"
+                )
             # Spawned, not forked: this process already runs the communicator's threads.
             bandwidth = _bandwidth(comm.size, method="spawn")
             limit = limit_busbw(plan.collective, comm.size, bandwidth and bandwidth.gbps)

@@ -23,10 +23,10 @@ REDUCING = ("allreduce", "reduce_scatter")  # the ones that take --op
 
 @dataclass(frozen=True)
 class ElementCounts:
-    count: int      # nccl-tests' "count" column: elements in ``size``
-    in_count: int   # elements in each rank's input buffer
+    count: int  # nccl-tests' "count" column: elements in ``size``
+    in_count: int  # elements in each rank's input buffer
     out_count: int  # elements in each rank's output buffer (allreduce, broadcast: the same buffer)
-    nbytes: int     # nccl-tests' "size" column
+    nbytes: int  # nccl-tests' "size" column
 
 
 def element_counts(collective: str, nbytes: int, itemsize: int, nranks: int) -> ElementCounts:

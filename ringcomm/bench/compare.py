@@ -15,8 +15,9 @@ def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
     return a / b
 
 
-def comparison_rows(busbw_by_impl: dict[str, dict[int, float]], limit: Optional[float],
-                    reference: str = "ringcomm") -> list[dict]:
+def comparison_rows(
+    busbw_by_impl: dict[str, dict[int, float]], limit: Optional[float], reference: str = "ringcomm"
+) -> list[dict]:
     """One row per size that ``reference`` measured:
     {"size", "busbw": {impl: GB/s or None}, "vs": {peer: reference/peer}, "of_limit": {impl: x}}.
     ``busbw_by_impl`` maps implementation -> size (bytes) -> busbw (GB/s)."""
@@ -24,10 +25,12 @@ def comparison_rows(busbw_by_impl: dict[str, dict[int, float]], limit: Optional[
     for size in sorted(busbw_by_impl.get(reference, {})):
         busbw = {impl: by_size.get(size) for impl, by_size in busbw_by_impl.items()}
         ours = busbw[reference]
-        rows.append({
-            "size": size,
-            "busbw": busbw,
-            "vs": {impl: ratio(ours, bw) for impl, bw in busbw.items() if impl != reference},
-            "of_limit": {impl: ratio(bw, limit) for impl, bw in busbw.items()},
-        })
+        rows.append(
+            {
+                "size": size,
+                "busbw": busbw,
+                "vs": {impl: ratio(ours, bw) for impl, bw in busbw.items() if impl != reference},
+                "of_limit": {impl: ratio(bw, limit) for impl, bw in busbw.items()},
+            }
+        )
     return rows

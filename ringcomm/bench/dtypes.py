@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8,
-            "int8": 1, "uint8": 1, "int32": 4, "int64": 8}
+ITEMSIZE = {
+    "float16": 2,
+    "bfloat16": 2,
+    "float32": 4,
+    "float64": 8,
+    "int8": 1,
+    "uint8": 1,
+    "int32": 4,
+    "int64": 8,
+}
 DTYPES = tuple(ITEMSIZE)
 NUMPY_LACKS = ("bfloat16",)  # NumPy has no bfloat16: such buffers are torch tensors
 

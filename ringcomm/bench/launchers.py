@@ -27,20 +27,36 @@ IMPLEMENTATIONS = ("ringcomm", "gloo", "mpi")
 PEERS = ("gloo", "mpi")
 
 _KILL_SLACK = 30.0  # seconds past the plan's deadline before the parent kills a run
-_GRACE = 10.0       # after one rank fails, how long the others get to report it themselves
+_GRACE = 10.0  # after one rank fails, how long the others get to report it themselves
 # Variables by which a launcher tells a process its rank: a peer's ranks must not inherit ours.
-_LAUNCHER_VARIABLES = ("RINGCOMM_RANK", "RINGCOMM_WORLD_SIZE", "RINGCOMM_LOCAL_RANK",
-                       "RINGCOMM_LOCAL_WORLD_SIZE", "RINGCOMM_STORE", "RANK", "WORLD_SIZE",
-                       "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                       "PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "PMIX_RANK",
-                       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK")
+_LAUNCHER_VARIABLES = (
+    "RINGCOMM_RANK",
+    "RINGCOMM_WORLD_SIZE",
+    "RINGCOMM_LOCAL_RANK",
+    "RINGCOMM_LOCAL_WORLD_SIZE",
+    "RINGCOMM_STORE",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "PMI_FD",
+    "PMI_PORT",
+    "PMIX_RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "MV2_COMM_WORLD_RANK",
+)
 
 
 @dataclass
 class Outcome:
     implementation: str
     report: Optional[dict] = None  # rank 0's report (worker.run_plan), when the run succeeded
-    note: Optional[str] = None     # why there is no report, or why it has no results
+    note: Optional[str] = None  # why there is no report, or why it has no results
 
     @property
     def rows(self) -> list:
@@ -103,15 +119,22 @@ def run_gloo(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome
     if importlib.util.find_spec("torch") is None:
         return Outcome("gloo", note="gloo skipped: torch is not installed (pip install torch)")
     report = workdir / "gloo.json"
-    base = dict(_clean_environment(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
-                WORLD_SIZE=str(nranks), LOCAL_WORLD_SIZE=str(nranks))
+    base = dict(
+        _clean_environment(),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(_free_port()),
+        WORLD_SIZE=str(nranks),
+        LOCAL_WORLD_SIZE=str(nranks),
+    )
     # All ranks are on this host: keep gloo on loopback rather than whatever the hostname
     # resolves to (which in containers may be an address that is not ours).
     if "GLOO_SOCKET_IFNAME" not in base and "lo" in (n for _, n in socket.if_nameindex()):
         base["GLOO_SOCKET_IFNAME"] = "lo"
     command = _worker_command("ringcomm.bench.peers.gloo_worker", plan_path, report)
-    children = [subprocess.Popen(command, env=dict(base, RANK=str(r), LOCAL_RANK=str(r)))
-                for r in range(nranks)]
+    children = [
+        subprocess.Popen(command, env=dict(base, RANK=str(r), LOCAL_RANK=str(r)))
+        for r in range(nranks)
+    ]
     status = _wait_all(children, time.monotonic() + plan.timeout + _KILL_SLACK)
     return _collect("gloo", report, status)
 
@@ -128,13 +151,19 @@ def find_mpirun() -> Optional[str]:
 def run_mpi(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome:
     mpirun = find_mpirun()
     if mpirun is None:
-        return Outcome("mpi", note="mpi skipped: no mpirun next to python or on PATH "
-                                   "(pip install mpich mpi4py)")
+        return Outcome(
+            "mpi",
+            note="mpi skipped: no mpirun next to python or on PATH (pip install mpich mpi4py)",
+        )
     if importlib.util.find_spec("mpi4py") is None:
         return Outcome("mpi", note="mpi skipped: mpi4py is not installed (pip install mpi4py)")
     report = workdir / "mpi.json"
-    command = [mpirun, "-np", str(nranks),
-               *_worker_command("ringcomm.bench.peers.mpi_worker", plan_path, report)]
+    command = [
+        mpirun,
+        "-np",
+        str(nranks),
+        *_worker_command("ringcomm.bench.peers.mpi_worker", plan_path, report),
+    ]
     # Its own session, so that on timeout mpirun and the ranks it started go down together.
     child = subprocess.Popen(command, env=_clean_environment(), start_new_session=True)
     try:

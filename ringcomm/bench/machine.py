@@ -47,8 +47,11 @@ def command_line(argv: Optional[Sequence[str]] = None) -> str:
     """The invocation as typed: "ringcomm-bench ..." or "python -m ringcomm.bench ..."."""
     args = list(sys.argv[1:] if argv is None else argv)
     program = Path(sys.argv[0]).name
-    prefix = "python -m ringcomm.bench" if program in ("__main__.py", "-m", "-c", "") \
+    prefix = (
+        "python -m ringcomm.bench"
+        if program in ("__main__.py", "-m", "-c", "")
         else "ringcomm-bench"
+    )
     return " ".join([prefix, shlex.join(args)]).strip()
 
 
@@ -57,6 +60,11 @@ def describe() -> dict:
 
     versions = {name: version(name) for name in ("numpy", "torch", "mpi4py", "mpich")}
     versions["ringcomm"] = ringcomm.__version__
-    return {"cpu": cpu_model(), "cores": cores(), "logical_cpus": os.cpu_count(),
-            "memory_gib": memory_gib(), "python": platform.python_version(),
-            "versions": {k: v for k, v in versions.items() if v}}
+    return {
+        "cpu": cpu_model(),
+        "cores": cores(),
+        "logical_cpus": os.cpu_count(),
+        "memory_gib": memory_gib(),
+        "python": platform.python_version(),
+        "versions": {k: v for k, v in versions.items() if v},
+    }

@@ -29,9 +29,9 @@ _MEMORY_SHARE = 0.25  # at most this share of available memory for all buffers t
 
 @dataclass
 class MemoryBandwidth:
-    gbps: float          # read + write GB/s (1e9 bytes)
+    gbps: float  # read + write GB/s (1e9 bytes)
     processes: int
-    buffer_bytes: int    # per process
+    buffer_bytes: int  # per process
 
 
 def _update_loop(nbytes: int, repeats: int, barrier, results) -> None:
@@ -65,8 +65,9 @@ def buffer_bytes(processes: int, available: Optional[int]) -> int:
     return max(1 << 20, min(BUFFER_BYTES, fits)) // 8 * 8
 
 
-def measure(processes: int, repeats: int = _REPEATS,
-            method: Optional[str] = None) -> MemoryBandwidth:
+def measure(
+    processes: int, repeats: int = _REPEATS, method: Optional[str] = None
+) -> MemoryBandwidth:
     """``method``: multiprocessing start method; "spawn" where this process already runs threads
     (a communicator's engine), whose locks a forked child could inherit held. Default: fork."""
     nbytes = buffer_bytes(processes, _available_bytes())
@@ -74,8 +75,10 @@ def measure(processes: int, repeats: int = _REPEATS,
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)
     barrier, results = context.Barrier(processes), context.Queue()
-    workers = [context.Process(target=_update_loop, args=(nbytes, repeats, barrier, results))
-               for _ in range(processes)]
+    workers = [
+        context.Process(target=_update_loop, args=(nbytes, repeats, barrier, results))
+        for _ in range(processes)
+    ]
     for worker in workers:
         worker.start()
     try:

@@ -35,8 +35,13 @@ def input_values(op: str, rank: int, nranks: int) -> Values:
 
 def reduced_values(op: str, nranks: int) -> Values:
     """What a reduction of input_values over all ranks gives, computed exactly in float64."""
-    combine = {"sum": np.add, "avg": np.add, "min": np.minimum, "max": np.maximum,
-               "prod": np.multiply}[op]
+    combine = {
+        "sum": np.add,
+        "avg": np.add,
+        "min": np.minimum,
+        "max": np.maximum,
+        "prod": np.multiply,
+    }[op]
     inputs = [input_values(op, r, nranks) for r in range(nranks)]
 
     def values(i: np.ndarray) -> np.ndarray:
@@ -74,7 +79,7 @@ def fill(x, values: Values, offset: int = 0) -> None:
     """x[j] = values(offset + j) for a 1-D NumPy array or torch tensor."""
     block = _block(values, x)
     for start, stop, phase in _chunks(len(x), offset):
-        x[start:stop] = block[phase:phase + stop - start]
+        x[start:stop] = block[phase : phase + stop - start]
 
 
 def count_wrong(x, values: Values, offset: int = 0) -> int:
@@ -82,5 +87,5 @@ def count_wrong(x, values: Values, offset: int = 0) -> int:
     block = _block(values, x)
     wrong = 0
     for start, stop, phase in _chunks(len(x), offset):
-        wrong += int((x[start:stop] != block[phase:phase + stop - start]).sum())
+        wrong += int((x[start:stop] != block[phase : phase + stop - start]).sum())
     return wrong

@@ -18,18 +18,18 @@ _SECONDS_PER_RANK_GB = 40.0
 @dataclass
 class Plan:
     collective: str
-    sizes: list[int]                    # requested bytes (nccl-tests' size), before rounding
+    sizes: list[int]  # requested bytes (nccl-tests' size), before rounding
     dtype: str = "float32"
     op: str = "sum"
     check: bool = False
-    iters: Optional[int] = None         # None: adaptive
-    warmup: Optional[int] = None        # None: adaptive
-    min_time: float = 0.3               # seconds of timed calls per size when adaptive
-    algorithm: str = "auto"             # ringcomm only
-    transport: str = "auto"             # ringcomm only
-    compression: str = "none"           # ringcomm all-reduce only: none, fp16, bf16
-    op_timeout: float = 120.0           # seconds one collective may take before it fails
-    timeout: float = 600.0              # seconds a whole run may take before its ranks exit
+    iters: Optional[int] = None  # None: adaptive
+    warmup: Optional[int] = None  # None: adaptive
+    min_time: float = 0.3  # seconds of timed calls per size when adaptive
+    algorithm: str = "auto"  # ringcomm only
+    transport: str = "auto"  # ringcomm only
+    compression: str = "none"  # ringcomm all-reduce only: none, fp16, bf16
+    op_timeout: float = 120.0  # seconds one collective may take before it fails
+    timeout: float = 600.0  # seconds a whole run may take before its ranks exit
 
     def save(self, path) -> None:
         with open(path, "w") as f:

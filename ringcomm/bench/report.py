@@ -40,8 +40,9 @@ def _peer_label(implementation: str, machine: dict) -> str:
     if implementation == "gloo":
         return f"gloo (torch.distributed, torch {versions.get('torch', '?')})"
     if implementation == "mpi":
-        return (f"mpi (MPICH {versions.get('mpich', '?')} through mpi4py "
-                f"{versions.get('mpi4py', '?')})")
+        return (
+            f"mpi (MPICH {versions.get('mpich', '?')} through mpi4py {versions.get('mpi4py', '?')})"
+        )
     return f"ringcomm {versions.get('ringcomm', '')}".strip()
 
 
@@ -65,13 +66,15 @@ def header_lines(command: str, machine: dict, plan: Plan, nranks: int) -> list[s
     ]
 
 
-def limit_lines(collective: str, nranks: int, bandwidth: Optional[MemoryBandwidth],
-                limit: Optional[float]) -> list[str]:
+def limit_lines(
+    collective: str, nranks: int, bandwidth: Optional[MemoryBandwidth], limit: Optional[float]
+) -> list[str]:
     if bandwidth is None:
         return ["# memory bandwidth: not measured (no single-host limit)"]
     return [
         f"# memory bandwidth B_mem: {bandwidth.gbps:.2f} GB/s read+write ({bandwidth.processes} "
-        f"processes each updating {human(bandwidth.buffer_bytes)} in place at once, best of several)",
+        f"processes each updating {human(bandwidth.buffer_bytes)} in place at once, "
+        "best of several)",
         f"# single-host limit: {collective} busbw <= {limit_formula(collective)} = "
         f"{limit:.2f} GB/s (p = {nranks}); a DRAM bound: sizes whose buffers fit in cache can "
         f"exceed it",
@@ -79,8 +82,9 @@ def limit_lines(collective: str, nranks: int, bandwidth: Optional[MemoryBandwidt
 
 
 def print_outcome(out: Console, outcome: Outcome, plan: Plan, nranks: int, machine: dict) -> None:
-    out.print(f"\n## {_peer_label(outcome.implementation, machine)}: {plan.collective}, "
-              f"{nranks} ranks")
+    out.print(
+        f"\n## {_peer_label(outcome.implementation, machine)}: {plan.collective}, {nranks} ranks"
+    )
     if outcome.note:
         out.print(f"note: {outcome.note}")
     if outcome.rows:
@@ -95,15 +99,25 @@ def busbw_by_size(outcomes: Sequence[Outcome]) -> dict[str, dict[int, float]]:
 def print_comparison(out: Console, outcomes: Sequence[Outcome], limit: Optional[float]) -> list:
     implementations = [o.implementation for o in outcomes]
     rows = comparison_rows(busbw_by_size(outcomes), limit)
-    out.print("\n## comparison: busbw (GB/s); ringcomm/peer > 1 means ringcomm is faster; "
-              "x/limit is the share of the single-host limit")
+    out.print(
+        "\n## comparison: busbw (GB/s); ringcomm/peer > 1 means ringcomm is faster; "
+        "x/limit is the share of the single-host limit"
+    )
     print_table(out, table.comparison_table(rows, implementations, limit is not None))
     return rows
 
 
-def save_json(path: str, command: str, machine: dict, plan: Plan, nranks: int,
-              bandwidth: Optional[MemoryBandwidth], limit: Optional[float],
-              outcomes: Sequence[Outcome], comparison: Optional[list]) -> None:
+def save_json(
+    path: str,
+    command: str,
+    machine: dict,
+    plan: Plan,
+    nranks: int,
+    bandwidth: Optional[MemoryBandwidth],
+    limit: Optional[float],
+    outcomes: Sequence[Outcome],
+    comparison: Optional[list],
+) -> None:
     document = {
         "command": command,
         "machine": machine,
@@ -112,8 +126,9 @@ def save_json(path: str, command: str, machine: dict, plan: Plan, nranks: int,
         "memory_bandwidth": None if bandwidth is None else bandwidth.__dict__,
         "limit_busbw": limit,
         "limit_formula": limit_formula(plan.collective),
-        "implementations": {o.implementation: {"results": o.rows, "note": o.note}
-                            for o in outcomes},
+        "implementations": {
+            o.implementation: {"results": o.rows, "note": o.note} for o in outcomes
+        },
         "comparison": comparison,
     }
     with open(path, "w") as f:

@@ -15,8 +15,13 @@ from ringcomm.bench.dtypes import NUMPY_LACKS, numpy_array, torch_tensor
 from ringcomm.bench.plan import Plan
 from ringcomm.bench.worker import finish, run_plan, start
 
-_OPS = {"sum": ringcomm.SUM, "avg": ringcomm.AVG, "min": ringcomm.MIN, "max": ringcomm.MAX,
-        "prod": ringcomm.PROD}
+_OPS = {
+    "sum": ringcomm.SUM,
+    "avg": ringcomm.AVG,
+    "min": ringcomm.MIN,
+    "max": ringcomm.MAX,
+    "prod": ringcomm.PROD,
+}
 
 
 class RingcommGroup:
@@ -63,8 +68,9 @@ class RingcommGroup:
 
 def connect(plan: Plan) -> "ringcomm.Communicator":
     """Joins the job this process belongs to, with the plan's transport, algorithm and timeout."""
-    return ringcomm.init(timeout=plan.op_timeout, transport=plan.transport,
-                         algorithm=plan.algorithm)
+    return ringcomm.init(
+        timeout=plan.op_timeout, transport=plan.transport, algorithm=plan.algorithm
+    )
 
 
 def run(plan: Plan, comm: "ringcomm.Communicator") -> Optional[dict]:

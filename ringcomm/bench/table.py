@@ -10,8 +10,16 @@ from typing import Iterable, Optional, Sequence
 from rich import box
 from rich.table import Table
 
-RESULT_COLUMNS = ("size", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
-                  "#wrong")
+RESULT_COLUMNS = (
+    "size",
+    "count",
+    "type",
+    "redop",
+    "time(us)",
+    "algbw(GB/s)",
+    "busbw(GB/s)",
+    "#wrong",
+)
 
 
 def format_bw(gbps: Optional[float]) -> str:
@@ -29,8 +37,16 @@ def format_ratio(value: Optional[float]) -> str:
 def result_cells(row: dict) -> list[str]:
     """One worker result row (worker._run_size) -> the cells of RESULT_COLUMNS (+ algorithm)."""
     wrong = "N/A" if row.get("wrong") is None else str(row["wrong"])
-    cells = [str(row["size"]), str(row["count"]), row["type"], row["redop"],
-             f"{row['time_us']:.2f}", format_bw(row["algbw"]), format_bw(row["busbw"]), wrong]
+    cells = [
+        str(row["size"]),
+        str(row["count"]),
+        row["type"],
+        row["redop"],
+        f"{row['time_us']:.2f}",
+        format_bw(row["algbw"]),
+        format_bw(row["busbw"]),
+        wrong,
+    ]
     if "algorithm" in row:
         cells.append(row["algorithm"])
     return cells
@@ -52,8 +68,9 @@ def results_table(rows: Sequence[dict]) -> Table:
     return table
 
 
-def comparison_columns(implementations: Sequence[str], has_limit: bool,
-                       reference: str = "ringcomm") -> list[str]:
+def comparison_columns(
+    implementations: Sequence[str], has_limit: bool, reference: str = "ringcomm"
+) -> list[str]:
     peers = [impl for impl in implementations if impl != reference]
     columns = ["size"] + [f"{impl} busbw" for impl in implementations]
     columns += [f"{reference}/{peer}" for peer in peers]
@@ -62,8 +79,9 @@ def comparison_columns(implementations: Sequence[str], has_limit: bool,
     return columns
 
 
-def comparison_cells(row: dict, implementations: Sequence[str], has_limit: bool,
-                     reference: str = "ringcomm") -> list[str]:
+def comparison_cells(
+    row: dict, implementations: Sequence[str], has_limit: bool, reference: str = "ringcomm"
+) -> list[str]:
     """One compare.comparison_rows row -> cells in comparison_columns' order."""
     cells = [str(row["size"])] + [format_bw(row["busbw"].get(impl)) for impl in implementations]
     cells += [format_ratio(row["vs"].get(impl)) for impl in implementations if impl != reference]
@@ -72,8 +90,9 @@ def comparison_cells(row: dict, implementations: Sequence[str], has_limit: bool,
     return cells
 
 
-def comparison_table(rows: Iterable[dict], implementations: Sequence[str],
-                     has_limit: bool) -> Table:
+def comparison_table(
+    rows: Iterable[dict], implementations: Sequence[str], has_limit: bool
+) -> Table:
     table = _table(comparison_columns(implementations, has_limit))
     for row in rows:
         table.add_row(*comparison_cells(row, implementations, has_limit))

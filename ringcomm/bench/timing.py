@@ -23,20 +23,20 @@ class Sync(Protocol):
     def allgather_float(self, value: float) -> list[float]: ...
 
 
-_PROBE_ITERS = 2       # first calls, timed to size the run (and also warmup)
-_MIN_ITERS = 3         # timed calls per size, at least
-_MAX_ITERS = 1000      # and at most: beyond this small sizes gain nothing but run time
-_WARMUP_SHARE = 0.1    # extra warmup, as a share of the time budget
+_PROBE_ITERS = 2  # first calls, timed to size the run (and also warmup)
+_MIN_ITERS = 3  # timed calls per size, at least
+_MAX_ITERS = 1000  # and at most: beyond this small sizes gain nothing but run time
+_WARMUP_SHARE = 0.1  # extra warmup, as a share of the time budget
 _MAX_WARMUP = 100
 _MAX_TRIALS = 5
 
 
 @dataclass
 class Timing:
-    time_us: float            # median over trials of the slowest rank's average per call
-    trials_us: list[float]    # each trial's slowest-rank average
-    iters: int                # timed calls in all
-    warmup: int               # untimed calls before them (probe included)
+    time_us: float  # median over trials of the slowest rank's average per call
+    trials_us: list[float]  # each trial's slowest-rank average
+    iters: int  # timed calls in all
+    warmup: int  # untimed calls before them (probe included)
 
 
 def _slowest(sync: Sync, seconds: float) -> float:
@@ -66,8 +66,13 @@ def split_trials(iters: int) -> tuple[int, int]:
     return trials, math.ceil(iters / trials)
 
 
-def measure(run: Callable[[], None], sync: Sync, min_time: float,
-            iters: Optional[int] = None, warmup: Optional[int] = None) -> Timing:
+def measure(
+    run: Callable[[], None],
+    sync: Sync,
+    min_time: float,
+    iters: Optional[int] = None,
+    warmup: Optional[int] = None,
+) -> Timing:
     """Times ``run`` (one collective call). ``iters``/``warmup`` fix the counts; None adapts them
     so the timed calls take about ``min_time`` seconds."""
     done = 0

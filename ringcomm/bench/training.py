@@ -32,18 +32,40 @@ _RUN_TIMEOUT = 600.0
 def _run(impl: str, compression: str, nranks: int, args, workdir: Path) -> dict:
     out = workdir / f"{impl}-{compression}-{nranks}.json"
     threads = max(1, machine.cores() // nranks)
-    command = [sys.executable, "-m", "ringcomm.bench.training_worker", "--impl", impl,
-               "--batch-size", str(args.batch_size), "--steps", str(args.steps),
-               "--warmup", str(args.warmup), "--compression", compression,
-               "--threads", str(threads), "--out", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "ringcomm.bench.training_worker",
+        "--impl",
+        impl,
+        "--batch-size",
+        str(args.batch_size),
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--compression",
+        compression,
+        "--threads",
+        str(threads),
+        "--out",
+        str(out),
+    ]
     env = _clean_environment()
     if impl == "ringcomm":
         status = spawn(nranks, command, env=env)
     else:
-        base = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
-                    WORLD_SIZE=str(nranks), GLOO_SOCKET_IFNAME="lo")
-        children = [subprocess.Popen(command, env=dict(base, RANK=str(r), LOCAL_RANK=str(r)))
-                    for r in range(nranks)]
+        base = dict(
+            env,
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(_free_port()),
+            WORLD_SIZE=str(nranks),
+            GLOO_SOCKET_IFNAME="lo",
+        )
+        children = [
+            subprocess.Popen(command, env=dict(base, RANK=str(r), LOCAL_RANK=str(r)))
+            for r in range(nranks)
+        ]
         status = _wait_all(children, time.monotonic() + _RUN_TIMEOUT)
     if status != 0:
         return {"error": f"exit status {status}"}
@@ -63,32 +85,52 @@ def main(argv=None) -> int:
     console = Console(width=160)
     shown = " ".join(sys.argv[1:] if argv is None else argv)
     console.print(f"# python -m ringcomm.bench.training {shown}")
-    console.print(f"# machine: {info['cpu']}, {info['cores']} cores; torch {machine.version('torch')}")
+    console.print(
+        f"# machine: {info['cpu']}, {info['cores']} cores; torch {machine.version('torch')}"
+    )
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for nranks in counts:
             for impl, compression in runs:
                 console.print(f"running {impl} ({compression}) on {nranks} ranks ...")
-                results[(impl, compression, nranks)] = _run(impl, compression, nranks, args, Path(tmp))
+                results[(impl, compression, nranks)] = _run(
+                    impl, compression, nranks, args, Path(tmp)
+                )
     table = Table(title="images/s (total, per rank) and scaling efficiency from 1 rank")
-    for column in ("ranks", "implementation", "images/s", "per rank", "step (ms)", "efficiency",
-                   "ringcomm / gloo"):
+    for column in (
+        "ranks",
+        "implementation",
+        "images/s",
+        "per rank",
+        "step (ms)",
+        "efficiency",
+        "ringcomm / gloo",
+    ):
         table.add_column(column, justify="right")
     for nranks in counts:
         gloo = results[("gloo", "none", nranks)].get("images_per_second")
         for impl, compression in runs:
             row = results[(impl, compression, nranks)]
-            name = impl + ("" if compression == "none" else f" {compression}") + \
-                (" (DDP)" if impl == "gloo" else " (DistributedOptimizer)")
+            name = (
+                impl
+                + ("" if compression == "none" else f" {compression}")
+                + (" (DDP)" if impl == "gloo" else " (DistributedOptimizer)")
+            )
             if "error" in row:
                 table.add_row(str(nranks), name, row["error"], "", "", "", "")
                 continue
             base = results.get((impl, compression, counts[0]), {}).get("images_per_second")
             efficiency = row["images_per_second"] / (nranks / counts[0] * base) if base else None
             ratio = row["images_per_second"] / gloo if gloo and impl == "ringcomm" else None
-            table.add_row(str(nranks), name, f"{row['images_per_second']:.0f}",
-                          f"{row['images_per_second_per_rank']:.0f}", f"{row['step_ms']:.1f}",
-                          f"{efficiency:.2f}" if efficiency else "", f"{ratio:.2f}" if ratio else "")
+            table.add_row(
+                str(nranks),
+                name,
+                f"{row['images_per_second']:.0f}",
+                f"{row['images_per_second_per_rank']:.0f}",
+                f"{row['step_ms']:.1f}",
+                f"{efficiency:.2f}" if efficiency else "",
+                f"{ratio:.2f}" if ratio else "",
+            )
     console.print(table)
     return 0 if all("error" not in r for r in results.values()) else 1
 

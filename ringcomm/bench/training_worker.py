@@ -14,10 +14,17 @@ import torch
 def make_model() -> torch.nn.Module:
     """A CNN of 2.7M parameters (10.8 MB of float32 gradients) for 3x32x32 images."""
     return torch.nn.Sequential(
-        torch.nn.Conv2d(3, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(64, 128, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Flatten(), torch.nn.Linear(128 * 8 * 8, 320), torch.nn.ReLU(),
-        torch.nn.Linear(320, 10))
+        torch.nn.Conv2d(3, 64, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(64, 128, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(128 * 8 * 8, 320),
+        torch.nn.ReLU(),
+        torch.nn.Linear(320, 10),
+    )
 
 
 def main() -> None:
@@ -41,8 +48,11 @@ def main() -> None:
         hvd.init()
         rank, size, barrier = hvd.rank(), hvd.size(), hvd.barrier
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                             compression=getattr(hvd.Compression, args.compression))
+        optimizer = hvd.DistributedOptimizer(
+            optimizer,
+            named_parameters=model.named_parameters(),
+            compression=getattr(hvd.Compression, args.compression),
+        )
     else:
         import torch.distributed as dist
 
@@ -69,8 +79,15 @@ def main() -> None:
     if rank == 0:
         per_rank = args.batch_size * args.steps / elapsed
         with open(args.out, "w") as f:
-            json.dump({"images_per_second_per_rank": per_rank, "images_per_second": per_rank * size,
-                       "step_ms": 1000 * elapsed / args.steps, "ranks": size}, f)
+            json.dump(
+                {
+                    "images_per_second_per_rank": per_rank,
+                    "images_per_second": per_rank * size,
+                    "step_ms": 1000 * elapsed / args.steps,
+                    "ranks": size,
+                },
+                f,
+            )
     if args.impl == "ringcomm":
         hvd.shutdown()
     else:

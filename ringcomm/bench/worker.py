@@ -78,8 +78,12 @@ class _Case:
         if collective == "broadcast":
             return patterns.count_wrong(self.out, patterns.input_values(self.op, _ROOT, p))
         block = self.counts.in_count  # allgather: block r of the output is rank r's input
-        return sum(patterns.count_wrong(self.out[r * block:(r + 1) * block],
-                                        patterns.input_values(self.op, r, p)) for r in range(p))
+        return sum(
+            patterns.count_wrong(
+                self.out[r * block : (r + 1) * block], patterns.input_values(self.op, r, p)
+            )
+            for r in range(p)
+        )
 
 
 def _run_size(plan: Plan, group: Group, counts: ElementCounts) -> dict:
@@ -94,10 +98,17 @@ def _run_size(plan: Plan, group: Group, counts: ElementCounts) -> dict:
         wrong = int(sum(group.allgather_float(float(case.count_wrong()))))
     algbw, busbw = bandwidths(plan.collective, counts.nbytes, timing.time_us, group.size)
     row = {
-        "size": counts.nbytes, "count": counts.count, "type": plan.dtype,
+        "size": counts.nbytes,
+        "count": counts.count,
+        "type": plan.dtype,
         "redop": plan.op if plan.collective in REDUCING else "none",
-        "time_us": timing.time_us, "algbw": algbw, "busbw": busbw, "wrong": wrong,
-        "iters": timing.iters, "warmup": timing.warmup, "trials_us": timing.trials_us,
+        "time_us": timing.time_us,
+        "algbw": algbw,
+        "busbw": busbw,
+        "wrong": wrong,
+        "iters": timing.iters,
+        "warmup": timing.warmup,
+        "trials_us": timing.trials_us,
     }
     row.update(group.details(plan.collective, counts.nbytes))
     return row
@@ -105,8 +116,13 @@ def _run_size(plan: Plan, group: Group, counts: ElementCounts) -> dict:
 
 def run_plan(plan: Plan, group: Group) -> Optional[dict]:
     """Runs every size of the plan; returns the report on rank 0 and None on the others."""
-    report = {"implementation": group.name, "nranks": group.size, "collective": plan.collective,
-              "dtype": plan.dtype, "op": plan.op}
+    report = {
+        "implementation": group.name,
+        "nranks": group.size,
+        "collective": plan.collective,
+        "dtype": plan.dtype,
+        "op": plan.op,
+    }
     reason = group.unsupported(plan.collective, plan.dtype, plan.op)
     if reason is not None:
         return dict(report, skipped=reason) if group.rank == 0 else None

@@ -10,6 +10,7 @@ gradient_predivide_factor); join (for DistributedOptimizer steps). Not yet: fusi
 engine (cycle time), checks by tensor name.
 """
 
+from ringcomm.torch import state as _state
 from ringcomm.torch.compression import Compression
 from ringcomm.torch.handles import poll, synchronize
 from ringcomm.torch.ops import (
@@ -41,7 +42,6 @@ from ringcomm.torch.ops import (
 )
 from ringcomm.torch.optimizer import DistributedOptimizer, broadcast_optimizer_state, join
 from ringcomm.torch.state import init, is_initialized, shutdown
-from ringcomm.torch import state as _state
 
 
 def size() -> int:

@@ -39,7 +39,9 @@ def _fusion_threshold() -> int:
     try:
         return max(0, int(value))
     except ValueError:
-        raise ValueError(f"RINGCOMM_FUSION_THRESHOLD must be a number of bytes; got {value!r}") from None
+        raise ValueError(
+            f"RINGCOMM_FUSION_THRESHOLD must be a number of bytes; got {value!r}"
+        ) from None
 
 
 # The most recently created DistributedOptimizer of this process: the one join() drives.
@@ -60,8 +62,16 @@ class _Bucket:
 class _DistributedOptimizer:
     """Mixed into the wrapped optimizer's class, as Horovod does, so isinstance() still holds."""
 
-    def _ringcomm_setup(self, named_parameters, compression, backward_passes_per_step, op,
-                        gradient_predivide_factor, groups, fusion_threshold):
+    def _ringcomm_setup(
+        self,
+        named_parameters,
+        compression,
+        backward_passes_per_step,
+        op,
+        gradient_predivide_factor,
+        groups,
+        fusion_threshold,
+    ):
         params = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
         names = {}
         if named_parameters is not None:
@@ -71,8 +81,9 @@ class _DistributedOptimizer:
             names = {id(p): n for n, p in named}
             missing = [p for p in params if id(p) not in names]
             if missing:
-                raise ValueError(f"named_parameters does not cover {len(missing)} parameters of "
-                                 "the optimizer")
+                raise ValueError(
+                    f"named_parameters does not cover {len(missing)} parameters of the optimizer"
+                )
         self._names = names
         self._compression = compression
         self._op = op
@@ -100,7 +111,7 @@ class _DistributedOptimizer:
         if groups is not None:
             if isinstance(groups, int):
                 per = max(1, -(-len(params) // groups))
-                chunks = [params[i:i + per] for i in range(0, len(params), per)]
+                chunks = [params[i : i + per] for i in range(0, len(params), per)]
             else:
                 listed = [[p for p in group if p.requires_grad] for group in groups]
                 grouped = {id(p) for group in listed for p in group}
@@ -147,8 +158,14 @@ class _DistributedOptimizer:
             bucket.buffer.div_(self._passes)
         wire = self._compression.wire if bucket.buffer.dtype == torch.float32 else None
         bucket.work = state.comm().allreduce(
-            bucket.buffer, op=self._reduce_op, async_op=True, compression=wire,
-            prescale=self._prescale, postscale=self._postscale, name=self._bucket_name(bucket))
+            bucket.buffer,
+            op=self._reduce_op,
+            async_op=True,
+            compression=wire,
+            prescale=self._prescale,
+            postscale=self._postscale,
+            name=self._bucket_name(bucket),
+        )
 
     def _bucket_name(self, bucket: _Bucket) -> str:
         """Names the gradients fused in a bucket, for error messages."""
@@ -169,7 +186,7 @@ class _DistributedOptimizer:
     def _launch_remaining_and_finish(self) -> None:
         """Launches the buckets backward did not complete (missing gradients become zeros),
         waits for every bucket and copies the reduced values back into the gradients."""
-        for bucket in self._buckets[self._next_launch:]:
+        for bucket in self._buckets[self._next_launch :]:
             bucket.ready = {id(p) for p in bucket.params}
         self._launch_ready_buckets()
         for bucket in self._buckets:
@@ -177,7 +194,7 @@ class _DistributedOptimizer:
             offset = 0
             for p in bucket.params:
                 n = p.numel()
-                p.grad.copy_(bucket.buffer[offset:offset + n].view_as(p.grad))
+                p.grad.copy_(bucket.buffer[offset : offset + n].view_as(p.grad))
                 offset += n
             bucket.work, bucket.buffer = None, None
             bucket.ready.clear()
@@ -224,23 +241,37 @@ class _DistributedOptimizer:
 
     def zero_grad(self, set_to_none: bool = True):
         if any(b.work is not None for b in self._buckets):
-            raise RuntimeError("zero_grad() while gradient all-reduces are in flight; call step() "
-                               "or synchronize() first")
+            raise RuntimeError(
+                "zero_grad() while gradient all-reduces are in flight; call step() "
+                "or synchronize() first"
+            )
         return super().zero_grad(set_to_none=set_to_none)
 
 
-def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Optional[Iterable] = None,
-                         compression=Compression.none, backward_passes_per_step: int = 1,
-                         op=ops.Average, gradient_predivide_factor: float = 1.0, groups=None,
-                         fusion_threshold: Optional[int] = None):
+def DistributedOptimizer(  # noqa: N802 (Horovod's name)
+    optimizer: torch.optim.Optimizer,
+    named_parameters: Optional[Iterable] = None,
+    compression=Compression.none,
+    backward_passes_per_step: int = 1,
+    op=ops.Average,
+    gradient_predivide_factor: float = 1.0,
+    groups=None,
+    fusion_threshold: Optional[int] = None,
+):
     """Wraps ``optimizer`` so that step() applies gradients averaged (op) over all ranks."""
     if backward_passes_per_step < 1:
         raise ValueError(f"backward_passes_per_step must be >= 1; got {backward_passes_per_step}")
     cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__), {})
     optimizer.__class__ = cls
-    optimizer._ringcomm_setup(named_parameters, compression, backward_passes_per_step, op,
-                              gradient_predivide_factor, groups,
-                              _fusion_threshold() if fusion_threshold is None else fusion_threshold)
+    optimizer._ringcomm_setup(
+        named_parameters,
+        compression,
+        backward_passes_per_step,
+        op,
+        gradient_predivide_factor,
+        groups,
+        _fusion_threshold() if fusion_threshold is None else fusion_threshold,
+    )
     return optimizer
 
 
@@ -270,6 +301,7 @@ def join(optimizer=None) -> int:
 
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int) -> None:
     """Makes every rank's optimizer state (and hyperparameters) the root's."""
-    state_dict = ops.broadcast_object(optimizer.state_dict() if state.comm().rank == root_rank else None,
-                                      root_rank=root_rank)
+    state_dict = ops.broadcast_object(
+        optimizer.state_dict() if state.comm().rank == root_rank else None, root_rank=root_rank
+    )
     optimizer.load_state_dict(state_dict)

@@ -29,5 +29,7 @@ def is_initialized() -> bool:
 
 def comm() -> ringcomm.Communicator:
     if _comm is None:
-        raise ValueError("ringcomm.torch has not been initialized; call ringcomm.torch.init() first")
+        raise ValueError(
+            "ringcomm.torch has not been initialized; call ringcomm.torch.init() first"
+        )
     return _comm

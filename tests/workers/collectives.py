@@ -16,12 +16,18 @@ import numpy as np
 import torch
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
-import ringcomm  # noqa: E402
 from report import report  # noqa: E402
 
+import ringcomm  # noqa: E402
+
 DTYPES = ["int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
-OPS = {"sum": ringcomm.SUM, "avg": ringcomm.AVG, "min": ringcomm.MIN, "max": ringcomm.MAX,
-       "prod": ringcomm.PROD}
+OPS = {
+    "sum": ringcomm.SUM,
+    "avg": ringcomm.AVG,
+    "min": ringcomm.MIN,
+    "max": ringcomm.MAX,
+    "prod": ringcomm.PROD,
+}
 SMALL_COUNTS = [0, 1, 1009]  # empty, single element, a prime that splits unevenly everywhere
 
 comm = ringcomm.init()
@@ -57,9 +63,12 @@ def to_float64(a) -> np.ndarray:
 
 
 def reference(count: int, dtype: str, op: str) -> np.ndarray:
-    """The expected result in float64 (exact: see the module docstring), rounded as ringcomm does."""
-    stack = np.stack([values(r, count, dtype, op) for r in range(size)]) if count else \
-        np.zeros((size, 0), np.int64)
+    """The expected result in float64 (exact: see the module docstring), rounded like ringcomm."""
+    stack = (
+        np.stack([values(r, count, dtype, op) for r in range(size)])
+        if count
+        else np.zeros((size, 0), np.int64)
+    )
     if op in ("sum", "avg"):
         exact = stack.sum(axis=0)
     elif op == "min":
@@ -78,7 +87,11 @@ def reference(count: int, dtype: str, op: str) -> np.ndarray:
             return exact.astype(np.float64) / size
         # float32 division, then rounding to the element type, as finishAverage does
         quotient = exact.astype(np.float32) / np.float32(size)
-        return to_float64(as_array(quotient, dtype)) if dtype != "float32" else quotient.astype(np.float64)
+        return (
+            to_float64(as_array(quotient, dtype))
+            if dtype != "float32"
+            else quotient.astype(np.float64)
+        )
     return exact.astype(np.float64)
 
 
@@ -92,8 +105,10 @@ def check(name: str, got, expected: np.ndarray) -> None:
     got64 = to_float64(got).reshape(-1)
     if got64.shape != expected.shape or not np.array_equal(got64, expected):
         bad = np.flatnonzero(got64 != expected) if got64.shape == expected.shape else []
-        failures.append(f"{name}: {len(bad)} wrong, first {bad[:3].tolist()}: "
-                        f"got {got64[bad[:3]].tolist()} expected {expected[bad[:3]].tolist()}")
+        failures.append(
+            f"{name}: {len(bad)} wrong, first {bad[:3].tolist()}: "
+            f"got {got64[bad[:3]].tolist()} expected {expected[bad[:3]].tolist()}"
+        )
     digests[name] = digest(got)
 
 
@@ -116,6 +131,7 @@ def allreduce_cases() -> None:
                         x = as_array(values(rank, count, dtype, op), dtype)
                         comm.allreduce(x, op=OPS[op], algorithm=algorithm)
                         check(name, x, reference(count, dtype, op))
+
                     case(name, body)
         # Out of place, and asynchronous.
         name = f"allreduce/{algorithm}/out-of-place"
@@ -128,13 +144,17 @@ def allreduce_cases() -> None:
             check(name, out, reference(1009, "float32", "sum"))
             if not np.array_equal(x, keep):
                 failures.append(f"{name}: input was modified")
+
         case(name, out_of_place)
 
         def asynchronous(algorithm=algorithm):
             xs = [as_array(values(rank, 4099, "int32", "sum"), "int32") for _ in range(3)]
             works = [comm.allreduce(x, algorithm=algorithm, async_op=True) for x in xs]
             for k, work in enumerate(works):
-                check(f"allreduce/{algorithm}/async/{k}", work.wait(), reference(4099, "int32", "sum"))
+                check(
+                    f"allreduce/{algorithm}/async/{k}", work.wait(), reference(4099, "int32", "sum")
+                )
+
         case(f"allreduce/{algorithm}/async", asynchronous)
 
         def random_floats(algorithm=algorithm):
@@ -142,8 +162,12 @@ def allreduce_cases() -> None:
             count = max(large, 100003)
             rng = np.random.default_rng(1234 + rank)
             x = rng.standard_normal(count).astype(np.float32)
-            everyone = np.stack([np.random.default_rng(1234 + r).standard_normal(count)
-                                 .astype(np.float32) for r in range(size)]).astype(np.float64)
+            everyone = np.stack(
+                [
+                    np.random.default_rng(1234 + r).standard_normal(count).astype(np.float32)
+                    for r in range(size)
+                ]
+            ).astype(np.float64)
             again = x.copy()
             comm.allreduce(x, algorithm=algorithm)
             comm.allreduce(again, algorithm=algorithm)  # same input, same schedule: same bits
@@ -153,20 +177,22 @@ def allreduce_cases() -> None:
             if error > 1e-4 * size:
                 failures.append(f"allreduce/{algorithm}/random: error {error} vs float64")
             digests[f"allreduce/{algorithm}/random"] = digest(x)
+
         case(f"allreduce/{algorithm}/random", random_floats)
 
 
 def reduce_scatter_cases() -> None:
     for dtype in DTYPES:
-        for op in (OPS if dtype in ("float32", "int32") else ["sum"]):
+        for op in OPS if dtype in ("float32", "int32") else ["sum"]:
             for count in SMALL_COUNTS:
                 name = f"reduce_scatter/{dtype}/{op}/{count}"
 
                 def body(count=count, dtype=dtype, op=op, name=name):
                     x = as_array(values(rank, count * size, dtype, op), dtype)
                     out = comm.reduce_scatter(x, op=OPS[op])
-                    expected = reference(count * size, dtype, op)[rank * count:(rank + 1) * count]
+                    expected = reference(count * size, dtype, op)[rank * count : (rank + 1) * count]
                     check(name, out, expected)
+
                 case(name, body)
 
 
@@ -180,6 +206,7 @@ def allgather_cases() -> None:
                 out = comm.allgather(x)
                 expected = np.concatenate([values(r, count, dtype, "sum") for r in range(size)])
                 check(name, out, expected.astype(np.float64))
+
             case(name, body)
 
 
@@ -192,6 +219,7 @@ def broadcast_reduce_cases() -> None:
                 x = as_array(values(rank, count, "float32", "sum"), "float32")
                 comm.broadcast(x, root=root)
                 check(name, x, values(root, count, "float32", "sum").astype(np.float64))
+
             case(name, bcast)
         for op in OPS:
             name = f"reduce/root{root}/{op}"
@@ -203,30 +231,41 @@ def broadcast_reduce_cases() -> None:
                     check(name, result, reference(1009, "int64", op))
                 elif result is not None:
                     failures.append(f"{name}: non-root got {type(result)}")
+
             case(name, red)
 
 
 def personalised_cases() -> None:
     for count in [0, 1, 1009]:
+
         def a2a(count=count):
             x = np.array([rank * 1000 + j for j in range(size) for _ in range(count)], np.int32)
             out = comm.alltoall(x)
-            expected = np.array([j * 1000 + rank for j in range(size) for _ in range(count)], np.float64)
+            expected = np.array(
+                [j * 1000 + rank for j in range(size) for _ in range(count)], np.float64
+            )
             check(f"alltoall/{count}", out, expected)
+
         case(f"alltoall/{count}", a2a)
         for root in sorted({0, size - 1}):
+
             def gat(count=count, root=root):
                 x = np.full(count, rank, np.float64)
                 out = comm.gather(x, root=root)
                 if rank == root:
-                    check(f"gather/root{root}/{count}", out,
-                          np.repeat(np.arange(size, dtype=np.float64), count))
+                    check(
+                        f"gather/root{root}/{count}",
+                        out,
+                        np.repeat(np.arange(size, dtype=np.float64), count),
+                    )
+
             case(f"gather/root{root}/{count}", gat)
 
             def sca(count=count, root=root):
                 x = np.repeat(np.arange(size, dtype=np.int64), count) if rank == root else None
                 out = comm.scatter(x, out=np.empty(count, np.int64), root=root)
                 check(f"scatter/root{root}/{count}", out, np.full(count, rank, np.float64))
+
             case(f"scatter/root{root}/{count}", sca)
 
 
@@ -241,6 +280,7 @@ def point_to_point_cases() -> None:
         comm.recv(incoming, left, tag=7)
         send.wait()
         check("send_recv", incoming, np.arange(1009, dtype=np.float64) + left)
+
     case("send_recv", ring_exchange)
     case("barrier", lambda: [comm.barrier() for _ in range(5)])
 
@@ -250,6 +290,7 @@ def torch_cases() -> None:
         t = torch.arange(1009, dtype=torch.float32) + rank
         comm.allreduce(t, op=ringcomm.MAX)
         check("torch/allreduce/max", t, np.arange(1009, dtype=np.float64) + size - 1)
+
     case("torch/allreduce/max", tensor_allreduce)
 
 
@@ -262,5 +303,12 @@ personalised_cases()
 point_to_point_cases()
 torch_cases()
 comm.shutdown()
-report({"rank": rank, "failures": failures, "digests": digests, "algorithms": ALGORITHMS,
-        "transports": transports})
+report(
+    {
+        "rank": rank,
+        "failures": failures,
+        "digests": digests,
+        "algorithms": ALGORITHMS,
+        "transports": transports,
+    }
+)

@@ -11,8 +11,9 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-import ringcomm  # noqa: E402
 from report import report  # noqa: E402
+
+import ringcomm  # noqa: E402
 
 comm = ringcomm.init()
 rank, size = comm.rank, comm.size
@@ -27,8 +28,10 @@ def inputs(r: int, scale: float = 1.0) -> np.ndarray:
 
 def record(name: str, result: np.ndarray, reference: np.ndarray) -> None:
     error = float(np.linalg.norm(result.astype(np.float64) - reference) / np.linalg.norm(reference))
-    cases[name] = {"error": error if np.isfinite(error) else None,
-                   "digest": hashlib.sha256(result.tobytes()).hexdigest()[:16]}
+    cases[name] = {
+        "error": error if np.isfinite(error) else None,
+        "digest": hashlib.sha256(result.tobytes()).hexdigest()[:16],
+    }
 
 
 exact = sum(inputs(r).astype(np.float64) for r in range(size))

@@ -18,8 +18,9 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-import ringcomm  # noqa: E402
 from report import report  # noqa: E402
+
+import ringcomm  # noqa: E402
 
 mode, victim = sys.argv[1], int(sys.argv[2])
 rank = int(os.environ.get("RINGCOMM_RANK", os.environ.get("RANK", "0")))
@@ -52,10 +53,13 @@ try:
             comm.allreduce(x, name="weights")
     outcome["completed"] = True
 except Exception as error:  # report whatever surfaced, the test judges it
-    outcome.update(error=type(error).__name__, message=str(error),
-                   peer=getattr(error, "peer", None),
-                   waited=time.monotonic() - failed_at if "failed_at" in dir() else None,
-                   since_start=time.monotonic() - started)
+    outcome.update(
+        error=type(error).__name__,
+        message=str(error),
+        peer=getattr(error, "peer", None),
+        waited=time.monotonic() - failed_at if "failed_at" in dir() else None,
+        since_start=time.monotonic() - started,
+    )
     # After a failure the communicator is poisoned: the next call must fail at once.
     if "comm" in dir():
         try:

@@ -7,8 +7,9 @@ import traceback
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-import ringcomm.torch as hvd  # noqa: E402
 from report import report  # noqa: E402
+
+import ringcomm.torch as hvd  # noqa: E402
 
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
@@ -36,20 +37,28 @@ def allreduce_forms():
     check("allreduce/sum", torch.equal(total, torch.arange(10.0) * size + size * (size - 1) / 2))
     check("allreduce/average=False", torch.equal(hvd.allreduce(x, average=False), total))
     y = x.clone()
-    check("allreduce_/in place", hvd.allreduce_(y, op=hvd.Max) is y and
-          torch.equal(y, torch.arange(10.0) + size - 1))
+    check(
+        "allreduce_/in place",
+        hvd.allreduce_(y, op=hvd.Max) is y and torch.equal(y, torch.arange(10.0) + size - 1),
+    )
     ints = torch.full((5,), rank + 1, dtype=torch.int64)
-    check("allreduce/int product", torch.equal(hvd.allreduce(ints, op=hvd.Product),
-                                               torch.full((5,), float(torch.arange(1, size + 1).prod()),
-                                                          dtype=torch.float64).long()))
+    check(
+        "allreduce/int product",
+        torch.equal(
+            hvd.allreduce(ints, op=hvd.Product),
+            torch.full((5,), float(torch.arange(1, size + 1).prod()), dtype=torch.float64).long(),
+        ),
+    )
     scaled = hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)
     check("allreduce/prescale", torch.allclose(scaled, total))
     for compression in (hvd.Compression.fp16, hvd.Compression.bf16):
         z = hvd.allreduce(x, op=hvd.Sum, compression=compression)
         check(f"allreduce/{compression}", torch.allclose(z, total, rtol=1e-2), z)
         z64 = hvd.allreduce(x.double(), op=hvd.Sum, compression=compression)
-        check(f"allreduce/{compression}/float64", z64.dtype == torch.float64 and
-              torch.allclose(z64, total.double(), rtol=1e-2))
+        check(
+            f"allreduce/{compression}/float64",
+            z64.dtype == torch.float64 and torch.allclose(z64, total.double(), rtol=1e-2),
+        )
 
 
 def async_forms():
@@ -62,8 +71,13 @@ def async_forms():
     async_forms.seen_pending = seen_pending
     tensors = [torch.full((n,), float(rank)) for n in (1, 7, 1000)]
     grouped = hvd.grouped_allreduce(tensors, op=hvd.Sum)
-    check("grouped_allreduce", all(torch.equal(g, torch.full_like(t, size * (size - 1) / 2))
-                                   for g, t in zip(grouped, tensors)))
+    check(
+        "grouped_allreduce",
+        all(
+            torch.equal(g, torch.full_like(t, size * (size - 1) / 2))
+            for g, t in zip(grouped, tensors)
+        ),
+    )
     hvd.grouped_allreduce_(tensors, op=hvd.Max)
     check("grouped_allreduce_", all(torch.equal(t, torch.full_like(t, size - 1)) for t in tensors))
     try:
@@ -88,9 +102,15 @@ def gathers():
     expected = torch.cat([torch.full((r + 1, 2), float(r)) for r in range(size)])
     check("allgather/uneven", torch.equal(gathered, expected), gathered.shape)
     check("allgather/even", torch.equal(hvd.allgather(torch.tensor([rank])), torch.arange(size)))
-    check("allgather_object", hvd.allgather_object({"rank": rank}) == [{"rank": r} for r in range(size)])
-    check("broadcast_object", hvd.broadcast_object({"from": rank} if rank == 1 % size else None,
-                                                   root_rank=1 % size) == {"from": 1 % size})
+    check(
+        "allgather_object",
+        hvd.allgather_object({"rank": rank}) == [{"rank": r} for r in range(size)],
+    )
+    check(
+        "broadcast_object",
+        hvd.broadcast_object({"from": rank} if rank == 1 % size else None, root_rank=1 % size)
+        == {"from": 1 % size},
+    )
 
 
 def broadcasts():
@@ -108,15 +128,18 @@ def broadcasts():
 def alltoalls():
     x = torch.arange(size * 2, dtype=torch.float32) + 100 * rank
     out = hvd.alltoall(x)
-    expected = torch.cat([torch.arange(2 * rank, 2 * rank + 2, dtype=torch.float32) + 100 * r
-                          for r in range(size)])
+    expected = torch.cat(
+        [torch.arange(2 * rank, 2 * rank + 2, dtype=torch.float32) + 100 * r for r in range(size)]
+    )
     check("alltoall/equal", torch.equal(out, expected), out)
     splits = [peer + 1 for peer in range(size)]  # rank r sends peer+1 rows to each peer
     rows = torch.full((sum(splits), 3), float(rank))
     output, received = hvd.alltoall(rows, splits=splits)
     check("alltoall/splits received", received.tolist() == [rank + 1] * size, received)
-    check("alltoall/splits data", torch.equal(
-        output, torch.cat([torch.full((rank + 1, 3), float(r)) for r in range(size)])))
+    check(
+        "alltoall/splits data",
+        torch.equal(output, torch.cat([torch.full((rank + 1, 3), float(r)) for r in range(size)])),
+    )
 
 
 def reductions():
@@ -124,19 +147,38 @@ def reductions():
     part = hvd.reducescatter(x, op=hvd.Sum)
     base, extra = divmod(size * 2 + 1, size)
     rows = base + (1 if rank < extra else 0)
-    check("reducescatter/uneven", part.shape == (rows, 2) and
-          torch.all(part == size * (size + 1) / 2).item(), part)
+    check(
+        "reducescatter/uneven",
+        part.shape == (rows, 2) and torch.all(part == size * (size + 1) / 2).item(),
+        part,
+    )
     even = hvd.reducescatter(torch.ones(size * 3) * (rank + 1))
     check("reducescatter/average", torch.allclose(even, torch.full((3,), (size + 1) / 2)))
     hvd.barrier()
 
 
-for name, body in [("allreduce", allreduce_forms), ("async", async_forms), ("autograd", autograd),
-                   ("gathers", gathers), ("broadcasts", broadcasts), ("alltoall", alltoalls),
-                   ("reductions", reductions)]:
+for name, body in [
+    ("allreduce", allreduce_forms),
+    ("async", async_forms),
+    ("autograd", autograd),
+    ("gathers", gathers),
+    ("broadcasts", broadcasts),
+    ("alltoall", alltoalls),
+    ("reductions", reductions),
+]:
     case(name, body)
-report({"rank": rank, "failures": failures,
+report(
+    {
+        "rank": rank,
+        "failures": failures,
         "seen_pending": getattr(async_forms, "seen_pending", None),
-        "identity": [hvd.size(), hvd.local_size(), hvd.cross_size(), hvd.cross_rank(),
-                     hvd.is_initialized()]})
+        "identity": [
+            hvd.size(),
+            hvd.local_size(),
+            hvd.cross_size(),
+            hvd.cross_rank(),
+            hvd.is_initialized(),
+        ],
+    }
+)
 hvd.shutdown()

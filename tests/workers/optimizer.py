@@ -6,7 +6,6 @@ gradients is the full batch's mean gradient when shards are equal), and be ident
 Also: a parameter that is unused on some ranks, backward_passes_per_step, groups, compression.
 """
 
-import copy
 import os
 import sys
 import traceback
@@ -14,8 +13,9 @@ import traceback
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-import ringcomm.torch as hvd  # noqa: E402
 from report import report  # noqa: E402
+
+import ringcomm.torch as hvd  # noqa: E402
 
 torch.manual_seed(0)
 hvd.init()
@@ -26,7 +26,9 @@ failures = []
 class Net(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.body = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 5))
+        self.body = torch.nn.Sequential(
+            torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 5)
+        )
         self.sometimes = torch.nn.Linear(20, 5)  # used only when the flag says so
 
     def forward(self, x, use_sometimes=False):
@@ -36,8 +38,13 @@ class Net(torch.nn.Module):
 
 def data(steps, per_rank):
     g = torch.Generator().manual_seed(1234)
-    return [(torch.randn(per_rank * size, 20, generator=g), torch.randint(0, 5, (per_rank * size,), generator=g))
-            for _ in range(steps)]
+    return [
+        (
+            torch.randn(per_rank * size, 20, generator=g),
+            torch.randint(0, 5, (per_rank * size,), generator=g),
+        )
+        for _ in range(steps)
+    ]
 
 
 def train(distributed, steps=4, per_rank=8, passes=1, sometimes=lambda step, r: False, **options):
@@ -46,8 +53,12 @@ def train(distributed, steps=4, per_rank=8, passes=1, sometimes=lambda step, r: 
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     if distributed:
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
-                                       backward_passes_per_step=passes, **options)
+        opt = hvd.DistributedOptimizer(
+            opt,
+            named_parameters=model.named_parameters(),
+            backward_passes_per_step=passes,
+            **options,
+        )
     for step, (x, y) in enumerate(data(steps, per_rank * passes)):
         opt.zero_grad()
         shards = x.chunk(size * passes), y.chunk(size * passes)
@@ -65,8 +76,10 @@ def train(distributed, steps=4, per_rank=8, passes=1, sometimes=lambda step, r: 
 
 
 def same(a, b, tolerance):
-    return all(torch.allclose(p, q, atol=tolerance, rtol=tolerance)
-               for p, q in zip(a.parameters(), b.parameters()))
+    return all(
+        torch.allclose(p, q, atol=tolerance, rtol=tolerance)
+        for p, q in zip(a.parameters(), b.parameters())
+    )
 
 
 def identical_across_ranks(model):
@@ -84,7 +97,12 @@ def case(name, body):
 
 def matches_single_process():
     reference = train(False)
-    for options in ({}, {"fusion_threshold": 1024}, {"groups": 2}, {"gradient_predivide_factor": 2.0}):
+    for options in (
+        {},
+        {"fusion_threshold": 1024},
+        {"groups": 2},
+        {"gradient_predivide_factor": 2.0},
+    ):
         model = train(True, **options)
         if not same(model, reference, 1e-5):
             failures.append(f"{options}: differs from the single-process run")
@@ -126,8 +144,11 @@ def optimizer_state():
 def uneven_data_with_join():
     torch.manual_seed(7)
     model = Net()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                                   named_parameters=model.named_parameters(), fusion_threshold=4096)
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+        named_parameters=model.named_parameters(),
+        fusion_threshold=4096,
+    )
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     for x, y in data(5 - rank, 4):  # rank r runs out of data r steps early
         opt.zero_grad()
@@ -146,9 +167,14 @@ def uneven_data_with_join():
         failures.append("join: replicas differ after training resumed")
 
 
-for name, body in [("matches", matches_single_process), ("join", uneven_data_with_join), ("unused", unused_parameters_do_not_hang),
-                   ("accumulation", accumulation), ("compressed", compressed),
-                   ("optimizer_state", optimizer_state)]:
+for name, body in [
+    ("matches", matches_single_process),
+    ("join", uneven_data_with_join),
+    ("unused", unused_parameters_do_not_hang),
+    ("accumulation", accumulation),
+    ("compressed", compressed),
+    ("optimizer_state", optimizer_state),
+]:
     case(name, body)
 report({"rank": rank, "failures": failures})
 hvd.shutdown()

@@ -15,8 +15,13 @@ import torch.distributed as dist
 from ringcomm.bench.dtypes import torch_tensor
 from ringcomm.bench.worker import finish, run_plan, start
 
-_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "min": dist.ReduceOp.MIN,
-        "max": dist.ReduceOp.MAX, "prod": dist.ReduceOp.PRODUCT}
+_OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "avg": dist.ReduceOp.AVG,
+    "min": dist.ReduceOp.MIN,
+    "max": dist.ReduceOp.MAX,
+    "prod": dist.ReduceOp.PRODUCT,
+}
 
 # torch 2.13 renamed the flat-tensor collectives; older releases only have the *_tensor names.
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor

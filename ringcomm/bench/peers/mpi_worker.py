@@ -1,6 +1,6 @@
 """An MPI rank of the benchmark, through mpi4py on NumPy buffers.
 
-    mpirun -np p python -m ringcomm.bench.peers.mpi_worker --plan P --out R
+mpirun -np p python -m ringcomm.bench.peers.mpi_worker --plan P --out R
 """
 
 from __future__ import annotations
