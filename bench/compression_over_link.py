@@ -16,6 +16,8 @@ import os
 import subprocess
 import sys
 
+from ringcomm.bench import netns
+
 SUBNET = "10.231.78"
 SIZES = (64 << 20, 128 << 20)
 
@@ -41,74 +43,34 @@ comm.shutdown()
 """
 
 
-def ip(*args, check=True):
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", default="5gbit", help="tc rate of the link, e.g. 10gbit, 5gbit")
     parser.add_argument("--iters", type=int, default=3)
     args = parser.parse_args()
-    tag = str(os.getpid())
-    namespaces, links = (f"rcla{tag}", f"rclb{tag}"), (f"rcla{tag}"[:15], f"rclb{tag}"[:15])
-    try:
-        for ns in namespaces:
-            ip("netns", "add", ns)
-        ip("link", "add", links[0], "type", "veth", "peer", "name", links[1])
-        for index, (ns, link) in enumerate(zip(namespaces, links)):
-            ip("link", "set", link, "netns", ns)
-            ip("-n", ns, "addr", "add", f"{SUBNET}.{index + 1}/24", "dev", link)
-            ip("-n", ns, "link", "set", link, "up")
-            ip("-n", ns, "link", "set", "lo", "up")
-            subprocess.run(
-                [
-                    "ip",
-                    "netns",
-                    "exec",
-                    ns,
-                    "tc",
-                    "qdisc",
-                    "add",
-                    "dev",
-                    link,
-                    "root",
-                    "tbf",
-                    "rate",
-                    args.rate,
-                    "burst",
-                    "4mb",
-                    "latency",
-                    "100ms",
-                ],
-                check=True,
-                capture_output=True,
-            )
-        code = WORKER.replace("SIZES", repr(SIZES)).replace("ITERS", str(args.iters))
+    code = WORKER.replace("SIZES", repr(SIZES)).replace("ITERS", str(args.iters))
+    with netns.two_hosts(SUBNET, rate=args.rate, tag="rcl") as hosts:
         procs = []
-        for rank, ns in enumerate(namespaces):
+        for rank in range(2):
             env = dict(
                 os.environ,
                 RANK=str(rank),
                 WORLD_SIZE="2",
-                MASTER_ADDR=f"{SUBNET}.1",
+                MASTER_ADDR=hosts.address(0),
                 MASTER_PORT="29631",
             )
             procs.append(
                 subprocess.Popen(
-                    ["ip", "netns", "exec", ns, sys.executable, "-c", code],
+                    hosts.command(rank, [sys.executable, "-c", code]),
                     env=env,
                     stdout=subprocess.PIPE,
                     text=True,
                 )
             )
         outputs = [p.communicate(timeout=900)[0] for p in procs]
-        results = next(
-            json.loads(line[7:]) for line in outputs[0].splitlines() if line.startswith("RESULT ")
-        )
-    finally:
-        for ns in namespaces:
-            ip("netns", "delete", ns, check=False)
+    results = next(
+        json.loads(line[7:]) for line in outputs[0].splitlines() if line.startswith("RESULT ")
+    )
     print(f"# python bench/compression_over_link.py --rate {args.rate} --iters {args.iters}")
     print("| size | fp32 algbw (GB/s) | fp16 algbw | bf16 algbw | fp16 / fp32 | bf16 / fp32 |")
     print("|---|---|---|---|---|---|")

@@ -7,8 +7,6 @@ the timeout. Needs root and iproute2 (skipped otherwise).
 """
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -16,42 +14,24 @@ import time
 import pytest
 from harness import WORKERS, worker_env
 
+from ringcomm.bench import netns
+
 # Addresses of our own test hosts, inside namespaces this test creates and deletes.
 SUBNET = "10.231.77"
-NAMESPACES = (f"rca{os.getpid()}", f"rcb{os.getpid()}")
-LINKS = (f"rcva{os.getpid()}"[:15], f"rcvb{os.getpid()}"[:15])
-
-
-def ip(*args, check=True):
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
 
 
 @pytest.fixture(scope="module")
 def two_hosts():
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2 to create network namespaces")
     try:
-        for ns in NAMESPACES:
-            ip("netns", "add", ns)
-        ip("link", "add", LINKS[0], "type", "veth", "peer", "name", LINKS[1])
-        for index, (ns, link) in enumerate(zip(NAMESPACES, LINKS)):
-            ip("link", "set", link, "netns", ns)
-            ip("-n", ns, "addr", "add", f"{SUBNET}.{index + 1}/24", "dev", link)
-            ip("-n", ns, "link", "set", link, "up")
-            ip("-n", ns, "link", "set", "lo", "up")
-    except subprocess.CalledProcessError as error:
-        for ns in NAMESPACES:
-            ip("netns", "delete", ns, check=False)
-        pytest.skip(f"cannot create network namespaces here: {error.stderr.strip()}")
-    yield
-    for ns in NAMESPACES:
-        ip("netns", "delete", ns, check=False)
+        with netns.two_hosts(SUBNET) as hosts:
+            yield hosts
+    except netns.NamespacesUnavailableError as reason:
+        pytest.skip(str(reason))
 
 
-def start_ranks(worker_args, env_extra, port):
+def start_ranks(hosts, worker_args, env_extra, port):
     procs = []
     for rank in range(4):
-        ns = NAMESPACES[rank // 2]
         env = worker_env(
             {
                 "RANK": str(rank),
@@ -63,7 +43,7 @@ def start_ranks(worker_args, env_extra, port):
         )
         procs.append(
             subprocess.Popen(
-                ["ip", "netns", "exec", ns, sys.executable, *worker_args],
+                hosts.command(rank // 2, [sys.executable, *worker_args]),
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -88,7 +68,7 @@ def collect(procs, deadline):
 
 
 def test_collectives_across_two_hosts(two_hosts):
-    procs = start_ranks([str(WORKERS / "collectives.py"), "65537"], {}, 29611)
+    procs = start_ranks(two_hosts, [str(WORKERS / "collectives.py"), "65537"], {}, 29611)
     results = collect(procs, time.monotonic() + 240)
     for rank, result in enumerate(results):
         assert result["failures"] == [], result["failures"][:10]
@@ -101,12 +81,13 @@ def test_collectives_across_two_hosts(two_hosts):
 def test_cut_link_is_reported_by_every_rank(two_hosts):
     timeout = 5.0
     procs = start_ranks(
+        two_hosts,
         [str(WORKERS / "failures.py"), "none", "-1"],
         {"RINGCOMM_TIMEOUT": str(timeout), "RINGCOMM_TRANSPORT": "auto"},
         29612,
     )
     time.sleep(4.0)  # let them connect and stream all-reduces across the link
-    ip("-n", NAMESPACES[1], "link", "set", LINKS[1], "down")
+    two_hosts.cut(1)
     results = collect(procs, time.monotonic() + 60)
     for result in results:
         assert result["error"] in ("TimeoutError", "TransportError"), result
