@@ -118,6 +118,11 @@ class Communicator:
             raise ValueError(f"timeout must be positive seconds; got {timeout}")
         return float(timeout)
 
+    @staticmethod
+    def _finish(work, result, keepalive: tuple, async_op: bool):
+        """The collective's result, or (async_op) a Work that holds the arrays until it is done."""
+        return Work(work, result, keepalive) if async_op else result
+
     # Each collective checks shapes and allocates here, the bindings decode the arrays, and then
     # the call either waits (blocking: it returns the result) or returns a Work holding the arrays.
 
@@ -155,7 +160,7 @@ class Communicator:
             name or "",
         )
         result = x if out is None else out
-        return Work(work, result, (x, out)) if async_op else result
+        return self._finish(work, result, (x, out), async_op)
 
     def reduce_scatter(
         self,
@@ -172,7 +177,7 @@ class Communicator:
         work = self._core.reduce_scatter(
             x, out, as_op(op), self._timeout(timeout), not async_op, name or ""
         )
-        return Work(work, out, (x, out)) if async_op else out
+        return self._finish(work, out, (x, out), async_op)
 
     def allgather(
         self,
@@ -186,7 +191,7 @@ class Communicator:
         if out is None:
             out = empty_like(x, stacked_shape(x, self.size))
         work = self._core.allgather(x, out, self._timeout(timeout), not async_op, name or "")
-        return Work(work, out, (x, out)) if async_op else out
+        return self._finish(work, out, (x, out), async_op)
 
     def broadcast(
         self,
@@ -198,7 +203,7 @@ class Communicator:
     ):
         """Copies the root's ``x`` into every rank's ``x``."""
         work = self._core.broadcast(x, root, self._timeout(timeout), not async_op, name or "")
-        return Work(work, x, (x,)) if async_op else x
+        return self._finish(work, x, (x,), async_op)
 
     def reduce(
         self,
@@ -218,7 +223,7 @@ class Communicator:
             x, out, as_op(op), root, self._timeout(timeout), not async_op, name or ""
         )
         result = (x if out is None else out) if self.rank == root else None
-        return Work(work, result, (x, out)) if async_op else result
+        return self._finish(work, result, (x, out), async_op)
 
     def alltoall(
         self,
@@ -233,7 +238,7 @@ class Communicator:
         if out is None:
             out = empty_like(x, shape_of(x))
         work = self._core.alltoall(x, out, self._timeout(timeout), not async_op, name or "")
-        return Work(work, out, (x, out)) if async_op else out
+        return self._finish(work, out, (x, out), async_op)
 
     def gather(
         self,
@@ -250,7 +255,7 @@ class Communicator:
         elif out is None:
             out = empty_like(x, stacked_shape(x, self.size))
         work = self._core.gather(x, out, root, self._timeout(timeout), not async_op, name or "")
-        return Work(work, out, (x, out)) if async_op else out
+        return self._finish(work, out, (x, out), async_op)
 
     def scatter(
         self,
@@ -276,13 +281,13 @@ class Communicator:
                 raise ValueError("scatter: ranks other than the root must pass out")
             x = None
         work = self._core.scatter(x, out, root, self._timeout(timeout), not async_op, name or "")
-        return Work(work, out, (x, out)) if async_op else out
+        return self._finish(work, out, (x, out), async_op)
 
     def barrier(
         self, async_op: bool = False, timeout: Optional[float] = None, name: Optional[str] = None
     ):
         work = self._core.barrier(self._timeout(timeout), not async_op, name or "")
-        return Work(work, None, ()) if async_op else None
+        return self._finish(work, None, (), async_op)
 
     def send(
         self,
@@ -295,7 +300,7 @@ class Communicator:
     ):
         """Sends ``x`` to ``dest``; the matching ``recv`` must use the same size and tag."""
         work = self._core.send(x, dest, tag, self._timeout(timeout), not async_op, name or "")
-        return Work(work, None, (x,)) if async_op else None
+        return self._finish(work, None, (x,), async_op)
 
     def recv(
         self,
@@ -308,7 +313,7 @@ class Communicator:
     ):
         """Receives into ``x`` from ``source``."""
         work = self._core.recv(x, source, tag, self._timeout(timeout), not async_op, name or "")
-        return Work(work, x, (x,)) if async_op else x
+        return self._finish(work, x, (x,), async_op)
 
     # ---- lifetime -------------------------------------------------------------------------
     def abort(self, reason: str = "abort() called") -> None:
