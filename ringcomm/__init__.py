@@ -7,6 +7,8 @@ comm.allreduce(x, op=ringcomm.MAX, algorithm="tree")
 work = comm.allreduce(x, async_op=True); work.wait()
 """
 
+import sys as _sys
+
 from ringcomm._core import (
     CommunicatorClosed,
     MismatchError,
@@ -19,6 +21,13 @@ from ringcomm.communicator import Communicator, Work, init
 from ringcomm.ops import AVG, MAX, MIN, PROD, SUM
 
 __version__ = "0.1.0"
+
+# torch.distributed backend "ringcomm": torch registers it through its entry point when it is
+# imported after us; when torch came first, register it here.
+if "torch" in _sys.modules:
+    from ringcomm.c10d import register as _register_torch_backend
+
+    _register_torch_backend()
 
 __all__ = [
     "AVG",

@@ -21,8 +21,8 @@ from typing import Any, Optional
 
 from ringcomm import _core
 
-_MPI_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
-_MPI_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+MPI_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
+MPI_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 
 
 @dataclass
@@ -121,12 +121,12 @@ def _mpi(timeout: float, keepalive: list) -> LaunchEnvironment:
         return LaunchEnvironment(
             rank, size, _core.TcpStore(host, port, timeout), "mpi4py", keepalive
         )
-    rank = _integer(_first(_MPI_RANK_VARIABLES))
-    size_variable = _first(_MPI_SIZE_VARIABLES)
+    rank = _integer(_first(MPI_RANK_VARIABLES))
+    size_variable = _first(MPI_SIZE_VARIABLES)
     if size_variable is None:
         raise RuntimeError(
             "launched by MPI, but no world size variable is set "
-            f"({', '.join(_MPI_SIZE_VARIABLES)}); install mpi4py"
+            f"({', '.join(MPI_SIZE_VARIABLES)}); install mpi4py"
         )
     size = _integer(size_variable)
     if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
@@ -150,6 +150,6 @@ def detect(timeout: float) -> LaunchEnvironment:
         )
     if all(v in os.environ for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
         return _torchrun(timeout, keepalive)
-    if _first(_MPI_RANK_VARIABLES) is not None:
+    if _first(MPI_RANK_VARIABLES) is not None:
         return _mpi(timeout, keepalive)
     return LaunchEnvironment(0, 1, _core.HashStore(), "single", keepalive)

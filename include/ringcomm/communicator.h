@@ -16,8 +16,16 @@ namespace ringcomm {
 class Communicator {
  public:
   // Collective over all ranks: every rank calls it with the same store (or store prefix) and size.
+  // Each process numbers its communicators, and the n-th of every process meet under the store
+  // prefix "ringcomm/<n>/": all processes must create them in the same order.
   static std::shared_ptr<Communicator> create(std::shared_ptr<Store> store, int rank, int size,
                                               const Config& config);
+  // The same, meeting under `scope` instead of a number: for callers whose store is already
+  // private to this group of ranks (torch.distributed gives every process group its own prefix),
+  // so processes outside the group need not create a communicator to keep the count.
+  static std::shared_ptr<Communicator> createInScope(std::shared_ptr<Store> store,
+                                                     const std::string& scope, int rank, int size,
+                                                     const Config& config);
   virtual ~Communicator() = default;
 
   virtual int rank() const = 0;
@@ -38,6 +46,7 @@ class Communicator {
   virtual WorkPtr broadcast(const BroadcastOptions& options) = 0;
   virtual WorkPtr reduce(const ReduceOptions& options) = 0;
   virtual WorkPtr alltoall(const AlltoallOptions& options) = 0;
+  virtual WorkPtr alltoallv(const AlltoallvOptions& options) = 0;
   virtual WorkPtr gather(const GatherOptions& options) = 0;
   virtual WorkPtr scatter(const ScatterOptions& options) = 0;
   virtual WorkPtr barrier(const BarrierOptions& options) = 0;

@@ -86,6 +86,20 @@ struct AlltoallOptions : CommonOptions {
   void validate() const;
 };
 
+// Uneven all-to-all: rank i sends sendCounts[j] elements from input + sendOffsets[j] to rank j,
+// which receives them at output + recvOffsets[i] (recvCounts[i] elements). Counts and offsets are
+// in elements, one entry per rank; rank j's sendCounts[i] must equal rank i's recvCounts[j].
+struct AlltoallvOptions : CommonOptions {
+  const void* input = nullptr;
+  void* output = nullptr;
+  std::vector<size_t> sendCounts;
+  std::vector<size_t> sendOffsets;
+  std::vector<size_t> recvCounts;
+  std::vector<size_t> recvOffsets;
+  DataType type = DataType::Float32;
+  void validate(int size, int rank) const;
+};
+
 // The root's output holds size * count elements.
 struct GatherOptions : CommonOptions {
   const void* input = nullptr;
@@ -118,11 +132,16 @@ struct SendOptions : CommonOptions {
   void validate(int size, int rank) const;
 };
 
+// A receive from any rank: the first message with this tag from whichever rank sends one.
+constexpr int kAnySource = -1;
+
 struct RecvOptions : CommonOptions {
   void* buffer = nullptr;
   size_t bytes = 0;
-  int peer = 0;
+  int peer = 0;  // or kAnySource
   int tag = 0;
+  // Where to write the sender's rank before the Work completes (useful with kAnySource).
+  int* source = nullptr;
   void validate(int size, int rank) const;
 };
 

@@ -143,6 +143,27 @@ void alltoall(const Context& ctx, const AlltoallOptions& o) {
   ctx.transport.waitAll(ctx.op);
 }
 
+void alltoallv(const Context& ctx, const AlltoallvOptions& o) {
+  const size_t element = elementSize(o.type);
+  const uint8_t* in = static_cast<const uint8_t*>(o.input);
+  uint8_t* out = static_cast<uint8_t*>(o.output);
+  const int p = ctx.size;
+  const int r = ctx.rank;
+  std::memmove(out + o.recvOffsets[r] * element, in + o.sendOffsets[r] * element,
+               o.recvCounts[r] * element);
+  // The same shifted pairing as alltoall. A block's length travels in its frame header, so ranks
+  // that disagree on a count get a MismatchError rather than misplaced data.
+  for (int distance = 1; distance < p; ++distance) {
+    const int to = (r + distance) % p;
+    const int from = (r - distance + p) % p;
+    ctx.transport.postSend(to, in + o.sendOffsets[to] * element, o.sendCounts[to] * element,
+                           ctx.tag);
+    ctx.transport.postRecv(from, out + o.recvOffsets[from] * element, o.recvCounts[from] * element,
+                           ctx.tag);
+  }
+  ctx.transport.waitAll(ctx.op);
+}
+
 void gather(const Context& ctx, const GatherOptions& o) {
   const size_t blockBytes = o.count * elementSize(o.type);
   if (ctx.rank != o.root) {

@@ -2,6 +2,7 @@
 #include "ringcomm/options.h"
 
 #include <string>
+#include <utility>
 
 #include "ringcomm/errors.h"
 
@@ -84,6 +85,30 @@ void AlltoallOptions::validate() const {
   requireBuffer(output, count, "alltoall", "output");
 }
 
+void AlltoallvOptions::validate(int size, int rank) const {
+  const std::pair<const std::vector<size_t>*, const char*> fields[] = {
+      {&sendCounts, "sendCounts"}, {&sendOffsets, "sendOffsets"},
+      {&recvCounts, "recvCounts"}, {&recvOffsets, "recvOffsets"}};
+  for (const auto& [field, name] : fields) {
+    if (static_cast<int>(field->size()) != size) {
+      throw InvalidArgument(std::string("alltoallv: ") + name + " needs one entry per rank (" +
+                            std::to_string(size) + "); got " + std::to_string(field->size()));
+    }
+  }
+  size_t sent = 0;
+  size_t received = 0;
+  for (int i = 0; i < size; ++i) {
+    sent += sendCounts[i];
+    received += recvCounts[i];
+  }
+  if (sendCounts[rank] != recvCounts[rank]) {
+    throw InvalidArgument("alltoallv: this rank sends itself " + std::to_string(sendCounts[rank]) +
+                          " elements but expects " + std::to_string(recvCounts[rank]));
+  }
+  requireBuffer(input, sent, "alltoallv", "input");
+  requireBuffer(output, received, "alltoallv", "output");
+}
+
 void GatherOptions::validate(int size, int rank) const {
   requireBuffer(input, count, "gather", "input");
   requireRoot(root, size, "gather");
@@ -103,6 +128,10 @@ void SendOptions::validate(int size, int rank) const {
 
 void RecvOptions::validate(int size, int rank) const {
   requireBuffer(buffer, bytes, "recv", "buffer");
+  if (peer == kAnySource) {
+    if (size == 1) throw InvalidArgument("recv: from any source, but this rank is alone");
+    return;
+  }
   requirePeer(peer, size, rank, "recv");
 }
 

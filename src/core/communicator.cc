@@ -198,6 +198,15 @@ class CommunicatorImpl : public Communicator {
                    [o](const algorithms::Context& ctx) { algorithms::alltoall(ctx, o); });
   }
 
+  WorkPtr alltoallv(const AlltoallvOptions& o) override {
+    o.validate(size_, rank_);
+    size_t total = 0;
+    for (size_t count : o.sendCounts) total += count;
+    return enqueue(CollectiveKind::Alltoall, o, labelOf("alltoallv", total, o.type),
+                   signatureOf(&o.type, nullptr, -1),
+                   [o](const algorithms::Context& ctx) { algorithms::alltoallv(ctx, o); });
+  }
+
   WorkPtr gather(const GatherOptions& o) override {
     o.validate(size_, rank_);
     return enqueue(CollectiveKind::Gather, o,
@@ -236,10 +245,13 @@ class CommunicatorImpl : public Communicator {
 
   WorkPtr recv(const RecvOptions& o) override {
     o.validate(size_, rank_);
-    return enqueuePointToPoint(o, pointToPointLabel("recv", o.peer, o.tag, o.bytes),
-                               [o](const algorithms::Context& ctx) {
-                                 ctx.transport.wait(ctx.transport.postRecv(o.peer, o.buffer, o.bytes, MessageTag{userTag(o.tag)}), ctx.op);
-                               });
+    return enqueuePointToPoint(
+        o, pointToPointLabel("recv", o.peer, o.tag, o.bytes), [o](const algorithms::Context& ctx) {
+          const MessageTag tag{userTag(o.tag)};
+          const int peer = o.peer == kAnySource ? ctx.transport.waitForAnySender(tag, ctx.op) : o.peer;
+          if (o.source != nullptr) *o.source = peer;
+          ctx.transport.wait(ctx.transport.postRecv(peer, o.buffer, o.bytes, tag), ctx.op);
+        });
   }
 
   void abort(const std::string& reason) override {
@@ -411,16 +423,21 @@ std::string listenAddressFor(const Config& config, Store& store) {
 
 std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store, int rank, int size,
                                                    const Config& config) {
+  return createInScope(std::move(store),
+                       "ringcomm/" + std::to_string(communicatorsCreated.fetch_add(1)) + "/", rank,
+                       size, config);
+}
+
+std::shared_ptr<Communicator> Communicator::createInScope(std::shared_ptr<Store> store,
+                                                          const std::string& scope, int rank,
+                                                          int size, const Config& config) {
   if (!store) throw InvalidArgument("Communicator::create: store is null");
   if (size < 1) throw InvalidArgument("size must be >= 1; got " + std::to_string(size));
   if (rank < 0 || rank >= size) {
     throw InvalidArgument("rank must be in [0, " + std::to_string(size) + "); got " + std::to_string(rank));
   }
   const std::string address = listenAddressFor(config, *store);
-  // Every process creates its communicators in the same order, so the n-th one of each process
-  // meets the n-th one of the others under the same prefix.
-  auto scoped = std::make_shared<PrefixStore>(
-      "ringcomm/" + std::to_string(communicatorsCreated.fetch_add(1)) + "/", store);
+  auto scoped = std::make_shared<PrefixStore>(scope, store);
 
   net::UniqueFd listener = net::listenTcp(address, 0);
   bootstrap::RankRecord self;

@@ -110,6 +110,11 @@ bool Transport::progressRecvs(int peer, Peer& state, const Operation& op) {
   bool moved = false;
   while (!state.recvs.empty()) {
     Pending& head = state.recvs.front();
+    if (head.headerMoved == 0 && state.peekedBytes > 0) {
+      std::memcpy(&head.received, &state.peeked, state.peekedBytes);
+      head.headerMoved = state.peekedBytes;
+      state.peekedBytes = 0;
+    }
     if (head.headerMoved < sizeof(FrameHeader)) {
       uint8_t* at = reinterpret_cast<uint8_t*>(&head.received);
       size_t n = state.stream->readSome(at + head.headerMoved, sizeof(FrameHeader) - head.headerMoved);
@@ -251,6 +256,73 @@ void Transport::wait(const Request& request, const Operation& op) {
 void Transport::waitAll(const Operation& op) {
   if (active_.empty()) return;
   waitUntil([&] { return active_.empty(); }, op);
+}
+
+// Reads ahead the header of the peer's next frame, if any bytes of it have arrived.
+bool Transport::peekHeader(int peer, Peer& state, const Operation& op) {
+  bool moved = false;
+  if (state.peekedBytes < sizeof(FrameHeader)) {
+    uint8_t* at = reinterpret_cast<uint8_t*>(&state.peeked);
+    size_t n = state.stream->readSome(at + state.peekedBytes, sizeof(FrameHeader) - state.peekedBytes);
+    state.peekedBytes += n;
+    moved = n > 0;
+  }
+  if (state.peekedBytes == sizeof(FrameHeader) && state.peeked.magic != kFrameMagic) {
+    raisePeerFailure<TransportError>(op, peer, "corrupt frame from rank " + std::to_string(peer));
+  }
+  return moved;
+}
+
+int Transport::waitForAnySender(const MessageTag& tag, const Operation& op) {
+  SpinBudget spin(spinCount_, yieldCount_);
+  while (true) {
+    uint32_t doorbell = segments_ != nullptr ? segments_->doorbellSnapshot() : 0;
+    bool moved = progressAll(op);  // sends this rank posted earlier may be what the sender awaits
+    for (size_t peer = 0; peer < peers_.size(); ++peer) {
+      Peer& state = peers_[peer];
+      if (!state.stream || !state.recvs.empty()) continue;
+      moved |= peekHeader(static_cast<int>(peer), state, op);
+      if (state.peekedBytes == sizeof(FrameHeader) && state.peeked.tag == tag.id) {
+        return static_cast<int>(peer);
+      }
+      if (!state.stream->failure().empty()) {
+        raisePeerFailure<TransportError>(op, static_cast<int>(peer), state.stream->failure());
+      }
+    }
+    if (moved) {
+      spin.reset();
+      continue;
+    }
+    if (spin.spinAgain()) continue;
+    if (op.expired()) {
+      raisePeerFailure<TimeoutError>(op, -1, "timed out waiting for a message from any rank");
+    }
+    blockForAnyIncoming(doorbell, op);
+  }
+}
+
+void Transport::blockForAnyIncoming(uint32_t doorbellSeen, const Operation& op) {
+  auto slice = std::min(op.remaining(), kHealthCheckInterval);
+  std::vector<pollfd> fds;
+  bool sharedMemoryPeers = false;
+  for (const Peer& state : peers_) {
+    if (!state.stream) continue;
+    int fd = state.stream->pollFd();
+    if (fd < 0) {
+      sharedMemoryPeers = true;
+    } else {
+      fds.push_back(pollfd{fd, POLLIN, 0});
+    }
+  }
+  if (!fds.empty()) {
+    if (sharedMemoryPeers) slice = std::min(slice, kMixedPollSlice);
+    ::poll(fds.data(), fds.size(), static_cast<int>(slice.count()));
+  } else if (sharedMemoryPeers && segments_ != nullptr) {
+    segments_->sleepOnDoorbell(doorbellSeen,
+                               std::chrono::duration_cast<std::chrono::microseconds>(slice));
+  } else {
+    sched_yield();
+  }
 }
 
 void Transport::closeStreams() {

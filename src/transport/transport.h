@@ -48,6 +48,9 @@ class Transport {
   Request postRecv(int peer, void* data, size_t bytes, const MessageTag& tag);
   void wait(const Request& request, const Operation& op);
   void waitAll(const Operation& op);
+  // Waits until some peer's next incoming message carries this tag and returns that peer; the
+  // message stays queued for postRecv. Peers with receives pending are not considered.
+  int waitForAnySender(const MessageTag& tag, const Operation& op);
 
   const char* kindOf(int peer) const;
   // Marks every stream closed so peers fail fast; pending requests are dropped. Engine thread only.
@@ -73,6 +76,10 @@ class Transport {
     uint64_t recvsPosted = 0;
     uint64_t sendsDone = 0;
     uint64_t recvsDone = 0;
+    // The head of the next incoming frame, read ahead by waitForAnySender; the next receive
+    // starts from it.
+    FrameHeader peeked{};
+    size_t peekedBytes = 0;
   };
 
   bool isDone(const Request& request) const;
@@ -82,6 +89,8 @@ class Transport {
   template <typename Predicate>
   void waitUntil(Predicate done, const Operation& op);
   void block(uint32_t doorbellSeen, const Operation& op);
+  bool peekHeader(int peer, Peer& state, const Operation& op);
+  void blockForAnyIncoming(uint32_t doorbellSeen, const Operation& op);
   void checkPeers(const Operation& op);
   [[noreturn]] void raiseTimeout(const Operation& op) const;
 

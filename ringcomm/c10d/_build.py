@@ -1,0 +1,83 @@
+"""Compiles the C++ backend against the torch this process imported, once per torch build.
+
+The extension's name carries a hash of the torch version and of every source and header it is
+built from, so a different torch (or a changed ringcomm) gets a build of its own instead of a
+module with undefined symbols. torch's cpp_extension does the compiling, with its own lock, so
+ranks starting together build it once and the others wait for it. ``python -m ringcomm.c10d``
+builds it ahead of time and shows the compiler's output.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import sys
+from pathlib import Path
+
+_SOURCES = ("backend.cc", "tensors.cc", "work.cc", "module.cc")
+
+
+def _core_dir() -> Path:
+    """Where libringcomm.so and its public headers were installed (beside ringcomm._core)."""
+    from ringcomm import _core
+
+    return Path(_core.__file__).resolve().parent
+
+
+def _build_key(torch_module) -> str:
+    digest = hashlib.sha256()
+    digest.update(torch_module.__version__.encode())
+    digest.update(str(torch_module.version.git_version).encode())
+    digest.update(str(_core_dir()).encode())
+    source_dir = Path(__file__).resolve().parent / "csrc"
+    header_dir = _core_dir() / "include" / "ringcomm"
+    for path in sorted(source_dir.glob("*")) + sorted(header_dir.glob("*.h")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=None)
+def extension(verbose: bool = False):
+    """The compiled backend module (builds it on first use for this torch)."""
+    import torch
+    from torch.utils import cpp_extension
+
+    core_dir = _core_dir()
+    library = core_dir / "libringcomm.so"
+    if not library.exists():
+        raise RuntimeError(
+            f"ringcomm: {library} is missing; reinstall ringcomm (pip install .)"
+        )
+    source_dir = Path(__file__).resolve().parent / "csrc"
+    name = f"ringcomm_c10d_{_build_key(torch)}"
+    build_dir = Path(cpp_extension.get_default_build_root()) / name
+    build_dir.mkdir(parents=True, exist_ok=True)
+    if not any(build_dir.glob(f"{name}*.so")):
+        print(
+            f"ringcomm: compiling the torch.distributed backend against torch {torch.__version__} "
+            f"in {build_dir} (once per torch version; about a minute)",
+            file=sys.stderr,
+            flush=True,
+        )
+    try:
+        return cpp_extension.load(
+            name=name,
+            sources=[str(source_dir / source) for source in _SOURCES],
+            extra_include_paths=[str(core_dir / "include"), str(source_dir)],
+            extra_cflags=["-O2"],
+            extra_ldflags=[f"-L{core_dir}", "-lringcomm", f"-Wl,-rpath,{core_dir}"],
+            build_directory=str(build_dir),
+            verbose=verbose,
+        )
+    except Exception as error:
+        raise RuntimeError(
+            f"ringcomm: could not build the torch.distributed backend against torch "
+            f"{torch.__version__} ({error}). It needs a C++17 compiler and ninja "
+            "(pip install ninja); run `python -m ringcomm.c10d` to see the compiler's output."
+        ) from error
+
+
+def main() -> None:
+    module = extension(verbose=True)
+    print(f"ringcomm: torch.distributed backend ready: {module.__file__}")

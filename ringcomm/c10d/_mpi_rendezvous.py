@@ -1,0 +1,87 @@
+"""``init_process_group(...)`` under ``mpirun`` with no RANK, WORLD_SIZE or MASTER_ADDR set.
+
+torch's default ``env://`` rendezvous reads those variables, and MPI launchers set their own
+(PMI_RANK, OMPI_COMM_WORLD_RANK...). No backend hook runs before that rendezvous, so ringcomm wraps
+the ``env`` handler: when an MPI launcher started this process and torch's variables are missing,
+it fills them in — rank and size from the launcher, and a store address that rank 0 picks and
+broadcasts through mpi4py — then hands over to torch's own handler. Anywhere else it changes
+nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+
+from ringcomm._environment import MPI_RANK_VARIABLES, MPI_SIZE_VARIABLES
+
+
+def _launched_by_mpi() -> bool:
+    return any(name in os.environ for name in MPI_RANK_VARIABLES)
+
+
+def _needs_filling() -> bool:
+    wanted = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    return _launched_by_mpi() and not all(name in os.environ for name in wanted)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def _fill_from_mpi() -> None:
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        MPI = None  # noqa: N806 (mpi4py's module name)
+    if MPI is None:
+        if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
+            raise RuntimeError(
+                "init_process_group under mpirun without mpi4py: install mpi4py "
+                "(pip install mpi4py), or set MASTER_ADDR and MASTER_PORT"
+            )
+        rank = next(os.environ[n] for n in MPI_RANK_VARIABLES if n in os.environ)
+        size = next((os.environ[n] for n in MPI_SIZE_VARIABLES if n in os.environ), None)
+        if size is None:
+            raise RuntimeError(
+                f"launched by MPI, but none of {', '.join(MPI_SIZE_VARIABLES)} is set; "
+                "install mpi4py or set WORLD_SIZE"
+            )
+        os.environ.setdefault("RANK", rank)
+        os.environ.setdefault("WORLD_SIZE", size)
+        return
+    world = MPI.COMM_WORLD
+    local = world.Split_type(MPI.COMM_TYPE_SHARED)
+    address = None
+    if world.Get_rank() == 0:
+        one_host = local.Get_size() == world.Get_size()
+        host = "127.0.0.1" if one_host else socket.gethostbyname(socket.gethostname())
+        address = (host, _free_port("127.0.0.1" if one_host else ""))
+    host, port = world.bcast(address, root=0)
+    os.environ.setdefault("RANK", str(world.Get_rank()))
+    os.environ.setdefault("WORLD_SIZE", str(world.Get_size()))
+    os.environ.setdefault("LOCAL_RANK", str(local.Get_rank()))
+    os.environ.setdefault("LOCAL_WORLD_SIZE", str(local.Get_size()))
+    os.environ.setdefault("MASTER_ADDR", host)
+    os.environ.setdefault("MASTER_PORT", str(port))
+    local.Free()
+
+
+def install() -> None:
+    """Wraps torch's env:// rendezvous handler once per process."""
+    rendezvous = importlib.import_module("torch.distributed.rendezvous")
+    handlers = rendezvous._rendezvous_handlers  # no public way to wrap a registered handler
+    original = handlers.get("env")
+    if original is None or getattr(original, "ringcomm_mpi", False):
+        return
+
+    def env_or_mpi(url, *args, **kwargs):
+        if _needs_filling():
+            _fill_from_mpi()
+        return original(url, *args, **kwargs)
+
+    env_or_mpi.ringcomm_mpi = True
+    handlers["env"] = env_or_mpi

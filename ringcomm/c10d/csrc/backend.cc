@@ -1,0 +1,646 @@
+#include "backend.h"
+
+#include <c10/util/Exception.h>
+
+#include <numeric>
+
+#include "ringcomm/config.h"
+#include "ringcomm/errors.h"
+#include "store_adapter.h"
+#include "tensors.h"
+#include "work.h"
+
+namespace ringcomm::c10d_backend {
+namespace {
+
+using ::c10d::OpType;
+using WorkHandle = c10::intrusive_ptr<::c10d::Work>;
+
+// Starts `launch` (which submits core work), and returns a torch Work completing when it does.
+// Errors raised while submitting (bad arguments, a closed communicator) surface at once, as torch
+// users expect from a call with wrong arguments.
+template <typename Launch>
+WorkHandle start(int rank, OpType type, const char* name, std::vector<at::Tensor> outputs,
+                 std::vector<at::Tensor> keepAlive, Launch launch,
+                 std::function<void()> finish = {}) {
+  auto work = c10::make_intrusive<RingcommWork>(rank, type, name, std::move(outputs),
+                                                std::move(keepAlive));
+  std::vector<ringcomm::WorkPtr> parts;
+  try {
+    parts = launch(*work);
+  } catch (...) {
+    std::rethrow_exception(toTorchError(std::current_exception(), name));
+  }
+  RingcommWork::completeWhen(work, parts, std::move(finish));
+  return work;
+}
+
+std::vector<size_t> prefixSums(const std::vector<size_t>& counts) {
+  std::vector<size_t> offsets(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) offsets[i] = offsets[i - 1] + counts[i - 1];
+  return offsets;
+}
+
+// All-to-all block sizes in elements from torch's split sizes (rows of the first dimension), or
+// equal blocks when no splits are given.
+std::vector<size_t> blockCounts(const at::Tensor& tensor, const std::vector<int64_t>& splits,
+                                int size, const char* argument) {
+  const size_t total = static_cast<size_t>(tensor.numel());
+  if (splits.empty()) {
+    TORCH_CHECK_VALUE(total % size == 0, "ringcomm all_to_all_single: ", argument, " has ", total,
+                      " elements, which do not split evenly over ", size, " ranks; pass split sizes");
+    return std::vector<size_t>(size, total / size);
+  }
+  TORCH_CHECK_VALUE(static_cast<int>(splits.size()) == size, "ringcomm all_to_all_single: ",
+                    argument, " split sizes need one entry per rank (", size, "); got ",
+                    splits.size());
+  const int64_t rows = tensor.dim() == 0 ? 1 : tensor.size(0);
+  const size_t perRow = rows == 0 ? 0 : total / static_cast<size_t>(rows);
+  int64_t sum = 0;
+  std::vector<size_t> counts;
+  for (int64_t split : splits) {
+    TORCH_CHECK_VALUE(split >= 0, "ringcomm all_to_all_single: negative split size ", split);
+    sum += split;
+    counts.push_back(static_cast<size_t>(split) * perRow);
+  }
+  TORCH_CHECK_VALUE(sum == rows, "ringcomm all_to_all_single: ", argument, " split sizes add up to ",
+                    sum, " but its first dimension is ", rows);
+  return counts;
+}
+
+void requireSameDtype(const std::vector<at::Tensor>& tensors, const char* operation) {
+  for (const auto& tensor : tensors) {
+    TORCH_CHECK_TYPE(tensor.scalar_type() == tensors.front().scalar_type(), "ringcomm ", operation,
+                     ": every tensor must have the same dtype; got ", tensors.front().scalar_type(),
+                     " and ", tensor.scalar_type());
+  }
+}
+
+}  // namespace
+
+RingcommBackend::RingcommBackend(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
+                                 int size, std::chrono::milliseconds timeout)
+    : ::c10d::Backend(rank, size) {
+  Config config = Config::fromEnvironment();
+  if (timeout.count() > 0) config.timeout = timeout;
+  // torch gives each process group (and device) a store prefix of its own, so the communicator
+  // meets under a fixed scope: ranks outside a subgroup create nothing for it.
+  communicator_ = Communicator::createInScope(std::make_shared<TorchStoreAdapter>(store),
+                                              "ringcomm/", rank, size, config);
+}
+
+RingcommBackend::~RingcommBackend() {
+  try {
+    communicator_->shutdown();
+  } catch (...) {
+    // A destructor must not throw; the communicator has already reported its failure.
+  }
+}
+
+template <typename CoreOptions>
+CoreOptions RingcommBackend::common(std::chrono::milliseconds timeout, bool asyncOp) const {
+  CoreOptions options;
+  if (timeout.count() > 0) options.timeout = timeout;
+  // A blocking call is waited on at once: let it run on the caller's thread when the engine is
+  // idle, which saves two thread hand-offs on small messages.
+  options.runInCaller = !asyncOp;
+  return options;
+}
+
+WorkHandle RingcommBackend::broadcast(std::vector<at::Tensor>& tensors,
+                                      const ::c10d::BroadcastOptions& opts) {
+  requireCount(tensors, 1, "broadcast", "tensors");
+  requireCpuDense(tensors, "broadcast", "tensor");
+  TORCH_CHECK_VALUE(opts.rootTensor == 0, "ringcomm broadcast: rootTensor must be 0");
+  auto staging = std::make_shared<Staging>();
+  at::Tensor buffer = staging->inOut(tensors[0]);
+  return start(
+      rank_, OpType::BROADCAST, "broadcast", tensors, {buffer},
+      [&](RingcommWork&) {
+        auto o = common<ringcomm::BroadcastOptions>(opts.timeout, opts.asyncOp);
+        Buffer b = movable(buffer);
+        o.buffer = b.data;
+        o.count = b.count;
+        o.type = b.type;
+        o.root = static_cast<int>(opts.rootRank);
+        return std::vector<ringcomm::WorkPtr>{communicator_->broadcast(o)};
+      },
+      [staging] { staging->copyBack(); });
+}
+
+WorkHandle RingcommBackend::allreduce(std::vector<at::Tensor>& tensors,
+                                      const ::c10d::AllreduceOptions& opts) {
+  requireCount(tensors, 1, "all_reduce", "tensors");
+  requireCpuDense(tensors, "all_reduce", "tensor");
+  TORCH_CHECK_VALUE(!opts.sparseIndices.has_value(), "ringcomm all_reduce: sparse tensors are not supported");
+  const Reduction reduction = reductionFor(tensors[0], opts.reduceOp, "all_reduce");
+  auto staging = std::make_shared<Staging>();
+  at::Tensor buffer = staging->inOut(tensors[0]);
+  return start(
+      rank_, OpType::ALLREDUCE, "all_reduce", tensors, {buffer},
+      [&](RingcommWork&) {
+        auto o = common<ringcomm::AllreduceOptions>(opts.timeout, opts.asyncOp);
+        Buffer b = reducible(buffer, reduction);
+        o.input = o.output = b.data;
+        o.count = b.count;
+        o.type = b.type;
+        o.op = reduction.op;
+        return std::vector<ringcomm::WorkPtr>{communicator_->allreduce(o)};
+      },
+      [staging] { staging->copyBack(); });
+}
+
+WorkHandle RingcommBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                const ::c10d::AllreduceCoalescedOptions& opts) {
+  requireCpuDense(tensors, "all_reduce_coalesced", "tensors");
+  if (tensors.empty()) {
+    return start(rank_, OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", {}, {},
+                 [](RingcommWork&) { return std::vector<ringcomm::WorkPtr>{}; });
+  }
+  requireSameDtype(tensors, "all_reduce_coalesced");
+  const Reduction reduction = reductionFor(tensors[0], opts.reduceOp, "all_reduce_coalesced");
+  // One all-reduce over the tensors end to end (like gloo): one round of latency for all of them.
+  at::Tensor flat = flatten(tensors);
+  return start(
+      rank_, OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors, {flat},
+      [&](RingcommWork&) {
+        auto o = common<ringcomm::AllreduceOptions>(opts.timeout, opts.asyncOp);
+        Buffer b = reducible(flat, reduction);
+        o.input = o.output = b.data;
+        o.count = b.count;
+        o.type = b.type;
+        o.op = reduction.op;
+        return std::vector<ringcomm::WorkPtr>{communicator_->allreduce(o)};
+      },
+      [flat, tensors] { unflatten(flat, tensors); });
+}
+
+WorkHandle RingcommBackend::reduce(std::vector<at::Tensor>& tensors,
+                                   const ::c10d::ReduceOptions& opts) {
+  requireCount(tensors, 1, "reduce", "tensors");
+  requireCpuDense(tensors, "reduce", "tensor");
+  TORCH_CHECK_VALUE(opts.rootTensor == 0, "ringcomm reduce: rootTensor must be 0");
+  const Reduction reduction = reductionFor(tensors[0], opts.reduceOp, "reduce");
+  auto staging = std::make_shared<Staging>();
+  at::Tensor buffer = staging->inOut(tensors[0]);
+  return start(
+      rank_, OpType::REDUCE, "reduce", tensors, {buffer},
+      [&](RingcommWork&) {
+        auto o = common<ringcomm::ReduceOptions>(opts.timeout, opts.asyncOp);
+        Buffer b = reducible(buffer, reduction);
+        o.input = b.data;
+        o.output = rank_ == opts.rootRank ? b.data : nullptr;
+        o.count = b.count;
+        o.type = b.type;
+        o.op = reduction.op;
+        o.root = static_cast<int>(opts.rootRank);
+        return std::vector<ringcomm::WorkPtr>{communicator_->reduce(o)};
+      },
+      [staging] { staging->copyBack(); });
+}
+
+WorkHandle RingcommBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                      std::vector<at::Tensor>& inputs,
+                                      const ::c10d::AllgatherOptions& opts) {
+  requireCount(inputs, 1, "all_gather", "input tensors");
+  TORCH_CHECK_VALUE(outputs.size() == 1, "ringcomm all_gather: expected one output list; got ",
+                    outputs.size());
+  requireCpuDense(inputs, "all_gather", "input");
+  requireCpuDense(outputs[0], "all_gather", "output");
+  requireCount(outputs[0], static_cast<size_t>(size_), "all_gather", "output list");
+  requireSameShape(outputs[0], inputs[0], "all_gather", "output");
+  at::Tensor input = Staging::in(inputs[0]);
+  at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
+  std::vector<at::Tensor> targets = outputs[0];
+  return start(
+      rank_, OpType::ALLGATHER, "all_gather", targets, {input, flat},
+      [&](RingcommWork&) {
+        auto o = common<ringcomm::AllgatherOptions>(opts.timeout, opts.asyncOp);
+        Buffer in = movable(input);
+        o.input = in.data;
+        o.output = flat.data_ptr();
+        o.count = in.count;
+        o.type = in.type;
+        return std::vector<ringcomm::WorkPtr>{communicator_->allgather(o)};
+      },
+      [flat, targets] { unflatten(flat, targets); });
+}
+
+WorkHandle RingcommBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                            const ::c10d::AllgatherOptions& opts) {
+  requireCpuDense(input, "all_gather_into_tensor", "input");
+  requireCpuDense(output, "all_gather_into_tensor", "output");
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
+                   "ringcomm all_gather_into_tensor: output dtype ", output.scalar_type(),
+                   " differs from input dtype ", input.scalar_type());
+  TORCH_CHECK_VALUE(output.numel() == size_ * input.numel(),
+                    "ringcomm all_gather_into_tensor: output must hold world size (", size_,
+                    ") x input elements (", input.numel(), "); got ", output.numel());
+  at::Tensor in = Staging::in(input);
+  auto staging = std::make_shared<Staging>();
+  at::Tensor out = staging->inOut(output);
+  return start(
+      rank_, OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {output}, {in, out},
+      [&](RingcommWork&) {
+        auto o = common<ringcomm::AllgatherOptions>(opts.timeout, opts.asyncOp);
+        Buffer b = movable(in);
+        o.input = b.data;
+        o.output = out.data_ptr();
+        o.count = b.count;
+        o.type = b.type;
+        return std::vector<ringcomm::WorkPtr>{communicator_->allgather(o)};
+      },
+      [staging] { staging->copyBack(); });
+}
+
+WorkHandle RingcommBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputLists,
+                                                std::vector<at::Tensor>& inputs,
+                                                const ::c10d::AllgatherOptions& opts) {
+  requireCpuDense(inputs, "all_gather_coalesced", "inputs");
+  TORCH_CHECK_VALUE(outputLists.size() == static_cast<size_t>(size_),
+                    "ringcomm all_gather_coalesced: expected one output list per rank (", size_,
+                    "); got ", outputLists.size());
+  if (inputs.empty()) {
+    return start(rank_, OpType::ALLGATHER_COALESCED, "all_gather_coalesced", {}, {},
+                 [](RingcommWork&) { return std::vector<ringcomm::WorkPtr>{}; });
+  }
+  requireSameDtype(inputs, "all_gather_coalesced");
+  for (auto& list : outputLists) {
+    requireCpuDense(list, "all_gather_coalesced", "output");
+    requireCount(list, inputs.size(), "all_gather_coalesced", "each output list");
+    for (size_t i = 0; i < list.size(); ++i) {
+      requireSameShape({list[i]}, inputs[i], "all_gather_coalesced", "output");
+    }
+  }
+  // Gather the inputs end to end in one all-gather, then cut rank r's block into its outputs.
+  at::Tensor flatIn = flatten(inputs);
+  at::Tensor flatOut = at::empty({size_ * flatIn.numel()}, flatIn.options());
+  std::vector<at::Tensor> targets;
+  for (auto& list : outputLists) targets.insert(targets.end(), list.begin(), list.end());
+  return start(
+      rank_, OpType::ALLGATHER_COALESCED, "all_gather_coalesced", targets, {flatIn, flatOut},
+      [&](RingcommWork&) {
+        auto o = common<ringcomm::AllgatherOptions>(opts.timeout, opts.asyncOp);
+        Buffer b = movable(flatIn);
+        o.input = b.data;
+        o.output = flatOut.data_ptr();
+        o.count = b.count;
+        o.type = b.type;
+        return std::vector<ringcomm::WorkPtr>{communicator_->allgather(o)};
+      },
+      [flatOut, targets] { unflatten(flatOut, targets); });
+}
+
+WorkHandle RingcommBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                            std::vector<at::Tensor>& inputs,
+                                                            const ::c10d::AllgatherOptions& opts) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
+                    "ringcomm all_gather_into_tensor_coalesced: ", outputs.size(), " outputs for ",
+                    inputs.size(), " inputs");
+  std::vector<at::Tensor> keep;
+  auto stagings = std::make_shared<std::vector<std::shared_ptr<Staging>>>();
+  std::vector<std::pair<at::Tensor, at::Tensor>> pairs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    requireCpuDense(inputs[i], "all_gather_into_tensor_coalesced", "input");
+    requireCpuDense(outputs[i], "all_gather_into_tensor_coalesced", "output");
+    TORCH_CHECK_VALUE(outputs[i].numel() == size_ * inputs[i].numel() &&
+                          outputs[i].scalar_type() == inputs[i].scalar_type(),
+                      "ringcomm all_gather_into_tensor_coalesced: output ", i,
+                      " must hold world size x input ", i, " elements of its dtype");
+    auto staging = std::make_shared<Staging>();
+    pairs.emplace_back(Staging::in(inputs[i]), staging->inOut(outputs[i]));
+    keep.push_back(pairs.back().first);
+    keep.push_back(pairs.back().second);
+    stagings->push_back(staging);
+  }
+  return start(
+      rank_, OpType::COALESCED, "all_gather_into_tensor_coalesced", outputs, keep,
+      [&](RingcommWork&) {
+        std::vector<ringcomm::WorkPtr> parts;
+        for (auto& [in, out] : pairs) {
+          auto o = common<ringcomm::AllgatherOptions>(opts.timeout, opts.asyncOp);
+          Buffer b = movable(in);
+          o.input = b.data;
+          o.output = out.data_ptr();
+          o.count = b.count;
+          o.type = b.type;
+          o.runInCaller = false;  // several parts: queue them all, then wait
+          parts.push_back(communicator_->allgather(o));
+        }
+        return parts;
+      },
+      [stagings] {
+        for (const auto& staging : *stagings) staging->copyBack();
+      });
+}
+
+WorkHandle RingcommBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                   std::vector<at::Tensor>& inputs,
+                                   const ::c10d::GatherOptions& opts) {
+  requireCount(inputs, 1, "gather", "input tensors");
+  requireCpuDense(inputs, "gather", "input");
+  const bool isRoot = rank_ == opts.rootRank;
+  std::vector<at::Tensor> targets;
+  if (isRoot) {
+    TORCH_CHECK_VALUE(outputs.size() == 1, "ringcomm gather: the root needs one output list; got ",
+                      outputs.size());
+    requireCpuDense(outputs[0], "gather", "output");
+    requireCount(outputs[0], static_cast<size_t>(size_), "gather", "output list");
+    requireSameShape(outputs[0], inputs[0], "gather", "output");
+    targets = outputs[0];
+  } else {
+    TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(),
+                      "ringcomm gather: only the root (rank ", opts.rootRank,
+                      ") takes an output list");
+  }
+  at::Tensor input = Staging::in(inputs[0]);
+  at::Tensor flat = isRoot ? at::empty({size_ * input.numel()}, input.options()) : at::Tensor();
+  return start(
+      rank_, OpType::GATHER, "gather", targets, {input, flat},
+      [&](RingcommWork&) {
+        auto o = common<ringcomm::GatherOptions>(opts.timeout, opts.asyncOp);
+        Buffer b = movable(input);
+        o.input = b.data;
+        o.output = isRoot ? flat.data_ptr() : nullptr;
+        o.count = b.count;
+        o.type = b.type;
+        o.root = static_cast<int>(opts.rootRank);
+        return std::vector<ringcomm::WorkPtr>{communicator_->gather(o)};
+      },
+      [flat, targets] {
+        if (!targets.empty()) unflatten(flat, targets);
+      });
+}
+
+WorkHandle RingcommBackend::scatter(std::vector<at::Tensor>& outputs,
+                                    std::vector<std::vector<at::Tensor>>& inputs,
+                                    const ::c10d::ScatterOptions& opts) {
+  requireCount(outputs, 1, "scatter", "output tensors");
+  requireCpuDense(outputs, "scatter", "output");
+  const bool isRoot = rank_ == opts.rootRank;
+  at::Tensor flat;
+  if (isRoot) {
+    TORCH_CHECK_VALUE(inputs.size() == 1, "ringcomm scatter: the root needs one input list; got ",
+                      inputs.size());
+    requireCpuDense(inputs[0], "scatter", "input");
+    requireCount(inputs[0], static_cast<size_t>(size_), "scatter", "input list");
+    requireSameShape(inputs[0], outputs[0], "scatter", "input");
+    flat = flatten(inputs[0]);
+  } else {
+    TORCH_CHECK_VALUE(inputs.empty() || inputs[0].empty(), "ringcomm scatter: only the root (rank ",
+                      opts.rootRank, ") takes an input list");
+  }
+  auto staging = std::make_shared<Staging>();
+  at::Tensor output = staging->inOut(outputs[0]);
+  return start(
+      rank_, OpType::SCATTER, "scatter", outputs, {flat, output},
+      [&](RingcommWork&) {
+        auto o = common<ringcomm::ScatterOptions>(opts.timeout, opts.asyncOp);
+        Buffer b = movable(output);
+        o.input = isRoot ? flat.data_ptr() : nullptr;
+        o.output = b.data;
+        o.count = b.count;
+        o.type = b.type;
+        o.root = static_cast<int>(opts.rootRank);
+        return std::vector<ringcomm::WorkPtr>{communicator_->scatter(o)};
+      },
+      [staging] { staging->copyBack(); });
+}
+
+WorkHandle RingcommBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                           std::vector<std::vector<at::Tensor>>& inputs,
+                                           const ::c10d::ReduceScatterOptions& opts) {
+  requireCount(outputs, 1, "reduce_scatter", "output tensors");
+  TORCH_CHECK_VALUE(inputs.size() == 1, "ringcomm reduce_scatter: expected one input list; got ",
+                    inputs.size());
+  requireCpuDense(outputs, "reduce_scatter", "output");
+  requireCpuDense(inputs[0], "reduce_scatter", "input");
+  requireCount(inputs[0], static_cast<size_t>(size_), "reduce_scatter", "input list");
+  requireSameShape(inputs[0], outputs[0], "reduce_scatter", "input");
+  const Reduction reduction = reductionFor(outputs[0], opts.reduceOp, "reduce_scatter");
+  at::Tensor flat = flatten(inputs[0]);
+  auto staging = std::make_shared<Staging>();
+  at::Tensor output = staging->inOut(outputs[0]);
+  return start(
+      rank_, OpType::REDUCE_SCATTER, "reduce_scatter", outputs, {flat, output},
+      [&](RingcommWork&) {
+        auto o = common<ringcomm::ReduceScatterOptions>(opts.timeout, opts.asyncOp);
+        Buffer b = reducible(output, reduction);
+        o.input = flat.data_ptr();
+        o.output = b.data;
+        o.count = b.count;
+        o.type = b.type;
+        o.op = reduction.op;
+        return std::vector<ringcomm::WorkPtr>{communicator_->reduceScatter(o)};
+      },
+      [staging] { staging->copyBack(); });
+}
+
+WorkHandle RingcommBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                 const ::c10d::ReduceScatterOptions& opts) {
+  requireCpuDense(input, "reduce_scatter_tensor", "input");
+  requireCpuDense(output, "reduce_scatter_tensor", "output");
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
+                   "ringcomm reduce_scatter_tensor: output dtype ", output.scalar_type(),
+                   " differs from input dtype ", input.scalar_type());
+  TORCH_CHECK_VALUE(input.numel() == size_ * output.numel(),
+                    "ringcomm reduce_scatter_tensor: input must hold world size (", size_,
+                    ") x output elements (", output.numel(), "); got ", input.numel());
+  const Reduction reduction = reductionFor(output, opts.reduceOp, "reduce_scatter_tensor");
+  at::Tensor in = Staging::in(input);
+  auto staging = std::make_shared<Staging>();
+  at::Tensor out = staging->inOut(output);
+  return start(
+      rank_, OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output}, {in, out},
+      [&](RingcommWork&) {
+        auto o = common<ringcomm::ReduceScatterOptions>(opts.timeout, opts.asyncOp);
+        Buffer b = reducible(out, reduction);
+        o.input = in.data_ptr();
+        o.output = b.data;
+        o.count = b.count;
+        o.type = b.type;
+        o.op = reduction.op;
+        return std::vector<ringcomm::WorkPtr>{communicator_->reduceScatter(o)};
+      },
+      [staging] { staging->copyBack(); });
+}
+
+WorkHandle RingcommBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const ::c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "ringcomm reduce_scatter_tensor_coalesced: ",
+                    outputs.size(), " outputs for ", inputs.size(), " inputs");
+  // Each pair is one reduce-scatter; queued back to back, they complete in order.
+  std::vector<at::Tensor> keep;
+  auto stagings = std::make_shared<std::vector<std::shared_ptr<Staging>>>();
+  std::vector<std::tuple<at::Tensor, at::Tensor, Reduction>> jobs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    requireCpuDense(inputs[i], "reduce_scatter_tensor_coalesced", "input");
+    requireCpuDense(outputs[i], "reduce_scatter_tensor_coalesced", "output");
+    TORCH_CHECK_VALUE(inputs[i].numel() == size_ * outputs[i].numel() &&
+                          outputs[i].scalar_type() == inputs[i].scalar_type(),
+                      "ringcomm reduce_scatter_tensor_coalesced: input ", i,
+                      " must hold world size x output ", i, " elements of its dtype");
+    auto staging = std::make_shared<Staging>();
+    const Reduction reduction =
+        reductionFor(outputs[i], opts.reduceOp, "reduce_scatter_tensor_coalesced");
+    jobs.emplace_back(Staging::in(inputs[i]), staging->inOut(outputs[i]), reduction);
+    keep.push_back(std::get<0>(jobs.back()));
+    keep.push_back(std::get<1>(jobs.back()));
+    stagings->push_back(staging);
+  }
+  return start(
+      rank_, OpType::COALESCED, "reduce_scatter_tensor_coalesced", outputs, keep,
+      [&](RingcommWork&) {
+        std::vector<ringcomm::WorkPtr> started;
+        for (auto& [in, out, reduction] : jobs) {
+          auto o = common<ringcomm::ReduceScatterOptions>(opts.timeout, true);
+          Buffer b = reducible(out, reduction);
+          o.input = in.data_ptr();
+          o.output = b.data;
+          o.count = b.count;
+          o.type = b.type;
+          o.op = reduction.op;
+          started.push_back(communicator_->reduceScatter(o));
+        }
+        return started;
+      },
+      [stagings] {
+        for (const auto& staging : *stagings) staging->copyBack();
+      });
+}
+
+WorkHandle RingcommBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                          std::vector<int64_t>& outputSplitSizes,
+                                          std::vector<int64_t>& inputSplitSizes,
+                                          const ::c10d::AllToAllOptions& opts) {
+  requireCpuDense(input, "all_to_all_single", "input");
+  requireCpuDense(output, "all_to_all_single", "output");
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
+                   "ringcomm all_to_all_single: output dtype ", output.scalar_type(),
+                   " differs from input dtype ", input.scalar_type());
+  at::Tensor in = Staging::in(input);
+  auto staging = std::make_shared<Staging>();
+  at::Tensor out = staging->inOut(output);
+  const bool even = outputSplitSizes.empty() && inputSplitSizes.empty();
+  if (even) {
+    TORCH_CHECK_VALUE(input.numel() == output.numel(), "ringcomm all_to_all_single: input has ",
+                      input.numel(), " elements but output ", output.numel());
+  }
+  const std::vector<size_t> sendCounts = blockCounts(in, inputSplitSizes, size_, "input");
+  const std::vector<size_t> recvCounts = blockCounts(out, outputSplitSizes, size_, "output");
+  return start(
+      rank_, OpType::ALLTOALL_BASE, "all_to_all_single", {output}, {in, out},
+      [&](RingcommWork&) {
+        Buffer i = movable(in);
+        Buffer o = movable(out);
+        const size_t scale = coreUnitsPerElement(in);
+        if (even) {
+          auto options = common<ringcomm::AlltoallOptions>(opts.timeout, opts.asyncOp);
+          options.input = i.data;
+          options.output = o.data;
+          options.count = i.count / size_;
+          options.type = i.type;
+          return std::vector<ringcomm::WorkPtr>{communicator_->alltoall(options)};
+        }
+        auto options = common<ringcomm::AlltoallvOptions>(opts.timeout, opts.asyncOp);
+        options.input = i.data;
+        options.output = o.data;
+        options.type = i.type;
+        for (size_t c : sendCounts) options.sendCounts.push_back(c * scale);
+        for (size_t c : recvCounts) options.recvCounts.push_back(c * scale);
+        options.sendOffsets = prefixSums(options.sendCounts);
+        options.recvOffsets = prefixSums(options.recvCounts);
+        return std::vector<ringcomm::WorkPtr>{communicator_->alltoallv(options)};
+      },
+      [staging] { staging->copyBack(); });
+}
+
+WorkHandle RingcommBackend::alltoall(std::vector<at::Tensor>& outputs,
+                                     std::vector<at::Tensor>& inputs,
+                                     const ::c10d::AllToAllOptions& opts) {
+  requireCount(inputs, static_cast<size_t>(size_), "all_to_all", "input list");
+  requireCount(outputs, static_cast<size_t>(size_), "all_to_all", "output list");
+  requireCpuDense(inputs, "all_to_all", "input");
+  requireCpuDense(outputs, "all_to_all", "output");
+  requireSameDtype(inputs, "all_to_all");
+  for (const auto& output : outputs) {
+    TORCH_CHECK_TYPE(output.scalar_type() == inputs[0].scalar_type(),
+                     "ringcomm all_to_all: output dtype ", output.scalar_type(),
+                     " differs from input dtype ", inputs[0].scalar_type());
+  }
+  at::Tensor flatIn = flatten(inputs);
+  int64_t received = 0;
+  for (const auto& output : outputs) received += output.numel();
+  at::Tensor flatOut = at::empty({received}, flatIn.options());
+  std::vector<size_t> sendCounts;
+  std::vector<size_t> recvCounts;
+  const size_t scale = coreUnitsPerElement(flatIn);
+  for (const auto& t : inputs) sendCounts.push_back(static_cast<size_t>(t.numel()) * scale);
+  for (const auto& t : outputs) recvCounts.push_back(static_cast<size_t>(t.numel()) * scale);
+  std::vector<at::Tensor> targets = outputs;
+  return start(
+      rank_, OpType::ALLTOALL, "all_to_all", targets, {flatIn, flatOut},
+      [&](RingcommWork&) {
+        auto o = common<ringcomm::AlltoallvOptions>(opts.timeout, opts.asyncOp);
+        o.input = flatIn.data_ptr();
+        o.output = flatOut.data_ptr();
+        o.type = movable(flatIn).type;
+        o.sendCounts = sendCounts;
+        o.recvCounts = recvCounts;
+        o.sendOffsets = prefixSums(sendCounts);
+        o.recvOffsets = prefixSums(recvCounts);
+        return std::vector<ringcomm::WorkPtr>{communicator_->alltoallv(o)};
+      },
+      [flatOut, targets] { unflatten(flatOut, targets); });
+}
+
+WorkHandle RingcommBackend::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
+  requireCount(tensors, 1, "send", "tensors");
+  requireCpuDense(tensors, "send", "tensor");
+  at::Tensor buffer = Staging::in(tensors[0]);
+  return start(rank_, OpType::SEND, "send", {}, {buffer}, [&](RingcommWork&) {
+    ringcomm::SendOptions o;
+    o.buffer = buffer.data_ptr();
+    o.bytes = buffer.nbytes();
+    o.peer = dstRank;
+    o.tag = tag;
+    return std::vector<ringcomm::WorkPtr>{communicator_->send(o)};
+  });
+}
+
+WorkHandle RingcommBackend::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
+  requireCount(tensors, 1, "recv", "tensors");
+  requireCpuDense(tensors, "recv", "tensor");
+  auto staging = std::make_shared<Staging>();
+  at::Tensor buffer = staging->inOut(tensors[0]);
+  return start(
+      rank_, OpType::RECV, "recv", tensors, {buffer},
+      [&](RingcommWork& work) {
+        ringcomm::RecvOptions o;
+        o.buffer = buffer.data_ptr();
+        o.bytes = buffer.nbytes();
+        o.peer = srcRank;
+        o.tag = tag;
+        o.source = work.sourceSlot();
+        return std::vector<ringcomm::WorkPtr>{communicator_->recv(o)};
+      },
+      [staging] { staging->copyBack(); });
+}
+
+WorkHandle RingcommBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  return recv(tensors, ringcomm::kAnySource, tag);
+}
+
+WorkHandle RingcommBackend::barrier(const ::c10d::BarrierOptions& opts) {
+  return start(rank_, OpType::BARRIER, "barrier", {}, {}, [&](RingcommWork&) {
+    auto o = common<ringcomm::BarrierOptions>(opts.timeout, opts.asyncOp);
+    return std::vector<ringcomm::WorkPtr>{communicator_->barrier(o)};
+  });
+}
+
+void RingcommBackend::abort() { communicator_->abort("aborted through torch.distributed"); }
+
+void RingcommBackend::shutdown() { communicator_->shutdown(); }
+
+}  // namespace ringcomm::c10d_backend

@@ -1,0 +1,93 @@
+// ringcomm as a torch.distributed backend: a c10d::Backend whose operations are the core's
+// collectives on one ringcomm Communicator per process group.
+//
+// Every operation validates its tensors on the caller's thread, hands the core raw buffers and
+// returns at once; the core's engine thread moves the data and completes the torch Work and its
+// Future. No operation copies a dense CPU tensor: staging happens only where torch's argument is a
+// list the core wants as one buffer (all_gather into a list, reduce_scatter from one...) or a
+// tensor is not contiguous.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ringcomm/communicator.h"
+
+namespace ringcomm::c10d_backend {
+
+class RingcommBackend : public ::c10d::Backend {
+ public:
+  RingcommBackend(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
+                  std::chrono::milliseconds timeout);
+  ~RingcommBackend() override;
+
+  const std::string getBackendName() const override { return "ringcomm"; }
+
+  c10::intrusive_ptr<::c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                             const ::c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                             const ::c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const ::c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                          const ::c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                             std::vector<at::Tensor>& inputs,
+                                             const ::c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                   const ::c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+      const ::c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const ::c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const ::c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                           std::vector<std::vector<at::Tensor>>& inputs,
+                                           const ::c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const ::c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const ::c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const ::c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                 std::vector<int64_t>& outputSplitSizes,
+                                                 std::vector<int64_t>& inputSplitSizes,
+                                                 const ::c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                            std::vector<at::Tensor>& inputs,
+                                            const ::c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
+                                        int tag) override;
+  c10::intrusive_ptr<::c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                        int tag) override;
+  c10::intrusive_ptr<::c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                                 int tag) override;
+  c10::intrusive_ptr<::c10d::Work> barrier(const ::c10d::BarrierOptions& opts) override;
+
+  void abort() override;
+  void shutdown() override;
+
+  // The communicator under this backend (diagnostics and tests).
+  const Communicator& communicator() const { return *communicator_; }
+
+ private:
+  // Fills the fields every core options struct shares from torch's timeout and asyncOp.
+  template <typename CoreOptions>
+  CoreOptions common(std::chrono::milliseconds timeout, bool asyncOp) const;
+
+  std::shared_ptr<Communicator> communicator_;
+};
+
+}  // namespace ringcomm::c10d_backend

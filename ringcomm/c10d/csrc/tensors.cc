@@ -1,0 +1,154 @@
+#include "tensors.h"
+
+#include <c10/util/Exception.h>
+
+#include <optional>
+
+namespace ringcomm::c10d_backend {
+namespace {
+
+std::optional<DataType> coreType(at::ScalarType type) {
+  switch (type) {
+    case at::kChar: return DataType::Int8;
+    case at::kByte: return DataType::Uint8;
+    case at::kBool: return DataType::Uint8;
+    case at::kInt: return DataType::Int32;
+    case at::kLong: return DataType::Int64;
+    case at::kHalf: return DataType::Float16;
+    case at::kBFloat16: return DataType::BFloat16;
+    case at::kFloat: return DataType::Float32;
+    case at::kDouble: return DataType::Float64;
+    default: return std::nullopt;
+  }
+}
+
+const char* opName(::c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+    case ::c10d::ReduceOp::SUM: return "SUM";
+    case ::c10d::ReduceOp::AVG: return "AVG";
+    case ::c10d::ReduceOp::PRODUCT: return "PRODUCT";
+    case ::c10d::ReduceOp::MIN: return "MIN";
+    case ::c10d::ReduceOp::MAX: return "MAX";
+    case ::c10d::ReduceOp::BAND: return "BAND";
+    case ::c10d::ReduceOp::BOR: return "BOR";
+    case ::c10d::ReduceOp::BXOR: return "BXOR";
+    case ::c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+    default: return "UNUSED";
+  }
+}
+
+}  // namespace
+
+Reduction reductionFor(const at::Tensor& tensor, const ::c10d::ReduceOp& op,
+                       const char* operation) {
+  const auto kind = op.op_;
+  std::optional<ReduceOp> core;
+  switch (kind) {
+    case ::c10d::ReduceOp::SUM: core = ReduceOp::Sum; break;
+    case ::c10d::ReduceOp::AVG: core = ReduceOp::Avg; break;
+    case ::c10d::ReduceOp::PRODUCT: core = ReduceOp::Prod; break;
+    case ::c10d::ReduceOp::MIN: core = ReduceOp::Min; break;
+    case ::c10d::ReduceOp::MAX: core = ReduceOp::Max; break;
+    default: break;
+  }
+  TORCH_CHECK_VALUE(core.has_value(), "ringcomm ", operation, ": ReduceOp.", opName(kind),
+                    " is not supported (SUM, AVG, PRODUCT, MIN and MAX are)");
+  const at::ScalarType type = tensor.scalar_type();
+  if (type == at::kBool) {
+    TORCH_CHECK_VALUE(*core != ReduceOp::Avg, "ringcomm ", operation,
+                      ": ReduceOp.AVG of a bool tensor is not defined");
+    // Bytes 0/1: SUM as MAX keeps them 0/1 (logical or); PRODUCT is logical and.
+    return Reduction{DataType::Uint8, *core == ReduceOp::Sum ? ReduceOp::Max : *core};
+  }
+  if (at::isComplexType(type)) {
+    TORCH_CHECK_VALUE(*core == ReduceOp::Sum || *core == ReduceOp::Avg, "ringcomm ", operation,
+                      ": ReduceOp.", opName(kind), " of a complex tensor is not defined");
+    const auto real = coreType(c10::toRealValueType(type));
+    TORCH_CHECK_TYPE(real.has_value(), "ringcomm ", operation, ": dtype ", type,
+                     " is not supported");
+    return Reduction{*real, *core, true};
+  }
+  const auto element = coreType(type);
+  TORCH_CHECK_TYPE(element.has_value(), "ringcomm ", operation, ": dtype ", type,
+                   " is not supported for reductions (int8, uint8, int32, int64, float16, "
+                   "bfloat16, float32, float64, bool and complex are)");
+  return Reduction{*element, *core};
+}
+
+Buffer reducible(const at::Tensor& tensor, const Reduction& reduction) {
+  const size_t count = static_cast<size_t>(tensor.numel()) * (reduction.viewAsReal ? 2 : 1);
+  return Buffer{tensor.data_ptr(), count, reduction.type};
+}
+
+Buffer movable(const at::Tensor& tensor) {
+  if (auto type = coreType(tensor.scalar_type())) {
+    return Buffer{tensor.data_ptr(), static_cast<size_t>(tensor.numel()), *type};
+  }
+  return Buffer{tensor.data_ptr(), static_cast<size_t>(tensor.nbytes()), DataType::Uint8};
+}
+
+size_t coreUnitsPerElement(const at::Tensor& tensor) {
+  return coreType(tensor.scalar_type()) ? 1 : static_cast<size_t>(tensor.element_size());
+}
+
+void requireCpuDense(const at::Tensor& tensor, const char* operation, const char* argument) {
+  TORCH_CHECK_VALUE(tensor.defined(), "ringcomm ", operation, ": ", argument, " is undefined");
+  TORCH_CHECK_VALUE(tensor.device().is_cpu(), "ringcomm ", operation, ": ", argument,
+                    " is on ", tensor.device(),
+                    "; this backend handles CPU tensors (pair it with another backend for the "
+                    "device, e.g. backend=\"cpu:ringcomm,cuda:nccl\")");
+  TORCH_CHECK_VALUE(tensor.layout() == at::kStrided, "ringcomm ", operation, ": ", argument,
+                    " has layout ", tensor.layout(), "; only dense (strided) tensors are supported");
+}
+
+void requireCpuDense(const std::vector<at::Tensor>& tensors, const char* operation,
+                     const char* argument) {
+  for (const auto& tensor : tensors) requireCpuDense(tensor, operation, argument);
+}
+
+void requireCount(const std::vector<at::Tensor>& tensors, size_t expected, const char* operation,
+                  const char* argument) {
+  TORCH_CHECK_VALUE(tensors.size() == expected, "ringcomm ", operation, ": ", argument,
+                    " must hold ", expected, " tensor(s); got ", tensors.size());
+}
+
+void requireSameShape(const std::vector<at::Tensor>& tensors, const at::Tensor& like,
+                      const char* operation, const char* argument) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TORCH_CHECK_TYPE(tensors[i].scalar_type() == like.scalar_type(), "ringcomm ", operation, ": ",
+                     argument, "[", i, "] has dtype ", tensors[i].scalar_type(), "; expected ",
+                     like.scalar_type());
+    TORCH_CHECK_VALUE(tensors[i].numel() == like.numel(), "ringcomm ", operation, ": ", argument,
+                      "[", i, "] has ", tensors[i].numel(), " elements; expected ", like.numel());
+  }
+}
+
+at::Tensor Staging::inOut(const at::Tensor& tensor) {
+  if (tensor.is_contiguous()) return tensor;
+  at::Tensor staging = tensor.contiguous();
+  pairs_.emplace_back(tensor, staging);
+  return staging;
+}
+
+void Staging::copyBack() const {
+  for (const auto& [original, staging] : pairs_) original.copy_(staging);
+}
+
+at::Tensor flatten(const std::vector<at::Tensor>& tensors) {
+  if (tensors.empty()) return at::empty({0});
+  std::vector<at::Tensor> rows;
+  rows.reserve(tensors.size());
+  for (const auto& tensor : tensors) rows.push_back(tensor.reshape({-1}));
+  return at::cat(rows);
+}
+
+void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& tensors) {
+  int64_t offset = 0;
+  for (const auto& tensor : tensors) {
+    const int64_t n = tensor.numel();
+    tensor.copy_(flat.narrow(0, offset, n).view(tensor.sizes()));
+    offset += n;
+  }
+}
+
+}  // namespace ringcomm::c10d_backend

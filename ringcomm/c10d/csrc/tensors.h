@@ -1,0 +1,72 @@
+// From torch tensors to the core's (pointer, count, element type) buffers: which dtypes each kind
+// of operation accepts, and the staging a non-contiguous tensor needs.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ringcomm/types.h"
+
+namespace ringcomm::c10d_backend {
+
+struct Buffer {
+  void* data = nullptr;
+  size_t count = 0;
+  DataType type = DataType::Uint8;
+};
+
+// A reduction on `tensor` with torch's `op`: the core's element type and operator. Complex sums
+// reduce their real and imaginary parts as floats; bool MIN/MAX/PRODUCT/SUM reduce as bytes (SUM
+// as logical or, so the result stays a valid bool). Anything else is refused, naming op and dtype.
+struct Reduction {
+  DataType type;
+  ReduceOp op;
+  bool viewAsReal = false;
+};
+Reduction reductionFor(const at::Tensor& tensor, const ::c10d::ReduceOp& op, const char* operation);
+
+// The buffer of a contiguous tensor for a reduction (after reductionFor).
+Buffer reducible(const at::Tensor& tensor, const Reduction& reduction);
+// The buffer of a contiguous tensor for an operation that only moves data: its own element type
+// where the core has it (so ranks that disagree on it get a MismatchError), else raw bytes.
+Buffer movable(const at::Tensor& tensor);
+
+// How many of the core's elements one element of this dtype is: 1 where the core has the type,
+// else its size in bytes (the core moves it as raw bytes).
+size_t coreUnitsPerElement(const at::Tensor& tensor);
+
+// Checks that every tensor is a dense CPU tensor, naming the operation and argument otherwise.
+void requireCpuDense(const at::Tensor& tensor, const char* operation, const char* argument);
+void requireCpuDense(const std::vector<at::Tensor>& tensors, const char* operation,
+                     const char* argument);
+// Checks that a list holds exactly `expected` tensors.
+void requireCount(const std::vector<at::Tensor>& tensors, size_t expected, const char* operation,
+                  const char* argument);
+// Checks that every tensor has the dtype and element count of `like`.
+void requireSameShape(const std::vector<at::Tensor>& tensors, const at::Tensor& like,
+                      const char* operation, const char* argument);
+
+// Contiguous tensors the core can use in place of the caller's; where one had to be copied,
+// copyBack() writes the result to the original.
+class Staging {
+ public:
+  // The tensor itself if it is contiguous, else a contiguous copy to be written back afterwards.
+  at::Tensor inOut(const at::Tensor& tensor);
+  // The tensor itself if contiguous, else a contiguous copy that is read only.
+  static at::Tensor in(const at::Tensor& tensor) { return tensor.contiguous(); }
+  void copyBack() const;
+  bool empty() const { return pairs_.empty(); }
+
+ private:
+  std::vector<std::pair<at::Tensor, at::Tensor>> pairs_;  // (caller's, staging)
+};
+
+// One contiguous tensor holding `tensors` end to end, and the copy back into them.
+at::Tensor flatten(const std::vector<at::Tensor>& tensors);
+void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& tensors);
+
+}  // namespace ringcomm::c10d_backend

@@ -1,0 +1,84 @@
+#include "work.h"
+
+#include <c10/util/Exception.h>
+
+#include "ringcomm/errors.h"
+
+namespace ringcomm::c10d_backend {
+
+RingcommWork::RingcommWork(int rank, ::c10d::OpType type, const char* name,
+                           std::vector<at::Tensor> outputs, std::vector<at::Tensor> keepAlive)
+    : ::c10d::Work(rank, type),
+      name_(name),
+      outputs_(std::move(outputs)),
+      keepAlive_(std::move(keepAlive)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()))) {}
+
+void RingcommWork::completeWhen(const c10::intrusive_ptr<RingcommWork>& work,
+                                const std::vector<ringcomm::WorkPtr>& parts,
+                                std::function<void()> finish) {
+  if (parts.empty()) {
+    std::exception_ptr error;
+    try {
+      if (finish) finish();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    work->complete(error);
+    return;
+  }
+  work->pending_.store(parts.size());
+  auto finishOnce = std::make_shared<std::function<void()>>(std::move(finish));
+  for (const auto& part : parts) {
+    // The callback holds the work alive until the core is done with its buffers.
+    part->onCompletion([work, finishOnce](std::exception_ptr error) {
+      if (error) {
+        std::lock_guard<std::mutex> lock(work->errorMutex_);
+        if (!work->firstError_) work->firstError_ = error;
+      }
+      if (work->pending_.fetch_sub(1) != 1) return;
+      std::exception_ptr failure;
+      {
+        std::lock_guard<std::mutex> lock(work->errorMutex_);
+        failure = work->firstError_;
+      }
+      if (!failure && *finishOnce) {
+        try {
+          (*finishOnce)();
+        } catch (...) {
+          failure = std::current_exception();
+        }
+      }
+      work->complete(failure);
+    });
+  }
+}
+
+void RingcommWork::complete(std::exception_ptr error) {
+  keepAlive_.clear();
+  if (error) error = toTorchError(error, name_);
+  finish(error);
+  // After finish(): a Future callback that asks is_completed() gets true.
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+std::exception_ptr toTorchError(std::exception_ptr error, const char* operation) {
+  const std::string prefix = std::string("ringcomm ") + operation + ": ";
+  try {
+    std::rethrow_exception(error);
+  } catch (const ringcomm::InvalidArgument& e) {
+    return std::make_exception_ptr(c10::ValueError({__func__, __FILE__, __LINE__}, prefix + e.what()));
+  } catch (const ringcomm::Error& e) {
+    return std::make_exception_ptr(
+        c10::DistBackendError({__func__, __FILE__, __LINE__}, prefix + e.what()));
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+}  // namespace ringcomm::c10d_backend

@@ -1,0 +1,54 @@
+// The torch Work handed back for every operation. It completes when the core's Work does, on the
+// engine thread (or on the caller's, for a blocking call that ran there), after copying results
+// back into the caller's tensors where the operation needed a staging buffer, and then completes
+// the torch Future that DDP and comm hooks chain on.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <functional>
+#include <vector>
+
+#include "ringcomm/work.h"
+
+namespace ringcomm::c10d_backend {
+
+class RingcommWork : public ::c10d::Work {
+ public:
+  // outputs: what result() and the Future hold. keepAlive: tensors the core reads or writes
+  // while it runs (staging buffers included), released at completion.
+  RingcommWork(int rank, ::c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+               std::vector<at::Tensor> keepAlive);
+
+  // Completes this work when every one of `parts` has completed, after running `finish` (the
+  // copy back into the caller's tensors) if they all succeeded.
+  static void completeWhen(const c10::intrusive_ptr<RingcommWork>& work,
+                           const std::vector<ringcomm::WorkPtr>& parts,
+                           std::function<void()> finish);
+
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  int sourceRank() const override { return source_; }
+  // Where a receive from any rank writes the sender's rank.
+  int* sourceSlot() { return &source_; }
+
+ private:
+  void complete(std::exception_ptr error);
+
+  const char* name_;
+  std::vector<at::Tensor> outputs_;
+  std::vector<at::Tensor> keepAlive_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  int source_ = -1;
+  std::atomic<size_t> pending_{0};
+  std::exception_ptr firstError_;
+  std::mutex errorMutex_;
+};
+
+// A ringcomm error as the exception torch.distributed users expect: DistBackendError for a peer's
+// failure or a timeout (a RuntimeError in Python), ValueError for bad arguments.
+std::exception_ptr toTorchError(std::exception_ptr error, const char* operation);
+
+}  // namespace ringcomm::c10d_backend

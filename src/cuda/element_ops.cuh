@@ -1,0 +1,184 @@
+// What the CUDA kernels compute per element: the reduction operations of src/reduce/loops.h, the
+// element types they run on, and float32 arithmetic with x86's NaNs for the codec. Host and
+// device code alike, so that tests/cuda can run them on the host too.
+//
+// The operations are loops.h's expressions, operand order included (it matters for Min and Max
+// of -0 and +0, and for which NaN comes out), so the results are the CPU's bit for bit. The
+// library is compiled with --fmad=false (cmake/cuda.cmake): nvcc would otherwise fuse a multiply
+// and an add into one FMA and round once where the CPU rounds twice.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/float_formats.cuh"
+#include "ringcomm/types.h"
+
+namespace ringcomm::cuda::detail {
+
+// --- NaN results of the reductions: always the canonical quiet NaN, as on the CPU. ---
+
+template <typename T>
+RINGCOMM_HOST_DEVICE T canonicalNan();
+template <>
+RINGCOMM_HOST_DEVICE float canonicalNan<float>() {
+  return floatOf(0x7FC00000u);  // std::numeric_limits<float>::quiet_NaN()
+}
+template <>
+RINGCOMM_HOST_DEVICE double canonicalNan<double>() {
+  return doubleOf(0x7FF8000000000000ull);  // std::numeric_limits<double>::quiet_NaN()
+}
+
+template <typename T>
+RINGCOMM_HOST_DEVICE T canonicalizeNan(T value) {
+  return value != value ? canonicalNan<T>() : value;
+}
+
+// Integers compute in the unsigned type, so that Sum and Prod wrap around (signed overflow is
+// undefined).
+template <typename T>
+using Arithmetic = std::conditional_t<std::is_integral_v<T>, std::make_unsigned<T>,
+                                      std::common_type<T>>;
+template <typename T>
+using ArithmeticType = typename Arithmetic<T>::type;
+
+// --- The operations, as loops.h's SumOp, ProdOp, MinOp, MaxOp. ---
+
+struct SumOp {
+  static constexpr const char* kName = "sum";
+  template <typename T>
+  RINGCOMM_HOST_DEVICE static T apply(T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) {
+      return canonicalizeNan(a + b);
+    } else {
+      using A = ArithmeticType<T>;
+      return static_cast<T>(static_cast<A>(static_cast<A>(a) + static_cast<A>(b)));
+    }
+  }
+};
+
+struct ProdOp {
+  static constexpr const char* kName = "prod";
+  template <typename T>
+  RINGCOMM_HOST_DEVICE static T apply(T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) {
+      return canonicalizeNan(a * b);
+    } else {
+      using A = ArithmeticType<T>;
+      return static_cast<T>(static_cast<A>(static_cast<A>(a) * static_cast<A>(b)));
+    }
+  }
+};
+
+struct MinOp {
+  static constexpr const char* kName = "min";
+  template <typename T>
+  RINGCOMM_HOST_DEVICE static T apply(T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) {
+      return (a != a || b != b) ? canonicalNan<T>() : (b < a ? b : a);
+    } else {
+      return b < a ? b : a;
+    }
+  }
+};
+
+struct MaxOp {
+  static constexpr const char* kName = "max";
+  template <typename T>
+  RINGCOMM_HOST_DEVICE static T apply(T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) {
+      return (a != a || b != b) ? canonicalNan<T>() : (b > a ? b : a);
+    } else {
+      return b > a ? b : a;
+    }
+  }
+};
+
+// --- Element types: how a DataType is stored, and what it is computed in. ---
+//
+// Storage is what memory holds; Compute is what the operations see (float32 for the 16-bit
+// floats: load, widen, combine, round back to nearest even); Divisor is the type finishAverage
+// divides by, as in loops.h's Kernels::divide (an int keeps divisors above 127 working for int8).
+
+template <typename T, typename DivisorType>
+struct NativeElement {
+  using Storage = T;
+  using Compute = T;
+  using Divisor = DivisorType;
+  RINGCOMM_HOST_DEVICE static Compute widen(Storage value) { return value; }
+  RINGCOMM_HOST_DEVICE static Storage narrow(Compute value) { return value; }
+};
+
+struct Int8Element : NativeElement<int8_t, int> {
+  static constexpr const char* kName = "int8";
+};
+struct Uint8Element : NativeElement<uint8_t, int> {
+  static constexpr const char* kName = "uint8";
+};
+struct Int32Element : NativeElement<int32_t, int> {
+  static constexpr const char* kName = "int32";
+};
+struct Int64Element : NativeElement<int64_t, int64_t> {
+  static constexpr const char* kName = "int64";
+};
+struct Float32Element : NativeElement<float, float> {
+  static constexpr const char* kName = "float32";
+};
+struct Float64Element : NativeElement<double, double> {
+  static constexpr const char* kName = "float64";
+};
+
+struct Float16Element {
+  static constexpr const char* kName = "float16";
+  using Storage = uint16_t;
+  using Compute = float;
+  using Divisor = float;
+  RINGCOMM_HOST_DEVICE static float widen(uint16_t value) { return halfBitsToFloat(value); }
+  RINGCOMM_HOST_DEVICE static uint16_t narrow(float value) { return floatToHalfBits(value); }
+};
+
+struct BFloat16Element {
+  static constexpr const char* kName = "bfloat16";
+  using Storage = uint16_t;
+  using Compute = float;
+  using Divisor = float;
+  RINGCOMM_HOST_DEVICE static float widen(uint16_t value) { return bfloat16BitsToFloat(value); }
+  RINGCOMM_HOST_DEVICE static uint16_t narrow(float value) { return floatToBfloat16Bits(value); }
+};
+
+// One element combined as the CPU does it: widen both, apply, round back.
+template <typename Element, typename Op>
+RINGCOMM_HOST_DEVICE typename Element::Storage combine(typename Element::Storage a,
+                                                      typename Element::Storage b) {
+  return Element::narrow(Op::apply(Element::widen(a), Element::widen(b)));
+}
+
+// finishAverage's division of one element (loops.h: divideSame, divideWidened).
+template <typename Element>
+RINGCOMM_HOST_DEVICE typename Element::Storage divide(typename Element::Storage value,
+                                                     typename Element::Divisor divisor) {
+  using Compute = typename Element::Compute;
+  const Compute widened = Element::widen(value);
+  if constexpr (std::is_floating_point_v<Compute>) {
+    return Element::narrow(canonicalizeNan(widened / divisor));
+  } else {
+    return static_cast<Compute>(widened / divisor);
+  }
+}
+
+// --- float32 arithmetic with x86's NaNs, for the codec (see kernels.h). ---
+
+// x86's NaN for a + b or a * b: the first NaN operand made quiet, or, when the operands are numbers
+// and the result is NaN anyway, the "real indefinite" NaN. Numbers pass through untouched.
+constexpr uint32_t kX86IndefiniteNan = 0xFFC00000u;
+
+RINGCOMM_HOST_DEVICE float withX86Nan(float a, float b, float result) {
+  if (isNan(a)) return floatOf(bitsOf(a) | half::kFloatQuietBit);
+  if (isNan(b)) return floatOf(bitsOf(b) | half::kFloatQuietBit);
+  return isNan(result) ? floatOf(kX86IndefiniteNan) : result;
+}
+
+RINGCOMM_HOST_DEVICE float x86Add(float a, float b) { return withX86Nan(a, b, a + b); }
+RINGCOMM_HOST_DEVICE float x86Multiply(float a, float b) { return withX86Nan(a, b, a * b); }
+
+}  // namespace ringcomm::cuda::detail

@@ -1,0 +1,84 @@
+// The CUDA kernels of the core: element-wise reductions and the fp16/bf16 wire codec on device
+// memory, for the CUDA transport. They compute the same bits as the CPU kernels they stand in for
+// (src/reduce, src/codec), so that ranks whose buffers live on a GPU and ranks whose buffers live
+// in host memory reduce alike: data-parallel replicas must not drift apart.
+//
+// Every function enqueues one kernel on `stream` and returns without waiting; nothing here
+// synchronises the device. A bad argument throws InvalidArgument before anything is enqueued, a
+// failed launch throws Error naming the kernel; a fault while the kernel runs surfaces, as with any
+// CUDA kernel, at the caller's next synchronisation with the stream.
+//
+// Pointers are device-accessible (device, managed or mapped host memory) and aligned to their
+// element size. An output may be the very same array as an input of the same type (each element
+// is read before it is written, by the same thread); other overlaps are not allowed. A count of
+// zero enqueues nothing and reads no pointer.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ringcomm/types.h"
+
+namespace ringcomm::cuda {
+
+// --- Reductions (reduce_kernels.cu), for every DataType and ReduceOp. ---
+//
+// As on the CPU (src/reduce/reduce.h): integer Sum and Prod wrap around; float16 and bfloat16 are
+// widened to float32, combined, and rounded back to nearest even; any NaN result is the canonical
+// quiet NaN; Min and Max return NaN when either operand is NaN. Avg is Sum here: the division is
+// finishAverage's, after the last step, exactly as the CPU schedules do it.
+
+// out[i] = a[i] OP b[i]
+void reduce(void* out, const void* a, const void* b, size_t count, DataType type, ReduceOp op,
+            cudaStream_t stream);
+
+// acc[i] = acc[i] OP src[i]: the accumulate-in-place form (reduce with out == a), the CPU's
+// reduce::reduceInto.
+void reduceInto(void* acc, const void* src, size_t count, DataType type, ReduceOp op,
+                cudaStream_t stream);
+
+// For ReduceOp::Avg: buf[i] /= divisor, as reduce::finishAverage (floats: an exact IEEE division,
+// float16/bfloat16 in float32; integers: truncating division). Enqueues nothing for other ops.
+// Throws InvalidArgument for Avg with a divisor below 1.
+void finishAverage(void* buf, size_t count, DataType type, ReduceOp op, int divisor,
+                   cudaStream_t stream);
+
+// --- The wire codec (codec_kernels.cu): float32 values travel as float16 or bfloat16. ---
+//
+// Bit for bit the CPU codec (src/codec/codec.h) and the scaling the CPU path does around it
+// (codec::scale: a float32 multiply by static_cast<float>(factor), skipped when factor is 1).
+// Compression::None is an InvalidArgument: there is nothing to encode.
+//
+// NaN: the CPU codec does plain float32 arithmetic, so its NaNs are the ones x86 makes: a NaN
+// operand comes out quiet with its payload, a NaN made from numbers (inf - inf, 0 * inf) is
+// 0xFFC00000. These kernels make the same ones (a GPU left alone would give 0x7FFFFFFF). When
+// both operands of an addition are NaN, x86 keeps the first one's payload, and which one the CPU
+// compiler put first is not fixed (it may swap the operands of +): there the kernels keep the
+// accumulator's.
+
+// wire[i] = narrow(source[i] * factor): pre-scaling fused into the compression.
+void encode(const float* source, uint16_t* wire, size_t count, Compression compression,
+            double factor, cudaStream_t stream);
+
+// destination[i] = widen(wire[i]) * factor: post-scaling fused into the decompression.
+void decode(const uint16_t* wire, float* destination, size_t count, Compression compression,
+            double factor, cudaStream_t stream);
+
+// accumulator[i] += widen(wire[i]), in float32: a reduce-scatter step that forwards nothing.
+void decodeAccumulate(const uint16_t* wire, float* accumulator, size_t count,
+                      Compression compression, cudaStream_t stream);
+
+// accumulator[i] += widen(received[i]); wire[i] = narrow(accumulator[i]): reduce, then compress
+// for the next hop, in one pass (the CPU ring's decodeAccumulate followed by encode). wire may
+// be received itself.
+void decodeAccumulateEncode(const uint16_t* received, float* accumulator, uint16_t* wire,
+                            size_t count, Compression compression, cudaStream_t stream);
+
+// wire[i] = narrow(values[i]); values[i] = widen(wire[i]): a block's owner keeps the value every
+// other rank receives (the CPU ring's roundToWire, an encode then a decode, in one pass).
+void roundToWire(float* values, uint16_t* wire, size_t count, Compression compression,
+                 cudaStream_t stream);
+
+}  // namespace ringcomm::cuda
