@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +38,13 @@ class RankOutcome:
             f"rank {self.rank} exited {self.returncode} after {self.elapsed:.1f}s\n"
             f"--- stdout ---\n{self.stdout[-4000:]}\n--- stderr ---\n{self.stderr[-4000:]}"
         )
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (for a store a worker serves, e.g. torch's MASTER_PORT)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def worker_env(extra: Optional[dict] = None) -> dict:

@@ -1,0 +1,360 @@
+"""Every torch.distributed operation on backend "ringcomm", checked against values each rank can
+compute alone. Deliberately no `import ringcomm`: torch finds the backend through its entry point.
+
+Argument: the world size is the harness's; torch's env:// variables come from torch_rendezvous.
+"""
+
+import os
+import sys
+import traceback
+import zlib
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(__file__))
+from report import report  # noqa: E402
+from torch_rendezvous import use_harness_rendezvous  # noqa: E402
+
+use_harness_rendezvous()
+dist.init_process_group("ringcomm", timeout=timedelta(seconds=60))
+rank, size = dist.get_rank(), dist.get_world_size()
+failures = []
+COUNTS = [0, 1, 7, 1009]
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTS = [torch.int8, torch.uint8, torch.int32, torch.int64]
+
+
+def check(name, condition, detail=""):
+    if not condition:
+        failures.append(f"{name}: {detail}")
+
+
+def case(name, body):
+    try:
+        body()
+    except Exception:
+        failures.append(f"{name}: raised\n{traceback.format_exc()}")
+
+
+def value_of(r, count, dtype, offset=0):
+    """Rank r's input: small integers, exact in every dtype and under every reduction."""
+    base = (torch.arange(count, dtype=torch.int64) + 3 * r + offset) % 5 + 1
+    return base.to(dtype)
+
+
+def expected_reduction(op, count, dtype):
+    inputs = torch.stack([value_of(r, count, torch.float64) for r in range(size)])
+    result = {
+        dist.ReduceOp.SUM: inputs.sum(0),
+        dist.ReduceOp.PRODUCT: inputs.prod(0),
+        dist.ReduceOp.MIN: inputs.min(0).values if count else inputs.sum(0),
+        dist.ReduceOp.MAX: inputs.max(0).values if count else inputs.sum(0),
+        dist.ReduceOp.AVG: inputs.sum(0) / size,
+    }[op]
+    if op == dist.ReduceOp.AVG and not dtype.is_floating_point:
+        result = inputs.sum(0).div(size, rounding_mode="trunc")
+    return result.to(dtype)
+
+
+def all_reduce():
+    ops = [dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX]
+    for dtype in FLOATS + INTS:
+        for op in ops + ([dist.ReduceOp.AVG] if dtype.is_floating_point else []):
+            if op == dist.ReduceOp.PRODUCT and dtype in (torch.int8, torch.uint8) and size > 3:
+                continue  # 5^5 overflows a byte: wraps differently from the float64 reference
+            for count in COUNTS:
+                x = value_of(rank, count, dtype)
+                dist.all_reduce(x, op=op)
+                want = expected_reduction(op, count, dtype)
+                check(
+                    f"all_reduce/{dtype}/{op}/{count}",
+                    torch.equal(x, want),
+                    f"{x[:5]} != {want[:5]}",
+                )
+
+
+def all_reduce_async_and_future():
+    x = torch.ones(1 << 20)
+    work = dist.all_reduce(x, async_op=True)
+    chained = work.get_future().then(lambda fut: fut.value()[0] * 2)
+    work.wait()
+    check("async/is_completed", work.is_completed())
+    check("async/value", torch.equal(x, torch.full((1 << 20,), float(size))))
+    check("async/then", torch.equal(chained.wait(), torch.full((1 << 20,), 2.0 * size)))
+
+
+def all_reduce_special_tensors():
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    strided = base.t()  # not contiguous
+    dist.all_reduce(strided)
+    check("all_reduce/non-contiguous", torch.equal(base, torch.arange(12.0).reshape(3, 4) * size))
+    flags = torch.tensor([rank == 0, False, True])
+    dist.all_reduce(flags, op=dist.ReduceOp.SUM)
+    check("all_reduce/bool sum is or", flags.tolist() == [True, False, True])
+    z = torch.tensor([1 + 2j, rank * 1j], dtype=torch.complex64)
+    dist.all_reduce(z)
+    want = torch.tensor([size * (1 + 2j), sum(range(size)) * 1j], dtype=torch.complex64)
+    check("all_reduce/complex", torch.equal(z, want), f"{z}")
+    scalar = torch.tensor(float(rank))
+    dist.all_reduce(scalar, op=dist.ReduceOp.MAX)
+    check("all_reduce/0-d", scalar.item() == size - 1)
+
+
+def errors_name_the_problem():
+    def raises(name, body, *fragments):
+        try:
+            body()
+        except (ValueError, TypeError, RuntimeError) as error:
+            text = str(error)
+            check(name, all(f in text for f in fragments), text)
+            return
+        failures.append(f"{name}: no error")
+
+    raises(
+        "error/BAND",
+        lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.BAND),
+        "all_reduce",
+        "BAND",
+    )
+    raises(
+        "error/int16",
+        lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)),
+        "all_reduce",
+        "Short",
+    )
+    raises(
+        "error/all_gather_into_tensor size",
+        lambda: dist.all_gather_into_tensor(torch.empty(size * 3 + 1), torch.ones(3)),
+        "all_gather_into_tensor",
+        "world size",
+    )
+
+
+def all_reduce_coalesced():
+    tensors = [value_of(rank, n, torch.float32) for n in (3, 0, 17)]
+    dist.all_reduce_coalesced(tensors)
+    for n, t in zip((3, 0, 17), tensors):
+        check(
+            f"all_reduce_coalesced/{n}",
+            torch.equal(t, expected_reduction(dist.ReduceOp.SUM, n, torch.float32)),
+        )
+
+
+def broadcast_and_reduce():
+    for root in range(size):
+        for dtype in (torch.float32, torch.int64, torch.bool, torch.int16):
+            for count in COUNTS:
+                x = (
+                    value_of(rank, count, dtype)
+                    if rank == root
+                    else torch.zeros(count, dtype=dtype)
+                )
+                dist.broadcast(x, root)
+                check(
+                    f"broadcast/{root}/{dtype}/{count}",
+                    torch.equal(x, value_of(root, count, dtype)),
+                )
+        y = value_of(rank, 1009, torch.float32)
+        dist.reduce(y, root, op=dist.ReduceOp.MAX)
+        if rank == root:
+            check(
+                f"reduce/{root}",
+                torch.equal(y, expected_reduction(dist.ReduceOp.MAX, 1009, torch.float32)),
+            )
+        else:
+            check(f"reduce/{root}/input kept", torch.equal(y, value_of(rank, 1009, torch.float32)))
+
+
+def gathers():
+    for dtype in (torch.float32, torch.int8, torch.int16):
+        for count in COUNTS:
+            mine = value_of(rank, count, dtype)
+            everyone = [value_of(r, count, dtype) for r in range(size)]
+            outs = [torch.empty(count, dtype=dtype) for _ in range(size)]
+            dist.all_gather(outs, mine)
+            check(
+                f"all_gather/{dtype}/{count}",
+                all(torch.equal(a, b) for a, b in zip(outs, everyone)),
+            )
+            flat = torch.empty(size * count, dtype=dtype)
+            dist.all_gather_into_tensor(flat, mine)
+            check(f"all_gather_into_tensor/{dtype}/{count}", torch.equal(flat, torch.cat(everyone)))
+            root = count % size
+            gathered = (
+                [torch.empty(count, dtype=dtype) for _ in range(size)] if rank == root else None
+            )
+            dist.gather(mine, gathered, dst=root)
+            if rank == root:
+                check(
+                    f"gather/{dtype}/{count}",
+                    all(torch.equal(a, b) for a, b in zip(gathered, everyone)),
+                )
+            piece = torch.empty(count, dtype=dtype)
+            dist.scatter(piece, everyone if rank == root else None, src=root)
+            check(f"scatter/{dtype}/{count}", torch.equal(piece, everyone[rank]))
+    lists = [[torch.empty(2), torch.empty(3, dtype=torch.float32)] for _ in range(size)]
+    dist.all_gather_coalesced(lists, [torch.full((2,), float(rank)), torch.full((3,), rank + 0.5)])
+    check(
+        "all_gather_coalesced",
+        all(
+            torch.equal(lists[r][0], torch.full((2,), float(r)))
+            and torch.equal(lists[r][1], torch.full((3,), r + 0.5))
+            for r in range(size)
+        ),
+    )
+
+
+def reduce_scatters():
+    for dtype in (torch.float32, torch.int32, torch.bfloat16):
+        for count in COUNTS:
+            inputs = [value_of(rank, count, dtype, offset=r) for r in range(size)]
+            out = torch.empty(count, dtype=dtype)
+            dist.reduce_scatter(out, inputs)
+            want = sum(value_of(s, count, torch.float64, offset=rank) for s in range(size)).to(
+                dtype
+            )
+            check(
+                f"reduce_scatter/{dtype}/{count}", torch.equal(out, want), f"{out[:4]} {want[:4]}"
+            )
+            out2 = torch.empty(count, dtype=dtype)
+            dist.reduce_scatter_tensor(out2, torch.cat(inputs), op=dist.ReduceOp.SUM)
+            check(f"reduce_scatter_tensor/{dtype}/{count}", torch.equal(out2, want))
+
+
+def all_to_all():
+    for count in (0, 1, 5):
+        inp = torch.arange(size * count, dtype=torch.float32) + 1000 * rank
+        out = torch.empty(size * count)
+        dist.all_to_all_single(out, inp)
+        want = torch.cat(
+            [
+                torch.arange(rank * count, (rank + 1) * count, dtype=torch.float32) + 1000 * s
+                for s in range(size)
+            ]
+        )
+        check(f"all_to_all_single/even/{count}", torch.equal(out, want))
+    # Uneven: rank r sends (r + j + 1) rows of width 2 to rank j.
+    send = [rank + j + 1 for j in range(size)]
+    recv = [s + rank + 1 for s in range(size)]
+    inp = torch.cat([torch.full((n, 2), float(100 * rank + j)) for j, n in enumerate(send)])
+    out = torch.empty(sum(recv), 2)
+    dist.all_to_all_single(out, inp, output_split_sizes=recv, input_split_sizes=send)
+    want = torch.cat([torch.full((n, 2), float(100 * s + rank)) for s, n in enumerate(recv)])
+    check("all_to_all_single/uneven", torch.equal(out, want))
+    outs = [torch.empty(s + 1, dtype=torch.int64) for s in range(size)]
+    dist.all_to_all(
+        outs, [torch.full((rank + 1,), 10 * rank + j, dtype=torch.int64) for j in range(size)]
+    )
+    check(
+        "all_to_all/list",
+        all(
+            torch.equal(outs[s], torch.full((s + 1,), 10 * s + rank, dtype=torch.int64))
+            for s in range(size)
+        ),
+    )
+
+
+def point_to_point():
+    if size < 2:
+        return
+    nxt, prev = (rank + 1) % size, (rank - 1) % size
+    got = torch.empty(1000)
+    ops = [
+        dist.P2POp(dist.isend, torch.full((1000,), float(rank)), nxt),
+        dist.P2POp(dist.irecv, got, prev),
+    ]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    check("batch_isend_irecv", torch.equal(got, torch.full((1000,), float(prev))))
+    if rank == 0:
+        seen = set()
+        for _ in range(size - 1):
+            x = torch.empty(3)
+            source = dist.recv(x, tag=7)
+            seen.add(source)
+            check("recv any source/value", torch.equal(x, torch.full((3,), float(source))))
+        check("recv any source/senders", seen == set(range(1, size)), str(seen))
+    else:
+        dist.send(torch.full((3,), float(rank)), 0, tag=7)
+    if rank == 0:
+        work = dist.irecv(torch.empty(2), src=size - 1, tag=3)
+        work.wait()
+    elif rank == size - 1:
+        dist.isend(torch.ones(2), 0, tag=3).wait()
+
+
+def objects():
+    objs = [None] * size
+    dist.all_gather_object(objs, {"rank": rank, "pad": "x" * rank})
+    check("all_gather_object", objs == [{"rank": r, "pad": "x" * r} for r in range(size)])
+    box = [("hello", rank)] if rank == 0 else [None]
+    dist.broadcast_object_list(box, src=0)
+    check("broadcast_object_list", box == [("hello", 0)])
+    gathered = [None] * size if rank == 0 else None
+    dist.gather_object(rank * 2, gathered, dst=0)
+    if rank == 0:
+        check("gather_object", gathered == [r * 2 for r in range(size)])
+    out = [None]
+    dist.scatter_object_list(out, [f"to {r}" for r in range(size)] if rank == 0 else None, src=0)
+    check("scatter_object_list", out == [f"to {rank}"])
+
+
+def subgroups():
+    if size < 3:
+        return
+    members = [0, 2]
+    group = dist.new_group(members, backend="ringcomm")
+    if rank in members:
+        x = torch.full((4,), float(rank))
+        dist.all_reduce(x, group=group)
+        check("subgroup/all_reduce", torch.equal(x, torch.full((4,), 2.0)))
+        check("subgroup/backend", dist.get_backend(group) == "ringcomm")
+    # Every rank still talks on the default group afterwards.
+    y = torch.ones(2)
+    dist.all_reduce(y)
+    check("subgroup/default after", torch.equal(y, torch.full((2,), float(size))))
+    odd = dist.new_group([r for r in range(size) if r % 2 == 1] or [0])
+    if rank % 2 == 1:
+        z = torch.ones(1)
+        dist.all_reduce(z, group=odd)
+        check("subgroup/odd", z.item() == len([r for r in range(size) if r % 2 == 1]))
+
+
+def barrier():
+    for _ in range(3):
+        dist.barrier()
+
+
+def identical_bits():
+    """A float sum whose rounding depends on order: every rank must hold the same bits."""
+    torch.manual_seed(rank)
+    x = torch.randn(100_003)
+    dist.all_reduce(x)
+    digest = torch.tensor([zlib.crc32(x.numpy().tobytes())], dtype=torch.int64)
+    everyone = [torch.empty(1, dtype=torch.int64) for _ in range(size)]
+    dist.all_gather(everyone, digest)
+    check("identical bits", all(torch.equal(e, everyone[0]) for e in everyone))
+
+
+for body in (
+    all_reduce,
+    all_reduce_async_and_future,
+    all_reduce_special_tensors,
+    errors_name_the_problem,
+    all_reduce_coalesced,
+    broadcast_and_reduce,
+    gathers,
+    reduce_scatters,
+    all_to_all,
+    point_to_point,
+    objects,
+    subgroups,
+    barrier,
+    identical_bits,
+):
+    case(body.__name__, body)
+
+report({"failures": failures, "backend": dist.get_backend()})
+dist.destroy_process_group()

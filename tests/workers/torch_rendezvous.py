@@ -1,0 +1,10 @@
+"""torch's env:// variables for a worker started by tests/harness.py (which sets RINGCOMM_*)."""
+
+import os
+
+
+def use_harness_rendezvous() -> None:
+    os.environ.setdefault("RANK", os.environ["RINGCOMM_RANK"])
+    os.environ.setdefault("WORLD_SIZE", os.environ["RINGCOMM_WORLD_SIZE"])
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", os.environ["TEST_MASTER_PORT"])
