@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -38,6 +39,12 @@ class RankOutcome:
             f"rank {self.rank} exited {self.returncode} after {self.elapsed:.1f}s\n"
             f"--- stdout ---\n{self.stdout[-4000:]}\n--- stderr ---\n{self.stderr[-4000:]}"
         )
+
+
+def mpirun() -> str:
+    """The mpirun of the MPICH wheel beside this Python, else one on PATH, else ""."""
+    beside = Path(sys.executable).with_name("mpirun")
+    return str(beside) if beside.exists() else (shutil.which("mpirun") or "")
 
 
 def free_port() -> int:

@@ -2,13 +2,12 @@
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from harness import REPO, WORKERS, worker_env
+from harness import REPO, WORKERS, mpirun, worker_env
 
 NRANKS = 4
 
@@ -32,11 +31,6 @@ def run(command, env=None, timeout=120):
     results = results_of(done.stdout)
     assert [r["rank"] for r in results] == list(range(NRANKS)), done.stdout + done.stderr
     assert all(r["size"] == NRANKS and r["local_size"] == NRANKS and r["ok"] for r in results)
-
-
-def mpirun() -> str:
-    beside = Path(sys.executable).with_name("mpirun")
-    return str(beside) if beside.exists() else (shutil.which("mpirun") or "")
 
 
 @pytest.mark.skipif(not mpirun(), reason="mpirun not installed (pip install mpich)")

@@ -1,7 +1,11 @@
 """torch.distributed with backend "ringcomm": every operation, DDP, comm hooks, failures."""
 
+import json
+import subprocess
+import sys
+
 import pytest
-from harness import assert_all_succeeded, free_port, run_job
+from harness import WORKERS, assert_all_succeeded, free_port, mpirun, run_job, worker_env
 
 
 def run_torch_job(size, worker, deadline=240, args=(), env=None):
@@ -21,3 +25,45 @@ def test_every_operation(size):
     for outcome in outcomes:
         assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"])
         assert outcome.result["backend"] == "ringcomm"
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_ddp_and_comm_hooks_match_one_process(size):
+    outcomes = run_torch_job(size, "torch_ddp.py", deadline=240)
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"])
+
+
+def test_dead_rank_makes_the_others_raise_naming_it():
+    outcomes = run_torch_job(3, "torch_failure.py", deadline=60)
+    survivors = [o for o in outcomes if o.rank != 1]
+    for outcome in survivors:
+        assert outcome.returncode == 0 and outcome.result is not None, outcome.describe()
+        result = outcome.result
+        assert "rank 1" in result["error"], result["error"]
+        assert result["elapsed"] < result["timeout"] + 10, result
+
+
+@pytest.mark.skipif(not mpirun(), reason="mpirun not installed (pip install mpich)")
+def test_init_process_group_under_mpirun_needs_no_torch_variables():
+    env = {
+        k: v
+        for k, v in worker_env().items()
+        if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    }
+    done = subprocess.run(
+        [mpirun(), "-np", "3", sys.executable, str(WORKERS / "torch_mpirun.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = sorted(
+        (json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("RESULT ")),
+        key=lambda r: r["rank"],
+    )
+    assert results == [{"rank": r, "size": 3, "ok": True} for r in range(3)], (
+        done.stdout + done.stderr
+    )
