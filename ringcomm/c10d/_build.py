@@ -46,9 +46,7 @@ def extension(verbose: bool = False):
     core_dir = _core_dir()
     library = core_dir / "libringcomm.so"
     if not library.exists():
-        raise RuntimeError(
-            f"ringcomm: {library} is missing; reinstall ringcomm (pip install .)"
-        )
+        raise RuntimeError(f"ringcomm: {library} is missing; reinstall ringcomm (pip install .)")
     source_dir = Path(__file__).resolve().parent / "csrc"
     name = f"ringcomm_c10d_{_build_key(torch)}"
     build_dir = Path(cpp_extension.get_default_build_root()) / name

@@ -20,9 +20,10 @@ using WorkHandle = c10::intrusive_ptr<::c10d::Work>;
 // Errors raised while submitting (bad arguments, a closed communicator) surface at once, as torch
 // users expect from a call with wrong arguments.
 template <typename Launch>
-WorkHandle start(int rank, OpType type, const char* name, std::vector<at::Tensor> outputs,
-                 std::vector<at::Tensor> keepAlive, Launch launch,
+WorkHandle start(int rank, std::atomic<uint64_t>& sequence, OpType type, const char* name,
+                 std::vector<at::Tensor> outputs, std::vector<at::Tensor> keepAlive, Launch launch,
                  std::function<void()> finish = {}) {
+  sequence.fetch_add(1);
   auto work = c10::make_intrusive<RingcommWork>(rank, type, name, std::move(outputs),
                                                 std::move(keepAlive));
   std::vector<ringcomm::WorkPtr> parts;
@@ -115,7 +116,7 @@ WorkHandle RingcommBackend::broadcast(std::vector<at::Tensor>& tensors,
   auto staging = std::make_shared<Staging>();
   at::Tensor buffer = staging->inOut(tensors[0]);
   return start(
-      rank_, OpType::BROADCAST, "broadcast", tensors, {buffer},
+      rank_, sequence_, OpType::BROADCAST, "broadcast", tensors, {buffer},
       [&](RingcommWork&) {
         auto o = common<ringcomm::BroadcastOptions>(opts.timeout, opts.asyncOp);
         Buffer b = movable(buffer);
@@ -137,7 +138,7 @@ WorkHandle RingcommBackend::allreduce(std::vector<at::Tensor>& tensors,
   auto staging = std::make_shared<Staging>();
   at::Tensor buffer = staging->inOut(tensors[0]);
   return start(
-      rank_, OpType::ALLREDUCE, "all_reduce", tensors, {buffer},
+      rank_, sequence_, OpType::ALLREDUCE, "all_reduce", tensors, {buffer},
       [&](RingcommWork&) {
         auto o = common<ringcomm::AllreduceOptions>(opts.timeout, opts.asyncOp);
         Buffer b = reducible(buffer, reduction);
@@ -154,7 +155,7 @@ WorkHandle RingcommBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors
                                                 const ::c10d::AllreduceCoalescedOptions& opts) {
   requireCpuDense(tensors, "all_reduce_coalesced", "tensors");
   if (tensors.empty()) {
-    return start(rank_, OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", {}, {},
+    return start(rank_, sequence_, OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", {}, {},
                  [](RingcommWork&) { return std::vector<ringcomm::WorkPtr>{}; });
   }
   requireSameDtype(tensors, "all_reduce_coalesced");
@@ -162,7 +163,7 @@ WorkHandle RingcommBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors
   // One all-reduce over the tensors end to end (like gloo): one round of latency for all of them.
   at::Tensor flat = flatten(tensors);
   return start(
-      rank_, OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors, {flat},
+      rank_, sequence_, OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors, {flat},
       [&](RingcommWork&) {
         auto o = common<ringcomm::AllreduceOptions>(opts.timeout, opts.asyncOp);
         Buffer b = reducible(flat, reduction);
@@ -184,7 +185,7 @@ WorkHandle RingcommBackend::reduce(std::vector<at::Tensor>& tensors,
   auto staging = std::make_shared<Staging>();
   at::Tensor buffer = staging->inOut(tensors[0]);
   return start(
-      rank_, OpType::REDUCE, "reduce", tensors, {buffer},
+      rank_, sequence_, OpType::REDUCE, "reduce", tensors, {buffer},
       [&](RingcommWork&) {
         auto o = common<ringcomm::ReduceOptions>(opts.timeout, opts.asyncOp);
         Buffer b = reducible(buffer, reduction);
@@ -213,7 +214,7 @@ WorkHandle RingcommBackend::allgather(std::vector<std::vector<at::Tensor>>& outp
   at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
   std::vector<at::Tensor> targets = outputs[0];
   return start(
-      rank_, OpType::ALLGATHER, "all_gather", targets, {input, flat},
+      rank_, sequence_, OpType::ALLGATHER, "all_gather", targets, {input, flat},
       [&](RingcommWork&) {
         auto o = common<ringcomm::AllgatherOptions>(opts.timeout, opts.asyncOp);
         Buffer in = movable(input);
@@ -240,7 +241,7 @@ WorkHandle RingcommBackend::_allgather_base(at::Tensor& output, at::Tensor& inpu
   auto staging = std::make_shared<Staging>();
   at::Tensor out = staging->inOut(output);
   return start(
-      rank_, OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {output}, {in, out},
+      rank_, sequence_, OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {output}, {in, out},
       [&](RingcommWork&) {
         auto o = common<ringcomm::AllgatherOptions>(opts.timeout, opts.asyncOp);
         Buffer b = movable(in);
@@ -261,7 +262,7 @@ WorkHandle RingcommBackend::allgather_coalesced(std::vector<std::vector<at::Tens
                     "ringcomm all_gather_coalesced: expected one output list per rank (", size_,
                     "); got ", outputLists.size());
   if (inputs.empty()) {
-    return start(rank_, OpType::ALLGATHER_COALESCED, "all_gather_coalesced", {}, {},
+    return start(rank_, sequence_, OpType::ALLGATHER_COALESCED, "all_gather_coalesced", {}, {},
                  [](RingcommWork&) { return std::vector<ringcomm::WorkPtr>{}; });
   }
   requireSameDtype(inputs, "all_gather_coalesced");
@@ -278,7 +279,7 @@ WorkHandle RingcommBackend::allgather_coalesced(std::vector<std::vector<at::Tens
   std::vector<at::Tensor> targets;
   for (auto& list : outputLists) targets.insert(targets.end(), list.begin(), list.end());
   return start(
-      rank_, OpType::ALLGATHER_COALESCED, "all_gather_coalesced", targets, {flatIn, flatOut},
+      rank_, sequence_, OpType::ALLGATHER_COALESCED, "all_gather_coalesced", targets, {flatIn, flatOut},
       [&](RingcommWork&) {
         auto o = common<ringcomm::AllgatherOptions>(opts.timeout, opts.asyncOp);
         Buffer b = movable(flatIn);
@@ -314,7 +315,7 @@ WorkHandle RingcommBackend::allgather_into_tensor_coalesced(std::vector<at::Tens
     stagings->push_back(staging);
   }
   return start(
-      rank_, OpType::COALESCED, "all_gather_into_tensor_coalesced", outputs, keep,
+      rank_, sequence_, OpType::COALESCED, "all_gather_into_tensor_coalesced", outputs, keep,
       [&](RingcommWork&) {
         std::vector<ringcomm::WorkPtr> parts;
         for (auto& [in, out] : pairs) {
@@ -356,7 +357,7 @@ WorkHandle RingcommBackend::gather(std::vector<std::vector<at::Tensor>>& outputs
   at::Tensor input = Staging::in(inputs[0]);
   at::Tensor flat = isRoot ? at::empty({size_ * input.numel()}, input.options()) : at::Tensor();
   return start(
-      rank_, OpType::GATHER, "gather", targets, {input, flat},
+      rank_, sequence_, OpType::GATHER, "gather", targets, {input, flat},
       [&](RingcommWork&) {
         auto o = common<ringcomm::GatherOptions>(opts.timeout, opts.asyncOp);
         Buffer b = movable(input);
@@ -393,7 +394,7 @@ WorkHandle RingcommBackend::scatter(std::vector<at::Tensor>& outputs,
   auto staging = std::make_shared<Staging>();
   at::Tensor output = staging->inOut(outputs[0]);
   return start(
-      rank_, OpType::SCATTER, "scatter", outputs, {flat, output},
+      rank_, sequence_, OpType::SCATTER, "scatter", outputs, {flat, output},
       [&](RingcommWork&) {
         auto o = common<ringcomm::ScatterOptions>(opts.timeout, opts.asyncOp);
         Buffer b = movable(output);
@@ -422,7 +423,7 @@ WorkHandle RingcommBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
   auto staging = std::make_shared<Staging>();
   at::Tensor output = staging->inOut(outputs[0]);
   return start(
-      rank_, OpType::REDUCE_SCATTER, "reduce_scatter", outputs, {flat, output},
+      rank_, sequence_, OpType::REDUCE_SCATTER, "reduce_scatter", outputs, {flat, output},
       [&](RingcommWork&) {
         auto o = common<ringcomm::ReduceScatterOptions>(opts.timeout, opts.asyncOp);
         Buffer b = reducible(output, reduction);
@@ -451,7 +452,7 @@ WorkHandle RingcommBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor&
   auto staging = std::make_shared<Staging>();
   at::Tensor out = staging->inOut(output);
   return start(
-      rank_, OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output}, {in, out},
+      rank_, sequence_, OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output}, {in, out},
       [&](RingcommWork&) {
         auto o = common<ringcomm::ReduceScatterOptions>(opts.timeout, opts.asyncOp);
         Buffer b = reducible(out, reduction);
@@ -490,7 +491,7 @@ WorkHandle RingcommBackend::reduce_scatter_tensor_coalesced(
     stagings->push_back(staging);
   }
   return start(
-      rank_, OpType::COALESCED, "reduce_scatter_tensor_coalesced", outputs, keep,
+      rank_, sequence_, OpType::COALESCED, "reduce_scatter_tensor_coalesced", outputs, keep,
       [&](RingcommWork&) {
         std::vector<ringcomm::WorkPtr> started;
         for (auto& [in, out, reduction] : jobs) {
@@ -530,7 +531,7 @@ WorkHandle RingcommBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
   const std::vector<size_t> sendCounts = blockCounts(in, inputSplitSizes, size_, "input");
   const std::vector<size_t> recvCounts = blockCounts(out, outputSplitSizes, size_, "output");
   return start(
-      rank_, OpType::ALLTOALL_BASE, "all_to_all_single", {output}, {in, out},
+      rank_, sequence_, OpType::ALLTOALL_BASE, "all_to_all_single", {output}, {in, out},
       [&](RingcommWork&) {
         Buffer i = movable(in);
         Buffer o = movable(out);
@@ -580,7 +581,7 @@ WorkHandle RingcommBackend::alltoall(std::vector<at::Tensor>& outputs,
   for (const auto& t : outputs) recvCounts.push_back(static_cast<size_t>(t.numel()) * scale);
   std::vector<at::Tensor> targets = outputs;
   return start(
-      rank_, OpType::ALLTOALL, "all_to_all", targets, {flatIn, flatOut},
+      rank_, sequence_, OpType::ALLTOALL, "all_to_all", targets, {flatIn, flatOut},
       [&](RingcommWork&) {
         auto o = common<ringcomm::AlltoallvOptions>(opts.timeout, opts.asyncOp);
         o.input = flatIn.data_ptr();
@@ -599,7 +600,7 @@ WorkHandle RingcommBackend::send(std::vector<at::Tensor>& tensors, int dstRank, 
   requireCount(tensors, 1, "send", "tensors");
   requireCpuDense(tensors, "send", "tensor");
   at::Tensor buffer = Staging::in(tensors[0]);
-  return start(rank_, OpType::SEND, "send", {}, {buffer}, [&](RingcommWork&) {
+  return start(rank_, sequence_, OpType::SEND, "send", {}, {buffer}, [&](RingcommWork&) {
     ringcomm::SendOptions o;
     o.buffer = buffer.data_ptr();
     o.bytes = buffer.nbytes();
@@ -615,7 +616,7 @@ WorkHandle RingcommBackend::recv(std::vector<at::Tensor>& tensors, int srcRank, 
   auto staging = std::make_shared<Staging>();
   at::Tensor buffer = staging->inOut(tensors[0]);
   return start(
-      rank_, OpType::RECV, "recv", tensors, {buffer},
+      rank_, sequence_, OpType::RECV, "recv", tensors, {buffer},
       [&](RingcommWork& work) {
         ringcomm::RecvOptions o;
         o.buffer = buffer.data_ptr();
@@ -633,11 +634,15 @@ WorkHandle RingcommBackend::recvAnysource(std::vector<at::Tensor>& tensors, int 
 }
 
 WorkHandle RingcommBackend::barrier(const ::c10d::BarrierOptions& opts) {
-  return start(rank_, OpType::BARRIER, "barrier", {}, {}, [&](RingcommWork&) {
+  return start(rank_, sequence_, OpType::BARRIER, "barrier", {}, {}, [&](RingcommWork&) {
     auto o = common<ringcomm::BarrierOptions>(opts.timeout, opts.asyncOp);
     return std::vector<ringcomm::WorkPtr>{communicator_->barrier(o)};
   });
 }
+
+void RingcommBackend::setSequenceNumberForGroup() { sequence_.store(0); }
+
+uint64_t RingcommBackend::getSequenceNumberForGroup() { return sequence_.load(); }
 
 void RingcommBackend::abort() { communicator_->abort("aborted through torch.distributed"); }
 

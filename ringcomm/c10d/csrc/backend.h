@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -76,6 +77,11 @@ class RingcommBackend : public ::c10d::Backend {
                                                  int tag) override;
   c10::intrusive_ptr<::c10d::Work> barrier(const ::c10d::BarrierOptions& opts) override;
 
+  // torch's debug wrapper compares these across ranks to catch mismatched collectives. Every rank
+  // of a group starts at 0 and counts the operations it issues.
+  void setSequenceNumberForGroup() override;
+  uint64_t getSequenceNumberForGroup() override;
+
   void abort() override;
   void shutdown() override;
 
@@ -88,6 +94,7 @@ class RingcommBackend : public ::c10d::Backend {
   CoreOptions common(std::chrono::milliseconds timeout, bool asyncOp) const;
 
   std::shared_ptr<Communicator> communicator_;
+  std::atomic<uint64_t> sequence_{0};
 };
 
 }  // namespace ringcomm::c10d_backend

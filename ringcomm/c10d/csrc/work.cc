@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <cstdio>
+
 #include "ringcomm/errors.h"
 
 namespace ringcomm::c10d_backend {
@@ -73,6 +75,13 @@ std::exception_ptr toTorchError(std::exception_ptr error, const char* operation)
     std::rethrow_exception(error);
   } catch (const ringcomm::InvalidArgument& e) {
     return std::make_exception_ptr(c10::ValueError({__func__, __FILE__, __LINE__}, prefix + e.what()));
+  } catch (const ringcomm::TimeoutError& e) {
+    // "Timed out" first, as torch's own backends say it (and its tests look for it).
+    char elapsed[32];
+    std::snprintf(elapsed, sizeof(elapsed), "%.1f", e.context().elapsedSeconds);
+    return std::make_exception_ptr(c10::DistBackendError(
+        {__func__, __FILE__, __LINE__},
+        prefix + "Timed out after " + elapsed + " s: " + e.what()));
   } catch (const ringcomm::Error& e) {
     return std::make_exception_ptr(
         c10::DistBackendError({__func__, __FILE__, __LINE__}, prefix + e.what()));
