@@ -37,8 +37,8 @@ RINGCOMM_HOST_DEVICE T canonicalizeNan(T value) {
 // Integers compute in the unsigned type, so that Sum and Prod wrap around (signed overflow is
 // undefined).
 template <typename T>
-using Arithmetic = std::conditional_t<std::is_integral_v<T>, std::make_unsigned<T>,
-                                      std::common_type<T>>;
+using Arithmetic =
+    std::conditional_t<std::is_integral_v<T>, std::make_unsigned<T>, std::common_type<T>>;
 template <typename T>
 using ArithmeticType = typename Arithmetic<T>::type;
 
@@ -149,14 +149,14 @@ struct BFloat16Element {
 // One element combined as the CPU does it: widen both, apply, round back.
 template <typename Element, typename Op>
 RINGCOMM_HOST_DEVICE typename Element::Storage combine(typename Element::Storage a,
-                                                      typename Element::Storage b) {
+                                                       typename Element::Storage b) {
   return Element::narrow(Op::apply(Element::widen(a), Element::widen(b)));
 }
 
 // finishAverage's division of one element (loops.h: divideSame, divideWidened).
 template <typename Element>
 RINGCOMM_HOST_DEVICE typename Element::Storage divide(typename Element::Storage value,
-                                                     typename Element::Divisor divisor) {
+                                                      typename Element::Divisor divisor) {
   using Compute = typename Element::Compute;
   const Compute widened = Element::widen(value);
   if constexpr (std::is_floating_point_v<Compute>) {
@@ -178,7 +178,11 @@ RINGCOMM_HOST_DEVICE float withX86Nan(float a, float b, float result) {
   return isNan(result) ? floatOf(kX86IndefiniteNan) : result;
 }
 
-RINGCOMM_HOST_DEVICE float x86Add(float a, float b) { return withX86Nan(a, b, a + b); }
-RINGCOMM_HOST_DEVICE float x86Multiply(float a, float b) { return withX86Nan(a, b, a * b); }
+RINGCOMM_HOST_DEVICE float x86Add(float a, float b) {
+  return withX86Nan(a, b, a + b);
+}
+RINGCOMM_HOST_DEVICE float x86Multiply(float a, float b) {
+  return withX86Nan(a, b, a * b);
+}
 
 }  // namespace ringcomm::cuda::detail

@@ -15,9 +15,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
-#include <array>
 #include <cstring>
 #include <string>
 
@@ -46,7 +46,7 @@ struct Split {
 };
 
 // The smallest head after which every array is 16-byte aligned, or no vectors at all.
-// kVector * elementBytes is a multiple of 16 for every array, so once aligned, each vector stays so.
+// kVector * elementBytes is a multiple of 16 for every array: once aligned, every vector is.
 template <size_t N>
 Split splitForVectors(const std::array<ArrayRef, N>& arrays, size_t count, size_t kVector) {
   for (size_t head = 0; head < kVector && head < count; ++head) {
@@ -92,7 +92,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   constexpr size_t kVector = Elements::kVector;
   const size_t thread = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t threads = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t v = thread; v < split.vectors; v += threads) elements.vector(split.head + v * kVector);
+  for (size_t v = thread; v < split.vectors; v += threads) {
+    elements.vector(split.head + v * kVector);
+  }
   const size_t tailStart = split.head + split.vectors * kVector;
   const size_t scalars = count - split.vectors * kVector;
   for (size_t s = thread; s < scalars; s += threads) {
@@ -110,8 +112,7 @@ struct KernelName {
   const char* op = nullptr;
 
   std::string str() const {
-    return std::string(function) + "<" + type + (op != nullptr ? std::string(", ") + op : "") +
-           ">";
+    return std::string(function) + "<" + type + (op != nullptr ? std::string(", ") + op : "") + ">";
   }
 };
 

@@ -96,8 +96,8 @@ RINGCOMM_HOST_DEVICE uint16_t floatToHalfBits(float value) {
     // Subnormal result in units of 2^-24: the significand (implicit bit included) shifted right
     // by 126 - exponent, rounded to nearest even. The shift is clamped to [1, 25]: below 2^-25
     // everything rounds to zero, and a result of 0x400 is correctly the smallest normal.
-    const uint32_t significand = (magnitude & half::kFloatMantissaMask) |
-                                 (half::kFloatMantissaMask + 1u);
+    const uint32_t significand =
+        (magnitude & half::kFloatMantissaMask) | (half::kFloatMantissaMask + 1u);
     const int unclamped = 126 - static_cast<int>(magnitude >> half::kFloatMantissaBits);
     const int shift = unclamped < 1 ? 1 : (unclamped > 25 ? 25 : unclamped);
     const uint32_t kept = significand >> shift;

@@ -8,6 +8,10 @@
 // failed launch throws Error naming the kernel; a fault while the kernel runs surfaces, as with any
 // CUDA kernel, at the caller's next synchronisation with the stream.
 //
+// Same bits as the CPU, that is, as a CPU process that keeps subnormal numbers: the kernels never
+// flush them to zero, while a host process that turned on FTZ/DAZ (torch.set_flush_denormal(True)
+// does) changes the CPU's float arithmetic on them.
+//
 // Pointers are device-accessible (device, managed or mapped host memory) and aligned to their
 // element size. An output may be the very same array as an input of the same type (each element
 // is read before it is written, by the same thread); other overlaps are not allowed. A count of

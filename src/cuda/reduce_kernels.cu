@@ -1,0 +1,159 @@
+// Element-wise reductions on device memory (kernels.h): the CPU's per-element operations
+// (element_ops.cuh) swept over the arrays by the grid-stride kernel of elementwise.cuh.
+//
+// One kernel per (element type, operation): 8 types x 4 operations (Avg runs as Sum), plus 8
+// divisions for finishAverage. Each is a template instance, so the operation is compiled in
+// rather than chosen per element.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "cuda/element_ops.cuh"
+#include "cuda/elementwise.cuh"
+#include "cuda/kernels.h"
+#include "ringcomm/errors.h"
+
+namespace ringcomm::cuda {
+namespace {
+
+using detail::ArrayRef;
+using detail::KernelName;
+using detail::kVectorBytes;
+
+// out[i] = a[i] OP b[i], a vector at a time where the arrays allow it. out may be a or b: every
+// element is loaded before the same thread stores it.
+template <typename Element, typename Op>
+struct ReduceElements {
+  using Storage = typename Element::Storage;
+  static constexpr size_t kVector = kVectorBytes / sizeof(Storage);
+
+  Storage* out;
+  const Storage* a;
+  const Storage* b;
+
+  std::array<ArrayRef, 3> arrays() const {
+    return {{{out, sizeof(Storage)}, {a, sizeof(Storage)}, {b, sizeof(Storage)}}};
+  }
+
+  __device__ void scalar(size_t i) const { out[i] = detail::combine<Element, Op>(a[i], b[i]); }
+
+  __device__ void vector(size_t i) const {
+    Storage x[kVector];
+    Storage y[kVector];
+    detail::loadVector(a + i, x);
+    detail::loadVector(b + i, y);
+#pragma unroll
+    for (size_t k = 0; k < kVector; ++k) x[k] = detail::combine<Element, Op>(x[k], y[k]);
+    detail::storeVector(out + i, x);
+  }
+};
+
+// buf[i] = buf[i] / divisor, finishAverage's division.
+template <typename Element>
+struct DivideElements {
+  using Storage = typename Element::Storage;
+  static constexpr size_t kVector = kVectorBytes / sizeof(Storage);
+
+  Storage* buf;
+  typename Element::Divisor divisor;
+
+  std::array<ArrayRef, 1> arrays() const { return {{{buf, sizeof(Storage)}}}; }
+
+  __device__ void scalar(size_t i) const { buf[i] = detail::divide<Element>(buf[i], divisor); }
+
+  __device__ void vector(size_t i) const {
+    Storage x[kVector];
+    detail::loadVector(buf + i, x);
+#pragma unroll
+    for (size_t k = 0; k < kVector; ++k) x[k] = detail::divide<Element>(x[k], divisor);
+    detail::storeVector(buf + i, x);
+  }
+};
+
+// Calls visit(Element{}) for the type's element description; false for an unknown type.
+template <typename Visit>
+bool visitElement(DataType type, Visit&& visit) {
+  switch (type) {
+    case DataType::Int8: visit(detail::Int8Element{}); return true;
+    case DataType::Uint8: visit(detail::Uint8Element{}); return true;
+    case DataType::Int32: visit(detail::Int32Element{}); return true;
+    case DataType::Int64: visit(detail::Int64Element{}); return true;
+    case DataType::Float16: visit(detail::Float16Element{}); return true;
+    case DataType::BFloat16: visit(detail::BFloat16Element{}); return true;
+    case DataType::Float32: visit(detail::Float32Element{}); return true;
+    case DataType::Float64: visit(detail::Float64Element{}); return true;
+  }
+  return false;
+}
+
+// Calls visit(Op{}) for the operation; Avg is Sum (the division is finishAverage's).
+template <typename Visit>
+bool visitOp(ReduceOp op, Visit&& visit) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: visit(detail::SumOp{}); return true;
+    case ReduceOp::Min: visit(detail::MinOp{}); return true;
+    case ReduceOp::Max: visit(detail::MaxOp{}); return true;
+    case ReduceOp::Prod: visit(detail::ProdOp{}); return true;
+  }
+  return false;
+}
+
+[[noreturn]] void throwUnknown(const char* function, DataType type, ReduceOp op) {
+  throw InvalidArgument(std::string("ringcomm::cuda::") + function +
+                        ": unknown data type or op (dtype " +
+                        std::to_string(static_cast<int>(type)) + ", op " +
+                        std::to_string(static_cast<int>(op)) + ")");
+}
+
+}  // namespace
+
+void reduce(void* out, const void* a, const void* b, size_t count, DataType type, ReduceOp op,
+            cudaStream_t stream) {
+  if (count == 0) return;
+  bool known = false;
+  visitOp(op, [&](auto operation) {
+    using Op = decltype(operation);
+    known = visitElement(type, [&](auto element) {
+      using Element = decltype(element);
+      using Storage = typename Element::Storage;
+      const KernelName kernel{"reduce", Element::kName, Op::kName};
+      detail::checkArray(kernel, "out", out, sizeof(Storage));
+      detail::checkArray(kernel, "a", a, sizeof(Storage));
+      detail::checkArray(kernel, "b", b, sizeof(Storage));
+      const ReduceElements<Element, Op> elements{static_cast<Storage*>(out),
+                                                 static_cast<const Storage*>(a),
+                                                 static_cast<const Storage*>(b)};
+      detail::launchElementwise(kernel, elements, count, stream);
+    });
+  });
+  if (!known) throwUnknown("reduce", type, op);
+}
+
+void reduceInto(void* acc, const void* src, size_t count, DataType type, ReduceOp op,
+                cudaStream_t stream) {
+  reduce(acc, acc, src, count, type, op, stream);
+}
+
+void finishAverage(void* buf, size_t count, DataType type, ReduceOp op, int divisor,
+                   cudaStream_t stream) {
+  if (op != ReduceOp::Avg) return;
+  if (divisor < 1) {
+    throw InvalidArgument("ringcomm::cuda::finishAverage: divisor must be positive, got " +
+                          std::to_string(divisor));
+  }
+  if (count == 0) return;
+  const bool known = visitElement(type, [&](auto element) {
+    using Element = decltype(element);
+    using Storage = typename Element::Storage;
+    const KernelName kernel{"finishAverage", Element::kName};
+    detail::checkArray(kernel, "buf", buf, sizeof(Storage));
+    const DivideElements<Element> elements{static_cast<Storage*>(buf),
+                                           static_cast<typename Element::Divisor>(divisor)};
+    detail::launchElementwise(kernel, elements, count, stream);
+  });
+  if (!known) throwUnknown("finishAverage", type, op);
+}
+
+}  // namespace ringcomm::cuda

@@ -1,0 +1,109 @@
+// Bad arguments are refused before anything is enqueued, with a message that names the function;
+// a failed launch becomes a ringcomm::Error that names the kernel. All on the host: the checks run
+// before any CUDA call (the pointers below are never dereferenced), so no GPU is needed.
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "check.h"
+#include "cuda/elementwise.cuh"
+#include "cuda/kernels.h"
+#include "ringcomm/errors.h"
+#include "support.h"
+
+using namespace ringcomm;
+using namespace ringcomm::cudatest;
+
+namespace {
+
+// Addresses that are never dereferenced: every call below throws before it would launch.
+void* const kAligned = reinterpret_cast<void*>(uintptr_t{0x10000});
+void* const kOddByte = reinterpret_cast<void*>(uintptr_t{0x10001});
+float* const kFloats = static_cast<float*>(kAligned);
+uint16_t* const kWire = reinterpret_cast<uint16_t*>(uintptr_t{0x20000});
+
+template <typename Expected>
+void expectThrows(const std::function<void()>& call, const std::string& fragment) {
+  try {
+    call();
+  } catch (const Expected& error) {
+    const std::string message = error.what();
+    if (message.find(fragment) == std::string::npos) {
+      fail("message \"" + message + "\" does not contain \"" + fragment + "\"");
+    }
+    return;
+  } catch (const std::exception& error) {
+    fail(std::string("threw the wrong type: ") + error.what());
+  }
+  fail("did not throw; expected a message containing \"" + fragment + "\"");
+}
+
+}  // namespace
+
+TEST(hostBadArgumentsAreRefusedBeforeLaunching) {
+  const auto sum = ReduceOp::Sum;
+  const auto f32 = DataType::Float32;
+  expectThrows<InvalidArgument>(
+      [&] { cuda::reduce(nullptr, kAligned, kAligned, 10, f32, sum, nullptr); },
+      "ringcomm::cuda::reduce: out is null");
+  expectThrows<InvalidArgument>(
+      [&] { cuda::reduce(kAligned, kOddByte, kAligned, 10, f32, sum, nullptr); },
+      "ringcomm::cuda::reduce: a is not aligned to its 4-byte elements (float32)");
+  expectThrows<InvalidArgument>(
+      [&] { cuda::reduceInto(kAligned, kAligned, 10, static_cast<DataType>(99), sum, nullptr); },
+      "ringcomm::cuda::reduce: unknown data type or op (dtype 99, op 0)");
+  expectThrows<InvalidArgument>(
+      [&] { cuda::reduce(kAligned, kAligned, kAligned, 10, f32, static_cast<ReduceOp>(42), 0); },
+      "unknown data type or op (dtype 6, op 42)");
+  expectThrows<InvalidArgument>(
+      [&] { cuda::finishAverage(kAligned, 10, f32, ReduceOp::Avg, 0, nullptr); },
+      "ringcomm::cuda::finishAverage: divisor must be positive, got 0");
+  expectThrows<InvalidArgument>(
+      [&] { cuda::finishAverage(kOddByte, 10, DataType::Int64, ReduceOp::Avg, 2, nullptr); },
+      "ringcomm::cuda::finishAverage: buf is not aligned to its 8-byte elements (int64)");
+  expectThrows<InvalidArgument>(
+      [&] { cuda::encode(kFloats, kWire, 10, Compression::None, 1.0, nullptr); },
+      "ringcomm::cuda::encode: needs compression float16 or bfloat16, got none");
+  expectThrows<InvalidArgument>(
+      [&] {
+        cuda::decodeAccumulateEncode(kWire, kFloats, nullptr, 10, Compression::BFloat16, nullptr);
+      },
+      "ringcomm::cuda::decodeAccumulateEncode: wire is null");
+  expectThrows<InvalidArgument>(
+      [&] {
+        cuda::roundToWire(kFloats, reinterpret_cast<uint16_t*>(kOddByte), 10, Compression::Float16,
+                          nullptr);
+      },
+      "ringcomm::cuda::roundToWire: wire is not aligned to its 2-byte elements (float16)");
+}
+
+// A count of zero reads no pointer and enqueues nothing; other ops' finishAverage is a no-op.
+TEST(hostNothingToDoIsNotAnError) {
+  cuda::reduce(nullptr, nullptr, nullptr, 0, DataType::Float16, ReduceOp::Max, nullptr);
+  cuda::reduceInto(nullptr, nullptr, 0, static_cast<DataType>(99), ReduceOp::Sum, nullptr);
+  cuda::finishAverage(nullptr, 100, DataType::Float32, ReduceOp::Sum, 0, nullptr);
+  cuda::finishAverage(nullptr, 0, DataType::Float32, ReduceOp::Avg, 4, nullptr);
+  cuda::encode(nullptr, nullptr, 0, Compression::Float16, 0.5, nullptr);
+  cuda::decode(nullptr, nullptr, 0, Compression::BFloat16, 2.0, nullptr);
+  cuda::decodeAccumulate(nullptr, nullptr, 0, Compression::Float16, nullptr);
+  cuda::decodeAccumulateEncode(nullptr, nullptr, nullptr, 0, Compression::Float16, nullptr);
+  cuda::roundToWire(nullptr, nullptr, 0, Compression::BFloat16, nullptr);
+}
+
+// A failed launch: an Error naming the kernel and the CUDA error.
+TEST(hostLaunchFailuresNameTheKernel) {
+  expectThrows<Error>(
+      [] {
+        cuda::detail::checkLaunch(cuda::detail::KernelName{"reduce", "float16", "sum"},
+                                  cudaErrorInvalidConfiguration);
+      },
+      "ringcomm::cuda: launching kernel reduce<float16, sum> failed: "
+      "cudaErrorInvalidConfiguration");
+  expectThrows<Error>(
+      [] {
+        cuda::detail::checkLaunch(cuda::detail::KernelName{"encode", "bfloat16"},
+                                  cudaErrorLaunchOutOfResources);
+      },
+      "launching kernel encode<bfloat16> failed: cudaErrorLaunchOutOfResources");
+  cuda::detail::checkLaunch(cuda::detail::KernelName{"decode", "float16"}, cudaSuccess);
+}
