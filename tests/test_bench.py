@@ -409,11 +409,11 @@ def test_other_collectives_on_three_ranks(collective, tmp_path):
             "1",
             "--check",
             "--compare",
-            "gloo,mpi",
+            "gloo,mpi,torch-ringcomm",
         ],
         tmp_path,
     )
-    assert_all_right(document, ["ringcomm", "gloo", "mpi"], 3)
+    assert_all_right(document, ["ringcomm", "gloo", "mpi", "torch-ringcomm"], 3)
 
 
 @needs_peers

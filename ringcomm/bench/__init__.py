@@ -16,7 +16,8 @@ Modules, one purpose each:
     timing.py           warmup, adaptive iteration count, timed trials
     plan.py             what every implementation runs (written to a file the workers read)
     worker.py           the per-size procedure shared by all implementations
-    ringcomm_worker.py  a ringcomm rank;  peers/gloo_worker.py, peers/mpi_worker.py: the peers
+    ringcomm_worker.py  a ringcomm rank;  peers/torch_worker.py (gloo, or ringcomm through
+                        torch.distributed), peers/mpi_worker.py: the peers
     launchers.py        starting the ranks of each implementation, with deadlines
     memory_bandwidth.py B_mem: concurrent in-place updates
     machine.py          CPU model, cores, memory, versions, the command line

@@ -23,8 +23,9 @@ from typing import Optional
 from ringcomm.bench.plan import Plan
 from ringcomm.launch import spawn
 
-IMPLEMENTATIONS = ("ringcomm", "gloo", "mpi")
-PEERS = ("gloo", "mpi")
+IMPLEMENTATIONS = ("ringcomm", "gloo", "mpi", "torch-ringcomm")
+# torch-ringcomm: ringcomm again, through torch.distributed (what the backend adds to the core).
+PEERS = ("gloo", "mpi", "torch-ringcomm")
 
 _KILL_SLACK = 30.0  # seconds past the plan's deadline before the parent kills a run
 _GRACE = 10.0  # after one rank fails, how long the others get to report it themselves
@@ -115,10 +116,12 @@ def _wait_all(children: list, deadline: float) -> object:
     return next((c.returncode for c in children if c.returncode != 0), status)
 
 
-def run_gloo(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome:
+def run_torch(
+    name: str, backend: str, plan: Plan, nranks: int, plan_path: Path, workdir: Path
+) -> Outcome:
     if importlib.util.find_spec("torch") is None:
-        return Outcome("gloo", note="gloo skipped: torch is not installed (pip install torch)")
-    report = workdir / "gloo.json"
+        return Outcome(name, note=f"{name} skipped: torch is not installed (pip install torch)")
+    report = workdir / f"{name}.json"
     base = dict(
         _clean_environment(),
         MASTER_ADDR="127.0.0.1",
@@ -130,13 +133,22 @@ def run_gloo(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome
     # resolves to (which in containers may be an address that is not ours).
     if "GLOO_SOCKET_IFNAME" not in base and "lo" in (n for _, n in socket.if_nameindex()):
         base["GLOO_SOCKET_IFNAME"] = "lo"
-    command = _worker_command("ringcomm.bench.peers.gloo_worker", plan_path, report)
+    command = _worker_command("ringcomm.bench.peers.torch_worker", plan_path, report)
+    command[3:3] = ["--backend", backend]
     children = [
         subprocess.Popen(command, env=dict(base, RANK=str(r), LOCAL_RANK=str(r)))
         for r in range(nranks)
     ]
     status = _wait_all(children, time.monotonic() + plan.timeout + _KILL_SLACK)
-    return _collect("gloo", report, status)
+    return _collect(name, report, status)
+
+
+def run_gloo(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome:
+    return run_torch("gloo", "gloo", plan, nranks, plan_path, workdir)
+
+
+def run_torch_ringcomm(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome:
+    return run_torch("torch-ringcomm", "ringcomm", plan, nranks, plan_path, workdir)
 
 
 def find_mpirun() -> Optional[str]:
@@ -175,4 +187,9 @@ def run_mpi(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome:
     return _collect("mpi", report, status)
 
 
-RUNNERS = {"ringcomm": run_ringcomm, "gloo": run_gloo, "mpi": run_mpi}
+RUNNERS = {
+    "ringcomm": run_ringcomm,
+    "gloo": run_gloo,
+    "mpi": run_mpi,
+    "torch-ringcomm": run_torch_ringcomm,
+}

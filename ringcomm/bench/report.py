@@ -43,6 +43,11 @@ def _peer_label(implementation: str, machine: dict) -> str:
         return (
             f"mpi (MPICH {versions.get('mpich', '?')} through mpi4py {versions.get('mpi4py', '?')})"
         )
+    if implementation == "torch-ringcomm":
+        return (
+            f"torch-ringcomm (ringcomm {versions.get('ringcomm', '?')} through torch.distributed, "
+            f"torch {versions.get('torch', '?')})"
+        )
     return f"ringcomm {versions.get('ringcomm', '')}".strip()
 
 

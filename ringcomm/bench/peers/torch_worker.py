@@ -1,11 +1,13 @@
-"""A torch.distributed (gloo) rank of the benchmark, on CPU tensors.
+"""A torch.distributed rank of the benchmark, on CPU tensors: backend gloo, or ringcomm's own
+backend (peer "torch-ringcomm", which measures what going through torch.distributed costs).
 
     MASTER_ADDR=127.0.0.1 MASTER_PORT=... RANK=r WORLD_SIZE=p \
-        python -m ringcomm.bench.peers.gloo_worker --plan P --out R
+        python -m ringcomm.bench.peers.torch_worker --backend gloo --plan P --out R
 """
 
 from __future__ import annotations
 
+import argparse
 from datetime import timedelta
 from typing import Optional
 
@@ -28,10 +30,9 @@ _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_t
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
-class GlooGroup:
-    name = "gloo"
-
-    def __init__(self):
+class TorchGroup:
+    def __init__(self, name: str):
+        self.name = name
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
 
     def barrier(self) -> None:
@@ -59,7 +60,7 @@ class GlooGroup:
         dist.broadcast(x, src=root)
 
     def unsupported(self, collective: str, dtype: str, op: str) -> Optional[str]:
-        if op == "avg" and dtype.startswith(("int", "uint")):
+        if self.name == "gloo" and op == "avg" and dtype.startswith(("int", "uint")):
             return f"gloo has no avg for {dtype}"
         return None
 
@@ -68,13 +69,17 @@ class GlooGroup:
 
 
 def main(argv=None) -> int:
-    plan, out = start(argv, __doc__)
-    # Gloo reduces on its own threads; torch's intra-op threads only fill and check buffers,
-    # and p ranks sharing the cores should not each start one per core.
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--backend", choices=("gloo", "ringcomm"), default="gloo")
+    chosen, rest = parser.parse_known_args(argv)
+    plan, out = start(rest, __doc__)
+    # The backends reduce on their own threads; torch's intra-op threads only fill and check
+    # buffers, and p ranks sharing the cores should not each start one per core.
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", timeout=timedelta(seconds=plan.op_timeout))
+    dist.init_process_group(chosen.backend, timeout=timedelta(seconds=plan.op_timeout))
+    name = "gloo" if chosen.backend == "gloo" else "torch-ringcomm"
     try:
-        report = run_plan(plan, GlooGroup())
+        report = run_plan(plan, TorchGroup(name))
     finally:
         dist.destroy_process_group()
     return finish(report, out)
