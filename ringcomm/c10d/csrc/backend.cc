@@ -18,19 +18,20 @@ using WorkHandle = c10::intrusive_ptr<::c10d::Work>;
 
 // Starts `launch` (which submits core work), and returns a torch Work completing when it does.
 // Errors raised while submitting (bad arguments, a closed communicator) surface at once, as torch
-// users expect from a call with wrong arguments.
+// users expect from a call with wrong arguments. `inputs` are what a profiler records of the call.
 template <typename Launch>
-WorkHandle start(int rank, std::atomic<uint64_t>& sequence, OpType type, const char* name,
-                 std::vector<at::Tensor> outputs, std::vector<at::Tensor> keepAlive, Launch launch,
+WorkHandle start(int rank, std::atomic<uint64_t>& sequence, OpType type, OpName op,
+                 const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
+                 std::vector<at::Tensor> keepAlive, Launch launch,
                  std::function<void()> finish = {}) {
   sequence.fetch_add(1);
-  auto work = c10::make_intrusive<RingcommWork>(rank, type, name, std::move(outputs),
+  auto work = c10::make_intrusive<RingcommWork>(rank, type, op, inputs, std::move(outputs),
                                                 std::move(keepAlive));
   std::vector<ringcomm::WorkPtr> parts;
   try {
     parts = launch(*work);
   } catch (...) {
-    std::rethrow_exception(toTorchError(std::current_exception(), name));
+    std::rethrow_exception(toTorchError(std::current_exception(), op.name));
   }
   RingcommWork::completeWhen(work, parts, std::move(finish));
   return work;
@@ -116,7 +117,8 @@ WorkHandle RingcommBackend::broadcast(std::vector<at::Tensor>& tensors,
   auto staging = std::make_shared<Staging>();
   at::Tensor buffer = staging->inOut(tensors[0]);
   return start(
-      rank_, sequence_, OpType::BROADCAST, "broadcast", tensors, {buffer},
+      rank_, sequence_, OpType::BROADCAST, {"broadcast", "ringcomm:broadcast"}, tensors, tensors,
+      {buffer},
       [&](RingcommWork&) {
         auto o = common<ringcomm::BroadcastOptions>(opts.timeout, opts.asyncOp);
         Buffer b = movable(buffer);
@@ -138,7 +140,8 @@ WorkHandle RingcommBackend::allreduce(std::vector<at::Tensor>& tensors,
   auto staging = std::make_shared<Staging>();
   at::Tensor buffer = staging->inOut(tensors[0]);
   return start(
-      rank_, sequence_, OpType::ALLREDUCE, "all_reduce", tensors, {buffer},
+      rank_, sequence_, OpType::ALLREDUCE, {"all_reduce", "ringcomm:all_reduce"}, tensors, tensors,
+      {buffer},
       [&](RingcommWork&) {
         auto o = common<ringcomm::AllreduceOptions>(opts.timeout, opts.asyncOp);
         Buffer b = reducible(buffer, reduction);
@@ -155,7 +158,8 @@ WorkHandle RingcommBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors
                                                 const ::c10d::AllreduceCoalescedOptions& opts) {
   requireCpuDense(tensors, "all_reduce_coalesced", "tensors");
   if (tensors.empty()) {
-    return start(rank_, sequence_, OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", {}, {},
+    return start(rank_, sequence_, OpType::ALLREDUCE_COALESCED,
+                 {"all_reduce_coalesced", "ringcomm:all_reduce"}, tensors, {}, {},
                  [](RingcommWork&) { return std::vector<ringcomm::WorkPtr>{}; });
   }
   requireSameDtype(tensors, "all_reduce_coalesced");
@@ -163,7 +167,8 @@ WorkHandle RingcommBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors
   // One all-reduce over the tensors end to end (like gloo): one round of latency for all of them.
   at::Tensor flat = flatten(tensors);
   return start(
-      rank_, sequence_, OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors, {flat},
+      rank_, sequence_, OpType::ALLREDUCE_COALESCED,
+      {"all_reduce_coalesced", "ringcomm:all_reduce"}, tensors, tensors, {flat},
       [&](RingcommWork&) {
         auto o = common<ringcomm::AllreduceOptions>(opts.timeout, opts.asyncOp);
         Buffer b = reducible(flat, reduction);
@@ -185,7 +190,7 @@ WorkHandle RingcommBackend::reduce(std::vector<at::Tensor>& tensors,
   auto staging = std::make_shared<Staging>();
   at::Tensor buffer = staging->inOut(tensors[0]);
   return start(
-      rank_, sequence_, OpType::REDUCE, "reduce", tensors, {buffer},
+      rank_, sequence_, OpType::REDUCE, {"reduce", "ringcomm:reduce"}, tensors, tensors, {buffer},
       [&](RingcommWork&) {
         auto o = common<ringcomm::ReduceOptions>(opts.timeout, opts.asyncOp);
         Buffer b = reducible(buffer, reduction);
@@ -214,7 +219,8 @@ WorkHandle RingcommBackend::allgather(std::vector<std::vector<at::Tensor>>& outp
   at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
   std::vector<at::Tensor> targets = outputs[0];
   return start(
-      rank_, sequence_, OpType::ALLGATHER, "all_gather", targets, {input, flat},
+      rank_, sequence_, OpType::ALLGATHER, {"all_gather", "ringcomm:all_gather"}, inputs, targets,
+      {input, flat},
       [&](RingcommWork&) {
         auto o = common<ringcomm::AllgatherOptions>(opts.timeout, opts.asyncOp);
         Buffer in = movable(input);
@@ -241,7 +247,8 @@ WorkHandle RingcommBackend::_allgather_base(at::Tensor& output, at::Tensor& inpu
   auto staging = std::make_shared<Staging>();
   at::Tensor out = staging->inOut(output);
   return start(
-      rank_, sequence_, OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {output}, {in, out},
+      rank_, sequence_, OpType::_ALLGATHER_BASE,
+      {"all_gather_into_tensor", "ringcomm:all_gather_into_tensor"}, {input}, {output}, {in, out},
       [&](RingcommWork&) {
         auto o = common<ringcomm::AllgatherOptions>(opts.timeout, opts.asyncOp);
         Buffer b = movable(in);
@@ -262,7 +269,8 @@ WorkHandle RingcommBackend::allgather_coalesced(std::vector<std::vector<at::Tens
                     "ringcomm all_gather_coalesced: expected one output list per rank (", size_,
                     "); got ", outputLists.size());
   if (inputs.empty()) {
-    return start(rank_, sequence_, OpType::ALLGATHER_COALESCED, "all_gather_coalesced", {}, {},
+    return start(rank_, sequence_, OpType::ALLGATHER_COALESCED,
+                 {"all_gather_coalesced", "ringcomm:all_gather_coalesced"}, inputs, {}, {},
                  [](RingcommWork&) { return std::vector<ringcomm::WorkPtr>{}; });
   }
   requireSameDtype(inputs, "all_gather_coalesced");
@@ -279,7 +287,8 @@ WorkHandle RingcommBackend::allgather_coalesced(std::vector<std::vector<at::Tens
   std::vector<at::Tensor> targets;
   for (auto& list : outputLists) targets.insert(targets.end(), list.begin(), list.end());
   return start(
-      rank_, sequence_, OpType::ALLGATHER_COALESCED, "all_gather_coalesced", targets, {flatIn, flatOut},
+      rank_, sequence_, OpType::ALLGATHER_COALESCED,
+      {"all_gather_coalesced", "ringcomm:all_gather_coalesced"}, inputs, targets, {flatIn, flatOut},
       [&](RingcommWork&) {
         auto o = common<ringcomm::AllgatherOptions>(opts.timeout, opts.asyncOp);
         Buffer b = movable(flatIn);
@@ -315,7 +324,9 @@ WorkHandle RingcommBackend::allgather_into_tensor_coalesced(std::vector<at::Tens
     stagings->push_back(staging);
   }
   return start(
-      rank_, sequence_, OpType::COALESCED, "all_gather_into_tensor_coalesced", outputs, keep,
+      rank_, sequence_, OpType::COALESCED,
+      {"all_gather_into_tensor_coalesced", "ringcomm:all_gather_into_tensor_coalesced"}, inputs,
+      outputs, keep,
       [&](RingcommWork&) {
         std::vector<ringcomm::WorkPtr> parts;
         for (auto& [in, out] : pairs) {
@@ -357,7 +368,8 @@ WorkHandle RingcommBackend::gather(std::vector<std::vector<at::Tensor>>& outputs
   at::Tensor input = Staging::in(inputs[0]);
   at::Tensor flat = isRoot ? at::empty({size_ * input.numel()}, input.options()) : at::Tensor();
   return start(
-      rank_, sequence_, OpType::GATHER, "gather", targets, {input, flat},
+      rank_, sequence_, OpType::GATHER, {"gather", "ringcomm:gather"}, inputs, targets,
+      {input, flat},
       [&](RingcommWork&) {
         auto o = common<ringcomm::GatherOptions>(opts.timeout, opts.asyncOp);
         Buffer b = movable(input);
@@ -380,6 +392,7 @@ WorkHandle RingcommBackend::scatter(std::vector<at::Tensor>& outputs,
   requireCpuDense(outputs, "scatter", "output");
   const bool isRoot = rank_ == opts.rootRank;
   at::Tensor flat;
+  std::vector<at::Tensor> sources;  // the root's input list; nothing elsewhere
   if (isRoot) {
     TORCH_CHECK_VALUE(inputs.size() == 1, "ringcomm scatter: the root needs one input list; got ",
                       inputs.size());
@@ -387,6 +400,7 @@ WorkHandle RingcommBackend::scatter(std::vector<at::Tensor>& outputs,
     requireCount(inputs[0], static_cast<size_t>(size_), "scatter", "input list");
     requireSameShape(inputs[0], outputs[0], "scatter", "input");
     flat = flatten(inputs[0]);
+    sources = inputs[0];
   } else {
     TORCH_CHECK_VALUE(inputs.empty() || inputs[0].empty(), "ringcomm scatter: only the root (rank ",
                       opts.rootRank, ") takes an input list");
@@ -394,7 +408,8 @@ WorkHandle RingcommBackend::scatter(std::vector<at::Tensor>& outputs,
   auto staging = std::make_shared<Staging>();
   at::Tensor output = staging->inOut(outputs[0]);
   return start(
-      rank_, sequence_, OpType::SCATTER, "scatter", outputs, {flat, output},
+      rank_, sequence_, OpType::SCATTER, {"scatter", "ringcomm:scatter"}, sources, outputs,
+      {flat, output},
       [&](RingcommWork&) {
         auto o = common<ringcomm::ScatterOptions>(opts.timeout, opts.asyncOp);
         Buffer b = movable(output);
@@ -423,7 +438,8 @@ WorkHandle RingcommBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
   auto staging = std::make_shared<Staging>();
   at::Tensor output = staging->inOut(outputs[0]);
   return start(
-      rank_, sequence_, OpType::REDUCE_SCATTER, "reduce_scatter", outputs, {flat, output},
+      rank_, sequence_, OpType::REDUCE_SCATTER, {"reduce_scatter", "ringcomm:reduce_scatter"},
+      inputs[0], outputs, {flat, output},
       [&](RingcommWork&) {
         auto o = common<ringcomm::ReduceScatterOptions>(opts.timeout, opts.asyncOp);
         Buffer b = reducible(output, reduction);
@@ -452,7 +468,8 @@ WorkHandle RingcommBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor&
   auto staging = std::make_shared<Staging>();
   at::Tensor out = staging->inOut(output);
   return start(
-      rank_, sequence_, OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {output}, {in, out},
+      rank_, sequence_, OpType::_REDUCE_SCATTER_BASE,
+      {"reduce_scatter_tensor", "ringcomm:reduce_scatter_tensor"}, {input}, {output}, {in, out},
       [&](RingcommWork&) {
         auto o = common<ringcomm::ReduceScatterOptions>(opts.timeout, opts.asyncOp);
         Buffer b = reducible(out, reduction);
@@ -491,7 +508,9 @@ WorkHandle RingcommBackend::reduce_scatter_tensor_coalesced(
     stagings->push_back(staging);
   }
   return start(
-      rank_, sequence_, OpType::COALESCED, "reduce_scatter_tensor_coalesced", outputs, keep,
+      rank_, sequence_, OpType::COALESCED,
+      {"reduce_scatter_tensor_coalesced", "ringcomm:reduce_scatter_tensor_coalesced"}, inputs,
+      outputs, keep,
       [&](RingcommWork&) {
         std::vector<ringcomm::WorkPtr> started;
         for (auto& [in, out, reduction] : jobs) {
@@ -531,7 +550,8 @@ WorkHandle RingcommBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
   const std::vector<size_t> sendCounts = blockCounts(in, inputSplitSizes, size_, "input");
   const std::vector<size_t> recvCounts = blockCounts(out, outputSplitSizes, size_, "output");
   return start(
-      rank_, sequence_, OpType::ALLTOALL_BASE, "all_to_all_single", {output}, {in, out},
+      rank_, sequence_, OpType::ALLTOALL_BASE, {"all_to_all_single", "ringcomm:all_to_all"},
+      {input}, {output}, {in, out},
       [&](RingcommWork&) {
         Buffer i = movable(in);
         Buffer o = movable(out);
@@ -581,7 +601,8 @@ WorkHandle RingcommBackend::alltoall(std::vector<at::Tensor>& outputs,
   for (const auto& t : outputs) recvCounts.push_back(static_cast<size_t>(t.numel()) * scale);
   std::vector<at::Tensor> targets = outputs;
   return start(
-      rank_, sequence_, OpType::ALLTOALL, "all_to_all", targets, {flatIn, flatOut},
+      rank_, sequence_, OpType::ALLTOALL, {"all_to_all", "ringcomm:all_to_all"}, inputs, targets,
+      {flatIn, flatOut},
       [&](RingcommWork&) {
         auto o = common<ringcomm::AlltoallvOptions>(opts.timeout, opts.asyncOp);
         o.input = flatIn.data_ptr();
@@ -600,23 +621,35 @@ WorkHandle RingcommBackend::send(std::vector<at::Tensor>& tensors, int dstRank, 
   requireCount(tensors, 1, "send", "tensors");
   requireCpuDense(tensors, "send", "tensor");
   at::Tensor buffer = Staging::in(tensors[0]);
-  return start(rank_, sequence_, OpType::SEND, "send", {}, {buffer}, [&](RingcommWork&) {
-    ringcomm::SendOptions o;
-    o.buffer = buffer.data_ptr();
-    o.bytes = buffer.nbytes();
-    o.peer = dstRank;
-    o.tag = tag;
-    return std::vector<ringcomm::WorkPtr>{communicator_->send(o)};
-  });
+  return start(rank_, sequence_, OpType::SEND, {"send", "ringcomm:send"}, tensors, {}, {buffer},
+               [&](RingcommWork&) {
+                 ringcomm::SendOptions o;
+                 o.buffer = buffer.data_ptr();
+                 o.bytes = buffer.nbytes();
+                 o.peer = dstRank;
+                 o.tag = tag;
+                 return std::vector<ringcomm::WorkPtr>{communicator_->send(o)};
+               });
 }
 
 WorkHandle RingcommBackend::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
-  requireCount(tensors, 1, "recv", "tensors");
-  requireCpuDense(tensors, "recv", "tensor");
+  return receive(tensors, srcRank, tag, OpType::RECV, {"recv", "ringcomm:recv"});
+}
+
+WorkHandle RingcommBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  // Its own op type and profiler title, as gloo has: torch's tests count these events apart.
+  return receive(tensors, ringcomm::kAnySource, tag, OpType::RECVANYSOURCE,
+                 {"recv", "ringcomm:recvAnySource"});
+}
+
+WorkHandle RingcommBackend::receive(std::vector<at::Tensor>& tensors, int srcRank, int tag,
+                                    OpType type, OpName op) {
+  requireCount(tensors, 1, op.name, "tensors");
+  requireCpuDense(tensors, op.name, "tensor");
   auto staging = std::make_shared<Staging>();
   at::Tensor buffer = staging->inOut(tensors[0]);
   return start(
-      rank_, sequence_, OpType::RECV, "recv", tensors, {buffer},
+      rank_, sequence_, type, op, tensors, tensors, {buffer},
       [&](RingcommWork& work) {
         ringcomm::RecvOptions o;
         o.buffer = buffer.data_ptr();
@@ -629,15 +662,12 @@ WorkHandle RingcommBackend::recv(std::vector<at::Tensor>& tensors, int srcRank, 
       [staging] { staging->copyBack(); });
 }
 
-WorkHandle RingcommBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  return recv(tensors, ringcomm::kAnySource, tag);
-}
-
 WorkHandle RingcommBackend::barrier(const ::c10d::BarrierOptions& opts) {
-  return start(rank_, sequence_, OpType::BARRIER, "barrier", {}, {}, [&](RingcommWork&) {
-    auto o = common<ringcomm::BarrierOptions>(opts.timeout, opts.asyncOp);
-    return std::vector<ringcomm::WorkPtr>{communicator_->barrier(o)};
-  });
+  return start(rank_, sequence_, OpType::BARRIER, {"barrier", "ringcomm:barrier"}, {}, {}, {},
+               [&](RingcommWork&) {
+                 auto o = common<ringcomm::BarrierOptions>(opts.timeout, opts.asyncOp);
+                 return std::vector<ringcomm::WorkPtr>{communicator_->barrier(o)};
+               });
 }
 
 void RingcommBackend::setSequenceNumberForGroup() { sequence_.store(0); }

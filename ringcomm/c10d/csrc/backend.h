@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ringcomm/communicator.h"
+#include "work.h"
 
 namespace ringcomm::c10d_backend {
 
@@ -92,6 +93,9 @@ class RingcommBackend : public ::c10d::Backend {
   // Fills the fields every core options struct shares from torch's timeout and asyncOp.
   template <typename CoreOptions>
   CoreOptions common(std::chrono::milliseconds timeout, bool asyncOp) const;
+  // recv and recvAnysource: a receive from `srcRank` (or ringcomm::kAnySource).
+  c10::intrusive_ptr<::c10d::Work> receive(std::vector<at::Tensor>& tensors, int srcRank, int tag,
+                                           ::c10d::OpType type, OpName op);
 
   std::shared_ptr<Communicator> communicator_;
   std::atomic<uint64_t> sequence_{0};

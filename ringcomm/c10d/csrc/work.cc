@@ -8,10 +8,13 @@
 
 namespace ringcomm::c10d_backend {
 
-RingcommWork::RingcommWork(int rank, ::c10d::OpType type, const char* name,
-                           std::vector<at::Tensor> outputs, std::vector<at::Tensor> keepAlive)
-    : ::c10d::Work(rank, type),
-      name_(name),
+RingcommWork::RingcommWork(int rank, ::c10d::OpType type, OpName op,
+                           const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
+                           std::vector<at::Tensor> keepAlive)
+    // torch's Work starts a profiler event under this title (when a profiler is on) and ends it
+    // in finish(), on whichever thread completes the work: the event spans the whole operation.
+    : ::c10d::Work(rank, type, op.title, inputs),
+      name_(op.name),
       outputs_(std::move(outputs)),
       keepAlive_(std::move(keepAlive)),
       future_(c10::make_intrusive<c10::ivalue::Future>(

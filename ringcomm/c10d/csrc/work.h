@@ -15,12 +15,21 @@
 
 namespace ringcomm::c10d_backend {
 
+// What an operation is called: `name` in error messages (torch's Python name for it), `title` in
+// profiler traces, "ringcomm:<op>" as gloo's events are "gloo:<op>" (torch's tests and tools look
+// for that form). Both must be string literals: torch's RecordFunction keeps the pointer.
+struct OpName {
+  const char* name;
+  const char* title;
+};
+
 class RingcommWork : public ::c10d::Work {
  public:
-  // outputs: what result() and the Future hold. keepAlive: tensors the core reads or writes
-  // while it runs (staging buffers included), released at completion.
-  RingcommWork(int rank, ::c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
-               std::vector<at::Tensor> keepAlive);
+  // inputs: what the profiler records as the operation's input shapes. outputs: what result()
+  // and the Future hold. keepAlive: tensors the core reads or writes while it runs (staging
+  // buffers included), released at completion.
+  RingcommWork(int rank, ::c10d::OpType type, OpName op, const std::vector<at::Tensor>& inputs,
+               std::vector<at::Tensor> outputs, std::vector<at::Tensor> keepAlive);
 
   // Completes this work when every one of `parts` has completed, after running `finish` (the
   // copy back into the caller's tensors) if they all succeeded.
