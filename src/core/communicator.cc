@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <list>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -31,6 +32,9 @@ namespace {
 constexpr std::chrono::milliseconds kPeerReasonWait{1000};
 // How long a failing rank waits for the store to take its reason before raising anyway.
 constexpr std::chrono::milliseconds kStoreReportWait{500};
+// How long the idle engine waits for a pending send or receive before looking at its queue again:
+// a collective submitted meanwhile waits at most this long to start.
+constexpr std::chrono::milliseconds kPointToPointPollSlice{1};
 
 // Runs `work` on a thread of its own and waits at most `limit` for it. For the store calls made
 // while reporting a failure: the store may be unreachable (served by the rank that died, or across
@@ -81,7 +85,8 @@ class CommunicatorImpl : public Communicator {
     if (links_.segments && static_cast<int>(links_.localRanks.size()) == size_) {
       direct_ = std::make_unique<algorithms::DirectGroup>(*links_.segments, spins, yields);
     }
-    engine_ = std::make_unique<engine::Engine>();
+    engine_ = std::make_unique<engine::Engine>(
+        [this](bool mayBlock) { return pollPointToPoint(mayBlock); });
   }
 
   ~CommunicatorImpl() override { shutdown(); }
@@ -239,7 +244,8 @@ class CommunicatorImpl : public Communicator {
     o.validate(size_, rank_);
     return enqueuePointToPoint(o, pointToPointLabel("send", o.peer, o.tag, o.bytes),
                                [o](const algorithms::Context& ctx) {
-                                 ctx.transport.wait(ctx.transport.postSend(o.peer, o.buffer, o.bytes, MessageTag{userTag(o.tag)}), ctx.op);
+                                 return ctx.transport.postSend(o.peer, o.buffer, o.bytes,
+                                                               MessageTag{userTag(o.tag)});
                                });
   }
 
@@ -248,9 +254,10 @@ class CommunicatorImpl : public Communicator {
     return enqueuePointToPoint(
         o, pointToPointLabel("recv", o.peer, o.tag, o.bytes), [o](const algorithms::Context& ctx) {
           const MessageTag tag{userTag(o.tag)};
+          // A receive from any rank waits here, in its turn, for a sender to show itself.
           const int peer = o.peer == kAnySource ? ctx.transport.waitForAnySender(tag, ctx.op) : o.peer;
           if (o.source != nullptr) *o.source = peer;
-          ctx.transport.wait(ctx.transport.postRecv(peer, o.buffer, o.bytes, tag), ctx.op);
+          return ctx.transport.postRecv(peer, o.buffer, o.bytes, tag);
         });
   }
 
@@ -268,6 +275,12 @@ class CommunicatorImpl : public Communicator {
     }
     engine_->stop();  // lets queued work finish (each piece has a deadline)
     markClosed("communicator was shut down on rank " + std::to_string(rank_));
+    // The engine's threads are gone: sends and receives still in flight will not complete.
+    for (auto& pending : pointToPoint_) {
+      pending.work->complete(std::make_exception_ptr(CommunicatorClosed(
+          "ringcomm: " + pending.op.name() + ": the communicator was shut down before it completed")));
+    }
+    pointToPoint_.clear();
     closeStreams();
   }
 
@@ -352,10 +365,64 @@ class CommunicatorImpl : public Communicator {
                   std::move(body));
   }
 
-  template <typename Options, typename Body>
-  WorkPtr enqueuePointToPoint(const Options& options, OperationLabel label, Body body) {
+  // Sends and receives are posted in their turn and complete later, as their bytes move (during
+  // later collectives' waits, or polled by the engine between them): a receive posted before the
+  // matching send, or two ranks sending each other more than a buffer holds, must not deadlock.
+  template <typename Options, typename Post>
+  WorkPtr enqueuePointToPoint(const Options& options, OperationLabel label, Post post) {
     std::lock_guard<std::mutex> lock(submitMutex_);
-    return submit(options, label, MessageTag{}, std::move(body));
+    label.name = options.name;
+    throwIfClosed(label);
+    const std::chrono::milliseconds timeout =
+        options.timeout.count() > 0 ? options.timeout : config_.timeout;
+    return engine_->submitDeferred([this, label, timeout, post](const WorkPtr& work) {
+      throwIfClosed(label);
+      Operation op(label, rank_, timeout, config_.stallWarning);
+      algorithms::Context ctx{rank_, size_, *transport_, op, MessageTag{}, config_.segmentBytes,
+                              scratch_};
+      try {
+        transport::Transport::Request request = post(ctx);
+        pointToPoint_.push_back(PendingPointToPoint{request, std::move(op), work});
+      } catch (const PeerError& error) {
+        failWith(error);
+      }
+    });
+  }
+
+  // The engine's poller: completes the sends and receives whose bytes have all moved, fails
+  // those past their deadline, and fails them all if a peer failed.
+  engine::PollResult pollPointToPoint(bool mayBlock) {
+    engine::PollResult result;
+    if (pointToPoint_.empty()) return result;
+    std::exception_ptr failure;
+    try {
+      transport_->progress(pointToPoint_.front().op, mayBlock, kPointToPointPollSlice);
+      for (auto it = pointToPoint_.begin(); it != pointToPoint_.end();) {
+        if (transport_->isDone(it->request)) {
+          result.finished.emplace_back(it->work, nullptr);
+          it = pointToPoint_.erase(it);
+        } else if (it->op.expired()) {
+          transport_->wait(it->request, it->op);  // raises the timeout, naming the peer
+          ++it;
+        } else {
+          ++it;
+        }
+      }
+    } catch (const PeerError& error) {
+      try {
+        failWith(error);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    if (failure) {
+      for (auto& pending : pointToPoint_) result.finished.emplace_back(pending.work, failure);
+      pointToPoint_.clear();
+    }
+    result.pending = !pointToPoint_.empty();
+    return result;
   }
 
   void throwIfClosed(const OperationLabel& label) {
@@ -397,6 +464,12 @@ class CommunicatorImpl : public Communicator {
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<algorithms::DirectGroup> direct_;
   algorithms::Scratch scratch_;
+  struct PendingPointToPoint {
+    transport::Transport::Request request;
+    Operation op;
+    WorkPtr work;
+  };
+  std::list<PendingPointToPoint> pointToPoint_;  // touched only by whoever runs the engine's turn
 
   std::mutex submitMutex_;  // sequence numbers are handed out in queue order
   uint64_t sequence_ = 0;

@@ -1,42 +1,72 @@
 #include "engine/engine.h"
 
 namespace ringcomm::engine {
+namespace {
 
-Engine::Engine() {
+void completeAll(std::vector<std::pair<WorkPtr, std::exception_ptr>>& finished) {
+  for (auto& [work, error] : finished) work->complete(error);
+}
+
+}  // namespace
+
+Engine::Engine(std::function<PollResult(bool)> poller) : poller_(std::move(poller)) {
   std::lock_guard<std::mutex> lock(mutex_);
   threads_.emplace_back([this] { loop(); });
 }
 
 Engine::~Engine() { stop(); }
 
-std::exception_ptr Engine::run(Item& item) {
-  try {
-    item.task();
-  } catch (...) {
-    return std::current_exception();
+std::vector<std::pair<WorkPtr, std::exception_ptr>> Engine::runExclusive(Item* item,
+                                                                         bool mayBlock,
+                                                                         bool& pending) {
+  std::vector<std::pair<WorkPtr, std::exception_ptr>> finished;
+  if (item != nullptr) {
+    std::exception_ptr error;
+    try {
+      item->task(item->work);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    if (error || !item->deferred) finished.emplace_back(item->work, error);
   }
-  return nullptr;
+  if (poller_) {
+    PollResult poll = poller_(mayBlock);
+    pending = poll.pending;
+    for (auto& done : poll.finished) finished.push_back(std::move(done));
+  }
+  return finished;
 }
 
 void Engine::ensureRunner() {
-  if (queue_.empty() || busy_ || idleThreads_ > 0 || stopping_) return;
+  if ((queue_.empty() && !pending_) || busy_ || idleThreads_ > 0 || stopping_) return;
   threads_.emplace_back([this] { loop(); });
 }
 
 WorkPtr Engine::submit(std::function<void()> task, bool runInCaller) {
-  Item item{std::move(task), std::make_shared<Work>()};
+  return enqueue(Item{[task = std::move(task)](const WorkPtr&) { task(); },
+                      std::make_shared<Work>(), false},
+                 runInCaller);
+}
+
+WorkPtr Engine::submitDeferred(std::function<void(const WorkPtr&)> task) {
+  return enqueue(Item{std::move(task), std::make_shared<Work>(), true}, false);
+}
+
+WorkPtr Engine::enqueue(Item item, bool runInCaller) {
   WorkPtr work = item.work;
   std::unique_lock<std::mutex> lock(mutex_);
   if (runInCaller && queue_.empty() && !busy_) {
     busy_ = true;
+    bool pending = pending_;
     lock.unlock();
-    std::exception_ptr error = run(item);
+    auto finished = runExclusive(&item, false, pending);
     lock.lock();
+    pending_ = pending;
     busy_ = false;
     ensureRunner();
     wake_.notify_one();
     lock.unlock();
-    item.work->complete(error);
+    completeAll(finished);
     return work;
   }
   queue_.push_back(std::move(item));
@@ -49,21 +79,32 @@ void Engine::loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     ++idleThreads_;
-    wake_.wait(lock, [this] { return (!queue_.empty() && !busy_) || (stopping_ && queue_.empty()); });
+    wake_.wait(lock, [this] {
+      return (!busy_ && (!queue_.empty() || pending_)) || (stopping_ && queue_.empty());
+    });
     --idleThreads_;
-    if (queue_.empty()) return;  // stopping, and everything submitted has run
-    Item item = std::move(queue_.front());
-    queue_.pop_front();
+    if (queue_.empty() && (stopping_ || busy_ || !pending_)) return;  // stopping, all run
     busy_ = true;
-    lock.unlock();
-    std::exception_ptr error = run(item);
+    bool pending = pending_;
+    std::vector<std::pair<WorkPtr, std::exception_ptr>> finished;
+    if (!queue_.empty()) {
+      Item item = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      finished = runExclusive(&item, false, pending);
+    } else {
+      // Only deferred work is left: let the poller wait a moment for it.
+      lock.unlock();
+      finished = runExclusive(nullptr, true, pending);
+    }
     lock.lock();
+    pending_ = pending;
     busy_ = false;
     // The callbacks below may wait for work queued behind this one: hand the queue on first.
     ensureRunner();
     wake_.notify_one();
     lock.unlock();
-    item.work->complete(error);
+    completeAll(finished);
     lock.lock();
   }
 }

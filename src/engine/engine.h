@@ -6,6 +6,11 @@
 // of a small collective. Ordering is kept: the shortcut is taken only when nothing is queued or
 // running.
 //
+// Point-to-point messages do not run to completion in their turn: a send or receive is posted
+// and its Work completes later (a receive posted before the matching send must not hold up the
+// send queued behind it). Such "deferred" tasks complete their own Work; the engine keeps calling
+// the poller it was given, between tasks and while idle, until nothing is pending.
+//
 // Completing a Work runs its callbacks (a torch Future's `then` chain, say), and a callback may
 // submit a collective and wait for it (DDP's PowerSGD hook does). So the thread that ran a task
 // gives up the right to run the next one before it runs the callbacks, and the engine keeps a
@@ -14,40 +19,60 @@
 
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ringcomm/work.h"
 
 namespace ringcomm::engine {
 
+// What a poll of deferred work found: whether any is still pending, and what finished.
+struct PollResult {
+  bool pending = false;
+  std::vector<std::pair<WorkPtr, std::exception_ptr>> finished;
+};
+
 class Engine {
  public:
-  Engine();
+  // poller(mayBlock): progresses deferred work; with mayBlock it may wait a moment for some.
+  // It runs with the same exclusive right as a task.
+  explicit Engine(std::function<PollResult(bool mayBlock)> poller = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   WorkPtr submit(std::function<void()> task, bool runInCaller);
-  // Runs what is queued, then stops the threads. Idempotent.
+  // The task completes the Work itself, later, through the poller (unless it throws).
+  WorkPtr submitDeferred(std::function<void(const WorkPtr&)> task);
+  // Runs what is queued, then stops the threads; deferred work still pending stays pending.
   void stop();
 
  private:
   struct Item {
-    std::function<void()> task;
+    std::function<void(const WorkPtr&)> task;
     WorkPtr work;
+    bool deferred = false;
   };
   void loop();
-  static std::exception_ptr run(Item& item);
+  WorkPtr enqueue(Item item, bool runInCaller);
+  // Runs the task (or a poll when item is null) holding the exclusive right; returns what to
+  // complete once the right is handed on.
+  // `pending` is updated from the poller (written back under the lock by the caller).
+  std::vector<std::pair<WorkPtr, std::exception_ptr>> runExclusive(Item* item, bool mayBlock,
+                                                                   bool& pending);
   // Called with the lock held: starts a thread if work is queued and no thread is free to run it.
   void ensureRunner();
 
+  std::function<PollResult(bool)> poller_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Item> queue_;
-  bool busy_ = false;  // a task is running, on an engine thread or a caller's
+  bool busy_ = false;     // a task or poll is running, on an engine thread or a caller's
+  bool pending_ = false;  // the poller has deferred work outstanding
   bool stopping_ = false;
   int idleThreads_ = 0;  // engine threads waiting for work
   std::vector<std::thread> threads_;

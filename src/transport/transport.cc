@@ -199,8 +199,9 @@ void Transport::raiseTimeout(const Operation& op) const {
   raisePeerFailure<TimeoutError>(op, -1, "timed out");
 }
 
-void Transport::block(uint32_t doorbellSeen, const Operation& op) {
-  auto slice = std::min(op.remaining(), kHealthCheckInterval);
+void Transport::block(uint32_t doorbellSeen, const Operation& op,
+                      std::chrono::milliseconds longest) {
+  auto slice = std::min({op.remaining(), kHealthCheckInterval, longest});
   std::vector<pollfd> fds;
   bool sharedMemoryPending = false;
   for (int peer : active_) {
@@ -251,6 +252,14 @@ void Transport::waitUntil(Predicate done, const Operation& op) {
 void Transport::wait(const Request& request, const Operation& op) {
   if (isDone(request)) return;
   waitUntil([&] { return isDone(request); }, op);
+}
+
+void Transport::progress(const Operation& op, bool mayBlock, std::chrono::milliseconds slice) {
+  uint32_t doorbell = segments_ != nullptr ? segments_->doorbellSnapshot() : 0;
+  if (progressAll(op) || !mayBlock || active_.empty()) return;
+  block(doorbell, op, slice);
+  progressAll(op);
+  checkPeers(op);
 }
 
 void Transport::waitAll(const Operation& op) {

@@ -51,6 +51,10 @@ class Transport {
   // Waits until some peer's next incoming message carries this tag and returns that peer; the
   // message stays queued for postRecv. Peers with receives pending are not considered.
   int waitForAnySender(const MessageTag& tag, const Operation& op);
+  bool isDone(const Request& request) const;
+  // Moves what can move without waiting; with mayBlock and nothing moved, waits up to `slice`
+  // for a peer (for requests left pending between collectives). Raises a peer's failure.
+  void progress(const Operation& op, bool mayBlock, std::chrono::milliseconds slice);
 
   const char* kindOf(int peer) const;
   // Marks every stream closed so peers fail fast; pending requests are dropped. Engine thread only.
@@ -82,13 +86,13 @@ class Transport {
     size_t peekedBytes = 0;
   };
 
-  bool isDone(const Request& request) const;
   bool progressSends(int peer, Peer& state);
   bool progressRecvs(int peer, Peer& state, const Operation& op);
   bool progressAll(const Operation& op);
   template <typename Predicate>
   void waitUntil(Predicate done, const Operation& op);
-  void block(uint32_t doorbellSeen, const Operation& op);
+  void block(uint32_t doorbellSeen, const Operation& op,
+             std::chrono::milliseconds longest = std::chrono::milliseconds::max());
   bool peekHeader(int peer, Peer& state, const Operation& op);
   void blockForAnyIncoming(uint32_t doorbellSeen, const Operation& op);
   void checkPeers(const Operation& op);

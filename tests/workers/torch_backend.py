@@ -278,6 +278,22 @@ def point_to_point():
         check("recv any source/senders", seen == set(range(1, size)), str(seen))
     else:
         dist.send(torch.full((3,), float(rank)), 0, tag=7)
+    # Receives posted before the sends they wait for, and exchanges larger than any buffer: the
+    # engine must not run a receive to completion before the send queued behind it starts.
+    for count in (16, 4 << 20):
+        inbox = torch.empty(count)
+        receive = dist.irecv(inbox, src=prev, tag=11)
+        send = dist.isend(torch.full((count,), float(rank)), nxt, tag=11)
+        receive.wait()
+        send.wait()
+        check(f"irecv before isend/{count}", torch.equal(inbox, torch.full((count,), float(prev))))
+        ops = [
+            dist.P2POp(dist.irecv, inbox, prev),
+            dist.P2POp(dist.isend, torch.full((count,), rank + 0.5), nxt),
+        ]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        check(f"batch recv first/{count}", torch.equal(inbox, torch.full((count,), prev + 0.5)))
     if rank == 0:
         work = dist.irecv(torch.empty(2), src=size - 1, tag=3)
         work.wait()
