@@ -338,6 +338,16 @@ def subgroups():
         check("subgroup/odd", z.item() == len([r for r in range(size) if r % 2 == 1]))
 
 
+def mixed_backends():
+    """One group, a backend per device: CPU tensors go to ringcomm. (The CPU torch wheel has no
+    NCCL, so gloo stands in for the CUDA side.)"""
+    group = dist.new_group(list(range(size)), backend="cpu:ringcomm,cuda:gloo")
+    x = torch.full((3,), float(rank))
+    dist.all_reduce(x, group=group)
+    check("mixed/all_reduce", torch.equal(x, torch.full((3,), float(sum(range(size))))))
+    check("mixed/backend", "ringcomm" in str(dist.get_backend(group)), str(dist.get_backend(group)))
+
+
 def barrier():
     for _ in range(3):
         dist.barrier()
@@ -367,6 +377,7 @@ for body in (
     point_to_point,
     objects,
     subgroups,
+    mixed_backends,
     barrier,
     identical_bits,
 ):
