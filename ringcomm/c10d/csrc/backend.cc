@@ -109,6 +109,40 @@ CoreOptions RingcommBackend::common(std::chrono::milliseconds timeout, bool asyn
   return options;
 }
 
+ringcomm::WorkPtr RingcommBackend::startAllreduce(const at::Tensor& buffer,
+                                                  const Reduction& reduction,
+                                                  ringcomm::AllreduceOptions o) {
+  Buffer b = reducible(buffer, reduction);
+  o.input = o.output = b.data;
+  o.count = b.count;
+  o.type = b.type;
+  o.op = reduction.op;
+  return communicator_->allreduce(o);
+}
+
+ringcomm::WorkPtr RingcommBackend::startAllgather(const at::Tensor& input, void* output,
+                                                  ringcomm::AllgatherOptions o) {
+  Buffer b = movable(input);
+  o.input = b.data;
+  o.output = output;
+  o.count = b.count;
+  o.type = b.type;
+  return communicator_->allgather(o);
+}
+
+ringcomm::WorkPtr RingcommBackend::startReduceScatter(const at::Tensor& input,
+                                                      const at::Tensor& output,
+                                                      const Reduction& reduction,
+                                                      ringcomm::ReduceScatterOptions o) {
+  Buffer b = reducible(output, reduction);
+  o.input = input.data_ptr();
+  o.output = b.data;
+  o.count = b.count;
+  o.type = b.type;
+  o.op = reduction.op;
+  return communicator_->reduceScatter(o);
+}
+
 WorkHandle RingcommBackend::broadcast(std::vector<at::Tensor>& tensors,
                                       const ::c10d::BroadcastOptions& opts) {
   requireCount(tensors, 1, "broadcast", "tensors");
@@ -143,13 +177,8 @@ WorkHandle RingcommBackend::allreduce(std::vector<at::Tensor>& tensors,
       rank_, sequence_, OpType::ALLREDUCE, {"all_reduce", "ringcomm:all_reduce"}, tensors, tensors,
       {buffer},
       [&](RingcommWork&) {
-        auto o = common<ringcomm::AllreduceOptions>(opts.timeout, opts.asyncOp);
-        Buffer b = reducible(buffer, reduction);
-        o.input = o.output = b.data;
-        o.count = b.count;
-        o.type = b.type;
-        o.op = reduction.op;
-        return std::vector<ringcomm::WorkPtr>{communicator_->allreduce(o)};
+        return std::vector<ringcomm::WorkPtr>{
+            startAllreduce(buffer, reduction, common<ringcomm::AllreduceOptions>(opts.timeout, opts.asyncOp))};
       },
       [staging] { staging->copyBack(); });
 }
@@ -170,13 +199,8 @@ WorkHandle RingcommBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors
       rank_, sequence_, OpType::ALLREDUCE_COALESCED,
       {"all_reduce_coalesced", "ringcomm:all_reduce"}, tensors, tensors, {flat},
       [&](RingcommWork&) {
-        auto o = common<ringcomm::AllreduceOptions>(opts.timeout, opts.asyncOp);
-        Buffer b = reducible(flat, reduction);
-        o.input = o.output = b.data;
-        o.count = b.count;
-        o.type = b.type;
-        o.op = reduction.op;
-        return std::vector<ringcomm::WorkPtr>{communicator_->allreduce(o)};
+        return std::vector<ringcomm::WorkPtr>{
+            startAllreduce(flat, reduction, common<ringcomm::AllreduceOptions>(opts.timeout, opts.asyncOp))};
       },
       [flat, tensors] { unflatten(flat, tensors); });
 }
@@ -222,13 +246,8 @@ WorkHandle RingcommBackend::allgather(std::vector<std::vector<at::Tensor>>& outp
       rank_, sequence_, OpType::ALLGATHER, {"all_gather", "ringcomm:all_gather"}, inputs, targets,
       {input, flat},
       [&](RingcommWork&) {
-        auto o = common<ringcomm::AllgatherOptions>(opts.timeout, opts.asyncOp);
-        Buffer in = movable(input);
-        o.input = in.data;
-        o.output = flat.data_ptr();
-        o.count = in.count;
-        o.type = in.type;
-        return std::vector<ringcomm::WorkPtr>{communicator_->allgather(o)};
+        return std::vector<ringcomm::WorkPtr>{startAllgather(
+            input, flat.data_ptr(), common<ringcomm::AllgatherOptions>(opts.timeout, opts.asyncOp))};
       },
       [flat, targets] { unflatten(flat, targets); });
 }
@@ -250,13 +269,8 @@ WorkHandle RingcommBackend::_allgather_base(at::Tensor& output, at::Tensor& inpu
       rank_, sequence_, OpType::_ALLGATHER_BASE,
       {"all_gather_into_tensor", "ringcomm:all_gather_into_tensor"}, {input}, {output}, {in, out},
       [&](RingcommWork&) {
-        auto o = common<ringcomm::AllgatherOptions>(opts.timeout, opts.asyncOp);
-        Buffer b = movable(in);
-        o.input = b.data;
-        o.output = out.data_ptr();
-        o.count = b.count;
-        o.type = b.type;
-        return std::vector<ringcomm::WorkPtr>{communicator_->allgather(o)};
+        return std::vector<ringcomm::WorkPtr>{startAllgather(
+            in, out.data_ptr(), common<ringcomm::AllgatherOptions>(opts.timeout, opts.asyncOp))};
       },
       [staging] { staging->copyBack(); });
 }
@@ -290,13 +304,8 @@ WorkHandle RingcommBackend::allgather_coalesced(std::vector<std::vector<at::Tens
       rank_, sequence_, OpType::ALLGATHER_COALESCED,
       {"all_gather_coalesced", "ringcomm:all_gather_coalesced"}, inputs, targets, {flatIn, flatOut},
       [&](RingcommWork&) {
-        auto o = common<ringcomm::AllgatherOptions>(opts.timeout, opts.asyncOp);
-        Buffer b = movable(flatIn);
-        o.input = b.data;
-        o.output = flatOut.data_ptr();
-        o.count = b.count;
-        o.type = b.type;
-        return std::vector<ringcomm::WorkPtr>{communicator_->allgather(o)};
+        return std::vector<ringcomm::WorkPtr>{startAllgather(
+            flatIn, flatOut.data_ptr(), common<ringcomm::AllgatherOptions>(opts.timeout, opts.asyncOp))};
       },
       [flatOut, targets] { unflatten(flatOut, targets); });
 }
@@ -330,14 +339,9 @@ WorkHandle RingcommBackend::allgather_into_tensor_coalesced(std::vector<at::Tens
       [&](RingcommWork&) {
         std::vector<ringcomm::WorkPtr> parts;
         for (auto& [in, out] : pairs) {
-          auto o = common<ringcomm::AllgatherOptions>(opts.timeout, opts.asyncOp);
-          Buffer b = movable(in);
-          o.input = b.data;
-          o.output = out.data_ptr();
-          o.count = b.count;
-          o.type = b.type;
-          o.runInCaller = false;  // several parts: queue them all, then wait
-          parts.push_back(communicator_->allgather(o));
+          // Several parts: queue them all (no running in the caller), then wait.
+          parts.push_back(startAllgather(
+              in, out.data_ptr(), common<ringcomm::AllgatherOptions>(opts.timeout, true)));
         }
         return parts;
       },
@@ -441,14 +445,9 @@ WorkHandle RingcommBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
       rank_, sequence_, OpType::REDUCE_SCATTER, {"reduce_scatter", "ringcomm:reduce_scatter"},
       inputs[0], outputs, {flat, output},
       [&](RingcommWork&) {
-        auto o = common<ringcomm::ReduceScatterOptions>(opts.timeout, opts.asyncOp);
-        Buffer b = reducible(output, reduction);
-        o.input = flat.data_ptr();
-        o.output = b.data;
-        o.count = b.count;
-        o.type = b.type;
-        o.op = reduction.op;
-        return std::vector<ringcomm::WorkPtr>{communicator_->reduceScatter(o)};
+        return std::vector<ringcomm::WorkPtr>{
+            startReduceScatter(flat, output, reduction,
+                               common<ringcomm::ReduceScatterOptions>(opts.timeout, opts.asyncOp))};
       },
       [staging] { staging->copyBack(); });
 }
@@ -471,14 +470,9 @@ WorkHandle RingcommBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor&
       rank_, sequence_, OpType::_REDUCE_SCATTER_BASE,
       {"reduce_scatter_tensor", "ringcomm:reduce_scatter_tensor"}, {input}, {output}, {in, out},
       [&](RingcommWork&) {
-        auto o = common<ringcomm::ReduceScatterOptions>(opts.timeout, opts.asyncOp);
-        Buffer b = reducible(out, reduction);
-        o.input = in.data_ptr();
-        o.output = b.data;
-        o.count = b.count;
-        o.type = b.type;
-        o.op = reduction.op;
-        return std::vector<ringcomm::WorkPtr>{communicator_->reduceScatter(o)};
+        return std::vector<ringcomm::WorkPtr>{
+            startReduceScatter(in, out, reduction,
+                               common<ringcomm::ReduceScatterOptions>(opts.timeout, opts.asyncOp))};
       },
       [staging] { staging->copyBack(); });
 }
@@ -514,14 +508,8 @@ WorkHandle RingcommBackend::reduce_scatter_tensor_coalesced(
       [&](RingcommWork&) {
         std::vector<ringcomm::WorkPtr> started;
         for (auto& [in, out, reduction] : jobs) {
-          auto o = common<ringcomm::ReduceScatterOptions>(opts.timeout, true);
-          Buffer b = reducible(out, reduction);
-          o.input = in.data_ptr();
-          o.output = b.data;
-          o.count = b.count;
-          o.type = b.type;
-          o.op = reduction.op;
-          started.push_back(communicator_->reduceScatter(o));
+          started.push_back(startReduceScatter(
+              in, out, reduction, common<ringcomm::ReduceScatterOptions>(opts.timeout, true)));
         }
         return started;
       },

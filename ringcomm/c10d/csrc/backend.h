@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ringcomm/communicator.h"
+#include "tensors.h"
 #include "work.h"
 
 namespace ringcomm::c10d_backend {
@@ -96,6 +97,16 @@ class RingcommBackend : public ::c10d::Backend {
   // recv and recvAnysource: a receive from `srcRank` (or ringcomm::kAnySource).
   c10::intrusive_ptr<::c10d::Work> receive(std::vector<at::Tensor>& tensors, int srcRank, int tag,
                                            ::c10d::OpType type, OpName op);
+
+  // The core call shared by the variants of one collective (list, flat, coalesced); `o` carries
+  // the timeout and whether to run in the caller (from common()).
+  ringcomm::WorkPtr startAllreduce(const at::Tensor& buffer, const Reduction& reduction,
+                                   ringcomm::AllreduceOptions o);
+  ringcomm::WorkPtr startAllgather(const at::Tensor& input, void* output,
+                                   ringcomm::AllgatherOptions o);
+  ringcomm::WorkPtr startReduceScatter(const at::Tensor& input, const at::Tensor& output,
+                                       const Reduction& reduction,
+                                       ringcomm::ReduceScatterOptions o);
 
   std::shared_ptr<Communicator> communicator_;
   std::atomic<uint64_t> sequence_{0};
