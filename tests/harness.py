@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ringcomm import _core
+from ringcomm._ports import free_port  # noqa: F401 (tests import it from here)
 
 WORKERS = Path(__file__).parent / "workers"
 REPO = Path(__file__).resolve().parent.parent
@@ -45,13 +45,6 @@ def mpirun() -> str:
     """The mpirun of the MPICH wheel beside this Python, else one on PATH, else ""."""
     beside = Path(sys.executable).with_name("mpirun")
     return str(beside) if beside.exists() else (shutil.which("mpirun") or "")
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now (for a store a worker serves, e.g. torch's MASTER_PORT)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def worker_env(extra: Optional[dict] = None) -> dict:

@@ -35,9 +35,10 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from ringcomm._ports import free_port
 from ringcomm.bench import machine, report
 from ringcomm.bench.cli import _at_least
-from ringcomm.bench.launchers import _KILL_SLACK, _clean_environment, _free_port, _wait_all
+from ringcomm.bench.launchers import _KILL_SLACK, _clean_environment, _wait_all
 from ringcomm.bench.table import _table, format_ratio
 
 REFERENCE = "gloo"  # the backend the others are compared with
@@ -79,7 +80,7 @@ def _environment(nranks: int) -> dict:
     env = dict(
         _clean_environment(),
         MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(_free_port()),
+        MASTER_PORT=str(free_port()),
         WORLD_SIZE=str(nranks),
         LOCAL_WORLD_SIZE=str(nranks),
         OMP_NUM_THREADS="1",  # before torch loads: no OpenMP pool per rank beyond one thread

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ringcomm._ports import free_port
 from ringcomm.bench.plan import Plan
 from ringcomm.launch import spawn
 
@@ -92,12 +93,6 @@ def run_ringcomm(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Out
     return _collect("ringcomm", report, status)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_all(children: list, deadline: float) -> object:
     """0 when every child succeeded; else the first failure's status, or "timeout"."""
     failed_at, status = None, 0
@@ -125,7 +120,7 @@ def run_torch(
     base = dict(
         _clean_environment(),
         MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(_free_port()),
+        MASTER_PORT=str(free_port()),
         WORLD_SIZE=str(nranks),
         LOCAL_WORLD_SIZE=str(nranks),
     )

@@ -22,8 +22,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from ringcomm._ports import free_port
 from ringcomm.bench import machine
-from ringcomm.bench.launchers import _clean_environment, _free_port, _wait_all
+from ringcomm.bench.launchers import _clean_environment, _wait_all
 from ringcomm.launch import spawn
 
 _RUN_TIMEOUT = 600.0
@@ -58,7 +59,7 @@ def _run(impl: str, compression: str, nranks: int, args, workdir: Path) -> dict:
         base = dict(
             env,
             MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(_free_port()),
+            MASTER_PORT=str(free_port()),
             WORLD_SIZE=str(nranks),
             GLOO_SOCKET_IFNAME="lo",
         )

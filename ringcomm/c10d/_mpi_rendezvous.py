@@ -15,6 +15,7 @@ import os
 import socket
 
 from ringcomm._environment import MPI_RANK_VARIABLES, MPI_SIZE_VARIABLES
+from ringcomm._ports import free_port
 
 
 def _launched_by_mpi() -> bool:
@@ -24,12 +25,6 @@ def _launched_by_mpi() -> bool:
 def _needs_filling() -> bool:
     wanted = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     return _launched_by_mpi() and not all(name in os.environ for name in wanted)
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
 
 
 def _fill_from_mpi() -> None:
@@ -59,7 +54,7 @@ def _fill_from_mpi() -> None:
     if world.Get_rank() == 0:
         one_host = local.Get_size() == world.Get_size()
         host = "127.0.0.1" if one_host else socket.gethostbyname(socket.gethostname())
-        address = (host, _free_port("127.0.0.1" if one_host else ""))
+        address = (host, free_port("127.0.0.1" if one_host else ""))
     host, port = world.bcast(address, root=0)
     os.environ.setdefault("RANK", str(world.Get_rank()))
     os.environ.setdefault("WORLD_SIZE", str(world.Get_size()))
