@@ -56,7 +56,7 @@ def _peers(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _at_least(kind, least):
+def at_least(kind, least):
     def parse(text: str):
         value = kind(text)
         if value < least:
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-np",
         "-n",
         dest="nranks",
-        type=_at_least(int, 1),
+        type=at_least(int, 1),
         help=f"ranks (default: one per core, {machine.cores()} here)",
     )
     parser.add_argument(
@@ -111,15 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--op", choices=OPS, help="reduction (default sum)")
     parser.add_argument(
         "--iters",
-        type=_at_least(int, 1),
+        type=at_least(int, 1),
         help="timed calls per size (default: enough for --min-time, 3..1000)",
     )
     parser.add_argument(
-        "--warmup", type=_at_least(int, 0), help="untimed calls first (default: adaptive)"
+        "--warmup", type=at_least(int, 0), help="untimed calls first (default: adaptive)"
     )
     parser.add_argument(
         "--min-time",
-        type=_at_least(float, 0.001),
+        type=at_least(float, 0.001),
         default=0.3,
         help="seconds of timed calls per size when adaptive (default 0.3)",
     )
@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", metavar="PATH", help="write all results here")
     parser.add_argument(
         "--timeout",
-        type=_at_least(float, 1.0),
+        type=at_least(float, 1.0),
         help="seconds each implementation's run may take (default: from sizes)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress messages")

@@ -37,9 +37,9 @@ from typing import Optional
 
 from ringcomm._ports import free_port
 from ringcomm.bench import machine, report
-from ringcomm.bench.cli import _at_least
-from ringcomm.bench.launchers import _KILL_SLACK, _clean_environment, _wait_all
-from ringcomm.bench.table import _table, format_ratio
+from ringcomm.bench.cli import at_least
+from ringcomm.bench.launchers import KILL_SLACK, clean_environment, wait_all
+from ringcomm.bench.table import format_ratio, markdown_table
 
 REFERENCE = "gloo"  # the backend the others are compared with
 # The issue's target: at this many ranks, a backend's DDP step at least this much faster than
@@ -78,7 +78,7 @@ def hidden_fraction(step: float, compute: float, comm: float) -> tuple[Optional[
 def _environment(nranks: int) -> dict:
     """torch.distributed's env:// rendezvous for ``nranks`` ranks on this host (as run_gloo)."""
     env = dict(
-        _clean_environment(),
+        clean_environment(),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(free_port()),
         WORLD_SIZE=str(nranks),
@@ -123,7 +123,7 @@ def run(backend: str, nranks: int, args, workdir: Path) -> dict:
         subprocess.Popen(command, env=dict(base, RANK=str(r), LOCAL_RANK=str(r)))
         for r in range(nranks)
     ]
-    status = _wait_all(children, time.monotonic() + args.timeout + _KILL_SLACK)
+    status = wait_all(children, time.monotonic() + args.timeout + KILL_SLACK)
     if status == 0:
         try:
             return json.loads(out.read_text())
@@ -275,18 +275,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch.distributed backends (gloo,ringcomm); ratios are to gloo",
     )
     parser.add_argument(
-        "--steps", type=_at_least(int, 1), default=20, help="timed steps of each phase (20)"
+        "--steps", type=at_least(int, 1), default=20, help="timed steps of each phase (20)"
     )
     parser.add_argument(
-        "--warmup", type=_at_least(int, 0), default=3, help="untimed steps of each phase (3)"
+        "--warmup", type=at_least(int, 0), default=3, help="untimed steps of each phase (3)"
     )
     parser.add_argument(
-        "--batch-size", type=_at_least(int, 1), default=64, help="samples per rank (64)"
+        "--batch-size", type=at_least(int, 1), default=64, help="samples per rank (64)"
     )
     model = parser.add_argument_group("model size: an MLP 1024 -> hidden x layers -> 10")
-    model.add_argument("--hidden", type=_at_least(int, 1), default=1024, help="width (1024)")
+    model.add_argument("--hidden", type=at_least(int, 1), default=1024, help="width (1024)")
     model.add_argument(
-        "--layers", type=_at_least(int, 1), default=4, help="hidden layers (4: 4.2M params)"
+        "--layers", type=at_least(int, 1), default=4, help="hidden layers (4: 4.2M params)"
     )
     parser.add_argument(
         "--bucket-cap-mb",
@@ -318,7 +318,7 @@ def main(argv=None) -> int:
     first = next((r for r in results if "error" not in r), None)
     for line in _header(command, info, args, first):
         out.print(line)
-    table = _table(COLUMNS)
+    table = markdown_table(COLUMNS)
     for result in results:
         table.add_row(*row_cells(result))
     report.print_table(out, table)

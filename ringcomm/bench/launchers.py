@@ -2,7 +2,7 @@
 
 Each run gets the same plan file and writes rank 0's report to its own file. No run can hang the
 benchmark: the workers exit at the plan's deadline (faulthandler, see worker.start), and the
-parent kills what is still running _KILL_SLACK seconds after it.
+parent kills what is still running KILL_SLACK seconds after it.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ IMPLEMENTATIONS = ("ringcomm", "gloo", "mpi", "torch-ringcomm")
 # torch-ringcomm: ringcomm again, through torch.distributed (what the backend adds to the core).
 PEERS = ("gloo", "mpi", "torch-ringcomm")
 
-_KILL_SLACK = 30.0  # seconds past the plan's deadline before the parent kills a run
+KILL_SLACK = 30.0  # seconds past the plan's deadline before the parent kills a run
 _GRACE = 10.0  # after one rank fails, how long the others get to report it themselves
 # Variables by which a launcher tells a process its rank: a peer's ranks must not inherit ours.
 _LAUNCHER_VARIABLES = (
@@ -65,7 +65,7 @@ class Outcome:
         return (self.report or {}).get("results", [])
 
 
-def _clean_environment() -> dict:
+def clean_environment() -> dict:
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARIABLES}
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
@@ -89,11 +89,11 @@ def _worker_command(module: str, plan_path: Path, report_path: Path) -> list[str
 def run_ringcomm(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome:
     report = workdir / "ringcomm.json"
     command = _worker_command("ringcomm.bench.ringcomm_worker", plan_path, report)
-    status = spawn(nranks, command, env=_clean_environment())
+    status = spawn(nranks, command, env=clean_environment())
     return _collect("ringcomm", report, status)
 
 
-def _wait_all(children: list, deadline: float) -> object:
+def wait_all(children: list, deadline: float) -> object:
     """0 when every child succeeded; else the first failure's status, or "timeout"."""
     failed_at, status = None, 0
     while any(c.poll() is None for c in children):
@@ -118,7 +118,7 @@ def run_torch(
         return Outcome(name, note=f"{name} skipped: torch is not installed (pip install torch)")
     report = workdir / f"{name}.json"
     base = dict(
-        _clean_environment(),
+        clean_environment(),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(free_port()),
         WORLD_SIZE=str(nranks),
@@ -134,7 +134,7 @@ def run_torch(
         subprocess.Popen(command, env=dict(base, RANK=str(r), LOCAL_RANK=str(r)))
         for r in range(nranks)
     ]
-    status = _wait_all(children, time.monotonic() + plan.timeout + _KILL_SLACK)
+    status = wait_all(children, time.monotonic() + plan.timeout + KILL_SLACK)
     return _collect(name, report, status)
 
 
@@ -172,9 +172,9 @@ def run_mpi(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome:
         *_worker_command("ringcomm.bench.peers.mpi_worker", plan_path, report),
     ]
     # Its own session, so that on timeout mpirun and the ranks it started go down together.
-    child = subprocess.Popen(command, env=_clean_environment(), start_new_session=True)
+    child = subprocess.Popen(command, env=clean_environment(), start_new_session=True)
     try:
-        status = child.wait(timeout=plan.timeout + _KILL_SLACK)
+        status = child.wait(timeout=plan.timeout + KILL_SLACK)
     except subprocess.TimeoutExpired:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()

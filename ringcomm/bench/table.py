@@ -52,7 +52,7 @@ def result_cells(row: dict) -> list[str]:
     return cells
 
 
-def _table(columns: Sequence[str]) -> Table:
+def markdown_table(columns: Sequence[str]) -> Table:
     table = Table(box=box.MARKDOWN, show_edge=True, pad_edge=True)
     for column in columns:
         table.add_column(column, justify="right", no_wrap=True)
@@ -62,7 +62,7 @@ def _table(columns: Sequence[str]) -> Table:
 def results_table(rows: Sequence[dict]) -> Table:
     """One implementation's results; ringcomm's all-reduce adds the algorithm that ran."""
     extra = ("algorithm",) if rows and "algorithm" in rows[0] else ()
-    table = _table(RESULT_COLUMNS + extra)
+    table = markdown_table(RESULT_COLUMNS + extra)
     for row in rows:
         table.add_row(*result_cells(row))
     return table
@@ -93,7 +93,7 @@ def comparison_cells(
 def comparison_table(
     rows: Iterable[dict], implementations: Sequence[str], has_limit: bool
 ) -> Table:
-    table = _table(comparison_columns(implementations, has_limit))
+    table = markdown_table(comparison_columns(implementations, has_limit))
     for row in rows:
         table.add_row(*comparison_cells(row, implementations, has_limit))
     return table

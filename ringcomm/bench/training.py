@@ -24,7 +24,7 @@ from rich.table import Table
 
 from ringcomm._ports import free_port
 from ringcomm.bench import machine
-from ringcomm.bench.launchers import _clean_environment, _wait_all
+from ringcomm.bench.launchers import clean_environment, wait_all
 from ringcomm.launch import spawn
 
 _RUN_TIMEOUT = 600.0
@@ -52,7 +52,7 @@ def _run(impl: str, compression: str, nranks: int, args, workdir: Path) -> dict:
         "--out",
         str(out),
     ]
-    env = _clean_environment()
+    env = clean_environment()
     if impl == "ringcomm":
         status = spawn(nranks, command, env=env)
     else:
@@ -67,7 +67,7 @@ def _run(impl: str, compression: str, nranks: int, args, workdir: Path) -> dict:
             subprocess.Popen(command, env=dict(base, RANK=str(r), LOCAL_RANK=str(r)))
             for r in range(nranks)
         ]
-        status = _wait_all(children, time.monotonic() + _RUN_TIMEOUT)
+        status = wait_all(children, time.monotonic() + _RUN_TIMEOUT)
     if status != 0:
         return {"error": f"exit status {status}"}
     return json.loads(out.read_text())
