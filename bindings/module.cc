@@ -6,6 +6,7 @@
 
 #include "arrays.h"
 #include "dlpack.h"
+#include "tensor_queue.h"
 #include "ringcomm/communicator.h"
 
 namespace py = pybind11;
@@ -168,7 +169,13 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("segment_bytes", &Config::segmentBytes)
       .def_readwrite("shm_slot_bytes", &Config::shmSlotBytes)
       .def_readwrite("shm_ring_bytes", &Config::shmRingBytes)
-      .def_readwrite("socket_buffer_bytes", &Config::socketBufferBytes);
+      .def_readwrite("socket_buffer_bytes", &Config::socketBufferBytes)
+      .def_property("cycle_time",
+                    [](const Config& c) { return c.cycleTime.count() / 1e6; },
+                    [](Config& c, double seconds) {
+                      c.cycleTime = std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
+                    })
+      .def_readwrite("fusion_threshold_bytes", &Config::fusionThresholdBytes);
 
   // ---- stores ------------------------------------------------------------------------------
   py::class_<Store, PythonStore, std::shared_ptr<Store>>(m, "Store")
@@ -234,6 +241,7 @@ PYBIND11_MODULE(_core, m) {
         py::gil_scoped_release release;
         return Comm::create(std::move(store), rank, size, config);
       })
+      .def("duplicate", &Comm::duplicate, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("rank", &Comm::rank)
       .def_property_readonly("size", &Comm::size)
       .def_property_readonly("local_rank", &Comm::localRank)
@@ -359,6 +367,8 @@ PYBIND11_MODULE(_core, m) {
       .def("abort", &Comm::abort, py::arg("reason") = "abort() called",
            py::call_guard<py::gil_scoped_release>())
       .def("shutdown", &Comm::shutdown, py::call_guard<py::gil_scoped_release>());
+
+  bindings::bindTensorQueue(m);
 
   m.def("view_array", [](py::handle obj, const char* name, bool writable) {
     ArrayView view = viewArray(obj, name, writable);

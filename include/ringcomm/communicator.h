@@ -28,6 +28,11 @@ class Communicator {
                                                      const Config& config);
   virtual ~Communicator() = default;
 
+  // Collective: a new communicator over the same ranks, with connections and an engine of its
+  // own, so that its collectives never interleave with this one's. Every rank calls it, in the
+  // same order relative to its other duplicate() calls.
+  virtual std::shared_ptr<Communicator> duplicate() = 0;
+
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual int localRank() const = 0;  // index among the ranks of this host

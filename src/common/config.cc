@@ -14,6 +14,12 @@ const char* variable(const char* name) {
   return (value != nullptr && value[0] != '\0') ? value : nullptr;
 }
 
+// Our name first, then the name a Horovod job would have set.
+const char* variable(const char* name, const char* horovodName) {
+  const char* value = variable(name);
+  return value != nullptr ? value : variable(horovodName);
+}
+
 double parseNumber(const char* name, const char* text) {
   try {
     size_t used = 0;
@@ -58,6 +64,14 @@ Config Config::fromEnvironment() {
   }
   if (const char* v = variable("RINGCOMM_SOCKET_BUFFER_BYTES")) {
     config.socketBufferBytes = static_cast<int>(parseNumber("RINGCOMM_SOCKET_BUFFER_BYTES", v));
+  }
+  if (const char* v = variable("RINGCOMM_CYCLE_TIME", "HOROVOD_CYCLE_TIME")) {
+    config.cycleTime = std::chrono::microseconds(
+        static_cast<int64_t>(parseNumber("RINGCOMM_CYCLE_TIME", v) * 1000.0));
+  }
+  if (const char* v = variable("RINGCOMM_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD")) {
+    config.fusionThresholdBytes =
+        static_cast<size_t>(parseNumber("RINGCOMM_FUSION_THRESHOLD", v));
   }
   if (config.segmentBytes < 4096) throw InvalidArgument("RINGCOMM_SEGMENT_BYTES must be >= 4096");
   if (config.shmSlotBytes < 4096) throw InvalidArgument("RINGCOMM_SHM_SLOT_BYTES must be >= 4096");

@@ -75,9 +75,9 @@ OperationLabel labelOf(const char* collective, size_t count, DataType type, bool
 class CommunicatorImpl : public Communicator {
  public:
   CommunicatorImpl(int rank, int size, Config config, transport::Links links,
-                   std::shared_ptr<Store> store)
+                   std::shared_ptr<Store> store, std::string listenAddress)
       : rank_(rank), size_(size), config_(std::move(config)), links_(std::move(links)),
-        store_(std::move(store)) {
+        store_(std::move(store)), listenAddress_(std::move(listenAddress)) {
     const int spins = config_.spinCount;
     const int yields = config_.yieldCount;
     transport_ = std::make_unique<transport::Transport>(rank_, std::move(links_.streams),
@@ -90,6 +90,13 @@ class CommunicatorImpl : public Communicator {
   }
 
   ~CommunicatorImpl() override { shutdown(); }
+
+  std::shared_ptr<Communicator> duplicate() override {
+    Config config = config_;
+    config.listenAddress = listenAddress_;
+    const std::string scope = "duplicate/" + std::to_string(duplicates_.fetch_add(1)) + "/";
+    return createInScope(store_, scope, rank_, size_, config);
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -461,6 +468,8 @@ class CommunicatorImpl : public Communicator {
   Config config_;
   transport::Links links_;
   std::shared_ptr<Store> store_;  // this communicator's prefix of the rendezvous store
+  std::string listenAddress_;     // where this rank listened: its duplicates listen there too
+  std::atomic<int> duplicates_{0};
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<algorithms::DirectGroup> direct_;
   algorithms::Scratch scratch_;
@@ -523,7 +532,8 @@ std::shared_ptr<Communicator> Communicator::createInScope(std::shared_ptr<Store>
       bootstrap::rendezvous(*scoped, rank, size, self, config.timeout);
   transport::Links links =
       transport::connectPeers(*scoped, rank, rendezvous, std::move(listener), config);
-  return std::make_shared<CommunicatorImpl>(rank, size, config, std::move(links), scoped);
+  return std::make_shared<CommunicatorImpl>(rank, size, config, std::move(links), scoped,
+                                            address);
 }
 
 }  // namespace ringcomm

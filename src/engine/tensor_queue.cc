@@ -1,0 +1,632 @@
+// The tensor queue's thread: each cycle it announces what this rank submitted, all-gathers every
+// rank's announcement on the queue's own communicator, asks the readiness table what is ready,
+// and runs it - consecutive compatible all-reduces fused into one buffer.
+#include "ringcomm/tensor_queue.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "engine/negotiation.h"
+#include "reduce/half.h"
+#include "ringcomm/errors.h"
+
+namespace ringcomm {
+
+const char* toString(TensorOp op) {
+  switch (op) {
+    case TensorOp::Allreduce:
+      return "allreduce";
+    case TensorOp::Allgather:
+      return "allgather";
+    case TensorOp::Broadcast:
+      return "broadcast";
+  }
+  return "?";
+}
+
+size_t TensorRequest::count() const {
+  size_t count = 1;
+  for (int64_t dim : shape) count *= static_cast<size_t>(dim);
+  return count;
+}
+
+namespace engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A cycle message up to this size travels in the cycle's one all-gather; a longer one (many
+// names at once) needs a second, sized to the longest.
+constexpr size_t kSlotBytes = 1024;
+constexpr size_t kLengthBytes = sizeof(uint64_t);
+
+template <typename T>
+void fill(void* data, size_t count, T value) {
+  std::fill_n(static_cast<T*>(data), count, value);
+}
+
+template <typename T>
+void fillIdentityOf(void* data, size_t count, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Prod:
+      return fill<T>(data, count, T(1));
+    case ReduceOp::Min:
+      return fill<T>(data, count, std::numeric_limits<T>::has_infinity
+                                      ? std::numeric_limits<T>::infinity()
+                                      : std::numeric_limits<T>::max());
+    case ReduceOp::Max:
+      return fill<T>(data, count, std::numeric_limits<T>::has_infinity
+                                      ? -std::numeric_limits<T>::infinity()
+                                      : std::numeric_limits<T>::lowest());
+    default:
+      return fill<T>(data, count, T(0));
+  }
+}
+
+// What a rank that has joined contributes to a reduction: the value that changes nothing.
+void fillIdentity(void* data, size_t count, DataType type, ReduceOp op) {
+  const float infinity = std::numeric_limits<float>::infinity();
+  const float asFloat = op == ReduceOp::Prod  ? 1.0f
+                        : op == ReduceOp::Min ? infinity
+                        : op == ReduceOp::Max ? -infinity
+                                              : 0.0f;
+  switch (type) {
+    case DataType::Int8:
+      return fillIdentityOf<int8_t>(data, count, op);
+    case DataType::Uint8:
+      return fillIdentityOf<uint8_t>(data, count, op);
+    case DataType::Int32:
+      return fillIdentityOf<int32_t>(data, count, op);
+    case DataType::Int64:
+      return fillIdentityOf<int64_t>(data, count, op);
+    case DataType::Float16:
+      return fill<uint16_t>(data, count, reduce::detail::floatToHalfBits(asFloat));
+    case DataType::BFloat16:
+      return fill<uint16_t>(data, count, reduce::detail::floatToBfloat16Bits(asFloat));
+    case DataType::Float32:
+      return fillIdentityOf<float>(data, count, op);
+    case DataType::Float64:
+      return fillIdentityOf<double>(data, count, op);
+  }
+}
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::ostringstream text;
+  for (size_t i = 0; i < ranks.size(); ++i) text << (i ? ", " : "") << ranks[i];
+  return text.str();
+}
+
+// "a, b and 3 more": names a fused collective in error messages.
+std::string namesOf(const std::vector<ReadyTensor>& ready, size_t begin, size_t end) {
+  std::string text;
+  for (size_t i = begin; i < end && i < begin + 3; ++i) {
+    text += (i > begin ? ", " : "") + ready[i].name;
+  }
+  if (end - begin > 3) text += " and " + std::to_string(end - begin - 3) + " more";
+  return text;
+}
+
+class TensorQueueImpl : public TensorQueue {
+ public:
+  explicit TensorQueueImpl(std::shared_ptr<Communicator> comm)
+      : comm_(std::move(comm)), config_(comm_->config()), table_(comm_->size()) {
+    thread_ = std::thread([this] { loop(); });
+  }
+
+  ~TensorQueueImpl() override { shutdown(); }
+
+  int rank() const override { return comm_->rank(); }
+  int size() const override { return comm_->size(); }
+
+  TensorWorkPtr submit(TensorRequest request) override {
+    std::vector<TensorRequest> one;
+    one.push_back(std::move(request));
+    return submitAll(std::move(one)).front();
+  }
+
+  std::vector<TensorWorkPtr> submitAll(std::vector<TensorRequest> requests) override {
+    for (const TensorRequest& request : requests) validate(request);
+    std::vector<TensorWorkPtr> works;
+    std::lock_guard<std::mutex> lock(mutex_);
+    throwIfClosed();
+    if (joinWork_) {
+      throw InvalidArgument("tensor queue: rank " + std::to_string(rank()) +
+                            " is in join(); it cannot submit '" + requests.front().name + "'");
+    }
+    for (const TensorRequest& request : requests) {
+      if (pending_.count(request.name) != 0 || incomingNames(request.name)) {
+        throw InvalidArgument("tensor queue: '" + request.name +
+                              "' is already in flight on rank " + std::to_string(rank()) +
+                              "; names must be unique among the requests not yet completed");
+      }
+    }
+    for (TensorRequest& request : requests) {
+      Pending pending;
+      pending.work = std::make_shared<TensorWork>();
+      pending.submitted = Clock::now();
+      pending.request = std::move(request);
+      works.push_back(pending.work);
+      incoming_.push_back(std::move(pending));
+    }
+    return works;
+  }
+
+  TensorWorkPtr join() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    throwIfClosed();
+    if (joinWork_) throw InvalidArgument("tensor queue: join() is already in progress");
+    joinWork_ = std::make_shared<TensorWork>();
+    joinAnnounced_ = false;
+    return joinWork_;
+  }
+
+  TensorQueueStats stats() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      shutdownRequested_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+    comm_->shutdown();
+  }
+
+ private:
+  struct Pending {
+    TensorRequest request;
+    TensorWorkPtr work;
+    Clock::time_point submitted;
+    bool warned = false;
+  };
+
+  void validate(const TensorRequest& request) const {
+    if (request.name.empty()) throw InvalidArgument("tensor queue: a request needs a name");
+    for (int64_t dim : request.shape) {
+      if (dim < 0) throw InvalidArgument("tensor queue: '" + request.name + "' has a negative dimension");
+    }
+    const size_t count = request.count();
+    switch (request.op) {
+      case TensorOp::Allreduce: {
+        AllreduceOptions options;
+        options.input = request.input;
+        options.output = request.output;
+        options.count = count;
+        options.type = request.type;
+        options.op = request.reduceOp;
+        options.compression = request.compression;
+        options.prescale = request.prescale;
+        options.postscale = request.postscale;
+        options.validate();
+        break;
+      }
+      case TensorOp::Allgather:
+        if (request.input == nullptr && count > 0) {
+          throw InvalidArgument("allgather '" + request.name + "': input is null");
+        }
+        break;
+      case TensorOp::Broadcast:
+        if (request.output == nullptr && count > 0) {
+          throw InvalidArgument("broadcast '" + request.name + "': buffer is null");
+        }
+        if (request.root < 0 || request.root >= size()) {
+          throw InvalidArgument("broadcast '" + request.name + "': root must be in [0, " +
+                                std::to_string(size()) + "); got " + std::to_string(request.root));
+        }
+        break;
+    }
+  }
+
+  bool incomingNames(const std::string& name) const {
+    return std::any_of(incoming_.begin(), incoming_.end(),
+                       [&](const Pending& p) { return p.request.name == name; });
+  }
+
+  void throwIfClosed() const {
+    if (closed_) std::rethrow_exception(closedError_);
+  }
+
+  // ---- the cycle --------------------------------------------------------------------------
+  void loop() {
+    auto next = Clock::now();
+    for (;;) {
+      next = std::max(next + config_.cycleTime, Clock::now());
+      std::this_thread::sleep_until(next);
+      try {
+        if (!cycle()) return;
+      } catch (...) {
+        closeWith(std::current_exception());
+        return;
+      }
+    }
+  }
+
+  // One cycle; false once the queue has closed.
+  bool cycle() {
+    const CycleMessage mine = nextMessage();
+    CycleOutcome outcome = table_.record(exchange(mine));
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++stats_.cycles;
+    }
+    run(outcome.ready);
+    if (!outcome.abort.empty()) {
+      closeWith(std::make_exception_ptr(TimeoutError(outcome.abort, FailureContext{})));
+      return false;
+    }
+    if (outcome.allJoined) finishJoin(outcome.lastJoined);
+    if (outcome.shutdownBy >= 0) {
+      closeWith(std::make_exception_ptr(CommunicatorClosed(
+          "tensor queue: closed by rank " + std::to_string(outcome.shutdownBy) +
+          " (shutdown() was called)")));
+      return false;
+    }
+    warnAboutStalls();
+    return true;
+  }
+
+  // Moves what was submitted since the last cycle into pending_ and announces it.
+  CycleMessage nextMessage() {
+    CycleMessage message;
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (Pending& pending : incoming_) {
+      message.announcements.push_back(Announcement::of(pending.request));
+      std::string name = pending.request.name;
+      pending_.emplace(std::move(name), std::move(pending));
+    }
+    incoming_.clear();
+    if (joinWork_ && !joinAnnounced_) {
+      message.join = true;
+      joinAnnounced_ = true;
+    }
+    message.shutdown = shutdownRequested_;
+    message.abort = expiredRequest();
+    return message;
+  }
+
+  // All-gathers every rank's message: one collective when they all fit a slot, else two.
+  std::vector<CycleMessage> exchange(const CycleMessage& mine) {
+    const int size = comm_->size();
+    const std::vector<uint8_t> bytes = encode(mine);
+    std::vector<uint8_t> slot(kSlotBytes, 0);
+    const uint64_t length = bytes.size();
+    std::memcpy(slot.data(), &length, kLengthBytes);
+    std::memcpy(slot.data() + kLengthBytes, bytes.data(),
+                std::min<size_t>(bytes.size(), kSlotBytes - kLengthBytes));
+    std::vector<uint8_t> slots(kSlotBytes * size);
+    allgatherBytes(slot.data(), slots.data(), kSlotBytes);
+
+    std::vector<uint64_t> lengths(size);
+    for (int r = 0; r < size; ++r) std::memcpy(&lengths[r], &slots[r * kSlotBytes], kLengthBytes);
+    const uint64_t longest = *std::max_element(lengths.begin(), lengths.end());
+    std::vector<CycleMessage> messages;
+    if (longest <= kSlotBytes - kLengthBytes) {
+      for (int r = 0; r < size; ++r) {
+        messages.push_back(decode(&slots[r * kSlotBytes + kLengthBytes], lengths[r]));
+      }
+      return messages;
+    }
+    std::vector<uint8_t> padded(longest, 0);
+    std::memcpy(padded.data(), bytes.data(), bytes.size());
+    std::vector<uint8_t> all(longest * size);
+    allgatherBytes(padded.data(), all.data(), longest);
+    for (int r = 0; r < size; ++r) messages.push_back(decode(&all[r * longest], lengths[r]));
+    return messages;
+  }
+
+  void allgatherBytes(const void* input, void* output, size_t bytes) {
+    AllgatherOptions options;
+    options.input = input;
+    options.output = output;
+    options.count = bytes;
+    options.type = DataType::Uint8;
+    options.runInCaller = true;
+    options.name = "tensor queue cycle";
+    comm_->allgather(options)->wait();
+  }
+
+  // ---- running what is ready --------------------------------------------------------------
+  void run(std::vector<ReadyTensor>& ready) {
+    size_t i = 0;
+    while (i < ready.size()) {
+      if (!ready[i].error.empty()) {
+        failLocal(ready[i].name,
+                  std::make_exception_ptr(MismatchError(ready[i].error, FailureContext{})));
+        ++i;
+        continue;
+      }
+      switch (ready[i].reference().op) {
+        case TensorOp::Allreduce: {
+          const size_t end = fusionEnd(ready, i);
+          runAllreduce(ready, i, end);
+          i = end;
+          break;
+        }
+        case TensorOp::Allgather:
+          runAllgather(ready[i++]);
+          break;
+        case TensorOp::Broadcast:
+          runBroadcast(ready[i++]);
+          break;
+      }
+    }
+  }
+
+  // The end of the run of all-reduces from `begin` that can share one collective.
+  size_t fusionEnd(const std::vector<ReadyTensor>& ready, size_t begin) const {
+    const Announcement& first = ready[begin].reference();
+    size_t bytes = first.count() * elementSize(first.type);
+    size_t end = begin + 1;
+    while (end < ready.size() && ready[end].error.empty()) {
+      const Announcement& next = ready[end].reference();
+      const size_t nextBytes = next.count() * elementSize(next.type);
+      if (next.op != TensorOp::Allreduce || next.type != first.type ||
+          next.reduceOp != first.reduceOp || next.compression != first.compression ||
+          next.prescale != first.prescale || next.postscale != first.postscale ||
+          ready[end].contributors() != ready[begin].contributors() ||
+          bytes + nextBytes > config_.fusionThresholdBytes) {
+        break;
+      }
+      bytes += nextBytes;
+      ++end;
+    }
+    return end;
+  }
+
+  void runAllreduce(const std::vector<ReadyTensor>& ready, size_t begin, size_t end) {
+    const Announcement& first = ready[begin].reference();
+    std::vector<std::optional<Pending>> locals;
+    for (size_t i = begin; i < end; ++i) locals.push_back(takeLocal(ready[i].name));
+
+    AllreduceOptions options;
+    options.type = first.type;
+    options.op = first.reduceOp;
+    options.compression = first.compression;
+    options.prescale = first.prescale;
+    options.postscale = first.postscale;
+    options.runInCaller = true;
+    options.name = namesOf(ready, begin, end);
+    const int contributors = ready[begin].contributors();
+    if (first.reduceOp == ReduceOp::Avg && contributors < comm_->size()) {
+      // The ranks that joined added nothing: divide by the ranks that did.
+      options.op = ReduceOp::Sum;
+      options.postscale = first.postscale / contributors;
+    }
+
+    const size_t elementBytes = elementSize(first.type);
+    guarded(worksOf(locals), [&] {
+      if (end - begin == 1 && locals[0]) {
+        options.input = locals[0]->request.input;
+        options.output = locals[0]->request.output;
+        options.count = first.count();
+        comm_->allreduce(options)->wait();
+        return;
+      }
+      size_t total = 0;
+      for (size_t i = begin; i < end; ++i) total += ready[i].reference().count();
+      if (fusion_.size() < total * elementBytes) fusion_.resize(total * elementBytes);
+      size_t offset = 0;
+      for (size_t i = begin; i < end; ++i) {
+        const size_t count = ready[i].reference().count();
+        uint8_t* at = fusion_.data() + offset;
+        const auto& local = locals[i - begin];
+        if (local) {
+          if (count > 0) std::memcpy(at, local->request.input, count * elementBytes);
+        } else {
+          fillIdentity(at, count, first.type, first.reduceOp);
+        }
+        offset += count * elementBytes;
+      }
+      options.input = options.output = fusion_.data();
+      options.count = total;
+      comm_->allreduce(options)->wait();
+      offset = 0;
+      for (size_t i = begin; i < end; ++i) {
+        const size_t bytes = ready[i].reference().count() * elementBytes;
+        const auto& local = locals[i - begin];
+        if (local && bytes > 0) std::memcpy(local->request.output, fusion_.data() + offset, bytes);
+        offset += bytes;
+      }
+    });
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.allreduces;
+    if (end - begin > 1) stats_.fusedTensors += end - begin;
+  }
+
+  // Ranks' first dimensions may differ: an all-to-all with uneven counts, every rank sending its
+  // rows to every rank, lands them in rank order without padding.
+  void runAllgather(const ReadyTensor& ready) {
+    std::optional<Pending> local = takeLocal(ready.name);
+    const Announcement& reference = ready.reference();
+    const int size = comm_->size();
+    size_t rowElements = 1;
+    for (size_t d = 1; d < reference.shape.size(); ++d) {
+      rowElements *= static_cast<size_t>(reference.shape[d]);
+    }
+    std::vector<int64_t> rows(size, 0);
+    for (int r = 0; r < size; ++r) {
+      if (ready.byRank[r]) rows[r] = ready.byRank[r]->shape.empty() ? 1 : ready.byRank[r]->shape[0];
+    }
+    const size_t mine = static_cast<size_t>(rows[comm_->rank()]) * rowElements;
+    AlltoallvOptions options;
+    options.type = reference.type;
+    options.runInCaller = true;
+    options.name = ready.name;
+    options.input = local ? local->request.input : nullptr;
+    options.sendCounts.assign(size, mine);
+    options.sendOffsets.assign(size, 0);
+    size_t total = 0;
+    for (int r = 0; r < size; ++r) {
+      options.recvCounts.push_back(static_cast<size_t>(rows[r]) * rowElements);
+      options.recvOffsets.push_back(total);
+      total += options.recvCounts.back();
+    }
+    std::vector<uint8_t> gathered(std::max<size_t>(total, 1) * elementSize(reference.type));
+    options.output = gathered.data();
+    guarded(worksOf(local), [&] {
+      comm_->alltoallv(options)->wait();
+      if (local) {  // before guarded() completes the Work, which lets the caller read these
+        gathered.resize(total * elementSize(reference.type));
+        local->work->rows = std::move(rows);
+        local->work->gathered = std::move(gathered);
+      }
+    });
+  }
+
+  void runBroadcast(const ReadyTensor& ready) {
+    std::optional<Pending> local = takeLocal(ready.name);
+    const Announcement& reference = ready.reference();
+    std::vector<uint8_t> scratch;  // a joined rank passes the data on and drops it
+    BroadcastOptions options;
+    options.type = reference.type;
+    options.count = reference.count();
+    options.root = reference.root;
+    options.runInCaller = true;
+    options.name = ready.name;
+    if (local) {
+      options.buffer = local->request.output;
+    } else {
+      scratch.resize(options.count * elementSize(reference.type));
+      options.buffer = scratch.data();
+    }
+    guarded(worksOf(local), [&] { comm_->broadcast(options)->wait(); });
+  }
+
+  // Runs a collective: completes these Works, or fails them and rethrows (a failed collective
+  // closes the queue). A rank that joined has no Work for the tensor.
+  template <typename Body>
+  static void guarded(const std::vector<TensorWorkPtr>& works, Body body) {
+    try {
+      body();
+    } catch (...) {
+      for (const auto& work : works) work->complete(std::current_exception());
+      throw;
+    }
+    for (const auto& work : works) work->complete(nullptr);
+  }
+
+  static std::vector<TensorWorkPtr> worksOf(const std::vector<std::optional<Pending>>& locals) {
+    std::vector<TensorWorkPtr> works;
+    for (const auto& local : locals) {
+      if (local) works.push_back(local->work);
+    }
+    return works;
+  }
+
+  static std::vector<TensorWorkPtr> worksOf(const std::optional<Pending>& local) {
+    return local ? std::vector<TensorWorkPtr>{local->work} : std::vector<TensorWorkPtr>{};
+  }
+
+  std::optional<Pending> takeLocal(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pending_.find(name);
+    if (it == pending_.end()) return std::nullopt;  // this rank had joined
+    Pending pending = std::move(it->second);
+    pending_.erase(it);
+    return pending;
+  }
+
+  void failLocal(const std::string& name, std::exception_ptr error) {
+    if (auto local = takeLocal(name)) local->work->complete(error);
+  }
+
+  void finishJoin(int lastJoined) {
+    TensorWorkPtr work;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      work.swap(joinWork_);
+    }
+    if (work) {
+      work->lastJoined = lastJoined;
+      work->complete(nullptr);
+    }
+  }
+
+  // ---- stalls, deadlines and closing ------------------------------------------------------
+  // Called with mutex_ held: the reason to abort every rank, when a request of this rank has
+  // waited longer than the timeout for ranks that never submitted it.
+  std::string expiredRequest() {
+    const auto now = Clock::now();
+    for (const auto& [name, pending] : pending_) {
+      if (now - pending.submitted < config_.timeout) continue;
+      const double seconds = std::chrono::duration<double>(now - pending.submitted).count();
+      std::ostringstream text;
+      text << "tensor queue: " << toString(pending.request.op) << " '" << name << "' on rank "
+           << rank() << " timed out after " << seconds << " s waiting for rank(s) "
+           << rankList(table_.missing(name)) << ", which never submitted it";
+      return text.str();
+    }
+    return "";
+  }
+
+  void warnAboutStalls() {
+    if (config_.stallWarning.count() == 0) return;
+    const auto now = Clock::now();
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [name, pending] : pending_) {
+      if (pending.warned || now - pending.submitted < config_.stallWarning) continue;
+      pending.warned = true;
+      const double seconds = std::chrono::duration<double>(now - pending.submitted).count();
+      std::fprintf(stderr,
+                   "ringcomm: rank %d has waited %.0f s for %s '%s': rank(s) %s have not "
+                   "submitted it (still waiting; the timeout fails it)\n",
+                   rank(), seconds, toString(pending.request.op), name.c_str(),
+                   rankList(table_.missing(name)).c_str());
+    }
+  }
+
+  // Fails everything in flight, now and later, with `error`.
+  void closeWith(std::exception_ptr error) {
+    std::vector<TensorWorkPtr> works;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!closed_) {
+        closed_ = true;
+        closedError_ = error;
+      }
+      for (auto& [name, pending] : pending_) works.push_back(pending.work);
+      for (auto& pending : incoming_) works.push_back(pending.work);
+      if (joinWork_) works.push_back(joinWork_);
+      pending_.clear();
+      incoming_.clear();
+      joinWork_.reset();
+    }
+    for (auto& work : works) work->complete(closedError_);
+  }
+
+  std::shared_ptr<Communicator> comm_;
+  const Config config_;
+  ReadinessTable table_;         // touched by the queue's thread only
+  std::vector<uint8_t> fusion_;  // the fusion buffer, grown to the largest fused run
+  std::thread thread_;
+
+  mutable std::mutex mutex_;
+  std::vector<Pending> incoming_;          // submitted, not yet announced
+  std::map<std::string, Pending> pending_;  // announced, not yet run
+  TensorWorkPtr joinWork_;
+  bool joinAnnounced_ = false;
+  bool shutdownRequested_ = false;
+  bool closed_ = false;
+  std::exception_ptr closedError_;
+  TensorQueueStats stats_;
+};
+
+}  // namespace
+}  // namespace engine
+
+std::shared_ptr<TensorQueue> TensorQueue::create(std::shared_ptr<Communicator> comm) {
+  if (!comm) throw InvalidArgument("TensorQueue::create: communicator is null");
+  return std::make_shared<engine::TensorQueueImpl>(std::move(comm));
+}
+
+}  // namespace ringcomm

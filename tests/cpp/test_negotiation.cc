@@ -1,0 +1,180 @@
+// The tensor queue's readiness table and cycle messages (src/engine/negotiation.h): no sockets,
+// every rank's table fed the same messages.
+#include <string>
+#include <vector>
+
+#include "check.h"
+#include "engine/negotiation.h"
+
+using namespace ringcomm;
+using namespace ringcomm::engine;
+
+namespace {
+
+Announcement allreduce(const std::string& name, std::vector<int64_t> shape = {4}) {
+  Announcement a;
+  a.name = name;
+  a.shape = std::move(shape);
+  return a;
+}
+
+CycleMessage announcing(std::vector<Announcement> announcements) {
+  CycleMessage message;
+  message.announcements = std::move(announcements);
+  return message;
+}
+
+std::vector<std::string> namesOf(const CycleOutcome& outcome) {
+  std::vector<std::string> names;
+  for (const auto& ready : outcome.ready) names.push_back(ready.name);
+  return names;
+}
+
+}  // namespace
+
+TEST(cycleMessageRoundTrips) {
+  CycleMessage message;
+  message.join = true;
+  message.abort = "why";
+  Announcement a = allreduce("layer.weight", {3, 5});
+  a.type = DataType::BFloat16;
+  a.reduceOp = ReduceOp::Max;
+  a.compression = Compression::Float16;
+  a.root = 2;
+  a.prescale = 0.25;
+  a.postscale = 3.0;
+  a.op = TensorOp::Broadcast;
+  message.announcements = {a, allreduce("")};
+  const std::vector<uint8_t> bytes = encode(message);
+  const CycleMessage back = decode(bytes.data(), bytes.size());
+  CHECK(back.join);
+  CHECK(!back.shutdown);
+  CHECK_EQ(back.abort, std::string("why"));
+  CHECK_EQ(back.announcements.size(), size_t(2));
+  const Announcement& b = back.announcements[0];
+  CHECK(b.op == TensorOp::Broadcast && b.type == DataType::BFloat16 && b.reduceOp == ReduceOp::Max);
+  CHECK(b.compression == Compression::Float16 && b.root == 2);
+  CHECK(b.prescale == 0.25 && b.postscale == 3.0);
+  CHECK(b.shape == std::vector<int64_t>({3, 5}));
+  CHECK_EQ(b.name, std::string("layer.weight"));
+}
+
+TEST(truncatedCycleMessageIsAnError) {
+  const std::vector<uint8_t> bytes = encode(announcing({allreduce("x")}));
+  bool threw = false;
+  try {
+    decode(bytes.data(), bytes.size() - 1);
+  } catch (const Error&) {
+    threw = true;
+  }
+  CHECK(threw);
+}
+
+TEST(nameIsReadyOnceEveryRankAnnouncedIt) {
+  ReadinessTable table(3);
+  auto outcome = table.record({announcing({allreduce("a")}), announcing({}), announcing({})});
+  CHECK(outcome.ready.empty());
+  CHECK(table.missing("a") == std::vector<int>({1, 2}));
+  outcome = table.record({announcing({}), announcing({allreduce("a")}), announcing({})});
+  CHECK(outcome.ready.empty());
+  outcome = table.record({announcing({}), announcing({}), announcing({allreduce("a")})});
+  CHECK(namesOf(outcome) == std::vector<std::string>({"a"}));
+  CHECK_EQ(outcome.ready[0].contributors(), 3);
+  CHECK(outcome.ready[0].error.empty());
+  CHECK(table.missing("a").empty());
+}
+
+TEST(readyNamesRunInTheOrderTheyWereFirstAnnounced) {
+  ReadinessTable table(2);
+  // Rank 0 announces b then a; rank 1 a then b, a cycle later: b was first seen first.
+  table.record({announcing({allreduce("b"), allreduce("a")}), announcing({})});
+  auto outcome = table.record({announcing({}), announcing({allreduce("a"), allreduce("b")})});
+  CHECK(namesOf(outcome) == std::vector<std::string>({"b", "a"}));
+}
+
+TEST(disagreeingRanksAreNamed) {
+  ReadinessTable table(2);
+  auto outcome =
+      table.record({announcing({allreduce("w", {2, 3})}), announcing({allreduce("w", {2, 4})})});
+  CHECK_EQ(outcome.ready.size(), size_t(1));
+  const std::string& error = outcome.ready[0].error;
+  CHECK(error.find("'w'") != std::string::npos);
+  CHECK(error.find("rank 0 submitted allreduce of float32 [2, 3]") != std::string::npos);
+  CHECK(error.find("rank 1 allreduce of float32 [2, 4]") != std::string::npos);
+}
+
+TEST(allgatherFirstDimensionMayDiffer) {
+  ReadinessTable table(2);
+  Announcement a = allreduce("g", {2, 3});
+  Announcement b = allreduce("g", {5, 3});
+  a.op = b.op = TensorOp::Allgather;
+  auto outcome = table.record({announcing({a}), announcing({b})});
+  CHECK(outcome.ready[0].error.empty());
+  b.shape = {5, 4};
+  outcome = table.record({announcing({a}), announcing({b})});
+  CHECK(!outcome.ready[0].error.empty());
+}
+
+TEST(broadcastRootsMustAgree) {
+  ReadinessTable table(2);
+  Announcement a = allreduce("p");
+  a.op = TensorOp::Broadcast;
+  Announcement b = a;
+  b.root = 1;
+  auto outcome = table.record({announcing({a}), announcing({b})});
+  CHECK(outcome.ready[0].error.find("from root 0") != std::string::npos);
+  CHECK(outcome.ready[0].error.find("from root 1") != std::string::npos);
+}
+
+TEST(joinedRanksCountAsReadyUntilEveryRankJoined) {
+  ReadinessTable table(3);
+  CycleMessage joining;
+  joining.join = true;
+  auto outcome = table.record({announcing({allreduce("x")}), joining, announcing({})});
+  CHECK(outcome.ready.empty());  // rank 2 has neither announced nor joined
+  CHECK(table.missing("x") == std::vector<int>({2}));
+  outcome = table.record({announcing({}), announcing({}), announcing({allreduce("x")})});
+  CHECK(namesOf(outcome) == std::vector<std::string>({"x"}));
+  CHECK_EQ(outcome.ready[0].contributors(), 2);
+  CHECK(!outcome.ready[0].byRank[1].has_value());
+  CHECK(!outcome.allJoined);
+  outcome = table.record({joining, announcing({}), joining});
+  CHECK(outcome.allJoined);
+  CHECK_EQ(outcome.lastJoined, 2);
+  // Joins reset: the next name waits for every rank again.
+  outcome = table.record({announcing({allreduce("y")}), announcing({}), announcing({})});
+  CHECK(outcome.ready.empty());
+}
+
+TEST(averageWithJoinedRanksNeedsFloat32Or64) {
+  ReadinessTable table(2);
+  CycleMessage joining;
+  joining.join = true;
+  Announcement a = allreduce("h");
+  a.reduceOp = ReduceOp::Avg;
+  a.type = DataType::Float16;
+  auto outcome = table.record({announcing({a}), joining});
+  CHECK(outcome.ready[0].error.find("float32 or float64") != std::string::npos);
+}
+
+TEST(broadcastFromAJoinedRootIsAnError) {
+  ReadinessTable table(2);
+  CycleMessage joining;
+  joining.join = true;
+  Announcement a = allreduce("p");
+  a.op = TensorOp::Broadcast;
+  a.root = 1;
+  auto outcome = table.record({announcing({a}), joining});
+  CHECK(outcome.ready[0].error.find("root 1, which has joined") != std::string::npos);
+}
+
+TEST(shutdownAndAbortNameTheLowestRank) {
+  ReadinessTable table(3);
+  CycleMessage closing;
+  closing.shutdown = true;
+  CycleMessage aborting;
+  aborting.abort = "rank 2 timed out";
+  auto outcome = table.record({announcing({}), closing, aborting});
+  CHECK_EQ(outcome.shutdownBy, 1);
+  CHECK_EQ(outcome.abort, std::string("rank 2 timed out"));
+}
