@@ -18,7 +18,26 @@ def test_horovod_style_api(size):
 
 @pytest.mark.parametrize("size", [1, 2, 3])
 def test_distributed_optimizer_matches_single_process(size):
-    outcomes = run_job(size, "optimizer.py", deadline=240)
+    # At 3 ranks, a fusion threshold small enough to split the gradients into several all-reduces.
+    env = {"RINGCOMM_FUSION_THRESHOLD": "4096"} if size == 3 else None
+    outcomes = run_job(size, "optimizer.py", env=env, deadline=240)
     assert_all_succeeded(outcomes)
     for outcome in outcomes:
         assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"])
+
+
+def test_a_name_some_rank_never_submits_is_reported_then_fails_every_rank():
+    outcomes = run_job(
+        2,
+        "horovod_stall.py",
+        env={"RINGCOMM_TIMEOUT": "4", "RINGCOMM_STALL_WARNING": "1"},
+        deadline=60,
+    )
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        other = 1 - outcome.rank
+        assert f"rank(s) {other} have not submitted it" in outcome.stderr, outcome.describe()
+        (error,) = outcome.result["errors"]
+        assert error.startswith("TimeoutError"), error
+        # Whichever rank's deadline came first names the rank that never submitted its tensor.
+        assert "which never submitted it" in error and "timed out after" in error, error

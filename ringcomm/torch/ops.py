@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 import ringcomm
-from ringcomm.torch import handles, state
+from ringcomm.torch import handles, requests, state
 from ringcomm.torch.compression import Compression, Compressor
 
 Average = ringcomm.AVG
@@ -44,48 +44,43 @@ def _host(tensor: torch.Tensor, name: str) -> torch.Tensor:
 # ---- allreduce ----------------------------------------------------------------------------
 
 
-def _start_allreduce(
+def _allreduce_request(
     tensor: torch.Tensor,
-    output: torch.Tensor,
+    output: Optional[torch.Tensor],
     op,
     compression: Compressor,
     prescale_factor: float,
     postscale_factor: float,
-    name: Optional[str] = None,
+    name: str,
 ):
-    """Starts an all-reduce of ``tensor`` into ``output``; returns (works, finish)."""
-    comm = state.comm()
-    scalable = output.dtype in _SCALABLE
-    if not scalable and (prescale_factor != 1.0 or postscale_factor != 1.0):
+    """The queue request reducing ``tensor`` into ``output`` (None: in place), and what to run
+    once it completed: (request, keepalive, finish)."""
+    target = tensor if output is None else output
+    if target.dtype not in _SCALABLE and (prescale_factor != 1.0 or postscale_factor != 1.0):
         raise ValueError(
-            f"prescale_factor/postscale_factor need a float32 or float64 tensor; got {output.dtype}"
+            f"prescale_factor/postscale_factor need a float32 or float64 tensor; got {target.dtype}"
         )
-    wire = compression.wire if output.dtype in _SCALABLE else None
+    wire = compression.wire if target.dtype in _SCALABLE else None
     if wire is not None and op not in (Sum, Average):
         wire = None  # Horovod compresses only what it can sum; min/max/product travel as they are
-    if wire is not None and output.dtype == torch.float64:
+    if wire is not None and target.dtype == torch.float64:
+        # The wire codec narrows float32; float64 is narrowed here first, as Horovod's cast does.
         narrowed = tensor.to(torch.float32)
-        work = comm.allreduce(
-            narrowed,
-            op=op,
-            async_op=True,
-            compression=wire,
-            prescale=prescale_factor,
-            postscale=postscale_factor,
-            name=name,
+        request = requests.allreduce(
+            narrowed, None, op, wire, prescale_factor, postscale_factor, name
         )
-        return [work], lambda: output.copy_(narrowed)
-    work = comm.allreduce(
-        tensor,
-        out=None if tensor is output else output,
-        op=op,
-        async_op=True,
-        compression=wire,
-        prescale=prescale_factor,
-        postscale=postscale_factor,
-        name=name,
-    )
-    return [work], lambda: output
+        return request, (narrowed,), lambda: target.copy_(narrowed)
+    request = requests.allreduce(tensor, output, op, wire, prescale_factor, postscale_factor, name)
+    return request, (tensor, output), lambda: target
+
+
+def _submit_allreduces(started: list, results) -> int:
+    """Submits [(request, keepalive, finish)] in one cycle; the handle's result is
+    ``results(finishes)``."""
+    keepalive = tuple(t for (_, kept, _) in started for t in kept)
+    works = requests.submit([request for (request, _, _) in started], keepalive)
+    finishes = [finish for (_, _, finish) in started]
+    return handles.register(works, lambda: results(finishes))
 
 
 def allreduce_async(
@@ -98,17 +93,16 @@ def allreduce_async(
     compression=Compression.none,
 ) -> int:
     tensor = _host(tensor, "tensor").detach().contiguous()
-    output = torch.empty_like(tensor)
-    works, finish = _start_allreduce(
+    started = _allreduce_request(
         tensor,
-        output,
+        torch.empty_like(tensor),
         _resolve_op(op, average),
         compression,
         prescale_factor,
         postscale_factor,
-        name,
+        requests.name_or_default(name, "allreduce"),
     )
-    return handles.register(works, finish)
+    return _submit_allreduces([started], lambda finishes: finishes[0]())
 
 
 def allreduce_async_(
@@ -123,17 +117,16 @@ def allreduce_async_(
     _host(tensor, "tensor")
     if not tensor.is_contiguous():
         raise ValueError("allreduce_: tensor must be contiguous to be reduced in place")
-    target = tensor.detach()
-    works, finish = _start_allreduce(
-        target,
-        target,
+    started = _allreduce_request(
+        tensor.detach(),
+        None,
         _resolve_op(op, average),
         compression,
         prescale_factor,
         postscale_factor,
-        name,
+        requests.name_or_default(name, "allreduce"),
     )
-    return handles.register(works, lambda: (finish(), tensor)[1])
+    return _submit_allreduces([started], lambda finishes: (finishes[0](), tensor)[1])
 
 
 def allreduce(
@@ -151,7 +144,7 @@ def allreduce(
     """
     if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
         return _AllreduceFunction.apply(
-            tensor, _resolve_op(op, average), compression, prescale_factor, postscale_factor
+            tensor, _resolve_op(op, average), compression, prescale_factor, postscale_factor, name
         )
     return handles.synchronize(
         allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, compression)
@@ -175,19 +168,26 @@ def allreduce_(
 
 class _AllreduceFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, op, compression, prescale_factor, postscale_factor):
+    def forward(ctx, tensor, op, compression, prescale_factor, postscale_factor, name):
         ctx.args = (op, compression, prescale_factor, postscale_factor)
+        ctx.name = name
         return handles.synchronize(
-            allreduce_async(tensor, None, None, op, prescale_factor, postscale_factor, compression)
+            allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor, compression)
         )
 
     @staticmethod
     def backward(ctx, grad):
         op, compression, prescale_factor, postscale_factor = ctx.args
+        name = f"{ctx.name}.grad" if ctx.name else None
         reduced = handles.synchronize(
-            allreduce_async(grad, None, None, op, prescale_factor, postscale_factor, compression)
+            allreduce_async(grad, None, name, op, prescale_factor, postscale_factor, compression)
         )
-        return reduced, None, None, None, None
+        return reduced, None, None, None, None, None
+
+
+def _grouped_names(name: Optional[str], count: int) -> list:
+    base = requests.name_or_default(name, "grouped_allreduce")
+    return [f"{base}.{i}" for i in range(count)]
 
 
 def grouped_allreduce_async(
@@ -199,17 +199,23 @@ def grouped_allreduce_async(
     postscale_factor=1.0,
     compression=Compression.none,
 ) -> int:
-    started = [
-        _start_allreduce(
-            *pair, _resolve_op(op, average), compression, prescale_factor, postscale_factor
+    """Reduces every tensor; they are announced together, so they travel fused."""
+    op = _resolve_op(op, average)
+    started = []
+    for t, tensor_name in zip(tensors, _grouped_names(name, len(tensors))):
+        t = _host(t, "tensors[i]").detach().contiguous()
+        started.append(
+            _allreduce_request(
+                t,
+                torch.empty_like(t),
+                op,
+                compression,
+                prescale_factor,
+                postscale_factor,
+                tensor_name,
+            )
         )
-        for pair in (
-            (t.detach().contiguous(), torch.empty_like(t))
-            for t in (_host(t, "tensors[i]") for t in tensors)
-        )
-    ]
-    works = [work for ws, _ in started for work in ws]
-    return handles.register(works, lambda: [finish() for _, finish in started])
+    return _submit_allreduces(started, lambda finishes: [finish() for finish in finishes])
 
 
 def grouped_allreduce_async_(
@@ -224,19 +230,16 @@ def grouped_allreduce_async_(
     for t in tensors:
         if not _host(t, "tensors[i]").is_contiguous():
             raise ValueError("grouped_allreduce_: every tensor must be contiguous")
+    op = _resolve_op(op, average)
     started = [
-        _start_allreduce(
-            t.detach(),
-            t.detach(),
-            _resolve_op(op, average),
-            compression,
-            prescale_factor,
-            postscale_factor,
+        _allreduce_request(
+            t.detach(), None, op, compression, prescale_factor, postscale_factor, tensor_name
         )
-        for t in tensors
+        for t, tensor_name in zip(tensors, _grouped_names(name, len(tensors)))
     ]
-    works = [work for ws, _ in started for work in ws]
-    return handles.register(works, lambda: ([finish() for _, finish in started], list(tensors))[1])
+    return _submit_allreduces(
+        started, lambda finishes: ([finish() for finish in finishes], list(tensors))[1]
+    )
 
 
 def grouped_allreduce(
@@ -274,46 +277,38 @@ def grouped_allreduce_(
 # ---- allgather, broadcast, alltoall, reducescatter ----------------------------------------
 
 
-def _first_dims(tensor: torch.Tensor) -> list[int]:
-    """Every rank's first dimension, in rank order."""
-    rows = tensor.shape[0] if tensor.dim() > 0 else 1
-    return state.comm().allgather(np.array([rows], np.int64)).tolist()
+def allgather_async(tensor, name=None) -> int:
+    """Starts concatenating every rank's ``tensor`` along the first dimension, which may differ
+    by rank (the ranks' first dimensions travel with the cycle's announcements)."""
+    tensor = _host(tensor, "tensor").detach().contiguous()
+    if tensor.dim() == 0:
+        tensor = tensor.reshape(1)
+    request = requests.allgather(tensor, requests.name_or_default(name, "allgather"))
+    (queued,) = requests.submit([request], (tensor,))
+    return handles.register([queued], lambda: requests.gathered_tensor(queued, tensor))
 
 
 def allgather(tensor, name=None):
     """Concatenates every rank's ``tensor`` along the first dimension, which may differ by rank."""
-    comm = state.comm()
-    tensor = _host(tensor, "tensor").detach().contiguous()
-    if tensor.dim() == 0:
-        tensor = tensor.reshape(1)
-    rows = _first_dims(tensor)
-    if len(set(rows)) == 1:
-        return comm.allgather(tensor)
-    # Different first dimensions: gather equal-size padded blocks, then drop the padding.
-    longest = max(rows)
-    padded = tensor.new_zeros((longest,) + tuple(tensor.shape[1:]))
-    padded[: tensor.shape[0]] = tensor
-    gathered = comm.allgather(padded)
-    return torch.cat([gathered[r * longest : r * longest + n] for r, n in enumerate(rows)])
+    return handles.synchronize(allgather_async(tensor, name))
 
 
-def allgather_async(tensor, name=None) -> int:
-    result = allgather(tensor, name)  # the size exchange needs a round trip first
-    return handles.register([], lambda: result)
+def _submit_broadcast(tensor, root_rank, name, result) -> int:
+    request = requests.broadcast(tensor, root_rank, requests.name_or_default(name, "broadcast"))
+    works = requests.submit([request], (tensor,))
+    return handles.register(works, lambda: result)
 
 
 def broadcast_async_(tensor, root_rank, name=None) -> int:
     _host(tensor, "tensor")
     if not tensor.is_contiguous():
         raise ValueError("broadcast_: tensor must be contiguous")
-    work = state.comm().broadcast(tensor.detach(), root=root_rank, async_op=True, name=name)
-    return handles.register([work], lambda: tensor)
+    return _submit_broadcast(tensor.detach(), root_rank, name, tensor)
 
 
 def broadcast_async(tensor, root_rank, name=None) -> int:
     copy = _host(tensor, "tensor").detach().clone().contiguous()
-    work = state.comm().broadcast(copy, root=root_rank, async_op=True, name=name)
-    return handles.register([work], lambda: copy)
+    return _submit_broadcast(copy, root_rank, name, copy)
 
 
 def broadcast(tensor, root_rank, name=None):

@@ -9,7 +9,9 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from report import report  # noqa: E402
 
+import ringcomm  # noqa: E402
 import ringcomm.torch as hvd  # noqa: E402
+from ringcomm.torch import state  # noqa: E402
 
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
@@ -157,7 +159,76 @@ def reductions():
     hvd.barrier()
 
 
+def negotiated_order():
+    # Every rank submits the same names in its own order; they pair up by name, and fuse.
+    names = [f"negotiated.{i}" for i in range(12)]
+    order = names if rank % 2 == 0 else names[::-1]
+    tensors = {n: torch.full((10 + i,), float(rank + i)) for i, n in enumerate(names)}
+    before = state.queue().stats().fused_tensors
+    started = {n: hvd.allreduce_async(tensors[n], name=n, op=hvd.Sum) for n in order}
+    for i, n in enumerate(names):
+        expected = torch.full((10 + i,), float(size * i + size * (size - 1) / 2))
+        check(f"negotiated/{n}", torch.equal(hvd.synchronize(started[n]), expected))
+    if size > 1:
+        check("negotiated/fused", state.queue().stats().fused_tensors > before)
+
+
+def mismatched_names():
+    if size == 1:
+        return
+    try:
+        hvd.allreduce(torch.zeros(3 + rank), name="mismatched")
+        check("mismatch", False, "no error")
+    except ringcomm.MismatchError as error:
+        text = str(error)
+        check("mismatch/message", "'mismatched'" in text and "rank 0" in text and "rank 1" in text)
+        check("mismatch/shapes", "[3]" in text and "[4]" in text, text)
+    after = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after.mismatch")
+    check("mismatch/queue goes on", torch.equal(after, torch.full((2,), float(size))))
+
+
+def duplicate_names():
+    handle = hvd.allreduce_async(torch.ones(3), name="twice")
+    try:
+        hvd.allreduce_async(torch.ones(3), name="twice")
+        check("duplicate name", False, "no error")
+    except ValueError as error:
+        check("duplicate name/message", "already in flight" in str(error), error)
+    hvd.synchronize(handle)
+
+
+def asynchronous_allgather():
+    handle = hvd.allgather_async(torch.full((rank + 1, 2), float(rank)), name="gather.async")
+    gathered = hvd.synchronize(handle)
+    expected = torch.cat([torch.full((r + 1, 2), float(r)) for r in range(size)])
+    check("allgather_async", torch.equal(gathered, expected), gathered)
+
+
+def general_join():
+    # Rank 0 goes on alone; the others have joined and contribute nothing.
+    if rank == 0:
+        average = hvd.allreduce(torch.full((4,), 3.0), name="joined.average")
+        check("join/average over contributors", torch.equal(average, torch.full((4,), 3.0)))
+        total = hvd.allreduce(torch.full((4,), 3), op=hvd.Sum, name="joined.sum")
+        check("join/int sum", torch.equal(total, torch.full((4,), 3)), total)
+        low = hvd.allreduce(torch.full((4,), -5.0), op=hvd.Max, name="joined.max")
+        check("join/max", torch.equal(low, torch.full((4,), -5.0)), low)
+        gathered = hvd.allgather(torch.ones(2, 3), name="joined.gather")
+        check("join/allgather", torch.equal(gathered, torch.ones(2, 3)), gathered.shape)
+        sent = hvd.broadcast(torch.full((3,), 7.0), root_rank=0, name="joined.broadcast")
+        check("join/broadcast", torch.equal(sent, torch.full((3,), 7.0)))
+    last = hvd.join()
+    check("join/last", last == 0, last)
+    together = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after.join")
+    check("join/after", torch.equal(together, torch.full((2,), float(size))))
+
+
 for name, body in [
+    ("negotiated", negotiated_order),
+    ("mismatch", mismatched_names),
+    ("duplicate", duplicate_names),
+    ("allgather_async", asynchronous_allgather),
+    ("join", general_join),
     ("allreduce", allreduce_forms),
     ("async", async_forms),
     ("autograd", autograd),

@@ -99,7 +99,6 @@ def matches_single_process():
     reference = train(False)
     for options in (
         {},
-        {"fusion_threshold": 1024},
         {"groups": 2},
         {"gradient_predivide_factor": 2.0},
     ):
@@ -112,7 +111,7 @@ def matches_single_process():
 
 def unused_parameters_do_not_hang():
     # The extra layer is used on rank 0 only, on even steps: its gradient is missing elsewhere.
-    model = train(True, sometimes=lambda step, r: r == 0 and step % 2 == 0, fusion_threshold=2048)
+    model = train(True, sometimes=lambda step, r: r == 0 and step % 2 == 0)
     if not identical_across_ranks(model):
         failures.append("unused parameters: ranks disagree")
 
@@ -147,7 +146,6 @@ def uneven_data_with_join():
     opt = hvd.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
         named_parameters=model.named_parameters(),
-        fusion_threshold=4096,
     )
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     for x, y in data(5 - rank, 4):  # rank r runs out of data r steps early

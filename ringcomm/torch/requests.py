@@ -1,0 +1,73 @@
+"""Torch tensors into the tensor queue: Horovod's default names, requests, and submission."""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from typing import Optional
+
+import torch
+
+from ringcomm import _core
+from ringcomm.ops import as_op
+from ringcomm.torch import state
+
+_unnamed = defaultdict(itertools.count)
+
+
+def name_or_default(name: Optional[str], kind: str) -> str:
+    """Horovod's names for unnamed tensors ("allreduce.noname.3"): every rank counts its own
+    calls, so ranks that make the same calls in the same order agree on them."""
+    return name if name else f"{kind}.noname.{next(_unnamed[kind])}"
+
+
+def allreduce(tensor, output, op, wire, prescale, postscale, name) -> "_core.TensorRequest":
+    """``output`` is None (in place) or a tensor like ``tensor``."""
+    return _core.TensorRequest(
+        _core.TensorOp.allreduce,
+        name,
+        tensor,
+        out=output,
+        shape=list(tensor.shape),
+        reduce_op=as_op(op),
+        compression=_core.parse_compression(wire or "none"),
+        prescale=float(prescale),
+        postscale=float(postscale),
+    )
+
+
+def allgather(tensor, name) -> "_core.TensorRequest":
+    return _core.TensorRequest(_core.TensorOp.allgather, name, tensor, shape=list(tensor.shape))
+
+
+def broadcast(tensor, root, name) -> "_core.TensorRequest":
+    return _core.TensorRequest(
+        _core.TensorOp.broadcast, name, tensor, shape=list(tensor.shape), root=int(root)
+    )
+
+
+class Queued:
+    """A submitted request, as handles.poll() / synchronize() see it: it holds the tensors the
+    queue reads and writes until the request has completed."""
+
+    def __init__(self, work: "_core.TensorWork", keepalive: tuple):
+        self.work = work
+        self._keepalive = keepalive
+
+    def is_completed(self) -> bool:
+        return self.work.is_completed()
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        self.work.wait(0.0 if timeout is None else timeout)
+        self._keepalive = ()
+
+
+def submit(requests: list, keepalive: tuple) -> list:
+    """Queues the requests, announced in the same cycle (so they tend to fuse)."""
+    return [Queued(work, keepalive) for work in state.queue().submit_all(list(requests))]
+
+
+def gathered_tensor(queued: Queued, like: torch.Tensor) -> torch.Tensor:
+    """An all-gather's result: every rank's rows of ``like``, in rank order."""
+    flat = torch.from_numpy(queued.work.gathered)  # the Work's memory, which it keeps alive
+    return flat.view(like.dtype).reshape((sum(queued.work.rows),) + tuple(like.shape[1:]))

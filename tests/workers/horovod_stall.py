@@ -1,0 +1,26 @@
+"""A name one rank never submits: the other rank is warned after the stall time, then every rank
+fails at the timeout, naming the rank that never submitted it."""
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from report import report  # noqa: E402
+
+import ringcomm  # noqa: E402
+import ringcomm.torch as hvd  # noqa: E402
+
+hvd.init()
+rank = hvd.rank()
+errors = []
+try:
+    if rank == 0:
+        hvd.allreduce(torch.ones(3), name="only.on.rank.0")
+    else:
+        hvd.allreduce(torch.ones(3), name="only.on.rank.1")
+except ringcomm.RingcommError as error:
+    errors.append(f"{type(error).__name__}: {error}")
+report({"rank": rank, "errors": errors})
+hvd.shutdown()
