@@ -48,11 +48,11 @@ struct Config {
   // RINGCOMM_SOCKET_BUFFER_BYTES: SO_SNDBUF/SO_RCVBUF of TCP connections.
   int socketBufferBytes = 4 * 1024 * 1024;
 
-  // The tensor queue (Horovod's model, include/ringcomm/tensor_queue.h), with Horovod's defaults;
-  // HOROVOD_CYCLE_TIME and HOROVOD_FUSION_THRESHOLD are read too, so Horovod jobs keep their tuning.
-  // RINGCOMM_CYCLE_TIME (milliseconds): how often the ranks agree on which named tensors are ready.
+  // The tensor queue (Horovod's model, include/ringcomm/tensor_queue.h), with Horovod's defaults.
+  // HOROVOD_CYCLE_TIME and HOROVOD_FUSION_THRESHOLD are read too: Horovod jobs keep their tuning.
+  // RINGCOMM_CYCLE_TIME (ms): how often the ranks agree on which named tensors are ready.
   std::chrono::microseconds cycleTime{1000};
-  // RINGCOMM_FUSION_THRESHOLD (bytes): the most bytes of ready all-reduces fused into one; 0 = none.
+  // RINGCOMM_FUSION_THRESHOLD (bytes): most bytes of ready all-reduces fused into one; 0 = none.
   size_t fusionThresholdBytes = 128 * 1024 * 1024;
 
   // Reads RINGCOMM_* over the defaults; throws InvalidArgument naming a malformed variable.

@@ -1,13 +1,9 @@
 """Horovod's training API on ringcomm: ``import ringcomm.torch as hvd`` in place of
 ``import horovod.torch as hvd``.
 
-Implemented so far: init/shutdown and the rank queries; allreduce (blocking, in place, async,
-grouped, differentiable), allgather (first dimensions may differ), broadcast, alltoall (with
-splits), reducescatter, barrier; poll/synchronize on async handles; Compression.fp16/.bf16 as wire
-codecs; broadcast_parameters, broadcast_optimizer_state, broadcast_object, allgather_object;
-DistributedOptimizer (gradient hooks, fusion into buckets, backward_passes_per_step, groups,
-gradient_predivide_factor); join (for DistributedOptimizer steps). Not yet: fusion inside the
-engine (cycle time), checks by tensor name.
+allreduce, allgather, broadcast and the DistributedOptimizer's gradients go through a tensor
+queue (state.py): named requests that ranks submit in any order, agreed on once per cycle and
+fused, as in Horovod. join() lets ranks that ran out of data take part without data of their own.
 """
 
 from ringcomm.torch import state as _state

@@ -193,7 +193,9 @@ class TensorQueueImpl : public TensorQueue {
   void validate(const TensorRequest& request) const {
     if (request.name.empty()) throw InvalidArgument("tensor queue: a request needs a name");
     for (int64_t dim : request.shape) {
-      if (dim < 0) throw InvalidArgument("tensor queue: '" + request.name + "' has a negative dimension");
+      if (dim < 0) {
+        throw InvalidArgument("tensor queue: '" + request.name + "' has a negative dimension");
+      }
     }
     const size_t count = request.count();
     switch (request.op) {
