@@ -8,19 +8,27 @@ unchanged as one process or many:
     torchrun --nproc-per-node 4 examples/train.py
     ringcomm-run -np 4 examples/train.py
 
-Each rank trains on its shard of every batch; DistributedOptimizer averages the gradients while
-backward runs. Prints loss, accuracy and throughput, and checks at the end that every rank holds
-the same parameters.
+Each rank trains on its shard of every batch and the gradients are averaged while backward runs:
+by Horovod's DistributedOptimizer (``--api horovod``, the default: ringcomm.torch) or by torch's
+DistributedDataParallel on the "ringcomm" process-group backend (``--api ddp``). Prints loss,
+accuracy and throughput, and checks at the end that every rank holds the same parameters.
 """
 
 import argparse
 import hashlib
+import os
+import socket
 import time
 
 import torch
+import torch.distributed as dist
 from sklearn.datasets import load_digits
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 import ringcomm.torch as hvd
+
+# Set by torchrun, MPICH / Open MPI / PMIx launchers: without them this is a one-process run.
+_LAUNCHER_VARIABLES = ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
 
 
 class DigitNet(torch.nn.Module):
@@ -54,29 +62,85 @@ def load(seed: int):
     return (images[:split], labels[:split]), (images[split:], labels[split:])
 
 
+class HorovodTraining:
+    """ringcomm.torch, used exactly as a Horovod script uses horovod.torch."""
+
+    def __init__(self, model, optimizer, compression: str):
+        hvd.init()
+        self.rank, self.size = hvd.rank(), hvd.size()
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        self.model = model
+        self.optimizer = hvd.DistributedOptimizer(
+            optimizer,
+            named_parameters=model.named_parameters(),
+            compression=getattr(hvd.Compression, compression),
+        )
+
+    def average(self, value: float) -> float:
+        return hvd.allreduce(torch.tensor(value)).item()
+
+    def gather_object(self, obj) -> list:
+        return hvd.allgather_object(obj)
+
+    def shutdown(self) -> None:
+        hvd.shutdown()
+
+
+class DdpTraining:
+    """torch.distributed with backend "ringcomm" and DistributedDataParallel."""
+
+    def __init__(self, model, optimizer, compression: str):
+        if any(name in os.environ for name in _LAUNCHER_VARIABLES):
+            dist.init_process_group("ringcomm")  # env:// (or MPI, under mpirun)
+        else:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            dist.init_process_group(
+                "ringcomm", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1
+            )
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        self.model = torch.nn.parallel.DistributedDataParallel(model)  # broadcasts from rank 0
+        if compression == "fp16":
+            self.model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        elif compression != "none":
+            raise SystemExit("--api ddp supports --compression none or fp16")
+        self.optimizer = optimizer
+
+    def average(self, value: float) -> float:
+        total = torch.tensor(value)
+        dist.all_reduce(total)
+        return total.item() / self.size
+
+    def gather_object(self, obj) -> list:
+        gathered = [None] * self.size
+        dist.all_gather_object(gathered, obj)
+        return gathered
+
+    def shutdown(self) -> None:
+        dist.destroy_process_group()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=64, help="global batch, split over ranks")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--compression", choices=("none", "fp16", "bf16"), default="none")
+    parser.add_argument("--api", choices=("horovod", "ddp"), default="horovod")
     args = parser.parse_args()
 
-    hvd.init()
     torch.set_num_threads(1)  # ranks share the machine's cores
     torch.manual_seed(0)
     (train_x, train_y), (test_x, test_y) = load(seed=0)
     model = DigitNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    optimizer = hvd.DistributedOptimizer(
-        optimizer,
-        named_parameters=model.named_parameters(),
-        compression=getattr(hvd.Compression, args.compression),
-    )
+    setup = HorovodTraining if args.api == "horovod" else DdpTraining
+    training = setup(model, optimizer, args.compression)
+    model, optimizer, rank, size = training.model, training.optimizer, training.rank, training.size
 
-    per_rank = args.batch_size // hvd.size()
+    per_rank = args.batch_size // size
     steps = len(train_y) // args.batch_size
     first_loss = last_loss = None
     for epoch in range(args.epochs):
@@ -85,38 +149,38 @@ def main() -> None:
         model.train()
         for step in range(steps):
             batch = order[step * args.batch_size : (step + 1) * args.batch_size]
-            mine = batch[hvd.rank() * per_rank : (hvd.rank() + 1) * per_rank]
+            mine = batch[rank * per_rank : (rank + 1) * per_rank]
             optimizer.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(train_x[mine]), train_y[mine])
             loss.backward()
             optimizer.step()
             total += loss.item()
         elapsed = time.perf_counter() - started
-        epoch_loss = hvd.allreduce(torch.tensor(total / steps)).item()
+        epoch_loss = training.average(total / steps)
         first_loss = epoch_loss if first_loss is None else first_loss
         last_loss = epoch_loss
         model.eval()
         with torch.no_grad():
             accuracy = (model(test_x).argmax(1) == test_y).float().mean().item()
-        if hvd.rank() == 0:
+        if rank == 0:
             images = steps * args.batch_size
             print(
                 f"epoch {epoch + 1}: loss {epoch_loss:.4f}  test accuracy {accuracy:.3f}  "
                 f"{images / elapsed:,.0f} images/s total, "
-                f"{images / elapsed / hvd.size():,.0f} per rank",
+                f"{images / elapsed / size:,.0f} per rank",
                 flush=True,
             )
 
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    digests = hvd.allgather_object(hashlib.sha256(flat.numpy().tobytes()).hexdigest())
+    digests = training.gather_object(hashlib.sha256(flat.numpy().tobytes()).hexdigest())
     identical = len(set(digests)) == 1
-    if hvd.rank() == 0:
+    if rank == 0:
         print(
             f"loss {first_loss:.4f} -> {last_loss:.4f}; parameters identical on all "
-            f"{hvd.size()} ranks: {identical}",
+            f"{size} ranks: {identical}",
             flush=True,
         )
-    hvd.shutdown()
+    training.shutdown()
     if not identical or not last_loss < first_loss:
         raise SystemExit("training did not converge identically on all ranks")
 

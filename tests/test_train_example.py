@@ -35,13 +35,23 @@ def test_single_process():
     run([sys.executable, SCRIPT, *ARGS])
 
 
-def test_under_mpirun():
+def mpirun_or_skip() -> str:
     mpirun = Path(sys.executable).with_name("mpirun")
     mpirun = str(mpirun) if mpirun.exists() else shutil.which("mpirun")
     if not mpirun:
         pytest.skip("mpirun not installed (pip install mpich)")
-    out = run([mpirun, "-np", "4", sys.executable, SCRIPT, *ARGS])
+    return mpirun
+
+
+def test_under_mpirun():
+    out = run([mpirun_or_skip(), "-np", "4", sys.executable, SCRIPT, *ARGS])
     assert "all 4 ranks" in out
+
+
+def test_ddp_on_the_ringcomm_backend():
+    run([sys.executable, SCRIPT, *ARGS, "--api", "ddp"])
+    out = run([mpirun_or_skip(), "-np", "2", sys.executable, SCRIPT, *ARGS, "--api", "ddp"])
+    assert "all 2 ranks" in out
 
 
 def test_under_torchrun():
