@@ -47,6 +47,11 @@ using Clock = std::chrono::steady_clock;
 // names at once) needs a second, sized to the longest.
 constexpr size_t kSlotBytes = 1024;
 constexpr size_t kLengthBytes = sizeof(uint64_t);
+// While nothing is happening on any rank, cycles back off, doubling up to this: idle ranks
+// (oversubscribed, or computing a forward pass) should not wake a thousand times a second. A
+// submission ends the back-off at once on its own rank; a peer still backing off joins the cycle
+// at most this late.
+constexpr std::chrono::milliseconds kLongestIdleCycle{8};
 
 template <typename T>
 void fill(void* data, size_t count, T value) {
@@ -118,7 +123,8 @@ class TensorQueueImpl : public TensorQueue {
  public:
   explicit TensorQueueImpl(std::shared_ptr<Communicator> comm)
       : comm_(std::move(comm)), config_(comm_->config()), table_(comm_->size()) {
-    thread_ = std::thread([this] { loop(); });
+    // One rank has nobody to agree with: requests run on the caller's thread, at once.
+    if (comm_->size() > 1) thread_ = std::thread([this] { loop(); });
   }
 
   ~TensorQueueImpl() override { shutdown(); }
@@ -135,7 +141,7 @@ class TensorQueueImpl : public TensorQueue {
   std::vector<TensorWorkPtr> submitAll(std::vector<TensorRequest> requests) override {
     for (const TensorRequest& request : requests) validate(request);
     std::vector<TensorWorkPtr> works;
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     throwIfClosed();
     if (joinWork_) {
       throw InvalidArgument("tensor queue: rank " + std::to_string(rank()) +
@@ -156,16 +162,22 @@ class TensorQueueImpl : public TensorQueue {
       works.push_back(pending.work);
       incoming_.push_back(std::move(pending));
     }
+    lock.unlock();
+    wakeOrRunInline();
     return works;
   }
 
   TensorWorkPtr join() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    throwIfClosed();
-    if (joinWork_) throw InvalidArgument("tensor queue: join() is already in progress");
-    joinWork_ = std::make_shared<TensorWork>();
-    joinAnnounced_ = false;
-    return joinWork_;
+    TensorWorkPtr work;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      throwIfClosed();
+      if (joinWork_) throw InvalidArgument("tensor queue: join() is already in progress");
+      joinWork_ = work = std::make_shared<TensorWork>();
+      joinAnnounced_ = false;
+    }
+    wakeOrRunInline();
+    return work;
   }
 
   TensorQueueStats stats() const override {
@@ -178,6 +190,7 @@ class TensorQueueImpl : public TensorQueue {
       std::lock_guard<std::mutex> lock(mutex_);
       shutdownRequested_ = true;
     }
+    submitted_.notify_all();
     if (thread_.joinable()) thread_.join();
     comm_->shutdown();
   }
@@ -240,12 +253,24 @@ class TensorQueueImpl : public TensorQueue {
 
   // ---- the cycle --------------------------------------------------------------------------
   void loop() {
-    auto next = Clock::now();
+    auto interval = config_.cycleTime;
+    auto last = Clock::now();
     for (;;) {
-      next = std::max(next + config_.cycleTime, Clock::now());
-      std::this_thread::sleep_until(next);
+      {
+        // Sleep out the cycle; while backing off, a submission (or shutdown) cuts it short.
+        std::unique_lock<std::mutex> lock(mutex_);
+        submitted_.wait_until(lock, last + interval, [&] {
+          return interval > config_.cycleTime && hasNewsLocked();
+        });
+      }
+      const auto now = Clock::now();
+      if (now < last + config_.cycleTime) std::this_thread::sleep_until(last + config_.cycleTime);
+      last = Clock::now();
       try {
-        if (!cycle()) return;
+        bool idle = false;
+        if (!cycle(&idle)) return;
+        interval = idle ? std::min<std::chrono::microseconds>(interval * 2, kLongestIdleCycle)
+                        : config_.cycleTime;
       } catch (...) {
         closeWith(std::current_exception());
         return;
@@ -253,10 +278,35 @@ class TensorQueueImpl : public TensorQueue {
     }
   }
 
+  // Called with mutex_ held: whether this rank has something to announce.
+  bool hasNewsLocked() const {
+    return !incoming_.empty() || (joinWork_ && !joinAnnounced_) || shutdownRequested_;
+  }
+
+  void wakeOrRunInline() {
+    if (thread_.joinable()) {
+      submitted_.notify_one();
+      return;
+    }
+    std::lock_guard<std::mutex> lock(inlineMutex_);
+    try {
+      bool idle = false;
+      cycle(&idle);
+    } catch (...) {
+      closeWith(std::current_exception());
+    }
+  }
+
   // One cycle; false once the queue has closed.
-  bool cycle() {
+  // `idle`: no rank announced anything and nothing ran (the thread may back off).
+  bool cycle(bool* idle) {
     const CycleMessage mine = nextMessage();
-    CycleOutcome outcome = table_.record(exchange(mine));
+    const std::vector<CycleMessage> messages = exchange(mine);
+    *idle = std::all_of(messages.begin(), messages.end(), [](const CycleMessage& m) {
+      return m.announcements.empty() && !m.join && !m.shutdown && m.abort.empty();
+    });
+    CycleOutcome outcome = table_.record(messages);
+    *idle = *idle && outcome.ready.empty() && !outcome.allJoined;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ++stats_.cycles;
@@ -610,9 +660,11 @@ class TensorQueueImpl : public TensorQueue {
   const Config config_;
   ReadinessTable table_;         // touched by the queue's thread only
   std::vector<uint8_t> fusion_;  // the fusion buffer, grown to the largest fused run
-  std::thread thread_;
+  std::thread thread_;      // none at one rank
+  std::mutex inlineMutex_;  // one rank: one caller runs a cycle at a time
 
   mutable std::mutex mutex_;
+  std::condition_variable submitted_;
   std::vector<Pending> incoming_;          // submitted, not yet announced
   std::map<std::string, Pending> pending_;  // announced, not yet run
   TensorWorkPtr joinWork_;

@@ -188,6 +188,8 @@ def mismatched_names():
 
 
 def duplicate_names():
+    if size == 1:
+        return  # one rank runs a request at once: it is never in flight
     handle = hvd.allreduce_async(torch.ones(3), name="twice")
     try:
         hvd.allreduce_async(torch.ones(3), name="twice")
