@@ -225,7 +225,45 @@ def general_join():
     check("join/after", torch.equal(together, torch.full((2,), float(size))))
 
 
+DTYPES = [
+    torch.int8,
+    torch.uint8,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+]
+
+
+def every_dtype():
+    # Small integers: exact in every dtype, so every op's result is known bit for bit.
+    base = torch.arange(7) % 3
+    every = torch.stack([base + r for r in range(size)]).double()
+    expected = {
+        hvd.Sum: every.sum(0),
+        hvd.Min: every.min(0).values,
+        hvd.Max: every.max(0).values,
+        hvd.Product: every.prod(0),
+    }
+    for dtype in DTYPES:
+        x = (base + rank).to(dtype)
+        for op, reference in expected.items():
+            got = hvd.allreduce(x, op=op)
+            check(f"allreduce/{dtype}/{op}", torch.equal(got, reference.to(dtype)), got)
+        if dtype.is_floating_point:
+            got = hvd.allreduce(x, op=hvd.Average)
+            check(f"allreduce/{dtype}/average", torch.equal(got, (every.mean(0)).to(dtype)), got)
+        gathered = hvd.allgather(x.reshape(7, 1)[: rank + 1])
+        reference = torch.cat([(base + r).to(dtype).reshape(7, 1)[: r + 1] for r in range(size)])
+        check(f"allgather/{dtype}", torch.equal(gathered, reference), gathered)
+        sent = hvd.broadcast(x, root_rank=size - 1)
+        check(f"broadcast/{dtype}", torch.equal(sent, (base + size - 1).to(dtype)), sent)
+
+
 for name, body in [
+    ("dtypes", every_dtype),
     ("negotiated", negotiated_order),
     ("mismatch", mismatched_names),
     ("duplicate", duplicate_names),
