@@ -201,7 +201,7 @@ class CommunicatorImpl : public Communicator {
   WorkPtr broadcast(const BroadcastOptions& o) override {
     o.validate(size_);
     device::TicketPtr ticket = prepareDevice(o, {o.buffer}, "broadcast");
-    if (!ticket) {
+    if (!ticket || o.count == 0) {
       return enqueue(CollectiveKind::Broadcast, o,
                      labelOf("broadcast", o.count, o.type, false, o.root),
                      signatureOf(&o.type, nullptr, o.root),
@@ -459,8 +459,10 @@ class CommunicatorImpl : public Communicator {
   // IPC all-reduce is a MismatchError, not garbage.
   WorkPtr allreduceOnDevice(const AllreduceOptions& o, Algorithm algorithm,
                             const OperationLabel& label, device::TicketPtr ticket) {
+    // An empty all-reduce moves nothing: it takes the host path whatever its (maybe null)
+    // pointers are, so that ranks agree on the path.
     const bool bothOnDevice =
-        (o.count == 0 || (ticket->onDevice(o.input) && ticket->onDevice(o.output)));
+        o.count > 0 && ticket->onDevice(o.input) && ticket->onDevice(o.output);
     bool ipc = bothOnDevice && size_ > 1 && o.count > 0 && everyRankOnThisHost() &&
                o.compression == Compression::None && o.prescale == 1.0 && o.postscale == 1.0;
     if (config_.cudaPath == CudaPath::Staged) ipc = false;
