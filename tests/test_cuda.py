@@ -2,9 +2,9 @@
 (src/transport/cuda: staging, CUDA IPC), and runs the kernel tests.
 
 The build needs nvcc but no GPU, so it runs wherever the CUDA toolkit is installed (CI has it): a
-kernel or a device path that stops compiling or linking fails here. The kernel tests need a GPU; without one the executable
-exits with 77 and the test is skipped. The host checks (the kernels' per-element code compiled for
-the host, against the CPU kernels) need none and always run.
+kernel or a device path that stops compiling or linking fails here. The kernel tests need a GPU;
+without one the executable exits with 77 and the test is skipped. The host checks (the kernels'
+per-element code compiled for the host, against the CPU kernels) need none and always run.
 """
 
 import os
