@@ -10,13 +10,16 @@ how streams are named.
 import ctypes
 import functools
 import importlib.util
+import subprocess
+import sys
 
 import numpy as np
 import pytest
-from harness import assert_all_succeeded, run_job
+from harness import assert_all_succeeded, free_port, run_job
 
 import ringcomm
 from ringcomm import _core, _devices
+from ringcomm.bench import device as bench_device
 
 # Elements of the case that spans several pipeline chunks (4 MiB each) and splits unevenly.
 LARGE_COUNT = 1_500_007
@@ -81,7 +84,37 @@ def test_collectives_on_cuda_arrays(library, path, size):
         assert outcome.result["digests"] == reference, f"rank {outcome.rank} holds other bits"
 
 
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("size", [2, 4])
+def test_torch_backend_on_cuda_tensors(size):
+    require_cuda("torch")
+    outcomes = run_job(
+        size,
+        "torch_cuda_backend.py",
+        env={"TEST_MASTER_PORT": str(free_port())},
+        deadline=500,
+    )
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"][:20])
+    assert len({outcome.result["digests"]["ddp"] for outcome in outcomes}) == 1
+
+
 # ---- no GPU needed -------------------------------------------------------------------------
+
+
+def test_bench_on_cuda_says_why_it_cannot_run():
+    problem = bench_device.cuda_problem()
+    if problem is None:
+        pytest.skip("CUDA is available here: the benchmark runs (see bench/RESULTS.md)")
+    done = subprocess.run(
+        [sys.executable, "-m", "ringcomm.bench", "allreduce", "--device", "cuda", "-np", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"--device cuda: {problem}" in done.stderr
 
 
 class FakeCudaArray:
