@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "dlpack.h"
 
@@ -9,6 +10,28 @@ namespace py = pybind11;
 
 namespace ringcomm::bindings {
 namespace {
+
+// DLPack device types (dlpack.h).
+constexpr int kDLCPU = 1;
+constexpr int kDLCUDA = 2;
+constexpr int kDLCUDAHost = 3;
+constexpr int kDLCUDAManaged = 13;
+
+struct CallDevice {
+  bool device = false;
+  bool streamSet = false;
+  uintptr_t stream = 0;
+};
+thread_local CallDevice callDevice;
+
+// The first CUDA array of a call without stream= brings its library's current stream.
+void noteDeviceArray(py::handle obj) {
+  if (!callDevice.device && !callDevice.streamSet) {
+    callDevice.stream =
+        py::module_::import("ringcomm._devices").attr("current_stream")(obj).cast<uintptr_t>();
+  }
+  callDevice.device = true;
+}
 
 constexpr const char* kSupported = "int8, uint8, int32, int64, float16, bfloat16, float32, float64";
 
@@ -68,15 +91,21 @@ ArrayView fromDlpack(py::handle obj, const char* name, bool writable) {
   if (py::hasattr(source, "requires_grad") && source.attr("requires_grad").cast<bool>()) {
     source = source.attr("detach")();
   }
+  bool onDevice = false;
   if (py::hasattr(source, "__dlpack_device__")) {
     py::tuple device = source.attr("__dlpack_device__")();
     const int deviceType = device[0].cast<int>();
-    if (deviceType != 1 && deviceType != 3) {  // kDLCPU, kDLCUDAHost
-      throw py::type_error(std::string(name) + " is in device memory (DLPack device type " +
-                           std::to_string(deviceType) + "); ringcomm collectives take host memory");
+    onDevice = deviceType == kDLCUDA || deviceType == kDLCUDAManaged;
+    if (deviceType != kDLCPU && deviceType != kDLCUDAHost && !onDevice) {
+      throw py::type_error(std::string(name) + " is in memory of DLPack device type " +
+                           std::to_string(deviceType) +
+                           "; ringcomm collectives take host memory and CUDA device memory");
     }
   }
-  py::capsule capsule = source.attr("__dlpack__")();
+  // stream=-1: the producer must not synchronise anything for us; the collective orders itself
+  // after the caller's stream (CommonOptions::stream).
+  py::capsule capsule = onDevice ? py::capsule(source.attr("__dlpack__")(py::arg("stream") = -1))
+                                 : py::capsule(source.attr("__dlpack__")());
   DlpackView view = readDlpack(capsule);
   DataType type;
   switch ((view.code << 8) | view.bits) {
@@ -106,7 +135,58 @@ ArrayView fromDlpack(py::handle obj, const char* name, bool writable) {
     throw py::value_error(std::string(name) + " is read-only, but this collective writes into it");
   }
   // The capsule goes out of scope here; the caller holds `obj`, which owns the memory.
-  return ArrayView{reinterpret_cast<void*>(view.data), count, type};
+  if (onDevice) noteDeviceArray(obj);
+  return ArrayView{reinterpret_cast<void*>(view.data), count, type, onDevice};
+}
+
+// __cuda_array_interface__ (version 2 or 3): a dict with data = (pointer, read-only), shape,
+// typestr, strides (None when C-contiguous).
+ArrayView fromCudaArrayInterface(py::handle obj, const char* name, bool writable) {
+  py::dict interface = obj.attr("__cuda_array_interface__");
+  py::tuple data = interface["data"];
+  const auto pointer = data[0].cast<uintptr_t>();
+  const bool readOnly = data[1].cast<bool>();
+  const std::string typestr = interface["typestr"].cast<std::string>();
+  DataType type;
+  size_t itemsize = 0;
+  // The byte order character is '<' or '|' for every type ringcomm has on a little-endian GPU.
+  if (!typestr.empty() && typestr[0] == '>') {
+    throw py::type_error(std::string(name) + " is big-endian (" + typestr + "); ringcomm supports " +
+                         kSupported);
+  }
+  const std::string kind = typestr.size() == 3 ? typestr.substr(1) : typestr;
+  if (kind == "i1") { type = DataType::Int8; itemsize = 1; }
+  else if (kind == "u1") { type = DataType::Uint8; itemsize = 1; }
+  else if (kind == "i4") { type = DataType::Int32; itemsize = 4; }
+  else if (kind == "i8") { type = DataType::Int64; itemsize = 8; }
+  else if (kind == "f2") { type = DataType::Float16; itemsize = 2; }
+  else if (kind == "f4") { type = DataType::Float32; itemsize = 4; }
+  else if (kind == "f8") { type = DataType::Float64; itemsize = 8; }
+  else {
+    throw py::type_error(std::string(name) + " has typestr " + typestr + "; ringcomm supports " +
+                         kSupported);
+  }
+  size_t count = 1;
+  std::vector<size_t> shape;
+  for (py::handle extent : py::tuple(interface["shape"])) {
+    shape.push_back(extent.cast<size_t>());
+    count *= shape.back();
+  }
+  if (interface.contains("strides") && !interface["strides"].is_none() && count > 0) {
+    py::tuple strides = interface["strides"];
+    size_t expected = itemsize;
+    for (size_t i = shape.size(); i-- > 0;) {
+      if (shape[i] != 1 && strides[i].cast<size_t>() != expected) {
+        throw py::value_error(std::string(name) + " must be C-contiguous; make a contiguous copy");
+      }
+      expected *= shape[i];
+    }
+  }
+  if (writable && readOnly) {
+    throw py::value_error(std::string(name) + " is read-only, but this collective writes into it");
+  }
+  noteDeviceArray(obj);
+  return ArrayView{reinterpret_cast<void*>(pointer), count, type, true};
 }
 
 }  // namespace
@@ -124,9 +204,38 @@ ArrayView viewArray(py::handle obj, const char* name, bool writable) {
     return view;
   }
   if (py::hasattr(obj, "__dlpack__")) return fromDlpack(obj, name, writable);
+  if (py::hasattr(obj, "__cuda_array_interface__")) {
+    return fromCudaArrayInterface(obj, name, writable);
+  }
   throw py::type_error(std::string(name) +
-                       " must be an array (NumPy, torch, anything with __dlpack__ or the buffer "
-                       "protocol); got " + std::string(py::str(py::type::of(obj).attr("__name__"))));
+                       " must be an array (NumPy, torch, CuPy, anything with __dlpack__, "
+                       "__cuda_array_interface__ or the buffer protocol); got " +
+                       std::string(py::str(py::type::of(obj).attr("__name__"))));
+}
+
+void takeCallDevice(CommonOptions& options) {
+  options.deviceMemory = callDevice.device;
+  options.stream = reinterpret_cast<void*>(callDevice.stream);
+  callDevice = CallDevice{};
+}
+
+void bindCallDevice(py::module_& m) {
+  m.def(
+      "_set_call_stream",
+      [](uintptr_t stream) {
+        callDevice.stream = stream;
+        callDevice.streamSet = true;
+      },
+      py::arg("stream"),
+      "The cudaStream_t (as an int) for the next collective this thread launches (private).");
+  m.def("built_with_cuda", &builtWithCuda,
+        "Whether this ringcomm was built with CUDA (RINGCOMM_BUILD_CUDA=ON).");
+  // Registered last, so it runs first for every exception a binding raises: forget what the
+  // failed call noted, then let the other translators convert the exception.
+  py::register_exception_translator([](std::exception_ptr pointer) {
+    callDevice = CallDevice{};
+    if (pointer) std::rethrow_exception(pointer);
+  });
 }
 
 }  // namespace ringcomm::bindings

@@ -45,6 +45,7 @@ py::object launch(Communicator& comm, Options options, bool blocking, Method met
                   const std::string& name) {
   options.runInCaller = blocking;
   options.name = name;
+  bindings::takeCallDevice(options);
   WorkPtr work;
   {
     py::gil_scoped_release release;
@@ -369,6 +370,7 @@ PYBIND11_MODULE(_core, m) {
       .def("shutdown", &Comm::shutdown, py::call_guard<py::gil_scoped_release>());
 
   bindings::bindTensorQueue(m);
+  bindings::bindCallDevice(m);  // last: its exception translator must run first
 
   m.def("view_array", [](py::handle obj, const char* name, bool writable) {
     ArrayView view = viewArray(obj, name, writable);

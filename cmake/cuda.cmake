@@ -1,11 +1,15 @@
 # The CUDA kernels of the core (src/cuda) and their unit tests (tests/cuda), included at the end
 # of the top-level CMakeLists.txt.
 #
-# Off by default: the ordinary build (pip install) stays CPU-only and needs no nvcc. With it on:
-#   ringcomm_cuda_kernels  a static library of the kernels, for the CUDA transport to link
-#   ringcomm_cuda_tests    their tests; exit code 0 when they pass, 77 when there is no CUDA
-#                          device, and with --host-only the checks that need none
-# Nothing here links the core library: the kernels need its headers only (include/, src/).
+# Off by default: the ordinary build (pip install) stays CPU-only and needs no nvcc; the core then
+# gets src/transport/cuda/no_cuda.cc, which refuses device buffers with a message saying how to
+# rebuild. With it on:
+#   ringcomm_cuda_kernels    a static library of the kernels, for the CUDA transport to link
+#   ringcomm_cuda_transport  the device path of the core (src/transport/cuda: staging, IPC),
+#                            linked into ringcomm_core with the kernels and the CUDA runtime
+#   ringcomm_cuda_tests      the kernels' tests; exit code 0 when they pass, 77 when there is no
+#                            CUDA device, and with --host-only the checks that need none
+# The kernels and their tests need only the core's headers (include/, src/), not the library.
 option(RINGCOMM_BUILD_CUDA "Build the CUDA kernels (src/cuda) and their tests; needs nvcc" OFF)
 
 if(RINGCOMM_BUILD_CUDA)
@@ -47,6 +51,25 @@ if(RINGCOMM_BUILD_CUDA)
     POSITION_INDEPENDENT_CODE ON
   )
 
+  # The device path: host code that calls the CUDA runtime and enqueues the kernels. An object
+  # library of its own, so that tests/test_cuda.py can compile it without building the whole core.
+  add_library(ringcomm_cuda_transport OBJECT src/transport/cuda/cuda_path.cc)
+  target_include_directories(ringcomm_cuda_transport PRIVATE
+    ${PROJECT_SOURCE_DIR}/include
+    ${PROJECT_SOURCE_DIR}/src
+  )
+  target_compile_options(ringcomm_cuda_transport PRIVATE -Wall -Wextra -O3)
+  target_link_libraries(ringcomm_cuda_transport PRIVATE CUDA::cudart)
+  set_target_properties(ringcomm_cuda_transport PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  if(TARGET ringcomm_core)
+    target_sources(ringcomm_core PRIVATE $<TARGET_OBJECTS:ringcomm_cuda_transport>)
+    target_link_libraries(ringcomm_core PRIVATE ringcomm_cuda_kernels CUDA::cudart)
+    # The CUDA runtime is the toolkit's shared one: let the installed library find it there when
+    # LD_LIBRARY_PATH does not name it.
+    set_property(TARGET ringcomm_core APPEND PROPERTY INSTALL_RPATH "${CUDAToolkit_LIBRARY_DIR}")
+    set_property(TARGET ringcomm_core APPEND PROPERTY BUILD_RPATH "${CUDAToolkit_LIBRARY_DIR}")
+  endif()
+
   # The tests compare the kernels with the CPU kernels themselves, so those sources are compiled
   # into the test (they need only headers; the core library is not linked).
   file(GLOB RINGCOMM_CUDA_TEST_SOURCES CONFIGURE_DEPENDS
@@ -73,4 +96,8 @@ if(RINGCOMM_BUILD_CUDA)
     CUDA_STANDARD_REQUIRED ON
     CUDA_RUNTIME_LIBRARY Shared
   )
+else()
+  if(TARGET ringcomm_core)
+    target_sources(ringcomm_core PRIVATE ${PROJECT_SOURCE_DIR}/src/transport/cuda/no_cuda.cc)
+  endif()
 endif()

@@ -25,11 +25,21 @@ def shape_of(obj: Any) -> tuple:
 
 
 def empty_like(obj: Any, shape: tuple) -> Any:
-    """A new array of the same kind and dtype as ``obj`` (torch for torch, NumPy otherwise)."""
+    """A new array of the same kind, dtype and device as ``obj`` (torch for torch, CuPy for CuPy,
+    NumPy otherwise)."""
     if hasattr(obj, "new_empty"):
         return obj.new_empty(shape)
     if isinstance(obj, np.ndarray):
         return np.empty(shape, dtype=obj.dtype)
+    if type(obj).__module__.startswith("cupy"):
+        import cupy
+
+        with cupy.cuda.Device(obj.device.id):
+            return cupy.empty(shape, dtype=obj.dtype)
+    if hasattr(obj, "__cuda_array_interface__"):
+        raise TypeError(
+            f"cannot allocate a result like a {type(obj).__name__} (CUDA memory); pass out="
+        )
     return np.empty(shape, dtype=np.asarray(memoryview(obj)).dtype)
 
 

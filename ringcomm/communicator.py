@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 from ringcomm import _core
 from ringcomm._buffers import empty_like, shape_of, split_shape, stacked_shape
+from ringcomm._devices import set_call_stream
 from ringcomm._environment import LaunchEnvironment, detect
 from ringcomm.ops import SUM, as_op
 
@@ -66,9 +67,15 @@ class Communicator:
 
     Every collective takes ``name=``: what the caller calls the data; error messages quote it.
 
-    Collectives take NumPy arrays, torch CPU tensors, or anything with ``__dlpack__`` or the
-    buffer protocol. ``out=None`` means in place where the shapes allow it (allreduce, broadcast,
-    reduce) and a new array otherwise. ``async_op=True`` returns a :class:`Work`.
+    Collectives take NumPy arrays, torch tensors, CuPy arrays, or anything with ``__dlpack__``,
+    ``__cuda_array_interface__`` or the buffer protocol. ``out=None`` means in place where the
+    shapes allow it (allreduce, broadcast, reduce) and a new array otherwise. ``async_op=True``
+    returns a :class:`Work`.
+
+    CUDA arrays (a ringcomm built with CUDA): the collective runs after the work queued on
+    ``stream`` (default: the array library's current stream) and that stream waits for its
+    result; when the call returns (or ``wait()`` does) the result is ordered on the stream, not
+    necessarily computed yet, as with NCCL. send/recv take host memory only.
     """
 
     def __init__(self, core: "_core.Communicator", environment: Optional[LaunchEnvironment] = None):
@@ -139,6 +146,7 @@ class Communicator:
         compression: Optional[str] = None,
         prescale: float = 1.0,
         postscale: float = 1.0,
+        stream=None,
     ):
         """Reduces ``x`` over all ranks into ``out`` (default: ``x`` itself).
 
@@ -147,6 +155,7 @@ class Communicator:
         (e.g. ``1 / comm.size`` keeps fp16 partial sums from overflowing), ``postscale`` the
         result.
         """
+        set_call_stream(stream)
         work = self._core.allreduce(
             x,
             out,
@@ -170,10 +179,12 @@ class Communicator:
         async_op: bool = False,
         timeout: Optional[float] = None,
         name: Optional[str] = None,
+        stream=None,
     ):
         """Reduces ``x`` over all ranks; rank r receives block r of its first axis."""
         if out is None:
             out = empty_like(x, split_shape(x, self.size, "x"))
+        set_call_stream(stream)
         work = self._core.reduce_scatter(
             x, out, as_op(op), self._timeout(timeout), not async_op, name or ""
         )
@@ -186,10 +197,12 @@ class Communicator:
         async_op: bool = False,
         timeout: Optional[float] = None,
         name: Optional[str] = None,
+        stream=None,
     ):
         """Concatenates every rank's ``x`` along the first axis, in rank order."""
         if out is None:
             out = empty_like(x, stacked_shape(x, self.size))
+        set_call_stream(stream)
         work = self._core.allgather(x, out, self._timeout(timeout), not async_op, name or "")
         return self._finish(work, out, (x, out), async_op)
 
@@ -200,8 +213,10 @@ class Communicator:
         async_op: bool = False,
         timeout: Optional[float] = None,
         name: Optional[str] = None,
+        stream=None,
     ):
         """Copies the root's ``x`` into every rank's ``x``."""
+        set_call_stream(stream)
         work = self._core.broadcast(x, root, self._timeout(timeout), not async_op, name or "")
         return self._finish(work, x, (x,), async_op)
 
@@ -214,11 +229,13 @@ class Communicator:
         async_op: bool = False,
         timeout: Optional[float] = None,
         name: Optional[str] = None,
+        stream=None,
     ):
         """Reduces ``x`` over all ranks into the root's ``out`` (default: its ``x``).
 
         Returns the result on the root and None on the other ranks.
         """
+        set_call_stream(stream)
         work = self._core.reduce(
             x, out, as_op(op), root, self._timeout(timeout), not async_op, name or ""
         )
@@ -232,11 +249,13 @@ class Communicator:
         async_op: bool = False,
         timeout: Optional[float] = None,
         name: Optional[str] = None,
+        stream=None,
     ):
         """Block j (along the first axis) of rank i's ``x`` lands in block i of rank j's ``out``."""
         split_shape(x, self.size, "x")
         if out is None:
             out = empty_like(x, shape_of(x))
+        set_call_stream(stream)
         work = self._core.alltoall(x, out, self._timeout(timeout), not async_op, name or "")
         return self._finish(work, out, (x, out), async_op)
 
@@ -248,12 +267,14 @@ class Communicator:
         async_op: bool = False,
         timeout: Optional[float] = None,
         name: Optional[str] = None,
+        stream=None,
     ):
         """The root receives every rank's ``x``, concatenated in rank order; others get None."""
         if self.rank != root:
             out = None
         elif out is None:
             out = empty_like(x, stacked_shape(x, self.size))
+        set_call_stream(stream)
         work = self._core.gather(x, out, root, self._timeout(timeout), not async_op, name or "")
         return self._finish(work, out, (x, out), async_op)
 
@@ -265,6 +286,7 @@ class Communicator:
         async_op: bool = False,
         timeout: Optional[float] = None,
         name: Optional[str] = None,
+        stream=None,
     ):
         """Rank r receives block r (along the first axis) of the root's ``x``.
 
@@ -280,6 +302,7 @@ class Communicator:
             if out is None:
                 raise ValueError("scatter: ranks other than the root must pass out")
             x = None
+        set_call_stream(stream)
         work = self._core.scatter(x, out, root, self._timeout(timeout), not async_op, name or "")
         return self._finish(work, out, (x, out), async_op)
 

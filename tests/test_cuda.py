@@ -1,9 +1,10 @@
-"""Builds the CUDA kernels (src/cuda) and their tests (tests/cuda), and runs the tests.
+"""Builds the CUDA kernels (src/cuda), their tests (tests/cuda) and the core with its device path
+(src/transport/cuda: staging, CUDA IPC), and runs the kernel tests.
 
 The build needs nvcc but no GPU, so it runs wherever the CUDA toolkit is installed (CI has it): a
-kernel that stops compiling fails here. The kernel tests need a GPU; without one the executable
-exits with 77 and the test is skipped. The host checks (the kernels' per-element code compiled for
-the host, against the CPU kernels) need none and always run.
+kernel or a device path that stops compiling or linking fails here. The kernel tests need a GPU;
+without one the executable exits with 77 and the test is skipped. The host checks (the kernels'
+per-element code compiled for the host, against the CPU kernels) need none and always run.
 """
 
 import os
@@ -77,6 +78,7 @@ def cuda_build(tmp_path_factory) -> Build:
             "--target",
             "ringcomm_cuda_kernels",
             "ringcomm_cuda_tests",
+            "ringcomm_core",  # the core linked with the device path, the kernels and cudart
             "-j",
             str(os.cpu_count() or 2),
         ],

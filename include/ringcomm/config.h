@@ -55,6 +55,9 @@ struct Config {
   // RINGCOMM_FUSION_THRESHOLD (bytes): most bytes of ready all-reduces fused into one; 0 = none.
   size_t fusionThresholdBytes = 128 * 1024 * 1024;
 
+  // RINGCOMM_CUDA_PATH=auto|staged|ipc: how an all-reduce of device buffers travels (types.h).
+  CudaPath cudaPath = CudaPath::Auto;
+
   // Reads RINGCOMM_* over the defaults; throws InvalidArgument naming a malformed variable.
   static Config fromEnvironment();
 };

@@ -19,6 +19,18 @@ struct CommonOptions {
   bool runInCaller = false;
   // What the caller calls the data (e.g. a gradient's parameter name): error messages quote it.
   std::string name;
+  // CUDA. deviceMemory: some buffer may be in device memory; the core then asks CUDA about each
+  // pointer (cudaPointerGetAttributes) and stages or maps the device ones (src/transport/cuda).
+  // false (the default): every buffer is host memory and the core never calls CUDA, so a process
+  // that uses no GPU never creates a CUDA context. A library built without CUDA
+  // (RINGCOMM_BUILD_CUDA=OFF) refuses deviceMemory with InvalidArgument.
+  bool deviceMemory = false;
+  // The caller's cudaStream_t for device buffers (nullptr = the legacy default stream). The
+  // collective starts after the work queued on it before the call, and work the caller queues on
+  // it after the Work completes runs after the collective's device writes: Work::wait() returns
+  // once the device work is ordered on this stream, not once it has run (as NCCL's Work does).
+  // Nothing synchronises the whole device.
+  void* stream = nullptr;
 };
 
 // output may equal input (in place). count elements in each.

@@ -41,16 +41,29 @@ enum class Compression : uint8_t { None, Float16, BFloat16 };
 // Which transport carries point-to-point traffic. Auto: shared memory within a host, TCP between.
 enum class TransportKind : uint8_t { Auto, Tcp, Shm };
 
+// How an all-reduce of device buffers travels (the other collectives always stage).
+//   Staged: chunks copied to pinned host memory, the host schedule, copied back, pipelined.
+//   Ipc:    every rank on one host: each reduces its slice straight from its peers' device
+//           buffers (CUDA IPC), then copies the others' slices; no host round trip.
+//   Auto:   Ipc when every rank is on this host and the message is large, else Staged.
+enum class CudaPath : uint8_t { Auto, Staged, Ipc };
+
+// Whether this library was built with CUDA (RINGCOMM_BUILD_CUDA=ON): only then do collectives
+// take device memory.
+bool builtWithCuda();
+
 size_t elementSize(DataType type);
 const char* toString(DataType type);
 const char* toString(ReduceOp op);
 const char* toString(Algorithm algorithm);
 const char* toString(TransportKind kind);
 const char* toString(Compression compression);
+const char* toString(CudaPath path);
 
 // Parsers used by the configuration and bindings; they throw InvalidArgument naming the value.
 Algorithm parseAlgorithm(const std::string& name);
 TransportKind parseTransportKind(const std::string& name);
 Compression parseCompression(const std::string& name);
+CudaPath parseCudaPath(const std::string& name);
 
 }  // namespace ringcomm

@@ -2,6 +2,7 @@
 
     ringcomm-bench allreduce --size 1GB
     ringcomm-bench allreduce -b 8 -e 256M -f 2 -np 4 --compare gloo,mpi --check
+    ringcomm-bench allreduce --device cuda -b 1M -e 1G -np 4 --compare gloo   # on one GPU
     mpirun -np 4 ringcomm-bench allreduce          # the launcher's ranks run the benchmark
 
 Started from a shell, the CLI is the parent: it measures memory bandwidth, then launches the
@@ -19,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ringcomm.bench import device as bench_device
 from ringcomm.bench import machine, memory_bandwidth, report
 from ringcomm.bench.collectives import COLLECTIVES, REDUCING, limit_busbw
 from ringcomm.bench.dtypes import DTYPES
@@ -107,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="ringcomm all-reduce algorithm (default auto: the cost model's)",
     )
     parser.add_argument("--transport", choices=("auto", "tcp", "shm"), default="auto")
+    parser.add_argument(
+        "--device",
+        choices=bench_device.DEVICES,
+        default="cpu",
+        help="where the buffers are: cpu, or cuda (every rank on one GPU; gloo and "
+        "torch-ringcomm peers on CUDA tensors too; the reference is the GPU's copy bandwidth)",
+    )
     parser.add_argument("--dtype", choices=DTYPES, default="float32")
     parser.add_argument("--op", choices=OPS, help="reduction (default sum)")
     parser.add_argument(
@@ -167,6 +176,7 @@ def make_plan(args: argparse.Namespace, sizes: list[int], nranks: int) -> Plan:
         algorithm=args.algorithm,
         transport=args.transport,
         compression=args.compression,
+        device=args.device,
         timeout=args.timeout or run_deadline(sizes, nranks),
     )
 
@@ -231,6 +241,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     command = machine.command_line(argv)
+    if args.device == "cuda":
+        if args.collective != "allreduce":
+            parser.error("--device cuda measures allreduce only")
+        if "mpi" in args.compare:
+            parser.error("--device cuda: the mpi peer takes host buffers; compare with gloo")
+        problem = bench_device.cuda_problem()
+        if problem is not None:
+            print(f"ringcomm-bench: --device cuda: {problem}", file=sys.stderr)
+            return 2
     if launched_as_rank():
         return _run_as_rank(args, parser, command)
     nranks = args.nranks or machine.cores()
@@ -241,10 +260,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         out.print(line)
     if args.op and args.collective not in REDUCING:
         out.print(f"note: --op does not apply to {args.collective}; ignored")
-    bandwidth = _bandwidth(nranks)
-    limit = limit_busbw(plan.collective, nranks, bandwidth and bandwidth.gbps)
-    for line in report.limit_lines(plan.collective, nranks, bandwidth, limit):
-        out.print(line)
+    copy = None
+    if plan.device == "cuda":
+        bandwidth = None
+        copy = bench_device.measure_copy()
+        limit = limit_busbw(plan.collective, nranks, copy.gbps)
+        for line in bench_device.reference_lines(copy, plan.collective, nranks, limit):
+            out.print(line)
+    else:
+        bandwidth = _bandwidth(nranks)
+        limit = limit_busbw(plan.collective, nranks, bandwidth and bandwidth.gbps)
+        for line in report.limit_lines(plan.collective, nranks, bandwidth, limit):
+            out.print(line)
     out.file.flush()
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="ringcomm-bench-") as workdir:
@@ -257,4 +284,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             report.print_outcome(out, outcome, plan, nranks, info)
             outcomes.append(outcome)
     comparison = report.print_comparison(out, outcomes, limit) if args.compare else None
+    if copy is not None:
+        for line in bench_device.copy_ratio_lines(outcomes, copy):
+            out.print(line)
     return _finish(args, command, info, plan, nranks, bandwidth, limit, outcomes, comparison)

@@ -58,13 +58,14 @@ def sentinel_values() -> Values:
 
 
 def _block(values: Values, like):
-    """values at indices 0 .. _CHUNK + _PERIOD, in the dtype and library (NumPy/torch) of like."""
+    """values at indices 0 .. _CHUNK + _PERIOD, in the dtype, library (NumPy/torch) and device
+    of like."""
     block = values(np.arange(_CHUNK + _PERIOD, dtype=np.int64))
     if isinstance(like, np.ndarray):
         return block.astype(like.dtype)
     import torch
 
-    return torch.from_numpy(block).to(like.dtype)
+    return torch.from_numpy(block).to(device=like.device, dtype=like.dtype)
 
 
 def _chunks(count: int, offset: int):

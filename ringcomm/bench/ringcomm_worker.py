@@ -11,6 +11,7 @@ from typing import Optional
 import numpy as np
 
 import ringcomm
+from ringcomm.bench import device as bench_device
 from ringcomm.bench.dtypes import NUMPY_LACKS, numpy_array, torch_tensor
 from ringcomm.bench.plan import Plan
 from ringcomm.bench.worker import finish, run_plan, start
@@ -27,10 +28,19 @@ _OPS = {
 class RingcommGroup:
     name = "ringcomm"
 
-    def __init__(self, comm: "ringcomm.Communicator", algorithm: str, compression: str = "none"):
+    def __init__(
+        self,
+        comm: "ringcomm.Communicator",
+        algorithm: str,
+        compression: str = "none",
+        device: str = "cpu",
+    ):
         self.comm, self.algorithm = comm, algorithm
         self.compression = None if compression == "none" else compression
         self.rank, self.size = comm.rank, comm.size
+        self.cuda = device == "cuda"
+        if self.cuda:
+            bench_device.use_rank_device(comm.local_rank)
 
     def barrier(self) -> None:
         self.comm.barrier()
@@ -39,19 +49,29 @@ class RingcommGroup:
         return self.comm.allgather(np.array([value], dtype=np.float64)).tolist()
 
     def array(self, count: int, dtype: str):
+        if self.cuda:
+            return bench_device.tensor(count, dtype)
         return torch_tensor(count, dtype) if dtype in NUMPY_LACKS else numpy_array(count, dtype)
+
+    def _done(self) -> None:
+        if self.cuda:  # a call is timed until its result is on the device
+            bench_device.synchronize()
 
     def allreduce(self, x, op: str) -> None:
         self.comm.allreduce(x, op=_OPS[op], algorithm=self.algorithm, compression=self.compression)
+        self._done()
 
     def allgather(self, x, out) -> None:
         self.comm.allgather(x, out=out)
+        self._done()
 
     def reduce_scatter(self, x, out, op: str) -> None:
         self.comm.reduce_scatter(x, out=out, op=_OPS[op])
+        self._done()
 
     def broadcast(self, x, root: int) -> None:
         self.comm.broadcast(x, root=root)
+        self._done()
 
     def unsupported(self, collective: str, dtype: str, op: str) -> Optional[str]:
         return None
@@ -75,7 +95,7 @@ def connect(plan: Plan) -> "ringcomm.Communicator":
 
 def run(plan: Plan, comm: "ringcomm.Communicator") -> Optional[dict]:
     """Runs the plan on ``comm``; the report on rank 0, None on the others."""
-    return run_plan(plan, RingcommGroup(comm, plan.algorithm, plan.compression))
+    return run_plan(plan, RingcommGroup(comm, plan.algorithm, plan.compression, plan.device))
 
 
 def main(argv=None) -> int:

@@ -23,14 +23,24 @@ def _create_backend(store, rank: int, size: int, timeout: timedelta):
     return extension().RingcommBackend(store, rank, size, timeout)
 
 
+def _devices() -> list:
+    """The devices to register for: CUDA too when this torch was built with it. A compile-time
+    fact: asking the driver here (torch.cuda.is_available()) would initialise CUDA while torch
+    imports, and a process that later forks could no longer use it."""
+    import torch
+
+    return ["cpu", "cuda"] if torch.version.cuda is not None else ["cpu"]
+
+
 def register() -> None:
-    """Makes "ringcomm" a torch.distributed backend for CPU tensors (idempotent)."""
+    """Makes "ringcomm" a torch.distributed backend for CPU tensors, and for CUDA tensors when
+    torch has CUDA (idempotent). CUDA tensors need a ringcomm built with CUDA."""
     import torch.distributed as dist
 
     if not dist.is_available():
         return
     if BACKEND_NAME not in dist.Backend.backend_list:
-        dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=["cpu"])
+        dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=_devices())
     from ringcomm.c10d import _mpi_rendezvous
 
     _mpi_rendezvous.install()

@@ -44,6 +44,7 @@ Config Config::fromEnvironment() {
   }
   if (const char* v = variable("RINGCOMM_TRANSPORT")) config.transport = parseTransportKind(v);
   if (const char* v = variable("RINGCOMM_ALGORITHM")) config.algorithm = parseAlgorithm(v);
+  if (const char* v = variable("RINGCOMM_CUDA_PATH")) config.cudaPath = parseCudaPath(v);
   if (const char* v = variable("RINGCOMM_SOCKET_IFNAME")) config.socketInterface = v;
   if (const char* v = variable("RINGCOMM_LISTEN_ADDRESS")) config.listenAddress = v;
   if (const char* v = variable("RINGCOMM_HOSTID")) config.hostId = v;

@@ -52,7 +52,10 @@ inline uint32_t userTag(int tag) { return kUserTagBit | (static_cast<uint32_t>(t
 // collective is. Ranks that agree on the sequence and size but not on the element type, the
 // reduction, the root or the schedule are caught here instead of exchanging the wrong data.
 //   signature: bits 0-7 element type + 1, bits 8-15 reduction + 1, bits 16-31 root + 1 (0 = none)
-//   variant:   bits 0-7 algorithm + 1, bits 8-15 compression + 1 (all-reduce only; 0 = none)
+//   variant:   bits 0-7 algorithm + 1, bits 8-15 compression + 1 (all-reduce only; 0 = none),
+//              bits 16-23 how device buffers travel (MemoryPath; 0 = host buffers). The device
+//              paths cut a collective into chunks or add handshakes of their own, so a rank with
+//              host buffers and one with device buffers in the same collective must not meet.
 struct MessageTag {
   uint32_t id = 0;
   uint32_t signature = 0;
@@ -71,6 +74,28 @@ inline uint32_t variantOf(Algorithm algorithm, Compression compression) {
   return (static_cast<uint32_t>(algorithm) + 1) | ((static_cast<uint32_t>(compression) + 1) << 8);
 }
 
+// Where a collective's buffers are and how they travel (variant bits 16-23).
+enum class MemoryPath : uint8_t {
+  // The schedule runs once on the whole buffers: host memory, or device memory staged whole
+  // through host memory (the messages are the same, so such ranks may meet).
+  Host = 0,
+  DeviceChunked = 1,  // device memory staged in pipelined chunks: one schedule per chunk
+  DeviceIpc = 2,      // device memory read by peers through CUDA IPC (all-reduce)
+};
+
+inline const char* toString(MemoryPath path) {
+  switch (path) {
+    case MemoryPath::Host: return "host buffers";
+    case MemoryPath::DeviceChunked: return "device buffers, staged in chunks";
+    case MemoryPath::DeviceIpc: return "device buffers, CUDA IPC";
+  }
+  return "unknown buffers";
+}
+
+inline uint32_t withMemoryPath(uint32_t variant, MemoryPath path) {
+  return (variant & ~0xff0000u) | (static_cast<uint32_t>(path) << 16);
+}
+
 inline std::string describeSignature(uint32_t signature, uint32_t variant) {
   std::string text;
   auto add = [&text](const std::string& part) { text += (text.empty() ? "" : ", ") + part; };
@@ -81,6 +106,7 @@ inline std::string describeSignature(uint32_t signature, uint32_t variant) {
   if ((variant >> 8) & 0xffu) {
     add(std::string("compression ") + toString(static_cast<Compression>(((variant >> 8) & 0xffu) - 1)));
   }
+  if ((variant >> 16) & 0xffu) add(toString(static_cast<MemoryPath>((variant >> 16) & 0xffu)));
   return text.empty() ? "no details" : text;
 }
 

@@ -75,6 +75,22 @@ const char* toString(Compression compression) {
   return "unknown";
 }
 
+const char* toString(CudaPath path) {
+  switch (path) {
+    case CudaPath::Auto: return "auto";
+    case CudaPath::Staged: return "staged";
+    case CudaPath::Ipc: return "ipc";
+  }
+  return "unknown";
+}
+
+CudaPath parseCudaPath(const std::string& name) {
+  for (CudaPath p : {CudaPath::Auto, CudaPath::Staged, CudaPath::Ipc}) {
+    if (name == toString(p)) return p;
+  }
+  throw InvalidArgument("RINGCOMM_CUDA_PATH must be one of auto, staged, ipc; got '" + name + "'");
+}
+
 Compression parseCompression(const std::string& name) {
   for (Compression c : {Compression::None, Compression::Float16, Compression::BFloat16}) {
     if (name == toString(c)) return c;

@@ -1,5 +1,6 @@
-"""A torch.distributed rank of the benchmark, on CPU tensors: backend gloo, or ringcomm's own
-backend (peer "torch-ringcomm", which measures what going through torch.distributed costs).
+"""A torch.distributed rank of the benchmark, on CPU tensors (or CUDA ones with --device cuda):
+backend gloo, or ringcomm's own backend (peer "torch-ringcomm", which measures what going through
+torch.distributed costs).
 
     MASTER_ADDR=127.0.0.1 MASTER_PORT=... RANK=r WORLD_SIZE=p \
         python -m ringcomm.bench.peers.torch_worker --backend gloo --plan P --out R
@@ -8,12 +9,14 @@ backend (peer "torch-ringcomm", which measures what going through torch.distribu
 from __future__ import annotations
 
 import argparse
+import os
 from datetime import timedelta
 from typing import Optional
 
 import torch
 import torch.distributed as dist
 
+from ringcomm.bench import device as bench_device
 from ringcomm.bench.dtypes import torch_tensor
 from ringcomm.bench.worker import finish, run_plan, start
 
@@ -31,9 +34,10 @@ _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_sc
 
 
 class TorchGroup:
-    def __init__(self, name: str):
+    def __init__(self, name: str, device: str = "cpu"):
         self.name = name
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        self.cuda = device == "cuda"
 
     def barrier(self) -> None:
         dist.barrier()
@@ -45,19 +49,27 @@ class TorchGroup:
         return slots.tolist()
 
     def array(self, count: int, dtype: str):
-        return torch_tensor(count, dtype)
+        return bench_device.tensor(count, dtype) if self.cuda else torch_tensor(count, dtype)
+
+    def _done(self) -> None:
+        if self.cuda:  # a call is timed until its result is on the device
+            bench_device.synchronize()
 
     def allreduce(self, x, op: str) -> None:
         dist.all_reduce(x, op=_OPS[op])
+        self._done()
 
     def allgather(self, x, out) -> None:
         _all_gather(out, x)
+        self._done()
 
     def reduce_scatter(self, x, out, op: str) -> None:
         _reduce_scatter(out, x, op=_OPS[op])
+        self._done()
 
     def broadcast(self, x, root: int) -> None:
         dist.broadcast(x, src=root)
+        self._done()
 
     def unsupported(self, collective: str, dtype: str, op: str) -> Optional[str]:
         if self.name == "gloo" and op == "avg" and dtype.startswith(("int", "uint")):
@@ -76,10 +88,12 @@ def main(argv=None) -> int:
     # The backends reduce on their own threads; torch's intra-op threads only fill and check
     # buffers, and p ranks sharing the cores should not each start one per core.
     torch.set_num_threads(1)
+    if plan.device == "cuda":
+        bench_device.use_rank_device(int(os.environ["RANK"]))
     dist.init_process_group(chosen.backend, timeout=timedelta(seconds=plan.op_timeout))
     name = "gloo" if chosen.backend == "gloo" else "torch-ringcomm"
     try:
-        report = run_plan(plan, TorchGroup(name))
+        report = run_plan(plan, TorchGroup(name, plan.device))
     finally:
         dist.destroy_process_group()
     return finish(report, out)

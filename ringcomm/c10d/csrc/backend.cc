@@ -1,8 +1,10 @@
 #include "backend.h"
 
+#include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
 
 #include <numeric>
+#include <optional>
 
 #include "ringcomm/config.h"
 #include "ringcomm/errors.h"
@@ -16,23 +18,41 @@ namespace {
 using ::c10d::OpType;
 using WorkHandle = c10::intrusive_ptr<::c10d::Work>;
 
+// The stream of the operation being started on this thread (CUDA tensors), for common().
+thread_local std::optional<c10::Stream> startingOnStream;
+
 // Starts `launch` (which submits core work), and returns a torch Work completing when it does.
 // Errors raised while submitting (bad arguments, a closed communicator) surface at once, as torch
 // users expect from a call with wrong arguments. `inputs` are what a profiler records of the call.
+//
+// CUDA tensors: the core runs the operation after the work queued on torch's current stream and
+// makes that stream wait for it; the copies back into the caller's tensors (`finish`) and the
+// completion of the Future (whose CUDA events torch records on the current stream) run with the
+// same stream current, so everything downstream is ordered after the collective.
 template <typename Launch>
 WorkHandle start(int rank, std::atomic<uint64_t>& sequence, OpType type, OpName op,
                  const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
                  std::vector<at::Tensor> keepAlive, Launch launch,
                  std::function<void()> finish = {}) {
+  const DeviceContext device = deviceContextOf(inputs, outputs, op.name);
   sequence.fetch_add(1);
   auto work = c10::make_intrusive<RingcommWork>(rank, type, op, inputs, std::move(outputs),
-                                                std::move(keepAlive));
+                                                std::move(keepAlive), device);
+  if (device.stream && finish) {
+    finish = [stream = *device.stream, finish = std::move(finish)] {
+      c10::StreamGuard guard(stream);
+      finish();
+    };
+  }
   std::vector<ringcomm::WorkPtr> parts;
+  startingOnStream = device.stream;
   try {
     parts = launch(*work);
   } catch (...) {
+    startingOnStream.reset();
     std::rethrow_exception(toTorchError(std::current_exception(), op.name));
   }
+  startingOnStream.reset();
   RingcommWork::completeWhen(work, parts, std::move(finish));
   return work;
 }
@@ -106,6 +126,10 @@ CoreOptions RingcommBackend::common(std::chrono::milliseconds timeout, bool asyn
   // A blocking call is waited on at once: let it run on the caller's thread when the engine is
   // idle, which saves two thread hand-offs on small messages.
   options.runInCaller = !asyncOp;
+  if (startingOnStream) {
+    options.deviceMemory = true;
+    options.stream = startingOnStream->native_handle();
+  }
   return options;
 }
 
@@ -146,7 +170,7 @@ ringcomm::WorkPtr RingcommBackend::startReduceScatter(const at::Tensor& input,
 WorkHandle RingcommBackend::broadcast(std::vector<at::Tensor>& tensors,
                                       const ::c10d::BroadcastOptions& opts) {
   requireCount(tensors, 1, "broadcast", "tensors");
-  requireCpuDense(tensors, "broadcast", "tensor");
+  requireDense(tensors, "broadcast", "tensor");
   TORCH_CHECK_VALUE(opts.rootTensor == 0, "ringcomm broadcast: rootTensor must be 0");
   auto staging = std::make_shared<Staging>();
   at::Tensor buffer = staging->inOut(tensors[0]);
@@ -168,7 +192,7 @@ WorkHandle RingcommBackend::broadcast(std::vector<at::Tensor>& tensors,
 WorkHandle RingcommBackend::allreduce(std::vector<at::Tensor>& tensors,
                                       const ::c10d::AllreduceOptions& opts) {
   requireCount(tensors, 1, "all_reduce", "tensors");
-  requireCpuDense(tensors, "all_reduce", "tensor");
+  requireDense(tensors, "all_reduce", "tensor");
   TORCH_CHECK_VALUE(!opts.sparseIndices.has_value(), "ringcomm all_reduce: sparse tensors are not supported");
   const Reduction reduction = reductionFor(tensors[0], opts.reduceOp, "all_reduce");
   auto staging = std::make_shared<Staging>();
@@ -185,7 +209,7 @@ WorkHandle RingcommBackend::allreduce(std::vector<at::Tensor>& tensors,
 
 WorkHandle RingcommBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                 const ::c10d::AllreduceCoalescedOptions& opts) {
-  requireCpuDense(tensors, "all_reduce_coalesced", "tensors");
+  requireDense(tensors, "all_reduce_coalesced", "tensors");
   if (tensors.empty()) {
     return start(rank_, sequence_, OpType::ALLREDUCE_COALESCED,
                  {"all_reduce_coalesced", "ringcomm:all_reduce"}, tensors, {}, {},
@@ -208,7 +232,7 @@ WorkHandle RingcommBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors
 WorkHandle RingcommBackend::reduce(std::vector<at::Tensor>& tensors,
                                    const ::c10d::ReduceOptions& opts) {
   requireCount(tensors, 1, "reduce", "tensors");
-  requireCpuDense(tensors, "reduce", "tensor");
+  requireDense(tensors, "reduce", "tensor");
   TORCH_CHECK_VALUE(opts.rootTensor == 0, "ringcomm reduce: rootTensor must be 0");
   const Reduction reduction = reductionFor(tensors[0], opts.reduceOp, "reduce");
   auto staging = std::make_shared<Staging>();
@@ -235,8 +259,8 @@ WorkHandle RingcommBackend::allgather(std::vector<std::vector<at::Tensor>>& outp
   requireCount(inputs, 1, "all_gather", "input tensors");
   TORCH_CHECK_VALUE(outputs.size() == 1, "ringcomm all_gather: expected one output list; got ",
                     outputs.size());
-  requireCpuDense(inputs, "all_gather", "input");
-  requireCpuDense(outputs[0], "all_gather", "output");
+  requireDense(inputs, "all_gather", "input");
+  requireDense(outputs[0], "all_gather", "output");
   requireCount(outputs[0], static_cast<size_t>(size_), "all_gather", "output list");
   requireSameShape(outputs[0], inputs[0], "all_gather", "output");
   at::Tensor input = Staging::in(inputs[0]);
@@ -254,8 +278,8 @@ WorkHandle RingcommBackend::allgather(std::vector<std::vector<at::Tensor>>& outp
 
 WorkHandle RingcommBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                             const ::c10d::AllgatherOptions& opts) {
-  requireCpuDense(input, "all_gather_into_tensor", "input");
-  requireCpuDense(output, "all_gather_into_tensor", "output");
+  requireDense(input, "all_gather_into_tensor", "input");
+  requireDense(output, "all_gather_into_tensor", "output");
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
                    "ringcomm all_gather_into_tensor: output dtype ", output.scalar_type(),
                    " differs from input dtype ", input.scalar_type());
@@ -278,7 +302,7 @@ WorkHandle RingcommBackend::_allgather_base(at::Tensor& output, at::Tensor& inpu
 WorkHandle RingcommBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputLists,
                                                 std::vector<at::Tensor>& inputs,
                                                 const ::c10d::AllgatherOptions& opts) {
-  requireCpuDense(inputs, "all_gather_coalesced", "inputs");
+  requireDense(inputs, "all_gather_coalesced", "inputs");
   TORCH_CHECK_VALUE(outputLists.size() == static_cast<size_t>(size_),
                     "ringcomm all_gather_coalesced: expected one output list per rank (", size_,
                     "); got ", outputLists.size());
@@ -289,7 +313,7 @@ WorkHandle RingcommBackend::allgather_coalesced(std::vector<std::vector<at::Tens
   }
   requireSameDtype(inputs, "all_gather_coalesced");
   for (auto& list : outputLists) {
-    requireCpuDense(list, "all_gather_coalesced", "output");
+    requireDense(list, "all_gather_coalesced", "output");
     requireCount(list, inputs.size(), "all_gather_coalesced", "each output list");
     for (size_t i = 0; i < list.size(); ++i) {
       requireSameShape({list[i]}, inputs[i], "all_gather_coalesced", "output");
@@ -320,8 +344,8 @@ WorkHandle RingcommBackend::allgather_into_tensor_coalesced(std::vector<at::Tens
   auto stagings = std::make_shared<std::vector<std::shared_ptr<Staging>>>();
   std::vector<std::pair<at::Tensor, at::Tensor>> pairs;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    requireCpuDense(inputs[i], "all_gather_into_tensor_coalesced", "input");
-    requireCpuDense(outputs[i], "all_gather_into_tensor_coalesced", "output");
+    requireDense(inputs[i], "all_gather_into_tensor_coalesced", "input");
+    requireDense(outputs[i], "all_gather_into_tensor_coalesced", "output");
     TORCH_CHECK_VALUE(outputs[i].numel() == size_ * inputs[i].numel() &&
                           outputs[i].scalar_type() == inputs[i].scalar_type(),
                       "ringcomm all_gather_into_tensor_coalesced: output ", i,
@@ -354,13 +378,13 @@ WorkHandle RingcommBackend::gather(std::vector<std::vector<at::Tensor>>& outputs
                                    std::vector<at::Tensor>& inputs,
                                    const ::c10d::GatherOptions& opts) {
   requireCount(inputs, 1, "gather", "input tensors");
-  requireCpuDense(inputs, "gather", "input");
+  requireDense(inputs, "gather", "input");
   const bool isRoot = rank_ == opts.rootRank;
   std::vector<at::Tensor> targets;
   if (isRoot) {
     TORCH_CHECK_VALUE(outputs.size() == 1, "ringcomm gather: the root needs one output list; got ",
                       outputs.size());
-    requireCpuDense(outputs[0], "gather", "output");
+    requireDense(outputs[0], "gather", "output");
     requireCount(outputs[0], static_cast<size_t>(size_), "gather", "output list");
     requireSameShape(outputs[0], inputs[0], "gather", "output");
     targets = outputs[0];
@@ -393,14 +417,14 @@ WorkHandle RingcommBackend::scatter(std::vector<at::Tensor>& outputs,
                                     std::vector<std::vector<at::Tensor>>& inputs,
                                     const ::c10d::ScatterOptions& opts) {
   requireCount(outputs, 1, "scatter", "output tensors");
-  requireCpuDense(outputs, "scatter", "output");
+  requireDense(outputs, "scatter", "output");
   const bool isRoot = rank_ == opts.rootRank;
   at::Tensor flat;
   std::vector<at::Tensor> sources;  // the root's input list; nothing elsewhere
   if (isRoot) {
     TORCH_CHECK_VALUE(inputs.size() == 1, "ringcomm scatter: the root needs one input list; got ",
                       inputs.size());
-    requireCpuDense(inputs[0], "scatter", "input");
+    requireDense(inputs[0], "scatter", "input");
     requireCount(inputs[0], static_cast<size_t>(size_), "scatter", "input list");
     requireSameShape(inputs[0], outputs[0], "scatter", "input");
     flat = flatten(inputs[0]);
@@ -433,8 +457,8 @@ WorkHandle RingcommBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
   requireCount(outputs, 1, "reduce_scatter", "output tensors");
   TORCH_CHECK_VALUE(inputs.size() == 1, "ringcomm reduce_scatter: expected one input list; got ",
                     inputs.size());
-  requireCpuDense(outputs, "reduce_scatter", "output");
-  requireCpuDense(inputs[0], "reduce_scatter", "input");
+  requireDense(outputs, "reduce_scatter", "output");
+  requireDense(inputs[0], "reduce_scatter", "input");
   requireCount(inputs[0], static_cast<size_t>(size_), "reduce_scatter", "input list");
   requireSameShape(inputs[0], outputs[0], "reduce_scatter", "input");
   const Reduction reduction = reductionFor(outputs[0], opts.reduceOp, "reduce_scatter");
@@ -454,8 +478,8 @@ WorkHandle RingcommBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
 
 WorkHandle RingcommBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                  const ::c10d::ReduceScatterOptions& opts) {
-  requireCpuDense(input, "reduce_scatter_tensor", "input");
-  requireCpuDense(output, "reduce_scatter_tensor", "output");
+  requireDense(input, "reduce_scatter_tensor", "input");
+  requireDense(output, "reduce_scatter_tensor", "output");
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
                    "ringcomm reduce_scatter_tensor: output dtype ", output.scalar_type(),
                    " differs from input dtype ", input.scalar_type());
@@ -487,8 +511,8 @@ WorkHandle RingcommBackend::reduce_scatter_tensor_coalesced(
   auto stagings = std::make_shared<std::vector<std::shared_ptr<Staging>>>();
   std::vector<std::tuple<at::Tensor, at::Tensor, Reduction>> jobs;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    requireCpuDense(inputs[i], "reduce_scatter_tensor_coalesced", "input");
-    requireCpuDense(outputs[i], "reduce_scatter_tensor_coalesced", "output");
+    requireDense(inputs[i], "reduce_scatter_tensor_coalesced", "input");
+    requireDense(outputs[i], "reduce_scatter_tensor_coalesced", "output");
     TORCH_CHECK_VALUE(inputs[i].numel() == size_ * outputs[i].numel() &&
                           outputs[i].scalar_type() == inputs[i].scalar_type(),
                       "ringcomm reduce_scatter_tensor_coalesced: input ", i,
@@ -522,8 +546,8 @@ WorkHandle RingcommBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
                                           std::vector<int64_t>& outputSplitSizes,
                                           std::vector<int64_t>& inputSplitSizes,
                                           const ::c10d::AllToAllOptions& opts) {
-  requireCpuDense(input, "all_to_all_single", "input");
-  requireCpuDense(output, "all_to_all_single", "output");
+  requireDense(input, "all_to_all_single", "input");
+  requireDense(output, "all_to_all_single", "output");
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
                    "ringcomm all_to_all_single: output dtype ", output.scalar_type(),
                    " differs from input dtype ", input.scalar_type());
@@ -570,8 +594,8 @@ WorkHandle RingcommBackend::alltoall(std::vector<at::Tensor>& outputs,
                                      const ::c10d::AllToAllOptions& opts) {
   requireCount(inputs, static_cast<size_t>(size_), "all_to_all", "input list");
   requireCount(outputs, static_cast<size_t>(size_), "all_to_all", "output list");
-  requireCpuDense(inputs, "all_to_all", "input");
-  requireCpuDense(outputs, "all_to_all", "output");
+  requireDense(inputs, "all_to_all", "input");
+  requireDense(outputs, "all_to_all", "output");
   requireSameDtype(inputs, "all_to_all");
   for (const auto& output : outputs) {
     TORCH_CHECK_TYPE(output.scalar_type() == inputs[0].scalar_type(),
@@ -607,7 +631,7 @@ WorkHandle RingcommBackend::alltoall(std::vector<at::Tensor>& outputs,
 
 WorkHandle RingcommBackend::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
   requireCount(tensors, 1, "send", "tensors");
-  requireCpuDense(tensors, "send", "tensor");
+  requireDense(tensors, "send", "tensor");
   at::Tensor buffer = Staging::in(tensors[0]);
   return start(rank_, sequence_, OpType::SEND, {"send", "ringcomm:send"}, tensors, {}, {buffer},
                [&](RingcommWork&) {
@@ -633,7 +657,7 @@ WorkHandle RingcommBackend::recvAnysource(std::vector<at::Tensor>& tensors, int 
 WorkHandle RingcommBackend::receive(std::vector<at::Tensor>& tensors, int srcRank, int tag,
                                     OpType type, OpName op) {
   requireCount(tensors, 1, op.name, "tensors");
-  requireCpuDense(tensors, op.name, "tensor");
+  requireDense(tensors, op.name, "tensor");
   auto staging = std::make_shared<Staging>();
   at::Tensor buffer = staging->inOut(tensors[0]);
   return start(

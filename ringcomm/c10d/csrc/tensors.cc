@@ -1,5 +1,6 @@
 #include "tensors.h"
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
 #include <optional>
@@ -91,19 +92,43 @@ size_t coreUnitsPerElement(const at::Tensor& tensor) {
   return coreType(tensor.scalar_type()) ? 1 : static_cast<size_t>(tensor.element_size());
 }
 
-void requireCpuDense(const at::Tensor& tensor, const char* operation, const char* argument) {
+void requireDense(const at::Tensor& tensor, const char* operation, const char* argument) {
   TORCH_CHECK_VALUE(tensor.defined(), "ringcomm ", operation, ": ", argument, " is undefined");
-  TORCH_CHECK_VALUE(tensor.device().is_cpu(), "ringcomm ", operation, ": ", argument,
-                    " is on ", tensor.device(),
-                    "; this backend handles CPU tensors (pair it with another backend for the "
-                    "device, e.g. backend=\"cpu:ringcomm,cuda:nccl\")");
+  TORCH_CHECK_VALUE(tensor.device().is_cpu() || tensor.device().is_cuda(), "ringcomm ", operation,
+                    ": ", argument, " is on ", tensor.device(),
+                    "; this backend handles CPU and CUDA tensors (pair it with another backend "
+                    "for the device, e.g. backend=\"cpu:ringcomm,xpu:xccl\")");
   TORCH_CHECK_VALUE(tensor.layout() == at::kStrided, "ringcomm ", operation, ": ", argument,
                     " has layout ", tensor.layout(), "; only dense (strided) tensors are supported");
 }
 
-void requireCpuDense(const std::vector<at::Tensor>& tensors, const char* operation,
-                     const char* argument) {
-  for (const auto& tensor : tensors) requireCpuDense(tensor, operation, argument);
+void requireDense(const std::vector<at::Tensor>& tensors, const char* operation,
+                  const char* argument) {
+  for (const auto& tensor : tensors) requireDense(tensor, operation, argument);
+}
+
+std::vector<c10::Device> DeviceContext::devices() const {
+  if (!stream) return {};
+  return {stream->device()};
+}
+
+DeviceContext deviceContextOf(const std::vector<at::Tensor>& inputs,
+                              const std::vector<at::Tensor>& outputs, const char* operation) {
+  std::optional<c10::Device> device;
+  for (const auto* list : {&inputs, &outputs}) {
+    for (const auto& tensor : *list) {
+      if (!tensor.defined() || !tensor.is_cuda()) continue;
+      TORCH_CHECK_VALUE(!device || *device == tensor.device(), "ringcomm ", operation,
+                        ": tensors on ", *device, " and ", tensor.device(),
+                        "; one operation's CUDA tensors must share a device");
+      device = tensor.device();
+    }
+  }
+  DeviceContext context;
+  if (device) {
+    context.stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(*device);
+  }
+  return context;
 }
 
 void requireCount(const std::vector<at::Tensor>& tensors, size_t expected, const char* operation,

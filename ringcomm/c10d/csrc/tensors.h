@@ -3,8 +3,10 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/core/Stream.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,10 +41,22 @@ Buffer movable(const at::Tensor& tensor);
 // else its size in bytes (the core moves it as raw bytes).
 size_t coreUnitsPerElement(const at::Tensor& tensor);
 
-// Checks that every tensor is a dense CPU tensor, naming the operation and argument otherwise.
-void requireCpuDense(const at::Tensor& tensor, const char* operation, const char* argument);
-void requireCpuDense(const std::vector<at::Tensor>& tensors, const char* operation,
-                     const char* argument);
+// Checks that every tensor is a dense CPU or CUDA tensor, naming the operation and argument
+// otherwise.
+void requireDense(const at::Tensor& tensor, const char* operation, const char* argument);
+void requireDense(const std::vector<at::Tensor>& tensors, const char* operation,
+                  const char* argument);
+
+// Where an operation's tensors live. For CUDA tensors: the device and the stream torch currently
+// queues work on there, which the core orders the collective after (and makes wait for it).
+// Found through c10's device-generic stream interface, so this compiles against a CPU-only torch
+// too (where no tensor is ever on CUDA).
+struct DeviceContext {
+  std::optional<c10::Stream> stream;  // set for CUDA tensors
+  std::vector<c10::Device> devices() const;
+};
+DeviceContext deviceContextOf(const std::vector<at::Tensor>& inputs,
+                              const std::vector<at::Tensor>& outputs, const char* operation);
 // Checks that a list holds exactly `expected` tensors.
 void requireCount(const std::vector<at::Tensor>& tensors, size_t expected, const char* operation,
                   const char* argument);

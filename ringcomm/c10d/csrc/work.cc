@@ -1,5 +1,6 @@
 #include "work.h"
 
+#include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
 
 #include <cstdio>
@@ -10,7 +11,7 @@ namespace ringcomm::c10d_backend {
 
 RingcommWork::RingcommWork(int rank, ::c10d::OpType type, OpName op,
                            const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
-                           std::vector<at::Tensor> keepAlive)
+                           std::vector<at::Tensor> keepAlive, const DeviceContext& device)
     // torch's Work starts a profiler event under this title (when a profiler is on) and ends it
     // in finish(), on whichever thread completes the work: the event spans the whole operation.
     : ::c10d::Work(rank, type, op.title, inputs),
@@ -18,7 +19,8 @@ RingcommWork::RingcommWork(int rank, ::c10d::OpType type, OpName op,
       outputs_(std::move(outputs)),
       keepAlive_(std::move(keepAlive)),
       future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+          c10::ListType::create(c10::TensorType::get()), device.devices())),
+      stream_(device.stream) {}
 
 void RingcommWork::completeWhen(const c10::intrusive_ptr<RingcommWork>& work,
                                 const std::vector<ringcomm::WorkPtr>& parts,
@@ -61,6 +63,12 @@ void RingcommWork::completeWhen(const c10::intrusive_ptr<RingcommWork>& work,
 }
 
 void RingcommWork::complete(std::exception_ptr error) {
+  // A CUDA future records its events on the current stream: make it the operation's, which the
+  // core made wait for the collective (the completing thread's own would be the default one).
+  std::optional<c10::StreamGuard> onStream;
+  if (stream_) onStream.emplace(*stream_);
+  // Released tensors may be reused at once by torch's caching allocator, but only by work on the
+  // stream they were allocated on, which is ordered after the collective.
   keepAlive_.clear();
   if (error) error = toTorchError(error, name_);
   finish(error);

@@ -9,9 +9,11 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "ringcomm/work.h"
+#include "tensors.h"
 
 namespace ringcomm::c10d_backend {
 
@@ -28,8 +30,11 @@ class RingcommWork : public ::c10d::Work {
   // inputs: what the profiler records as the operation's input shapes. outputs: what result()
   // and the Future hold. keepAlive: tensors the core reads or writes while it runs (staging
   // buffers included), released at completion.
+  // device: where the tensors are; for CUDA ones the Future is a CUDA future on that device, and
+  // completes with the operation's stream current.
   RingcommWork(int rank, ::c10d::OpType type, OpName op, const std::vector<at::Tensor>& inputs,
-               std::vector<at::Tensor> outputs, std::vector<at::Tensor> keepAlive);
+               std::vector<at::Tensor> outputs, std::vector<at::Tensor> keepAlive,
+               const DeviceContext& device);
 
   // Completes this work when every one of `parts` has completed, after running `finish` (the
   // copy back into the caller's tensors) if they all succeeded.
@@ -50,6 +55,7 @@ class RingcommWork : public ::c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> keepAlive_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::optional<c10::Stream> stream_;
   int source_ = -1;
   std::atomic<size_t> pending_{0};
   std::exception_ptr firstError_;

@@ -1,0 +1,47 @@
+// The device path of a library built without CUDA (RINGCOMM_BUILD_CUDA=OFF, the default pip
+// build): collectives take host memory only, and saying otherwise is an InvalidArgument that
+// tells how to get a CUDA build.
+#include <string>
+
+#include "ringcomm/errors.h"
+#include "transport/cuda/device_path.h"
+
+namespace ringcomm {
+
+bool builtWithCuda() { return false; }
+
+namespace device {
+namespace {
+
+[[noreturn]] void refuse(const char* collective) {
+  throw InvalidArgument(std::string(collective) +
+                        ": a buffer is in CUDA device memory, but ringcomm was built without "
+                        "CUDA; rebuild it with pip install -Ccmake.define.RINGCOMM_BUILD_CUDA=ON "
+                        "(needs nvcc), or pass host memory");
+}
+
+class NoCuda : public DevicePath {
+ public:
+  TicketPtr prepare(std::initializer_list<const void*>, void*, const char* collective) override {
+    refuse(collective);
+  }
+  void staged(const Ticket&, const Operation&, const std::vector<Region>&,
+              const std::function<void(const std::vector<void*>&)>&) override {
+    refuse("staging");
+  }
+  void pipelined(const Ticket&, const Operation&, const void*, void*, size_t, size_t, bool, bool,
+                 const ChunkStep&) override {
+    refuse("staging");
+  }
+  bool ipcAllreduce(const Ticket&, const Operation&, const Peers&, const void*, void*, size_t,
+                    DataType, ReduceOp) override {
+    refuse("allreduce");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<DevicePath> createDevicePath(int, int) { return std::make_unique<NoCuda>(); }
+
+}  // namespace device
+}  // namespace ringcomm

@@ -1,0 +1,199 @@
+"""Collectives on CUDA arrays: the device path of the core (src/transport/cuda) and its Python face.
+
+The multi-process tests need a CUDA device and a ringcomm built with CUDA
+(``pip install -Ccmake.define.RINGCOMM_BUILD_CUDA=ON -e .``); elsewhere they skip, saying which
+is missing. Several ranks share one GPU, as on the machines these tests are written for. The
+tests after them need no GPU: what a build without CUDA says, how CUDA arrays are decoded, and
+how streams are named.
+"""
+
+import ctypes
+import functools
+import importlib.util
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from harness import assert_all_succeeded, free_port, run_job
+
+import ringcomm
+from ringcomm import _core, _devices
+from ringcomm.bench import device as bench_device
+
+# Elements of the case that spans several pipeline chunks (4 MiB each) and splits unevenly.
+LARGE_COUNT = 1_500_007
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_devices() -> int:
+    """CUDA devices this machine has, asked of the driver itself (torch may be a CPU build)."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
+def require_cuda(library: str) -> None:
+    if cuda_devices() == 0:
+        pytest.skip("no CUDA device")
+    if not _devices.built_with_cuda():
+        pytest.skip(
+            "ringcomm was built without CUDA (pip install -Ccmake.define.RINGCOMM_BUILD_CUDA=ON)"
+        )
+    if library == "torch":
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip(f"torch {torch.__version__} has no CUDA")
+    elif importlib.util.find_spec("cupy") is None:
+        pytest.skip("CuPy is not installed")
+
+
+CASES = [
+    (library, path, size)
+    for library in ("torch", "cupy")
+    for path in ("staged", "ipc")
+    for size in (2, 3, 4)
+]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    "library,path,size", CASES, ids=[f"{lib}-{path}-{size}ranks" for lib, path, size in CASES]
+)
+def test_collectives_on_cuda_arrays(library, path, size):
+    require_cuda(library)
+    outcomes = run_job(
+        size,
+        "cuda_collectives.py",
+        [library, str(LARGE_COUNT)],
+        env={"RINGCOMM_CUDA_PATH": path},
+        deadline=500,
+    )
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"][:20])
+    reference = outcomes[0].result["digests"]
+    assert reference
+    for outcome in outcomes[1:]:
+        assert outcome.result["digests"] == reference, f"rank {outcome.rank} holds other bits"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("size", [2, 4])
+def test_torch_backend_on_cuda_tensors(size):
+    require_cuda("torch")
+    outcomes = run_job(
+        size,
+        "torch_cuda_backend.py",
+        env={"TEST_MASTER_PORT": str(free_port())},
+        deadline=500,
+    )
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"][:20])
+    assert len({outcome.result["digests"]["ddp"] for outcome in outcomes}) == 1
+
+
+# ---- no GPU needed -------------------------------------------------------------------------
+
+
+def test_bench_on_cuda_says_why_it_cannot_run():
+    problem = bench_device.cuda_problem()
+    if problem is None:
+        pytest.skip("CUDA is available here: the benchmark runs (see bench/RESULTS.md)")
+    done = subprocess.run(
+        [sys.executable, "-m", "ringcomm.bench", "allreduce", "--device", "cuda", "-np", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"--device cuda: {problem}" in done.stderr
+
+
+class FakeCudaArray:
+    """Something that says it is a CUDA array, without a GPU: for the checks that come before
+    any memory is touched."""
+
+    def __init__(self, typestr="<f4", shape=(4,), strides=None, read_only=False, stream=None):
+        self.__cuda_array_interface__ = {
+            "version": 3,
+            "data": (0x7F0000000000, read_only),
+            "shape": shape,
+            "typestr": typestr,
+            "strides": strides,
+        }
+        if stream is not None:
+            self.__cuda_array_interface__["stream"] = stream
+
+
+@pytest.fixture(scope="module")
+def comm():
+    communicator = ringcomm.init(timeout=10)
+    yield communicator
+    communicator.shutdown()
+
+
+def test_a_build_without_cuda_says_how_to_rebuild(comm):
+    if _devices.built_with_cuda():
+        pytest.skip("this ringcomm was built with CUDA")
+    for call in (
+        lambda: comm.allreduce(FakeCudaArray()),
+        lambda: comm.broadcast(FakeCudaArray()),
+        lambda: comm.allgather(FakeCudaArray(), out=np.zeros(4, np.float32)),
+    ):
+        with pytest.raises(ValueError, match="built without CUDA.*RINGCOMM_BUILD_CUDA=ON"):
+            call()
+    # Nothing of the refused call carries over to the next one.
+    x = np.ones(4, np.float32)
+    comm.allreduce(x)
+    assert np.array_equal(x, np.ones(4))
+
+
+@pytest.mark.parametrize(
+    "fake,error,words",
+    [
+        (FakeCudaArray(typestr="<c8"), TypeError, "c8"),
+        (FakeCudaArray(typestr=">f4"), TypeError, "big-endian"),
+        (FakeCudaArray(shape=(4, 4), strides=(4, 16)), ValueError, "contiguous"),
+        (FakeCudaArray(read_only=True), ValueError, "read-only"),
+    ],
+)
+def test_cuda_array_interface_is_checked_before_use(comm, fake, error, words):
+    with pytest.raises(error, match=words):
+        comm.allreduce(fake)
+    x = np.ones(4, np.float32)
+    comm.allreduce(x)  # the failed call left nothing behind
+    assert np.array_equal(x, np.ones(4))
+
+
+def test_streams_are_named_by_objects_or_integers():
+    class TorchLikeStream:
+        cuda_stream = 1234
+
+    class CupyLikeStream:
+        ptr = 5678
+
+    assert _devices.stream_handle(TorchLikeStream()) == 1234
+    assert _devices.stream_handle(CupyLikeStream()) == 5678
+    assert _devices.stream_handle(42) == 42
+    with pytest.raises(TypeError, match="stream must be"):
+        _devices.stream_handle("default")
+    assert _devices.current_stream(FakeCudaArray(stream=99)) == 99
+    assert _devices.current_stream(FakeCudaArray()) == 0  # the legacy default stream
+
+
+def test_stream_argument_on_host_arrays_is_harmless(comm):
+    x = np.ones(4, np.float32)
+    comm.allreduce(x, stream=0)
+    assert np.array_equal(x, np.ones(4))
+
+
+def test_built_with_cuda_is_reported():
+    assert isinstance(_core.built_with_cuda(), bool)
