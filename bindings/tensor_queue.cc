@@ -26,6 +26,12 @@ TensorRequest makeRequest(TensorOp op, const std::string& name, py::handle x, py
   request.root = root;
   const bool writesX = op == TensorOp::Broadcast || (op == TensorOp::Allreduce && out.is_none());
   const ArrayView input = viewArray(x, "tensor", writesX);
+  const ArrayView output = out.is_none() ? input : viewArray(out, "output", true);
+  CommonOptions unused;
+  takeCallDevice(unused);  // viewArray notes CUDA arrays for a collective launch; this is none
+  if (input.onDevice || output.onDevice) {
+    throw py::type_error("'" + name + "': the tensor queue takes host memory, not CUDA memory");
+  }
   request.type = input.type;
   if (input.count != request.count()) {
     throw py::value_error("'" + name + "': shape holds " + std::to_string(request.count()) +
@@ -34,7 +40,6 @@ TensorRequest makeRequest(TensorOp op, const std::string& name, py::handle x, py
   request.input = input.data;
   request.output = writesX ? input.data : nullptr;
   if (op == TensorOp::Allreduce && !out.is_none()) {
-    const ArrayView output = viewArray(out, "output", true);
     if (output.type != input.type || output.count != input.count) {
       throw py::value_error("'" + name + "': output must match the tensor's dtype and size");
     }
