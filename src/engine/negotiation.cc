@@ -70,8 +70,7 @@ bool compatible(const Announcement& a, const Announcement& b) {
   if (a.op != b.op || a.type != b.type) return false;
   switch (a.op) {
     case TensorOp::Allreduce:
-      return a.shape == b.shape && a.reduceOp == b.reduceOp && a.compression == b.compression &&
-             a.prescale == b.prescale && a.postscale == b.postscale;
+      return a.shape == b.shape && reduceAlike(a, b);
     case TensorOp::Allgather:  // the first dimension may differ
       return a.shape.size() == b.shape.size() &&
              std::equal(a.shape.begin() + (a.shape.empty() ? 0 : 1), a.shape.end(),
@@ -83,6 +82,12 @@ bool compatible(const Announcement& a, const Announcement& b) {
 }
 
 }  // namespace
+
+bool reduceAlike(const Announcement& a, const Announcement& b) {
+  return a.op == TensorOp::Allreduce && b.op == TensorOp::Allreduce && a.type == b.type &&
+         a.reduceOp == b.reduceOp && a.compression == b.compression &&
+         a.prescale == b.prescale && a.postscale == b.postscale;
+}
 
 Announcement Announcement::of(const TensorRequest& request) {
   Announcement a;

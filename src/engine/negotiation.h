@@ -35,6 +35,10 @@ struct Announcement {
   std::string describe() const;
 };
 
+// Two all-reduces one collective can carry: same dtype, op, wire compression and scale factors
+// (the tensors may differ in shape: this is what fusion asks).
+bool reduceAlike(const Announcement& a, const Announcement& b);
+
 // What one rank says in one cycle.
 struct CycleMessage {
   bool join = false;      // this rank called join() since its last message

@@ -422,10 +422,7 @@ class TensorQueueImpl : public TensorQueue {
     while (end < ready.size() && ready[end].error.empty()) {
       const Announcement& next = ready[end].reference();
       const size_t nextBytes = next.count() * elementSize(next.type);
-      if (next.op != TensorOp::Allreduce || next.type != first.type ||
-          next.reduceOp != first.reduceOp || next.compression != first.compression ||
-          next.prescale != first.prescale || next.postscale != first.postscale ||
-          ready[end].contributors() != ready[begin].contributors() ||
+      if (!reduceAlike(first, next) || ready[end].contributors() != ready[begin].contributors() ||
           bytes + nextBytes > config_.fusionThresholdBytes) {
         break;
       }
