@@ -1,5 +1,9 @@
 #include "arrays.h"
 
+#include <pybind11/stl.h>
+
+#include <optional>
+
 #include <cstring>
 #include <string>
 #include <vector>
@@ -222,12 +226,18 @@ void takeCallDevice(CommonOptions& options) {
 void bindCallDevice(py::module_& m) {
   m.def(
       "_set_call_stream",
-      [](uintptr_t stream) {
-        callDevice.stream = stream;
-        callDevice.streamSet = true;
+      [](std::optional<uintptr_t> stream) {
+        // Every collective's Python side calls this first, so nothing a failed call noted (a
+        // Python error raised before it launched) carries over to this one.
+        callDevice = CallDevice{};
+        if (stream) {
+          callDevice.stream = *stream;
+          callDevice.streamSet = true;
+        }
       },
       py::arg("stream"),
-      "The cudaStream_t (as an int) for the next collective this thread launches (private).");
+      "Starts a collective's call on this thread: its cudaStream_t as an int, or None for the "
+      "array library's current stream (private).");
   m.def("built_with_cuda", &builtWithCuda,
         "Whether this ringcomm was built with CUDA (RINGCOMM_BUILD_CUDA=ON).");
   // Registered last, so it runs first for every exception a binding raises: forget what the

@@ -46,7 +46,8 @@ def current_stream(obj: Any) -> int:
     if module.startswith("cupy"):
         import cupy
 
-        return int(cupy.cuda.get_current_stream().ptr)
+        with obj.device:  # the current stream of the array's device, not the current device's
+            return int(cupy.cuda.get_current_stream().ptr)
     interface = getattr(obj, "__cuda_array_interface__", None)
     if isinstance(interface, dict) and interface.get("stream") is not None:
         # v3: the producer's stream; 1 and 2 are cudaStreamLegacy and cudaStreamPerThread, which
@@ -56,9 +57,10 @@ def current_stream(obj: Any) -> int:
 
 
 def set_call_stream(stream: Any) -> None:
-    """``stream=`` of a collective: the stream for the one about to be launched on this thread."""
-    if stream is not None:
-        _core._set_call_stream(stream_handle(stream))
+    """Starts a collective's call on this thread, with its ``stream=`` (None: the array
+    library's current stream). Called by every collective, so that nothing a failed call left
+    behind carries over."""
+    _core._set_call_stream(None if stream is None else stream_handle(stream))
 
 
 def built_with_cuda() -> bool:

@@ -190,8 +190,14 @@ struct DeviceState {
   }
 
   ~DeviceState() {
-    // Errors are ignored here: at process exit the CUDA runtime may be unloading already.
-    if (cudaSetDevice(device) != cudaSuccess) return;
+    // Errors are ignored here: at process exit the CUDA runtime may be unloading already. The
+    // thread's current device is put back (shutdown() may run on a user's thread).
+    int previous = device;
+    if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) return;
+    struct Restore {
+      int device;
+      ~Restore() { cudaSetDevice(device); }
+    } restore{previous};
     // Copies may still read the pinned memory freed below: wait for this rank's own streams
     // (never the whole device).
     for (cudaStream_t stream : {copyOut, copyIn, compute}) {
@@ -314,16 +320,29 @@ class CudaPath : public DevicePath {
 
   TicketPtr prepare(std::initializer_list<const void*> addresses, void* stream,
                     const char* collective) override {
+    if (static_cast<cudaStream_t>(stream) == cudaStreamPerThread) {
+      // The collective finishes on the engine's thread, where this handle names another stream.
+      throw InvalidArgument(std::string(collective) +
+                            ": the per-thread default stream (handle 2) is not supported; pass "
+                            "an explicit stream");
+    }
     std::vector<const void*> onDevice;
+    bool managed = false;
     int device = -1;
     for (const void* address : addresses) {
       if (address == nullptr) continue;
       cudaPointerAttributes attributes{};
-      if (cudaPointerGetAttributes(&attributes, address) != cudaSuccess) {
-        cudaGetLastError();  // an unknown pointer is host memory; clear the error it left
+      const cudaError_t looked = cudaPointerGetAttributes(&attributes, address);
+      if (looked == cudaErrorInvalidValue) {
+        cudaGetLastError();  // memory CUDA does not know: host memory; clear the error it left
         continue;
       }
-      // Pinned and managed memory are host-accessible: the host schedules use them directly.
+      check(looked, "cudaPointerGetAttributes");  // anything else is a real CUDA error
+      // Managed memory is host-accessible, and the host schedules use it directly, but only
+      // once the caller's stream has finished with it (without concurrent managed access, a
+      // host touch while a kernel runs faults).
+      if (attributes.type == cudaMemoryTypeManaged) managed = true;
+      // Pinned memory is host memory.
       if (attributes.type != cudaMemoryTypeDevice) continue;
       if (device >= 0 && attributes.device != device) {
         throw InvalidArgument(std::string(collective) + ": buffers on CUDA devices " +
@@ -333,7 +352,13 @@ class CudaPath : public DevicePath {
       device = attributes.device;
       onDevice.push_back(address);
     }
-    if (onDevice.empty()) return nullptr;
+    if (onDevice.empty()) {
+      if (managed) {
+        check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)),
+              "cudaStreamSynchronize (the caller's stream, before the host uses managed memory)");
+      }
+      return nullptr;
+    }
     DeviceState& state = stateFor(device);
     DeviceGuard guard(device);
     cudaEvent_t ready = state.takeEvent();
@@ -488,17 +513,18 @@ class CudaPath : public DevicePath {
     const auto& t = static_cast<const CudaTicket&>(ticket);
     DeviceState& s = t.state();
     DeviceGuard guard(s.device);
-    s.ensureIpcEvents();
-    check(cudaStreamWaitEvent(s.compute, t.ready(), 0), "cudaStreamWaitEvent");
-    // Recorded before the handles go out: a peer that has them may wait on this event.
-    check(cudaEventRecord(s.ipcEvents[kInputReady], s.compute), "cudaEventRecord");
-
-    // Round 1: every rank's buffers and events.
+    // Round 1: every rank's buffers and events. A rank that cannot export them says so, and
+    // every rank falls back to staging together.
     IpcRecord mine;
     mine.pid = static_cast<int64_t>(getpid());
     mine.device = s.device;
-    std::memcpy(mine.events, s.ipcEventHandles, sizeof(mine.events));
     try {
+      s.ensureIpcEvents();
+      check(cudaStreamWaitEvent(s.compute, t.ready(), 0), "cudaStreamWaitEvent");
+      check(cudaStreamWaitEvent(s.compute, s.done, 0), "cudaStreamWaitEvent");  // see begin()
+      // Recorded before the handles go out: a peer that has them may wait on this event.
+      check(cudaEventRecord(s.ipcEvents[kInputReady], s.compute), "cudaEventRecord");
+      std::memcpy(mine.events, s.ipcEventHandles, sizeof(mine.events));
       exportBuffer(input, &mine.input, &mine.inputOffset);
       exportBuffer(output, &mine.output, &mine.outputOffset);
       mine.ok = 1;
@@ -514,6 +540,7 @@ class CudaPath : public DevicePath {
     std::vector<const uint8_t*> peerOutput(size_, nullptr);
     std::vector<cudaEvent_t> peerEvents(static_cast<size_t>(size_) * 3, nullptr);
     uint8_t ok = 1;
+    makeRoomForMappings(s, 2 * static_cast<size_t>(size_));
     for (int peer = 0; peer < size_ && ok; ++peer) {
       if (peer == rank_) continue;
       const IpcRecord& record = records[peer];
@@ -610,10 +637,14 @@ class CudaPath : public DevicePath {
 
   // The staging streams start after the caller's work that produced the buffers (and that may
   // still read the outputs).
+  // Also after the previous collective's last device write (`done`): the caller's stream waits
+  // for it only later, so an asynchronous collective on the same buffers could overtake it.
   static void begin(const CudaTicket& t) {
     DeviceState& s = t.state();
-    check(cudaStreamWaitEvent(s.copyOut, t.ready(), 0), "cudaStreamWaitEvent");
-    check(cudaStreamWaitEvent(s.copyIn, t.ready(), 0), "cudaStreamWaitEvent");
+    for (cudaStream_t stream : {s.copyOut, s.copyIn}) {
+      check(cudaStreamWaitEvent(stream, t.ready(), 0), "cudaStreamWaitEvent");
+      check(cudaStreamWaitEvent(stream, s.done, 0), "cudaStreamWaitEvent");
+    }
   }
 
   // The caller's stream goes on after `last`'s work so far: the collective's last device write.
@@ -629,17 +660,21 @@ class CudaPath : public DevicePath {
     *offset = reinterpret_cast<uintptr_t>(address) - base;
   }
 
+  // Called before a collective maps its peers' buffers (never between two of its mappings, which
+  // it is about to use): closes every cached mapping when `coming` more would not fit.
+  static void makeRoomForMappings(DeviceState& s, size_t coming) {
+    if (s.openBuffers.size() + coming <= kMaxOpenPeerBuffers) return;
+    // Kernels of earlier collectives may still read these mappings: let this rank's compute
+    // stream drain first (its own stream only).
+    check(cudaStreamSynchronize(s.compute), "cudaStreamSynchronize");
+    for (auto& [unused, base] : s.openBuffers) cudaIpcCloseMemHandle(base);
+    s.openBuffers.clear();
+  }
+
   const uint8_t* openBuffer(DeviceState& s, int peer, const cudaIpcMemHandle_t& handle) {
     const std::string key = cacheKey(peer, handle);
     auto found = s.openBuffers.find(key);
     if (found != s.openBuffers.end()) return static_cast<const uint8_t*>(found->second);
-    if (s.openBuffers.size() >= kMaxOpenPeerBuffers) {
-      // Kernels of earlier collectives may still read these mappings: let this rank's compute
-      // stream drain first (its own stream only).
-      check(cudaStreamSynchronize(s.compute), "cudaStreamSynchronize");
-      for (auto& [unused, base] : s.openBuffers) cudaIpcCloseMemHandle(base);
-      s.openBuffers.clear();
-    }
     void* base = nullptr;
     check(cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess),
           "cudaIpcOpenMemHandle");
