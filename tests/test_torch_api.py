@@ -4,7 +4,7 @@ import pytest
 from harness import assert_all_succeeded, run_job
 
 
-@pytest.mark.parametrize("size", [1, 3])
+@pytest.mark.parametrize("size", [1, 3, 8])
 def test_horovod_style_api(size):
     outcomes = run_job(size, "horovod_api.py", deadline=180)
     assert_all_succeeded(outcomes)

@@ -452,6 +452,12 @@ class TensorQueueImpl : public TensorQueue {
       options.postscale = first.postscale / contributors;
     }
 
+    {
+      // Counted before the Works complete: a caller that waited for them sees the count.
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++stats_.allreduces;
+      if (end - begin > 1) stats_.fusedTensors += end - begin;
+    }
     const size_t elementBytes = elementSize(first.type);
     guarded(worksOf(locals), [&] {
       if (end - begin == 1 && locals[0]) {
@@ -487,9 +493,6 @@ class TensorQueueImpl : public TensorQueue {
         offset += bytes;
       }
     });
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++stats_.allreduces;
-    if (end - begin > 1) stats_.fusedTensors += end - begin;
   }
 
   // Ranks' first dimensions may differ: an all-to-all with uneven counts, every rank sending its

@@ -11,7 +11,7 @@ from report import report  # noqa: E402
 
 import ringcomm  # noqa: E402
 import ringcomm.torch as hvd  # noqa: E402
-from ringcomm.torch import state  # noqa: E402
+from ringcomm.torch import requests, state  # noqa: E402
 
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
@@ -160,17 +160,27 @@ def reductions():
 
 
 def negotiated_order():
-    # Every rank submits the same names in its own order; they pair up by name, and fuse.
+    # Every rank submits the same names in its own order; they pair up by name.
     names = [f"negotiated.{i}" for i in range(12)]
     order = names if rank % 2 == 0 else names[::-1]
     tensors = {n: torch.full((10 + i,), float(rank + i)) for i, n in enumerate(names)}
-    before = state.queue().stats().fused_tensors
     started = {n: hvd.allreduce_async(tensors[n], name=n, op=hvd.Sum) for n in order}
     for i, n in enumerate(names):
         expected = torch.full((10 + i,), float(size * i + size * (size - 1) / 2))
         check(f"negotiated/{n}", torch.equal(hvd.synchronize(started[n]), expected))
-    if size > 1:
-        check("negotiated/fused", state.queue().stats().fused_tensors > before)
+    # Announced in one cycle on every rank (still in opposite orders), they are ready in the same
+    # cycle, and travel in one fused all-reduce.
+    before = state.queue().stats().fused_tensors
+    batch = [
+        requests.allreduce(tensors[n], None, hvd.Sum, None, 1.0, 1.0, f"batch.{n}") for n in order
+    ]
+    for work in requests.submit(batch, tuple(tensors.values())):
+        work.wait()
+    for i, n in enumerate(names):
+        expected = torch.full((10 + i,), float(size * i + size * (size - 1) / 2))
+        check(f"fused/{n}", torch.equal(tensors[n], expected), tensors[n])
+    fused = state.queue().stats().fused_tensors - before
+    check("fused/count", fused == len(names), fused)
 
 
 def mismatched_names():
