@@ -33,8 +33,11 @@ def synchronize(handle: int, timeout: Optional[float] = None) -> Any:
             work.wait(timeout)
         return finish()
     finally:
-        with _lock:
-            _pending.pop(handle, None)
+        # A wait that timed out leaves the operation running: its entry keeps the tensors the
+        # queue's thread still reads and writes alive, and synchronize() may be called again.
+        if all(work.is_completed() for work in works):
+            with _lock:
+                _pending.pop(handle, None)
 
 
 def _entry(handle: int) -> tuple:

@@ -52,7 +52,8 @@ class _DistributedOptimizer:
                     f"named_parameters does not cover {len(missing)} parameters of the optimizer"
                 )
         else:
-            names = {id(p): f"allreduce.noname.{i}" for i, p in enumerate(params)}
+            # Not ops' "allreduce.noname.N", which unnamed hvd.allreduce calls use.
+            names = {id(p): f"DistributedOptimizer.noname.{i}" for i, p in enumerate(params)}
         if gradient_predivide_factor != 1.0 and op is not ops.Average:
             raise ValueError("gradient_predivide_factor needs op=Average")
         self._names = names
@@ -89,8 +90,15 @@ class _DistributedOptimizer:
     def _gradient_ready(self, param: torch.Tensor) -> None:
         key = id(param)
         self._pass_count[key] += 1
-        if self._pass_count[key] < self._passes or key in self._in_flight:
+        if self._pass_count[key] < self._passes:
             return  # accumulate locally for backward_passes_per_step passes
+        if key in self._in_flight:
+            # Autograd is adding into a gradient the queue is reducing: as Horovod does, refuse.
+            raise RuntimeError(
+                f"the gradient of {self._names[key]} was computed more than "
+                f"backward_passes_per_step={self._passes} times before step() or synchronize(); "
+                "raise backward_passes_per_step, or call synchronize() between the passes"
+            )
         group = self._group_of.get(key)
         if group is None:
             self._submit([param])
@@ -112,7 +120,8 @@ class _DistributedOptimizer:
             grad = p.grad.detach()
             if self._passes > 1:
                 grad.div_(self._passes)
-            wire = self._compression.wire if grad.dtype == torch.float32 else None
+            summed = self._op in (ops.Sum, ops.Average)  # the codecs carry sums only
+            wire = self._compression.wire if grad.dtype == torch.float32 and summed else None
             scalable = grad.dtype in (torch.float32, torch.float64)
             started.append(
                 requests.allreduce(
@@ -220,6 +229,8 @@ def join(device: int = -1) -> int:
     work = state.queue().join()
     work.wait()
     last = work.last_joined
+    # A rank that joined early made fewer unnamed calls: count them afresh on every rank.
+    requests.forget_default_names()
     optimizer = _latest_optimizer() if _latest_optimizer is not None else None
     if optimizer is not None and state.comm().size > 1:
         optimizer._adopt_replica_of(last)

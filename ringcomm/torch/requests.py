@@ -21,6 +21,11 @@ def name_or_default(name: Optional[str], kind: str) -> str:
     return name if name else f"{kind}.noname.{next(_unnamed[kind])}"
 
 
+def forget_default_names() -> None:
+    """Restarts the numbering of unnamed tensors (every rank does so at the end of join())."""
+    _unnamed.clear()
+
+
 def allreduce(tensor, output, op, wire, prescale, postscale, name) -> "_core.TensorRequest":
     """``output`` is None (in place) or a tensor like ``tensor``."""
     return _core.TensorRequest(

@@ -205,15 +205,24 @@ std::string ReadinessTable::disagreement(const std::string& name, const Entry& e
     }
   }
   const Announcement& a = *entry.byRank[first];
-  const bool anyJoined = std::find(joined_.begin(), joined_.end(), true) != joined_.end();
+  const bool someMissing = std::any_of(entry.byRank.begin(), entry.byRank.end(),
+                                       [](const auto& announced) { return !announced; });
   if (a.op == TensorOp::Broadcast && joined_[a.root] && !entry.byRank[a.root]) {
     return "'" + name + "': broadcast from root " + std::to_string(a.root) +
            ", which has joined (it has no data to send)";
   }
-  if (a.op == TensorOp::Allreduce && anyJoined && a.reduceOp == ReduceOp::Avg &&
+  if (a.op == TensorOp::Allreduce && someMissing && a.reduceOp == ReduceOp::Avg &&
       a.type != DataType::Float32 && a.type != DataType::Float64) {
     return "'" + name + "': an average while some ranks have joined divides by the ranks that "
            "contributed, which needs float32 or float64; got " + std::string(toString(a.type));
+  }
+  // A joined rank contributes the op's identity, which a prescale would change (1 x p).
+  if (a.op == TensorOp::Allreduce && someMissing && a.prescale != 1.0 &&
+      (a.reduceOp == ReduceOp::Prod || a.reduceOp == ReduceOp::Min ||
+       a.reduceOp == ReduceOp::Max)) {
+    return "'" + name + "': " + std::string(toString(a.reduceOp)) +
+           " with a prescale factor while some ranks have joined is not supported (a joined "
+           "rank's identity value would be scaled)";
   }
   return "";
 }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -122,7 +123,10 @@ std::string namesOf(const std::vector<ReadyTensor>& ready, size_t begin, size_t 
 class TensorQueueImpl : public TensorQueue {
  public:
   explicit TensorQueueImpl(std::shared_ptr<Communicator> comm)
-      : comm_(std::move(comm)), config_(comm_->config()), table_(comm_->size()) {
+      : comm_(std::move(comm)),
+        config_(comm_->config()),
+        fusionThresholdBytes_(agreedFusionThreshold()),
+        table_(comm_->size()) {
     // One rank has nobody to agree with: requests run on the caller's thread, at once.
     if (comm_->size() > 1) thread_ = std::thread([this] { loop(); });
   }
@@ -139,7 +143,15 @@ class TensorQueueImpl : public TensorQueue {
   }
 
   std::vector<TensorWorkPtr> submitAll(std::vector<TensorRequest> requests) override {
-    for (const TensorRequest& request : requests) validate(request);
+    if (requests.empty()) return {};
+    std::set<std::string> names;
+    for (const TensorRequest& request : requests) {
+      validate(request);
+      if (!names.insert(request.name).second) {
+        throw InvalidArgument("tensor queue: '" + request.name +
+                              "' appears twice among the requests submitted together");
+      }
+    }
     std::vector<TensorWorkPtr> works;
     std::unique_lock<std::mutex> lock(mutex_);
     throwIfClosed();
@@ -202,6 +214,22 @@ class TensorQueueImpl : public TensorQueue {
     Clock::time_point submitted;
     bool warned = false;
   };
+
+  // Fusion decisions must be the same on every rank, so the ranks take the smallest of their
+  // configured thresholds (an environment variable set on one node only would otherwise split
+  // the same ready list differently).
+  size_t agreedFusionThreshold() {
+    int64_t threshold = static_cast<int64_t>(config_.fusionThresholdBytes);
+    AllreduceOptions options;
+    options.input = options.output = &threshold;
+    options.count = 1;
+    options.type = DataType::Int64;
+    options.op = ReduceOp::Min;
+    options.runInCaller = true;
+    options.name = "tensor queue fusion threshold";
+    comm_->allreduce(options)->wait();
+    return static_cast<size_t>(threshold);
+  }
 
   void validate(const TensorRequest& request) const {
     if (request.name.empty()) throw InvalidArgument("tensor queue: a request needs a name");
@@ -423,7 +451,7 @@ class TensorQueueImpl : public TensorQueue {
       const Announcement& next = ready[end].reference();
       const size_t nextBytes = next.count() * elementSize(next.type);
       if (!reduceAlike(first, next) || ready[end].contributors() != ready[begin].contributors() ||
-          bytes + nextBytes > config_.fusionThresholdBytes) {
+          bytes + nextBytes > fusionThresholdBytes_) {
         break;
       }
       bytes += nextBytes;
@@ -658,6 +686,7 @@ class TensorQueueImpl : public TensorQueue {
 
   std::shared_ptr<Communicator> comm_;
   const Config config_;
+  const size_t fusionThresholdBytes_;  // agreed by every rank at creation
   ReadinessTable table_;         // touched by the queue's thread only
   std::vector<uint8_t> fusion_;  // the fusion buffer, grown to the largest fused run
   std::thread thread_;      // none at one rank

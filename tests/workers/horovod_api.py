@@ -198,6 +198,12 @@ def mismatched_names():
 
 
 def duplicate_names():
+    twice = [requests.allreduce(torch.ones(2), None, hvd.Sum, None, 1.0, 1.0, "pair")] * 2
+    try:
+        requests.submit(twice, ())
+        check("duplicate in one batch", False, "no error")
+    except ValueError as error:
+        check("duplicate in one batch/message", "appears twice" in str(error), error)
     if size == 1:
         return  # one rank runs a request at once: it is never in flight
     handle = hvd.allreduce_async(torch.ones(3), name="twice")

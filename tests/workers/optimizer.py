@@ -165,6 +165,23 @@ def uneven_data_with_join():
         failures.append("join: replicas differ after training resumed")
 
 
+def gradient_computed_twice_is_refused():
+    model = Net()
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters()
+    )
+    x, y = data(1, 4)[0]
+    torch.nn.functional.cross_entropy(model(x[:4]), y[:4]).backward()
+    try:
+        torch.nn.functional.cross_entropy(model(x[:4]), y[:4]).backward()
+        failures.append("second backward before step(): no error")
+    except RuntimeError as error:
+        if "more than backward_passes_per_step=1 times" not in str(error):
+            failures.append(f"second backward before step(): {error}")
+    opt.synchronize()  # the first pass's all-reduces complete on every rank
+    opt.zero_grad()
+
+
 for name, body in [
     ("matches", matches_single_process),
     ("join", uneven_data_with_join),
@@ -172,6 +189,7 @@ for name, body in [
     ("accumulation", accumulation),
     ("compressed", compressed),
     ("optimizer_state", optimizer_state),
+    ("twice", gradient_computed_twice_is_refused),
 ]:
     case(name, body)
 report({"rank": rank, "failures": failures})
