@@ -2,12 +2,11 @@
 
 import os
 import sys
-import traceback
 
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from report import report  # noqa: E402
+from report import Failures, report  # noqa: E402
 
 import ringcomm  # noqa: E402
 import ringcomm.torch as hvd  # noqa: E402
@@ -15,19 +14,8 @@ from ringcomm.torch import requests, state  # noqa: E402
 
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
-failures = []
-
-
-def check(name, condition, detail=""):
-    if not condition:
-        failures.append(f"{name}: {detail}")
-
-
-def case(name, body):
-    try:
-        body()
-    except Exception:
-        failures.append(f"{name}: raised\n{traceback.format_exc()}")
+failures = Failures()
+check, case = failures.check, failures.case
 
 
 def allreduce_forms():

@@ -8,19 +8,19 @@ Also: a parameter that is unused on some ranks, backward_passes_per_step, groups
 
 import os
 import sys
-import traceback
 
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from report import report  # noqa: E402
+from report import Failures, report  # noqa: E402
 
 import ringcomm.torch as hvd  # noqa: E402
 
 torch.manual_seed(0)
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
-failures = []
+failures = Failures()
+case = failures.case
 
 
 class Net(torch.nn.Module):
@@ -86,13 +86,6 @@ def identical_across_ranks(model):
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     gathered = hvd.allgather(flat.unsqueeze(0))
     return all(torch.equal(gathered[0], gathered[r]) for r in range(size))
-
-
-def case(name, body):
-    try:
-        body()
-    except Exception:
-        failures.append(f"{name}: raised\n{traceback.format_exc()}")
 
 
 def matches_single_process():

@@ -6,7 +6,6 @@ Argument: the world size is the harness's; torch's env:// variables come from to
 
 import os
 import sys
-import traceback
 import zlib
 from datetime import timedelta
 
@@ -14,28 +13,17 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(__file__))
-from report import report  # noqa: E402
+from report import Failures, report  # noqa: E402
 from torch_rendezvous import use_harness_rendezvous  # noqa: E402
 
 use_harness_rendezvous()
 dist.init_process_group("ringcomm", timeout=timedelta(seconds=60))
 rank, size = dist.get_rank(), dist.get_world_size()
-failures = []
+failures = Failures()
+check, case = failures.check, failures.case
 COUNTS = [0, 1, 7, 1009]
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.int8, torch.uint8, torch.int32, torch.int64]
-
-
-def check(name, condition, detail=""):
-    if not condition:
-        failures.append(f"{name}: {detail}")
-
-
-def case(name, body):
-    try:
-        body()
-    except Exception:
-        failures.append(f"{name}: raised\n{traceback.format_exc()}")
 
 
 def value_of(r, count, dtype, offset=0):

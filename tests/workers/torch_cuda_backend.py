@@ -6,14 +6,13 @@ values each rank computes alone, and DDP's parameters must be bitwise equal on e
 import hashlib
 import os
 import sys
-import traceback
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(__file__))
-from report import report  # noqa: E402
+from report import Failures, report  # noqa: E402
 from torch_rendezvous import use_harness_rendezvous  # noqa: E402
 
 use_harness_rendezvous()
@@ -21,20 +20,9 @@ torch.cuda.set_device(0)
 dist.init_process_group("ringcomm", timeout=timedelta(seconds=120))
 rank, size = dist.get_rank(), dist.get_world_size()
 DEVICE = torch.device("cuda", 0)
-failures = []
+failures = Failures()
+check, case = failures.check, failures.case
 digests = {}
-
-
-def check(name, condition, detail=""):
-    if not condition:
-        failures.append(f"{name}: {detail}")
-
-
-def case(name, body):
-    try:
-        body()
-    except Exception:
-        failures.append(f"{name}: raised\n{traceback.format_exc()}")
 
 
 def collectives():
