@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <new>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -152,43 +153,79 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
-// `count` elements starting `offset` elements into a device allocation (offset 1..7 misaligns
-// them), with kGuard elements on either side. Everything outside the elements holds 0xFF bytes,
-// and download() checks it still does: a kernel that writes out of bounds is caught.
-template <typename T>
+// Where a GuardedArray's bytes live. DeviceMemory: a device allocation, filled and copied on a
+// stream. HostMemory: plain host memory, so that the host tests can put GuardedArray itself
+// through its paces without a GPU (a guard that is never written must not read as a stray write).
+class DeviceMemory {
+ public:
+  DeviceMemory(const Stream& stream) : stream_(stream) {}  // NOLINT: implicit, as tests pass a Stream
+  void* allocate(size_t bytes) const {
+    void* base = nullptr;
+    CUDA_CHECK(cudaMalloc(&base, bytes));
+    return base;
+  }
+  void release(void* base) const { cudaFree(base); }
+  void fill(void* base, unsigned char byte, size_t bytes) const {
+    CUDA_CHECK(cudaMemsetAsync(base, byte, bytes, stream_.get()));
+  }
+  // Synchronous copies: the host side of each may go out of scope when they return.
+  void upload(void* to, const void* from, size_t bytes) const {
+    CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyHostToDevice, stream_.get()));
+    stream_.sync();
+  }
+  void download(void* to, const void* from, size_t bytes) const {
+    CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToHost, stream_.get()));
+    stream_.sync();
+  }
+
+ private:
+  const Stream& stream_;
+};
+
+class HostMemory {
+ public:
+  void* allocate(size_t bytes) const { return ::operator new(bytes); }
+  void release(void* base) const { ::operator delete(base); }
+  void fill(void* base, unsigned char byte, size_t bytes) const { std::memset(base, byte, bytes); }
+  void upload(void* to, const void* from, size_t bytes) const { std::memcpy(to, from, bytes); }
+  void download(void* to, const void* from, size_t bytes) const { std::memcpy(to, from, bytes); }
+};
+
+// `count` elements starting `offset` elements into an allocation (offset 1..7 misaligns them),
+// with kGuard elements on either side. Everything outside the elements holds 0xFF bytes from the
+// moment the array exists, and download() checks it still does: a kernel that writes out of
+// bounds is caught, and a test that never calls poison() or upload() is not mistaken for one.
+template <typename T, typename Memory = DeviceMemory>
 class GuardedArray {
  public:
   static constexpr size_t kGuard = 16;  // a multiple of 16 bytes, so offset 0 stays aligned
   static constexpr unsigned char kPoison = 0xFF;
 
-  GuardedArray(size_t count, size_t offset, const Stream& stream)
-      : count_(count), first_(kGuard + offset), total_(first_ + count + kGuard), stream_(stream) {
-    CUDA_CHECK(cudaMalloc(&base_, total_ * sizeof(T)));
+  GuardedArray(size_t count, size_t offset, Memory memory)
+      : count_(count), first_(kGuard + offset), total_(first_ + count + kGuard), memory_(memory) {
+    base_ = memory_.allocate(total_ * sizeof(T));
+    poison();
   }
-  ~GuardedArray() { cudaFree(base_); }
+  ~GuardedArray() { memory_.release(base_); }
   GuardedArray(const GuardedArray&) = delete;
   GuardedArray& operator=(const GuardedArray&) = delete;
 
   T* device() const { return static_cast<T*>(base_) + first_; }
 
   // Every byte 0xFF: elements the kernel does not write show as NaN or -1, not as old results.
-  void poison() { CUDA_CHECK(cudaMemsetAsync(base_, kPoison, total_ * sizeof(T), stream_.get())); }
+  void poison() { memory_.fill(base_, kPoison, total_ * sizeof(T)); }
 
   void upload(const std::vector<T>& values) {
     std::vector<T> image(total_);
     std::memset(image.data(), kPoison, total_ * sizeof(T));
     std::memcpy(image.data() + first_, values.data(), count_ * sizeof(T));
-    CUDA_CHECK(cudaMemcpyAsync(base_, image.data(), total_ * sizeof(T), cudaMemcpyHostToDevice,
-                               stream_.get()));
-    stream_.sync();  // `image` goes out of scope
+    memory_.upload(base_, image.data(), total_ * sizeof(T));
   }
 
   // The elements, after checking the guards; adds a failure naming `what` if they were written.
   std::vector<T> download(Failures& failures, const std::string& what) const {
     std::vector<T> image(total_);
-    CUDA_CHECK(cudaMemcpyAsync(image.data(), base_, total_ * sizeof(T), cudaMemcpyDeviceToHost,
-                               stream_.get()));
-    stream_.sync();
+    memory_.download(image.data(), base_, total_ * sizeof(T));
     const unsigned char* bytes = reinterpret_cast<const unsigned char*>(image.data());
     const size_t endOfElements = (first_ + count_) * sizeof(T);
     for (size_t i = 0; i < total_ * sizeof(T); ++i) {
@@ -208,7 +245,7 @@ class GuardedArray {
   size_t count_;
   size_t first_;
   size_t total_;
-  const Stream& stream_;
+  Memory memory_;
   void* base_ = nullptr;
 };
 
