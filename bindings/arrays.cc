@@ -69,13 +69,17 @@ std::string describeType(py::handle obj) {
                        "; ringcomm supports " + kSupported);
 }
 
-// Why a buffer request failed, in the caller's words: retry with fewer demands to find out.
+// Why a buffer request failed, in the caller's words: retry with fewer demands to find out. When
+// none of ours fits, the exporter's own reason (CuPy's "Accessing a CuPy ndarray on CPU is not
+// allowed", say), never a guess about the dtype.
 [[noreturn]] void explainBufferFailure(py::handle obj, const char* name, bool writable) {
-  PyErr_Clear();
+  py::error_already_set refusal;  // fetches and clears the exporter's exception
   Py_buffer probe;
   if (PyObject_GetBuffer(obj.ptr(), &probe, PyBUF_RECORDS_RO) == 0) {
     const bool contiguous = PyBuffer_IsContiguous(&probe, 'C');
     const bool readOnly = probe.readonly;
+    DataType type;
+    const bool known = typeFromFormat(probe.format, probe.itemsize, &type);
     PyBuffer_Release(&probe);
     if (!contiguous) {
       throw py::value_error(std::string(name) +
@@ -84,9 +88,61 @@ std::string describeType(py::handle obj) {
     if (writable && readOnly) {
       throw py::value_error(std::string(name) + " is read-only, but this collective writes into it");
     }
+    if (!known) unsupportedType(obj, name);
+  } else {
+    PyErr_Clear();
   }
-  PyErr_Clear();
-  unsupportedType(obj, name);
+  throw py::type_error(std::string(name) + " (" + describeType(obj) +
+                       ") could not be read through the buffer protocol: " + refusal.what());
+}
+
+// The DLPack device type an object declares through __dlpack_device__, if it has one.
+std::optional<int> declaredDlpackDevice(py::handle obj) {
+  if (!py::hasattr(obj, "__dlpack_device__")) return std::nullopt;
+  py::tuple device = obj.attr("__dlpack_device__")();
+  return device[0].cast<int>();
+}
+
+// Whether an object says its memory is not plain host memory. Such an object goes through DLPack or
+// __cuda_array_interface__ even when it also offers the buffer protocol: CuPy 14 arrays do (for
+// unified-memory systems) and refuse the request for device memory, and report their length in
+// elements rather than bytes.
+bool declaresDeviceMemory(py::handle obj) {
+  if (py::hasattr(obj, "__cuda_array_interface__")) return true;
+  const std::optional<int> device = declaredDlpackDevice(obj);
+  return device && *device != kDLCPU;
+}
+
+// NumPy's ndarray, looked up once: its exact instances are host memory and take the buffer
+// protocol straight away (the small-message path, where every attribute lookup shows).
+bool isPlainNumpyArray(py::handle obj) {
+  static PyTypeObject* ndarray = [] () -> PyTypeObject* {
+    try {
+      py::object type = py::module_::import("numpy").attr("ndarray");
+      return reinterpret_cast<PyTypeObject*>(type.release().ptr());  // kept for the process
+    } catch (const py::error_already_set&) {
+      return nullptr;  // no NumPy: nothing is a NumPy array
+    }
+  }();
+  return ndarray != nullptr && Py_TYPE(obj.ptr()) == ndarray;
+}
+
+// __dlpack__ with DLPack 1.x's versioned capsule where the producer speaks it (it carries the
+// read-only flag), else the unversioned one. stream=-1 for device memory: the producer must not
+// synchronise anything for us; the collective orders itself after the caller's stream
+// (CommonOptions::stream).
+py::capsule exportDlpack(py::handle source, bool onDevice) {
+  py::object exporter = source.attr("__dlpack__");
+  py::object capsule;
+  try {
+    capsule = onDevice ? exporter(py::arg("stream") = -1, py::arg("max_version") = py::make_tuple(1, 0))
+                       : exporter(py::arg("max_version") = py::make_tuple(1, 0));
+  } catch (const py::error_already_set& error) {
+    // A producer from before DLPack 1.0 takes no max_version.
+    if (!error.matches(PyExc_TypeError)) throw;
+    capsule = onDevice ? exporter(py::arg("stream") = -1) : exporter();
+  }
+  return py::capsule(capsule);
 }
 
 ArrayView fromDlpack(py::handle obj, const char* name, bool writable) {
@@ -106,10 +162,7 @@ ArrayView fromDlpack(py::handle obj, const char* name, bool writable) {
                            "; ringcomm collectives take host memory and CUDA device memory");
     }
   }
-  // stream=-1: the producer must not synchronise anything for us; the collective orders itself
-  // after the caller's stream (CommonOptions::stream).
-  py::capsule capsule = onDevice ? py::capsule(source.attr("__dlpack__")(py::arg("stream") = -1))
-                                 : py::capsule(source.attr("__dlpack__")());
+  py::capsule capsule = exportDlpack(source, onDevice);
   DlpackView view = readDlpack(capsule);
   DataType type;
   switch ((view.code << 8) | view.bits) {
@@ -123,7 +176,10 @@ ArrayView fromDlpack(py::handle obj, const char* name, bool writable) {
     case (2 << 8) | 64: type = DataType::Float64; break;
     default: unsupportedType(obj, name);
   }
-  if (view.lanes != 1) unsupportedType(obj, name);
+  if (view.lanes != 1) {
+    throw py::type_error(std::string(name) + " has " + std::to_string(view.lanes) +
+                         "-lane vector elements; ringcomm supports scalar " + kSupported);
+  }
   size_t count = 1;
   for (int64_t extent : view.shape) count *= static_cast<size_t>(extent);
   if (count > 0 && !view.strides.empty()) {
@@ -196,7 +252,7 @@ ArrayView fromCudaArrayInterface(py::handle obj, const char* name, bool writable
 }  // namespace
 
 ArrayView viewArray(py::handle obj, const char* name, bool writable) {
-  if (PyObject_CheckBuffer(obj.ptr())) {
+  if (PyObject_CheckBuffer(obj.ptr()) && (isPlainNumpyArray(obj) || !declaresDeviceMemory(obj))) {
     Py_buffer buffer;
     const int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj.ptr(), &buffer, flags) != 0) explainBufferFailure(obj, name, writable);

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 namespace ringcomm::bindings {
 namespace {
@@ -42,6 +43,7 @@ struct DLManagedTensorVersioned {
   DLTensor dl_tensor;
 };
 constexpr uint64_t kReadOnlyFlag = 1;
+constexpr uint32_t kReadableMajorVersion = 1;
 
 }  // namespace
 
@@ -53,6 +55,12 @@ DlpackView readDlpack(const pybind11::capsule& capsule) {
     tensor = &static_cast<DLManagedTensor*>(capsule.get_pointer())->dl_tensor;
   } else if (name != nullptr && std::strcmp(name, "dltensor_versioned") == 0) {
     auto* versioned = static_cast<DLManagedTensorVersioned*>(capsule.get_pointer());
+    // A new major version may move the fields below; 1.x only adds after them.
+    if (versioned->version.major != kReadableMajorVersion) {
+      throw pybind11::type_error("a DLPack " + std::to_string(versioned->version.major) + "." +
+                                 std::to_string(versioned->version.minor) +
+                                 " capsule; ringcomm reads DLPack 0.x and 1.x");
+    }
     tensor = &versioned->dl_tensor;
     view.readOnly = (versioned->flags & kReadOnlyFlag) != 0;
   } else {

@@ -1,7 +1,7 @@
 """Shapes and new arrays for collectives that allocate their output.
 
 Decoding an array into (address, count, dtype) happens in the bindings (bindings/arrays.cc):
-the buffer protocol first, then DLPack. Here: only what needs the array's shape.
+the buffer protocol for host memory, DLPack or ``__cuda_array_interface__`` otherwise. Here: only what needs the array's shape.
 """
 
 from __future__ import annotations
@@ -11,11 +11,24 @@ from typing import Any
 import numpy as np
 
 
+_KDLCPU = 1
+
+
+def _as_numpy(obj: Any) -> np.ndarray:
+    """A NumPy view of a host array that has no shape of its own: through DLPack when it speaks
+    it (a library other than NumPy, torch and CuPy), else the buffer protocol."""
+    if hasattr(obj, "__dlpack__") and getattr(obj, "__dlpack_device__", lambda: (_KDLCPU,))()[
+        0
+    ] == _KDLCPU:
+        return np.from_dlpack(obj)
+    return np.asarray(memoryview(obj))
+
+
 def shape_of(obj: Any) -> tuple:
     shape = getattr(obj, "shape", None)
     if shape is None:
         try:
-            shape = np.asarray(memoryview(obj)).shape
+            shape = _as_numpy(obj).shape
         except TypeError:
             raise TypeError(
                 f"x must be an array (NumPy, torch, anything with __dlpack__ or the "
@@ -40,7 +53,7 @@ def empty_like(obj: Any, shape: tuple) -> Any:
         raise TypeError(
             f"cannot allocate a result like a {type(obj).__name__} (CUDA memory); pass out="
         )
-    return np.empty(shape, dtype=np.asarray(memoryview(obj)).dtype)
+    return np.empty(shape, dtype=_as_numpy(obj).dtype)
 
 
 def stacked_shape(obj: Any, parts: int) -> tuple:

@@ -49,6 +49,35 @@ def test_bad_inputs_say_what_is_wrong(comm, bad, error, words):
         comm.allreduce(bad)
 
 
+class DlpackOnly:
+    """An array seen only through DLPack (as a library other than NumPy and torch offers it)."""
+
+    def __init__(self, array, takes_max_version=True):
+        self._array = array
+        self._takes_max_version = takes_max_version
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+    def __dlpack__(self, *, stream=None, **versions):
+        if versions and not self._takes_max_version:
+            raise TypeError("__dlpack__() got an unexpected keyword argument 'max_version'")
+        return self._array.__dlpack__(**versions)
+
+
+def test_dlpack_versioned_and_legacy_producers(comm):
+    # NumPy exports read-only arrays only in DLPack 1.x's versioned capsule, which carries the flag.
+    frozen = np.ones(4, np.float32)
+    frozen.setflags(write=False)
+    with pytest.raises(ValueError, match="x is read-only"):
+        comm.allreduce(DlpackOnly(frozen))
+    assert np.array_equal(comm.allgather(DlpackOnly(frozen)), frozen)
+    # A producer from before DLPack 1.0 takes no max_version: asked again without it.
+    legacy = np.arange(4, dtype=np.int32)
+    comm.allreduce(DlpackOnly(legacy, takes_max_version=False), op=ringcomm.MAX)
+    assert np.array_equal(legacy, np.arange(4))
+
+
 def test_read_only_input_for_in_place(comm):
     x = np.zeros(4, np.float32)
     x.setflags(write=False)

@@ -156,6 +156,27 @@ def test_a_build_without_cuda_says_how_to_rebuild(comm):
     assert np.array_equal(x, np.ones(4))
 
 
+class DeclaresCudaArray(np.ndarray):
+    """Host memory that says it is on a CUDA device, as CuPy 14 arrays do while also offering
+    the buffer protocol (for unified-memory systems): ringcomm must go by the declared device,
+    never read it as host memory or blame its dtype."""
+
+    def __dlpack_device__(self):
+        return (2, 0)  # kDLCUDA, device 0
+
+    def __dlpack__(self, *, stream=None, max_version=None):
+        return np.asarray(self).__dlpack__(max_version=max_version)
+
+
+def test_arrays_that_declare_a_device_are_not_read_as_host_memory(comm):
+    if _devices.built_with_cuda():
+        pytest.skip("this ringcomm was built with CUDA: the fake would be taken for device memory")
+    for dtype in (np.float32, np.int8):
+        fake = np.zeros(4, dtype).view(DeclaresCudaArray)
+        with pytest.raises(ValueError, match="built without CUDA"):
+            comm.allreduce(fake)
+
+
 @pytest.mark.parametrize(
     "fake,error,words",
     [
