@@ -53,7 +53,12 @@ if(RINGCOMM_BUILD_CUDA)
 
   # The device path: host code that calls the CUDA runtime and enqueues the kernels. An object
   # library of its own, so that tests/test_cuda.py can compile it without building the whole core.
-  add_library(ringcomm_cuda_transport OBJECT src/transport/cuda/cuda_path.cc)
+  add_library(ringcomm_cuda_transport OBJECT
+    src/transport/cuda/cuda_path.cc
+    src/transport/cuda/device_state.cc
+    src/transport/cuda/staging.cc
+    src/transport/cuda/ipc.cc
+  )
   target_include_directories(ringcomm_cuda_transport PRIVATE
     ${PROJECT_SOURCE_DIR}/include
     ${PROJECT_SOURCE_DIR}/src

@@ -57,6 +57,9 @@ struct Config {
 
   // RINGCOMM_CUDA_PATH=auto|staged|ipc: how an all-reduce of device buffers travels (types.h).
   CudaPath cudaPath = CudaPath::Auto;
+  // Where the CUDA MPS control daemon keeps its pipes: CUDA's own CUDA_MPS_PIPE_DIRECTORY, read
+  // here so that ringcomm looks where the CUDA driver does when it tells whether MPS is running.
+  std::string mpsPipeDirectory = "/tmp/nvidia-mps";
 
   // Reads RINGCOMM_* over the defaults; throws InvalidArgument naming a malformed variable.
   static Config fromEnvironment();

@@ -1,4 +1,5 @@
-// The one place that reads RINGCOMM_* environment variables.
+// The one place that reads RINGCOMM_* environment variables (and the HOROVOD_* and CUDA ones that
+// mean the same to ringcomm).
 #include "ringcomm/config.h"
 
 #include <cstdlib>
@@ -45,6 +46,7 @@ Config Config::fromEnvironment() {
   if (const char* v = variable("RINGCOMM_TRANSPORT")) config.transport = parseTransportKind(v);
   if (const char* v = variable("RINGCOMM_ALGORITHM")) config.algorithm = parseAlgorithm(v);
   if (const char* v = variable("RINGCOMM_CUDA_PATH")) config.cudaPath = parseCudaPath(v);
+  if (const char* v = variable("CUDA_MPS_PIPE_DIRECTORY")) config.mpsPipeDirectory = v;
   if (const char* v = variable("RINGCOMM_SOCKET_IFNAME")) config.socketInterface = v;
   if (const char* v = variable("RINGCOMM_LISTEN_ADDRESS")) config.listenAddress = v;
   if (const char* v = variable("RINGCOMM_HOSTID")) config.hostId = v;

@@ -20,11 +20,11 @@
 #include "algorithms/tree.h"
 #include "bootstrap/rendezvous.h"
 #include "codec/codec.h"
+#include "core/device_collectives.h"
 #include "common/socket.h"
 #include "common/tags.h"
 #include "engine/engine.h"
 #include "transport/connect.h"
-#include "transport/cuda/device_path.h"
 #include "transport/transport.h"
 #include "tuning/cost_model.h"
 
@@ -38,12 +38,6 @@ constexpr std::chrono::milliseconds kStoreReportWait{500};
 // How long the idle engine waits for a pending send or receive before looking at its queue again:
 // a collective submitted meanwhile waits at most this long to start.
 constexpr std::chrono::milliseconds kPointToPointPollSlice{1};
-
-// Below this size an all-reduce of device buffers is staged even when CUDA IPC could carry it:
-// the IPC schedule's four host handshakes cost more than copying a small message through host
-// memory. A first guess, not measured (no GPU when it was written); RINGCOMM_CUDA_PATH=ipc
-// forces IPC at every size.
-constexpr size_t kIpcMinBytes = 256 * 1024;
 
 // Runs `work` on a thread of its own and waits at most `limit` for it. For the store calls made
 // while reporting a failure: the store may be unreachable (served by the rank that died, or across
@@ -94,7 +88,7 @@ class CommunicatorImpl : public Communicator {
     if (links_.segments && static_cast<int>(links_.localRanks.size()) == size_) {
       direct_ = std::make_unique<algorithms::DirectGroup>(*links_.segments, spins, yields);
     }
-    device_ = device::createDevicePath(rank_, size_);
+    device_ = std::make_unique<DeviceCollectives>(rank_, size_, config_, everyRankOnThisHost());
     engine_ = std::make_unique<engine::Engine>(
         [this](bool mayBlock) { return pollPointToPoint(mayBlock); });
   }
@@ -146,7 +140,7 @@ class CommunicatorImpl : public Communicator {
     label.algorithm = toString(algorithm);
     label.reduceOp = toString(o.op);
     if (o.compression != Compression::None) label.compression = toString(o.compression);
-    if (device::TicketPtr ticket = prepareDevice(o, {o.input, o.output}, "allreduce")) {
+    if (device::TicketPtr ticket = device_->prepare(o, {o.input, o.output}, "allreduce")) {
       return allreduceOnDevice(o, algorithm, label, std::move(ticket));
     }
     return enqueue(CollectiveKind::Allreduce, o, label, signatureOf(&o.type, &o.op, -1),
@@ -165,10 +159,10 @@ class CommunicatorImpl : public Communicator {
                      return label;
                    }(),
                    signatureOf(&o.type, &o.op, -1),
-                   [this, o, ticket = prepareDevice(o, {o.input, o.output}, "reduce_scatter")](
+                   [this, o, ticket = device_->prepare(o, {o.input, o.output}, "reduce_scatter")](
                        const algorithms::Context& ctx) {
                      const size_t bytes = o.count * elementSize(o.type);
-                     stageWhole(ticket, ctx, {{o.input, bytes * size_, true, false},
+                     device_->stageWhole(ticket, ctx, {{o.input, bytes * size_, true, false},
                                               {o.output, bytes, false, true}},
                                 [&](const std::vector<void*>& host) {
                                   ReduceScatterOptions part = o;
@@ -184,10 +178,10 @@ class CommunicatorImpl : public Communicator {
     return enqueue(CollectiveKind::Allgather, o,
                    labelOf("allgather", o.count, o.type, true),
                    signatureOf(&o.type, nullptr, -1),
-                   [this, o, ticket = prepareDevice(o, {o.input, o.output}, "allgather")](
+                   [this, o, ticket = device_->prepare(o, {o.input, o.output}, "allgather")](
                        const algorithms::Context& ctx) {
                      const size_t bytes = o.count * elementSize(o.type);
-                     stageWhole(ticket, ctx, {{o.input, bytes, true, false},
+                     device_->stageWhole(ticket, ctx, {{o.input, bytes, true, false},
                                               {o.output, bytes * size_, false, true}},
                                 [&](const std::vector<void*>& host) {
                                   AllgatherOptions part = o;
@@ -200,29 +194,20 @@ class CommunicatorImpl : public Communicator {
 
   WorkPtr broadcast(const BroadcastOptions& o) override {
     o.validate(size_);
-    device::TicketPtr ticket = prepareDevice(o, {o.buffer}, "broadcast");
+    device::TicketPtr ticket = device_->prepare(o, {o.buffer}, "broadcast");
     if (!ticket || o.count == 0) {
       return enqueue(CollectiveKind::Broadcast, o,
                      labelOf("broadcast", o.count, o.type, false, o.root),
                      signatureOf(&o.type, nullptr, o.root),
                      [o](const algorithms::Context& ctx) { algorithms::broadcast(ctx, o); });
     }
-    // A device buffer goes in pipelined chunks: out of the root's device, through the host
-    // schedule, into every other rank's device.
-    return enqueue(
-        CollectiveKind::Broadcast, o, labelOf("broadcast", o.count, o.type, false, o.root),
-        signatureOf(&o.type, nullptr, o.root),
-        [this, o, ticket](const algorithms::Context& ctx) {
-          const bool root = rank_ == o.root;
-          device_->pipelined(*ticket, ctx.op, o.buffer, o.buffer, o.count, elementSize(o.type),
-                             root, !root, [&](void* chunk, size_t, size_t count) {
-                               BroadcastOptions part = o;
-                               part.buffer = chunk;
-                               part.count = count;
-                               algorithms::broadcast(ctx, part);
-                             });
-        },
-        withMemoryPath(0, MemoryPath::DeviceChunked));
+    return enqueue(CollectiveKind::Broadcast, o,
+                   labelOf("broadcast", o.count, o.type, false, o.root),
+                   signatureOf(&o.type, nullptr, o.root),
+                   [this, o, ticket](const algorithms::Context& ctx) {
+                     device_->broadcast(*ticket, ctx, o);
+                   },
+                   withMemoryPath(0, MemoryPath::DeviceChunked));
   }
 
   WorkPtr reduce(const ReduceOptions& o) override {
@@ -237,11 +222,11 @@ class CommunicatorImpl : public Communicator {
                      return label;
                    }(),
                    signatureOf(&o.type, &o.op, o.root),
-                   [this, o, ticket = prepareDevice(o, {o.input, o.output}, "reduce")](
+                   [this, o, ticket = device_->prepare(o, {o.input, o.output}, "reduce")](
                        const algorithms::Context& ctx) {
                      const size_t bytes = o.count * elementSize(o.type);
                      const bool root = rank_ == o.root;
-                     stageWhole(ticket, ctx, {{o.input, bytes, true, false},
+                     device_->stageWhole(ticket, ctx, {{o.input, bytes, true, false},
                                               {root ? o.output : nullptr, bytes, false, root}},
                                 [&](const std::vector<void*>& host) {
                                   ReduceOptions part = o;
@@ -257,10 +242,10 @@ class CommunicatorImpl : public Communicator {
     return enqueue(CollectiveKind::Alltoall, o,
                    labelOf("alltoall", o.count, o.type, true),
                    signatureOf(&o.type, nullptr, -1),
-                   [this, o, ticket = prepareDevice(o, {o.input, o.output}, "alltoall")](
+                   [this, o, ticket = device_->prepare(o, {o.input, o.output}, "alltoall")](
                        const algorithms::Context& ctx) {
                      const size_t bytes = o.count * elementSize(o.type) * size_;
-                     stageWhole(ticket, ctx, {{o.input, bytes, true, false},
+                     device_->stageWhole(ticket, ctx, {{o.input, bytes, true, false},
                                               {o.output, bytes, false, true}},
                                 [&](const std::vector<void*>& host) {
                                   AlltoallOptions part = o;
@@ -277,7 +262,7 @@ class CommunicatorImpl : public Communicator {
     for (size_t count : o.sendCounts) total += count;
     return enqueue(CollectiveKind::Alltoall, o, labelOf("alltoallv", total, o.type),
                    signatureOf(&o.type, nullptr, -1),
-                   [this, o, ticket = prepareDevice(o, {o.input, o.output}, "alltoallv")](
+                   [this, o, ticket = device_->prepare(o, {o.input, o.output}, "alltoallv")](
                        const algorithms::Context& ctx) {
                      size_t sent = 0;
                      size_t received = 0;
@@ -288,7 +273,7 @@ class CommunicatorImpl : public Communicator {
                        if (o.recvCounts[j] > 0) received = std::max(received, o.recvOffsets[j] + o.recvCounts[j]);
                      }
                      const size_t unit = elementSize(o.type);
-                     stageWhole(ticket, ctx, {{o.input, sent * unit, true, false},
+                     device_->stageWhole(ticket, ctx, {{o.input, sent * unit, true, false},
                                               {o.output, received * unit, false, true}},
                                 [&](const std::vector<void*>& host) {
                                   AlltoallvOptions part = o;
@@ -304,11 +289,11 @@ class CommunicatorImpl : public Communicator {
     return enqueue(CollectiveKind::Gather, o,
                    labelOf("gather", o.count, o.type, true, o.root),
                    signatureOf(&o.type, nullptr, o.root),
-                   [this, o, ticket = prepareDevice(o, {o.input, o.output}, "gather")](
+                   [this, o, ticket = device_->prepare(o, {o.input, o.output}, "gather")](
                        const algorithms::Context& ctx) {
                      const size_t bytes = o.count * elementSize(o.type);
                      const bool root = rank_ == o.root;
-                     stageWhole(ticket, ctx, {{o.input, bytes, true, false},
+                     device_->stageWhole(ticket, ctx, {{o.input, bytes, true, false},
                                               {root ? o.output : nullptr, bytes * size_, false, root}},
                                 [&](const std::vector<void*>& host) {
                                   GatherOptions part = o;
@@ -324,11 +309,11 @@ class CommunicatorImpl : public Communicator {
     return enqueue(CollectiveKind::Scatter, o,
                    labelOf("scatter", o.count, o.type, true, o.root),
                    signatureOf(&o.type, nullptr, o.root),
-                   [this, o, ticket = prepareDevice(o, {o.input, o.output}, "scatter")](
+                   [this, o, ticket = device_->prepare(o, {o.input, o.output}, "scatter")](
                        const algorithms::Context& ctx) {
                      const size_t bytes = o.count * elementSize(o.type);
                      const bool root = rank_ == o.root;
-                     stageWhole(ticket, ctx, {{root ? o.input : nullptr, bytes * size_, root, false},
+                     device_->stageWhole(ticket, ctx, {{root ? o.input : nullptr, bytes * size_, root, false},
                                               {o.output, bytes, false, true}},
                                 [&](const std::vector<void*>& host) {
                                   ScatterOptions part = o;
@@ -342,18 +327,13 @@ class CommunicatorImpl : public Communicator {
   WorkPtr barrier(const BarrierOptions& o) override {
     OperationLabel label;
     label.collective = "barrier";
-    return enqueue(CollectiveKind::Barrier, o, label, 0, [this](const algorithms::Context& ctx) {
-      if (direct_) {
-        direct_->barrier(ctx.op, ctx.tag);
-      } else {
-        algorithms::barrier(ctx);
-      }
-    });
+    return enqueue(CollectiveKind::Barrier, o, label, 0,
+                   [this](const algorithms::Context& ctx) { barrier(ctx); });
   }
 
   WorkPtr send(const SendOptions& o) override {
     o.validate(size_, rank_);
-    refuseDevicePointToPoint(o, o.buffer, "send");
+    device_->refusePointToPoint(o, o.buffer, "send");
     return enqueuePointToPoint(o, pointToPointLabel("send", o.peer, o.tag, o.bytes),
                                [o](const algorithms::Context& ctx) {
                                  return ctx.transport.postSend(o.peer, o.buffer, o.bytes,
@@ -363,7 +343,7 @@ class CommunicatorImpl : public Communicator {
 
   WorkPtr recv(const RecvOptions& o) override {
     o.validate(size_, rank_);
-    refuseDevicePointToPoint(o, o.buffer, "recv");
+    device_->refusePointToPoint(o, o.buffer, "recv");
     return enqueuePointToPoint(
         o, pointToPointLabel("recv", o.peer, o.tag, o.bytes), [o](const algorithms::Context& ctx) {
           const MessageTag tag{userTag(o.tag)};
@@ -421,103 +401,29 @@ class CommunicatorImpl : public Communicator {
     codec::scale(o.output, o.count, o.type, o.postscale);
   }
 
-  // ---- device buffers (src/transport/cuda) -------------------------------------------------
-
-  // On the caller's thread: null unless the caller said buffers may be on a device and one is.
-  device::TicketPtr prepareDevice(const CommonOptions& o, std::initializer_list<const void*> addresses,
-                                  const char* collective) {
-    if (!o.deviceMemory) return nullptr;
-    return device_->prepare(addresses, o.stream, collective);
-  }
-
-  void refuseDevicePointToPoint(const CommonOptions& o, const void* buffer, const char* what) {
-    if (prepareDevice(o, {buffer}, what)) {
-      throw InvalidArgument(std::string(what) +
-                            ": send/recv of device memory is not supported yet; copy the buffer "
-                            "to host memory first");
-    }
-  }
-
-  // Runs `body` on host copies of the device regions (or straight on host ones, with no ticket).
-  void stageWhole(const device::TicketPtr& ticket, const algorithms::Context& ctx,
-                  const std::vector<device::Region>& regions,
-                  const std::function<void(const std::vector<void*>&)>& body) {
-    if (!ticket) {
-      std::vector<void*> host;
-      for (const device::Region& region : regions) host.push_back(const_cast<void*>(region.address));
-      body(host);
-      return;
-    }
-    device_->staged(*ticket, ctx.op, regions, body);
-  }
-
   bool everyRankOnThisHost() const { return static_cast<int>(links_.localRanks.size()) == size_; }
 
-  // The all-reduce of device buffers. Every rank picks the same path from the same facts (the
-  // configuration, the size, whether all ranks share this host), and the path is part of the
-  // message variant, so a rank with host buffers meeting one with device buffers in a chunked or
-  // IPC all-reduce is a MismatchError, not garbage.
+  // The all-reduce of device buffers, on the path every rank picks alike (DeviceCollectives).
   WorkPtr allreduceOnDevice(const AllreduceOptions& o, Algorithm algorithm,
                             const OperationLabel& label, device::TicketPtr ticket) {
-    // An empty all-reduce moves nothing: it takes the host path whatever its (maybe null)
-    // pointers are, so that ranks agree on the path.
-    const bool bothOnDevice =
-        o.count > 0 && ticket->onDevice(o.input) && ticket->onDevice(o.output);
-    bool ipc = bothOnDevice && size_ > 1 && o.count > 0 && everyRankOnThisHost() &&
-               o.compression == Compression::None && o.prescale == 1.0 && o.postscale == 1.0;
-    if (config_.cudaPath == CudaPath::Staged) ipc = false;
-    if (config_.cudaPath == CudaPath::Auto && o.count * elementSize(o.type) < kIpcMinBytes) {
-      ipc = false;
-    }
-    const MemoryPath path =
-        ipc ? MemoryPath::DeviceIpc : (bothOnDevice ? MemoryPath::DeviceChunked : MemoryPath::Host);
+    const MemoryPath path = device_->allreducePath(o, *ticket);
     return enqueue(
         CollectiveKind::Allreduce, o, label, signatureOf(&o.type, &o.op, -1),
         [this, o, algorithm, path, ticket](const algorithms::Context& ctx) {
-          if (path == MemoryPath::DeviceIpc) {
-            device::Peers peers;
-            peers.allgather = [&ctx](const void* mine, void* all, size_t bytes) {
-              AllgatherOptions exchange;
-              exchange.input = mine;
-              exchange.output = all;
-              exchange.count = bytes;
-              exchange.type = DataType::Uint8;
-              algorithms::allgather(ctx, exchange);
-            };
-            peers.barrier = [this, &ctx] {
-              if (direct_) {
-                direct_->barrier(ctx.op, ctx.tag);
-              } else {
-                algorithms::barrier(ctx);
-              }
-            };
-            if (device_->ipcAllreduce(*ticket, ctx.op, peers, o.input, o.output, o.count, o.type,
-                                      o.op)) {
-              return;
-            }
-            // Some rank cannot map its peers' buffers: every rank stages this one instead.
-          }
-          if (path != MemoryPath::Host) {
-            device_->pipelined(*ticket, ctx.op, o.input, o.output, o.count, elementSize(o.type),
-                               true, true, [&](void* chunk, size_t, size_t count) {
-                                 AllreduceOptions part = o;
-                                 part.input = part.output = chunk;
-                                 part.count = count;
-                                 hostAllreduce(ctx, part, algorithm);
-                               });
-            return;
-          }
-          // One buffer on the device, the other in host memory: stage the whole of it.
-          const size_t bytes = o.count * elementSize(o.type);
-          stageWhole(ticket, ctx, {{o.input, bytes, true, false}, {o.output, bytes, false, true}},
-                     [&](const std::vector<void*>& host) {
-                       AllreduceOptions part = o;
-                       part.input = host[0];
-                       part.output = host[1];
-                       hostAllreduce(ctx, part, algorithm);
-                     });
+          device_->allreduce(
+              ticket, ctx, o, path,
+              [&](const AllreduceOptions& host) { hostAllreduce(ctx, host, algorithm); },
+              [&] { barrier(ctx); });
         },
         withMemoryPath(variantOf(algorithm, o.compression), path));
+  }
+
+  void barrier(const algorithms::Context& ctx) {
+    if (direct_) {
+      direct_->barrier(ctx.op, ctx.tag);
+    } else {
+      algorithms::barrier(ctx);
+    }
   }
 
   // Returns false if it was already closed.
@@ -700,7 +606,7 @@ class CommunicatorImpl : public Communicator {
   std::atomic<int> duplicates_{0};
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<algorithms::DirectGroup> direct_;
-  std::unique_ptr<device::DevicePath> device_;  // device buffers; needs no CUDA until used
+  std::unique_ptr<DeviceCollectives> device_;  // device buffers; needs no CUDA until used
   algorithms::Scratch scratch_;
   struct PendingPointToPoint {
     transport::Transport::Request request;

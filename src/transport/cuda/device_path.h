@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/deadline.h"
+#include "ringcomm/config.h"
 #include "ringcomm/types.h"
 
 namespace ringcomm::device {
@@ -97,7 +98,7 @@ class DevicePath {
                             ReduceOp reduceOp) = 0;
 };
 
-// rank and size of the communicator this serves.
-std::unique_ptr<DevicePath> createDevicePath(int rank, int size);
+// rank and size of the communicator this serves; config for what the device path reads of it.
+std::unique_ptr<DevicePath> createDevicePath(int rank, int size, const Config& config);
 
 }  // namespace ringcomm::device

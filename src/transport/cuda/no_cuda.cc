@@ -41,7 +41,9 @@ class NoCuda : public DevicePath {
 
 }  // namespace
 
-std::unique_ptr<DevicePath> createDevicePath(int, int) { return std::make_unique<NoCuda>(); }
+std::unique_ptr<DevicePath> createDevicePath(int, int, const Config&) {
+  return std::make_unique<NoCuda>();
+}
 
 }  // namespace device
 }  // namespace ringcomm

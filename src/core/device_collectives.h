@@ -1,0 +1,65 @@
+// What a communicator does differently when a collective's buffers are CUDA device memory: find
+// them on the caller's thread (prepare), and run the collective's host schedule on staged host
+// copies of them, or take the all-reduce over CUDA IPC. The schedules themselves never see device
+// memory; this is where the communicator meets the device path (src/transport/cuda).
+#pragma once
+
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <vector>
+
+#include "algorithms/context.h"
+#include "common/tags.h"
+#include "ringcomm/config.h"
+#include "ringcomm/options.h"
+#include "transport/cuda/device_path.h"
+
+namespace ringcomm {
+
+class DeviceCollectives {
+ public:
+  // everyRankOnThisHost: whether the IPC all-reduce may be chosen at all.
+  DeviceCollectives(int rank, int size, const Config& config, bool everyRankOnThisHost);
+
+  // On the caller's thread: null unless the caller said buffers may be on a device (the bindings
+  // set options.deviceMemory) and one of `addresses` is.
+  device::TicketPtr prepare(const CommonOptions& options,
+                            std::initializer_list<const void*> addresses, const char* collective);
+
+  // Point-to-point takes host memory only: InvalidArgument for a device buffer.
+  void refusePointToPoint(const CommonOptions& options, const void* buffer, const char* what);
+
+  // Runs `body` on host copies of the device regions, or straight on the caller's buffers when
+  // there is no ticket.
+  void stageWhole(const device::TicketPtr& ticket, const algorithms::Context& ctx,
+                  const std::vector<device::Region>& regions,
+                  const std::function<void(const std::vector<void*>&)>& body);
+
+  // How an all-reduce of these buffers travels. Every rank picks the same path from the same
+  // facts (the configuration, the size, whether all ranks share this host); the path is part of
+  // the message variant, so a rank with host buffers meeting one with device buffers in a chunked
+  // or IPC all-reduce is a MismatchError, not garbage.
+  MemoryPath allreducePath(const AllreduceOptions& options, const device::Ticket& ticket) const;
+
+  // The all-reduce of device buffers on `path`; hostAllreduce(ctx, options) runs the host
+  // schedule on host buffers.
+  using HostAllreduce = std::function<void(const AllreduceOptions&)>;
+  void allreduce(const device::TicketPtr& ticket, const algorithms::Context& ctx,
+                 const AllreduceOptions& options, MemoryPath path,
+                 const HostAllreduce& hostAllreduce, const std::function<void()>& barrier);
+
+  // A broadcast of a device buffer: in pipelined chunks, out of the root's device, through the
+  // host schedule, into every other rank's device.
+  void broadcast(const device::Ticket& ticket, const algorithms::Context& ctx,
+                 const BroadcastOptions& options);
+
+ private:
+  int rank_;
+  int size_;
+  Config config_;
+  bool everyRankOnThisHost_;
+  std::unique_ptr<device::DevicePath> path_;  // needs no CUDA until used
+};
+
+}  // namespace ringcomm

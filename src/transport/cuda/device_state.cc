@@ -1,0 +1,161 @@
+#include "transport/cuda/device_state.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "common/failure.h"
+#include "ringcomm/errors.h"
+
+namespace ringcomm::device {
+namespace {
+
+// Polls of an event that only yield the core before the wait sleeps between polls.
+constexpr int kYieldPolls = 64;
+constexpr std::chrono::microseconds kPollSleep{20};
+
+}  // namespace
+
+void check(cudaError_t status, const char* call) {
+  if (status == cudaSuccess) return;
+  throw Error(std::string("ringcomm: ") + call + " failed: " + cudaGetErrorName(status) + " (" +
+              cudaGetErrorString(status) + ")");
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  check(cudaGetDevice(&previous_), "cudaGetDevice");
+  if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
+}
+
+DeviceGuard::~DeviceGuard() {
+  int now = previous_;
+  if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
+}
+
+void waitFor(cudaEvent_t event, const Operation& op, const char* what) {
+  for (int polls = 0;; ++polls) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady) check(status, "cudaEventQuery");
+    if (op.expired()) {
+      raisePeerFailure<TimeoutError>(op, -1, std::string("timed out waiting for the GPU (") +
+                                                 what + ")");
+    }
+    if (polls < kYieldPolls) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(kPollSleep);
+    }
+  }
+}
+
+cudaEvent_t newEvent(unsigned flags) {
+  cudaEvent_t event = nullptr;
+  check(cudaEventCreateWithFlags(&event, flags), "cudaEventCreateWithFlags");
+  return event;
+}
+
+Pinned::~Pinned() {
+  if (data_ != nullptr) cudaFreeHost(data_);
+}
+
+uint8_t* Pinned::reserve(size_t bytes) {
+  if (bytes <= bytes_) return data_;
+  if (data_ != nullptr) check(cudaFreeHost(data_), "cudaFreeHost");
+  data_ = nullptr;
+  bytes_ = 0;
+  void* fresh = nullptr;
+  check(cudaHostAlloc(&fresh, bytes, cudaHostAllocPortable), "cudaHostAlloc");
+  data_ = static_cast<uint8_t*>(fresh);
+  bytes_ = bytes;
+  return data_;
+}
+
+DeviceState::DeviceState(int id) : device(id) {
+  DeviceGuard guard(device);
+  check(cudaStreamCreateWithFlags(&copyOut, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  check(cudaStreamCreateWithFlags(&copyIn, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  check(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  done = newEvent();
+  arenaCopiedOut = newEvent();
+  arenaCopiedIn = newEvent();
+}
+
+DeviceState::~DeviceState() {
+  // Errors are ignored here: at process exit the CUDA runtime may be unloading already. The
+  // thread's current device is put back (shutdown() may run on a user's thread).
+  int previous = device;
+  if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) return;
+  struct Restore {
+    int device;
+    ~Restore() { cudaSetDevice(device); }
+  } restore{previous};
+  // Copies may still read the pinned memory freed below: wait for this rank's own streams
+  // (never the whole device).
+  for (cudaStream_t stream : {copyOut, copyIn, compute}) {
+    if (stream != nullptr) cudaStreamSynchronize(stream);
+  }
+  for (Slot& slot : slots) {
+    if (slot.copiedOut != nullptr) cudaEventDestroy(slot.copiedOut);
+    if (slot.copiedIn != nullptr) cudaEventDestroy(slot.copiedIn);
+  }
+  for (cudaEvent_t event : freeEvents_) cudaEventDestroy(event);
+  for (cudaEvent_t event : {done, arenaCopiedOut, arenaCopiedIn}) {
+    if (event != nullptr) cudaEventDestroy(event);
+  }
+  for (cudaStream_t stream : {copyOut, copyIn, compute}) {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+}
+
+cudaEvent_t DeviceState::takeEvent() {
+  std::lock_guard<std::mutex> lock(eventsMutex_);
+  if (freeEvents_.empty()) return newEvent();
+  cudaEvent_t event = freeEvents_.back();
+  freeEvents_.pop_back();
+  return event;
+}
+
+void DeviceState::giveEvent(cudaEvent_t event) {
+  std::lock_guard<std::mutex> lock(eventsMutex_);
+  freeEvents_.push_back(event);
+}
+
+void DeviceState::ensureSlots() {
+  if (slotsReady) return;
+  for (Slot& slot : slots) {
+    slot.memory.reserve(kChunkBytes);
+    slot.copiedOut = newEvent();
+    slot.copiedIn = newEvent();
+  }
+  slotsReady = true;
+}
+
+CudaTicket::CudaTicket(DeviceState& state, cudaStream_t stream, cudaEvent_t ready,
+                       std::vector<const void*> deviceAddresses)
+    : state_(state), stream_(stream), ready_(ready), deviceAddresses_(std::move(deviceAddresses)) {}
+
+CudaTicket::~CudaTicket() { state_.giveEvent(ready_); }
+
+bool CudaTicket::onDevice(const void* address) const {
+  return address != nullptr &&
+         std::find(deviceAddresses_.begin(), deviceAddresses_.end(), address) !=
+             deviceAddresses_.end();
+}
+
+void startAfterCaller(const CudaTicket& ticket, cudaStream_t stream) {
+  check(cudaStreamWaitEvent(stream, ticket.ready(), 0), "cudaStreamWaitEvent");
+  check(cudaStreamWaitEvent(stream, ticket.state().done, 0), "cudaStreamWaitEvent");
+}
+
+void finish(const CudaTicket& ticket, cudaStream_t last) {
+  DeviceState& s = ticket.state();
+  check(cudaEventRecord(s.done, last), "cudaEventRecord");
+  check(cudaStreamWaitEvent(ticket.stream(), s.done, 0),
+        "cudaStreamWaitEvent on the caller's stream");
+}
+
+}  // namespace ringcomm::device

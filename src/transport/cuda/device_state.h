@@ -1,0 +1,145 @@
+// What the parts of the CUDA device path share (staging.cc, ipc.cc, cuda_path.cc): CUDA error
+// checks, waits on events by an operation's deadline, pinned host memory, and the streams and
+// events kept per device.
+//
+// Vocabulary:
+//   caller's stream  the cudaStream_t the caller passed; its "ready" event (CudaTicket) is
+//                    recorded at submission, and it is made to wait for "done" when the
+//                    collective ends.
+//   copy-out stream  device -> pinned host copies; copy-in stream: pinned host -> device copies;
+//   compute stream   the IPC all-reduce's kernels and peer copies. All three are this
+//                    communicator's own (non-blocking: they never wait for the legacy stream).
+//   done             the event of a collective's last device write on this device: the caller's
+//                    stream waits for it, and the next collective starts after it.
+//
+// Every host-side wait is for one event, polled against the operation's deadline (waitFor).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "common/deadline.h"
+#include "transport/cuda/device_path.h"
+
+namespace ringcomm::device {
+
+// Pipeline unit of chunked staging: large enough that a chunk's host collective (tens of
+// microseconds of fixed cost) is small against its copies (~0.2 ms each way at 20 GB/s), small
+// enough that a 25 MiB DDP bucket is several chunks deep. Not measured yet on a GPU.
+constexpr size_t kChunkBytes = 4u << 20;
+// Chunks in flight: one being copied out, one in the host collective, one being copied in, and
+// one spare so that a copy out never waits for the host.
+constexpr int kSlots = 4;
+// Buffers cut into one slice per rank are cut at multiples of this many bytes (every element size
+// divides it, and the kernels' 16-byte vectors stay aligned); staging places regions at multiples
+// of it too.
+constexpr size_t kSliceAlignBytes = 256;
+
+// Throws Error("ringcomm: <call> failed: <name> (<description>)") unless status is cudaSuccess.
+void check(cudaError_t status, const char* call);
+
+// Makes `device` current on this thread for a scope, and puts the caller's back (a collective
+// run on the caller's thread must not change its current device).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+// Waits until the work before `event` on its stream has run, by the operation's deadline.
+void waitFor(cudaEvent_t event, const Operation& op, const char* what);
+
+cudaEvent_t newEvent(unsigned flags = cudaEventDisableTiming);
+
+// Pinned host memory, grown on demand.
+class Pinned {
+ public:
+  Pinned() = default;
+  Pinned(const Pinned&) = delete;
+  Pinned& operator=(const Pinned&) = delete;
+  ~Pinned();
+  // The caller makes sure no copy still uses the old memory.
+  uint8_t* reserve(size_t bytes);
+  uint8_t* data() const { return data_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// One pinned chunk of the staging pipeline, and when its copies finished.
+struct Slot {
+  Pinned memory;
+  cudaEvent_t copiedOut = nullptr;  // the chunk is in host memory
+  cudaEvent_t copiedIn = nullptr;   // the chunk went back to the device: the slot is free
+};
+
+// The streams, events and pinned memory of one device, for this communicator.
+struct DeviceState {
+  int device = 0;
+  cudaStream_t copyOut = nullptr;
+  cudaStream_t copyIn = nullptr;
+  cudaStream_t compute = nullptr;
+  cudaEvent_t done = nullptr;
+  Slot slots[kSlots];
+  bool slotsReady = false;
+  Pinned arena;  // whole-buffer staging, grown to the largest collective
+  cudaEvent_t arenaCopiedOut = nullptr;
+  cudaEvent_t arenaCopiedIn = nullptr;
+
+  explicit DeviceState(int id);
+  ~DeviceState();
+  DeviceState(const DeviceState&) = delete;
+  DeviceState& operator=(const DeviceState&) = delete;
+
+  // "ready" events for tickets; prepare() runs on callers' threads, hence the lock.
+  cudaEvent_t takeEvent();
+  void giveEvent(cudaEvent_t event);
+
+  void ensureSlots();
+
+ private:
+  std::mutex eventsMutex_;
+  std::vector<cudaEvent_t> freeEvents_;
+};
+
+// What prepare() captured on the caller's thread: the device state, the caller's stream, the
+// event recorded there, and which of the collective's addresses are device memory.
+class CudaTicket : public Ticket {
+ public:
+  CudaTicket(DeviceState& state, cudaStream_t stream, cudaEvent_t ready,
+             std::vector<const void*> deviceAddresses);
+  ~CudaTicket() override;
+
+  bool onDevice(const void* address) const override;
+  DeviceState& state() const { return state_; }
+  cudaStream_t stream() const { return stream_; }
+  cudaEvent_t ready() const { return ready_; }
+
+ private:
+  DeviceState& state_;
+  cudaStream_t stream_;
+  cudaEvent_t ready_;
+  std::vector<const void*> deviceAddresses_;
+};
+
+// `stream` starts after the caller's work that produced the buffers (and that may still read the
+// outputs), and after the previous collective's last device write (`done`): the caller's stream
+// waits for that one only later, so an asynchronous collective on the same buffers could overtake
+// it otherwise.
+void startAfterCaller(const CudaTicket& ticket, cudaStream_t stream);
+
+// The caller's stream goes on after `last`'s work so far: the collective's last device write.
+void finish(const CudaTicket& ticket, cudaStream_t last);
+
+}  // namespace ringcomm::device

@@ -1,0 +1,407 @@
+#include "transport/cuda/ipc.h"
+
+#include <cuda.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/kernels.h"
+#include "ringcomm/errors.h"
+
+namespace ringcomm::device {
+namespace {
+
+// Peer buffers kept mapped per device; beyond this the mappings are closed and reopened as needed
+// (a mapping keeps the peer's allocation alive after the peer frees it).
+constexpr size_t kMaxOpenPeerBuffers = 512;
+
+enum IpcEvent { kInputReady = 0, kReduced = 1, kIpcEvents = 2 };
+
+constexpr size_t kWhyBytes = 160;
+
+// Round 2's answer of one rank: could it map every peer's buffers and events, and if not, why.
+struct Verdict {
+  uint8_t ok = 0;
+  char why[kWhyBytes - 1] = {};
+};
+
+template <size_t N>
+void copyWhy(char (&why)[N], const std::string& text) {
+  std::strncpy(why, text.c_str(), N - 1);
+}
+
+// The start of the allocation that holds `address`, through the driver's cuMemGetAddressRange
+// (found at run time, so the library does not link libcuda).
+uintptr_t allocationBase(const void* address) {
+  using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+  static GetAddressRange getRange = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    check(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &function, 12000,
+                                           cudaEnableDefault, &found),
+          "cudaGetDriverEntryPointByVersion(cuMemGetAddressRange)");
+#else
+    check(cudaGetDriverEntryPoint("cuMemGetAddressRange", &function, cudaEnableDefault, &found),
+          "cudaGetDriverEntryPoint(cuMemGetAddressRange)");
+#endif
+    if (found != cudaDriverEntryPointSuccess || function == nullptr) {
+      throw Error("ringcomm: the CUDA driver has no cuMemGetAddressRange");
+    }
+    return reinterpret_cast<GetAddressRange>(function);
+  }();
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  const CUresult result = getRange(&base, &bytes, reinterpret_cast<CUdeviceptr>(address));
+  if (result != CUDA_SUCCESS) {
+    throw Error("ringcomm: cuMemGetAddressRange failed with CUresult " + std::to_string(result));
+  }
+  return static_cast<uintptr_t>(base);
+}
+
+void exportBuffer(const void* address, cudaIpcMemHandle_t* handle, uint64_t* offset) {
+  const uintptr_t base = allocationBase(address);
+  check(cudaIpcGetMemHandle(handle, reinterpret_cast<void*>(base)), "cudaIpcGetMemHandle");
+  *offset = reinterpret_cast<uintptr_t>(address) - base;
+}
+
+template <typename Handle>
+std::string cacheKey(int peer, const Handle& handle) {
+  std::string key(reinterpret_cast<const char*>(&peer), sizeof(peer));
+  key.append(reinterpret_cast<const char*>(&handle), sizeof(handle));
+  return key;
+}
+
+// The MPS control daemon listens on a named pipe, "control", in its pipe directory; clients
+// find it there, so its presence is what "MPS is running" means to them.
+bool mpsRunning(const std::string& directory) {
+  struct stat info {};
+  return stat((directory + "/control").c_str(), &info) == 0 && S_ISFIFO(info.st_mode);
+}
+
+// As nvidia-smi writes it: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
+std::string uuidText(const uint8_t (&uuid)[16]) {
+  std::string text = "GPU-";
+  char digits[3];
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) text += '-';
+    std::snprintf(digits, sizeof(digits), "%02x", uuid[i]);
+    text += digits;
+  }
+  return text;
+}
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
+  return text;
+}
+
+}  // namespace
+
+// Round 1's message of one rank.
+struct IpcAllreduce::Record {
+  int64_t pid = 0;
+  int32_t device = -1;
+  int32_t ok = 0;  // 0: this rank cannot export its buffers (see `why`)
+  uint8_t uuid[16] = {};
+  cudaIpcMemHandle_t input{};
+  uint64_t inputOffset = 0;
+  cudaIpcMemHandle_t scratch{};
+  cudaIpcEventHandle_t events[kIpcEvents]{};
+  char why[kWhyBytes] = {};
+};
+
+// This rank's IPC resources on one device, and what it has mapped of its peers'.
+struct IpcAllreduce::PerDevice {
+  DeviceState& state;
+  uint8_t uuid[16] = {};
+  cudaEvent_t events[kIpcEvents] = {};
+  cudaIpcEventHandle_t eventHandles[kIpcEvents]{};
+  void* scratch = nullptr;
+  size_t scratchBytes = 0;
+  cudaIpcMemHandle_t scratchHandle{};
+  // Outgrown scratch buffers, kept until shutdown: a peer may still have one mapped.
+  std::vector<void*> retiredScratch;
+  std::map<std::string, void*> openBuffers;       // (peer, handle) -> mapped allocation base
+  std::map<std::string, cudaEvent_t> openEvents;  // (peer, handle) -> opened event
+
+  explicit PerDevice(DeviceState& s) : state(s) {
+    cudaDeviceProp properties{};
+    check(cudaGetDeviceProperties(&properties, s.device), "cudaGetDeviceProperties");
+    static_assert(sizeof(properties.uuid) == sizeof(uuid), "cudaUUID_t is 16 bytes");
+    std::memcpy(uuid, &properties.uuid, sizeof(uuid));
+  }
+
+  ~PerDevice() {
+    // As ~DeviceState: errors ignored, the thread's device put back, this rank's stream drained.
+    int previous = state.device;
+    if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(state.device) != cudaSuccess) {
+      return;
+    }
+    cudaStreamSynchronize(state.compute);
+    for (auto& [key, base] : openBuffers) cudaIpcCloseMemHandle(base);
+    for (auto& [key, event] : openEvents) cudaEventDestroy(event);
+    for (cudaEvent_t event : events) {
+      if (event != nullptr) cudaEventDestroy(event);
+    }
+    if (scratch != nullptr) cudaFree(scratch);
+    for (void* old : retiredScratch) cudaFree(old);
+    cudaSetDevice(previous);
+  }
+
+  void ensureEvents() {
+    if (events[0] != nullptr) return;
+    for (int i = 0; i < kIpcEvents; ++i) {
+      events[i] = newEvent(cudaEventDisableTiming | cudaEventInterprocess);
+      check(cudaIpcGetEventHandle(&eventHandles[i], events[i]), "cudaIpcGetEventHandle");
+    }
+  }
+
+  // At least `bytes` of scratch, exported. Grown by doubling, so a job that grows its buffers
+  // step by step re-exports a handful of times.
+  void ensureScratch(size_t bytes) {
+    if (bytes <= scratchBytes) return;
+    const size_t grown = std::max(bytes, 2 * scratchBytes);
+    void* fresh = nullptr;
+    check(cudaMalloc(&fresh, grown), "cudaMalloc (the IPC all-reduce's scratch)");
+    cudaIpcMemHandle_t handle{};
+    const cudaError_t exported = cudaIpcGetMemHandle(&handle, fresh);
+    if (exported != cudaSuccess) {
+      cudaFree(fresh);
+      check(exported, "cudaIpcGetMemHandle (the IPC all-reduce's scratch)");
+    }
+    if (scratch != nullptr) retiredScratch.push_back(scratch);
+    scratch = fresh;
+    scratchBytes = grown;
+    scratchHandle = handle;
+  }
+
+  // Called before an all-reduce maps its peers' buffers (never between two of its mappings,
+  // which it is about to use): closes every cached mapping when `coming` more would not fit.
+  void makeRoomForMappings(size_t coming) {
+    if (openBuffers.size() + coming <= kMaxOpenPeerBuffers) return;
+    // Kernels of earlier all-reduces may still read these mappings: let this rank's compute
+    // stream drain first (its own stream only).
+    check(cudaStreamSynchronize(state.compute), "cudaStreamSynchronize");
+    for (auto& [unused, base] : openBuffers) cudaIpcCloseMemHandle(base);
+    openBuffers.clear();
+  }
+
+  const uint8_t* openBuffer(int peer, const cudaIpcMemHandle_t& handle) {
+    const std::string key = cacheKey(peer, handle);
+    auto found = openBuffers.find(key);
+    if (found != openBuffers.end()) return static_cast<const uint8_t*>(found->second);
+    void* base = nullptr;
+    check(cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess),
+          "cudaIpcOpenMemHandle");
+    openBuffers.emplace(key, base);
+    return static_cast<const uint8_t*>(base);
+  }
+
+  cudaEvent_t openEvent(int peer, const cudaIpcEventHandle_t& handle) {
+    const std::string key = cacheKey(peer, handle);
+    auto found = openEvents.find(key);
+    if (found != openEvents.end()) return found->second;
+    cudaEvent_t event = nullptr;
+    check(cudaIpcOpenEventHandle(&event, handle), "cudaIpcOpenEventHandle");
+    openEvents.emplace(key, event);
+    return event;
+  }
+};
+
+IpcAllreduce::IpcAllreduce(int rank, int size, std::string mpsPipeDirectory)
+    : rank_(rank), size_(size), mpsPipeDirectory_(std::move(mpsPipeDirectory)) {}
+
+IpcAllreduce::~IpcAllreduce() = default;
+
+IpcAllreduce::PerDevice& IpcAllreduce::stateFor(DeviceState& device) {
+  auto& state = devices_[device.device];
+  if (!state) state = std::make_unique<PerDevice>(device);
+  return *state;
+}
+
+bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& peers,
+                       const void* input, void* output, size_t count, DataType type,
+                       ReduceOp reduceOp) {
+  if (unavailable_) return false;
+  DeviceState& s = t.state();
+  DeviceGuard guard(s.device);
+  PerDevice& d = stateFor(s);
+  const size_t elementBytes = elementSize(type);
+  const size_t align = kSliceAlignBytes / elementBytes;
+  const size_t perRank = ((count + size_ - 1) / size_ + align - 1) / align * align;
+  auto sliceBegin = [&](int r) { return std::min(count, perRank * r); };
+  auto sliceEnd = [&](int r) { return std::min(count, perRank * (r + 1)); };
+
+  // Step 1, round 1: every rank's input, scratch and events. A rank that cannot export them
+  // says why, and every rank stages instead.
+  Record mine;
+  mine.pid = static_cast<int64_t>(getpid());
+  mine.device = s.device;
+  std::memcpy(mine.uuid, d.uuid, sizeof(mine.uuid));
+  try {
+    d.ensureEvents();
+    d.ensureScratch(std::max(perRank * elementBytes, kSliceAlignBytes));
+    startAfterCaller(t, s.compute);
+    // Recorded before the handles go out: a peer that has them may wait on this event.
+    check(cudaEventRecord(d.events[kInputReady], s.compute), "cudaEventRecord");
+    std::memcpy(mine.events, d.eventHandles, sizeof(mine.events));
+    exportBuffer(input, &mine.input, &mine.inputOffset);
+    mine.scratch = d.scratchHandle;
+    mine.ok = 1;
+  } catch (const Error& error) {
+    cudaGetLastError();
+    copyWhy(mine.why, error.what());
+  }
+  std::vector<Record> records(size_);
+  peers.allgather(&mine, records.data(), sizeof(Record));
+  if (!sharingChecked_) {
+    sharingChecked_ = true;
+    warnIfSharingWithoutMps(records);
+  }
+
+  // Map every peer's input, scratch and events (cached).
+  Verdict verdict;
+  verdict.ok = mine.ok != 0;
+  std::vector<const uint8_t*> peerInput(size_, nullptr);
+  std::vector<const uint8_t*> peerScratch(size_, nullptr);
+  std::vector<cudaEvent_t> peerEvents(static_cast<size_t>(size_) * kIpcEvents, nullptr);
+  if (verdict.ok) {
+    d.makeRoomForMappings(2 * static_cast<size_t>(size_));
+    for (int peer = 0; peer < size_ && verdict.ok; ++peer) {
+      if (peer == rank_) continue;
+      const Record& record = records[peer];
+      if (!record.ok) {
+        verdict.ok = 0;  // that rank says why itself
+      } else if (record.pid == mine.pid) {
+        verdict.ok = 0;
+        copyWhy(verdict.why, "ranks " + std::to_string(rank_) + " and " + std::to_string(peer) +
+                                 " share a process");
+      } else {
+        try {
+          peerInput[peer] = d.openBuffer(peer, record.input) + record.inputOffset;
+          peerScratch[peer] = d.openBuffer(peer, record.scratch);
+          for (int e = 0; e < kIpcEvents; ++e) {
+            peerEvents[peer * kIpcEvents + e] = d.openEvent(peer, record.events[e]);
+          }
+        } catch (const Error& error) {
+          cudaGetLastError();
+          verdict.ok = 0;
+          copyWhy(verdict.why, "rank " + std::to_string(rank_) + " mapping rank " +
+                                   std::to_string(peer) + "'s memory: " + error.what());
+        }
+      }
+    }
+  }
+
+  // Step 2: this rank's slice of every rank's input into its scratch.
+  auto* scratch = static_cast<uint8_t*>(d.scratch);
+  if (verdict.ok) {
+    try {
+      for (int peer = 0; peer < size_; ++peer) {
+        if (peer == rank_) continue;
+        check(cudaStreamWaitEvent(s.compute, peerEvents[peer * kIpcEvents + kInputReady], 0),
+              "cudaStreamWaitEvent (peer's input ready)");
+      }
+      const size_t begin = sliceBegin(rank_);
+      const size_t elements = sliceEnd(rank_) - begin;
+      if (elements > 0) {
+        const size_t at = begin * elementBytes;
+        const auto* in = static_cast<const uint8_t*>(input);
+        bool first = true;
+        for (int peer = 0; peer < size_; ++peer) {
+          if (peer == rank_) continue;
+          if (first) {
+            cuda::reduce(scratch, in + at, peerInput[peer] + at, elements, type, reduceOp,
+                         s.compute);
+            first = false;
+          } else {
+            cuda::reduceInto(scratch, peerInput[peer] + at, elements, type, reduceOp, s.compute);
+          }
+        }
+        cuda::finishAverage(scratch, elements, type, reduceOp, size_, s.compute);
+      }
+      check(cudaEventRecord(d.events[kReduced], s.compute), "cudaEventRecord");
+    } catch (const Error& error) {
+      cudaGetLastError();
+      verdict.ok = 0;
+      copyWhy(verdict.why, std::string("rank ") + std::to_string(rank_) + ": " + error.what());
+    }
+  }
+
+  // Round 2: did every rank get this far?
+  std::vector<Verdict> verdicts(size_);
+  peers.allgather(&verdict, verdicts.data(), sizeof(Verdict));
+  const bool everyone = std::all_of(verdicts.begin(), verdicts.end(),
+                                    [](const Verdict& v) { return v.ok != 0; });
+  if (!everyone) {
+    // Every rank stages this all-reduce and the later ones. Step 2's kernels may still read
+    // peers' inputs, which staging then writes (in place): every rank waits for its own before a
+    // last round lets any of them go on.
+    if (mine.ok) {
+      check(cudaEventRecord(d.events[kReduced], s.compute), "cudaEventRecord");
+      waitFor(d.events[kReduced], op, "the IPC all-reduce's reads, before staging instead");
+    }
+    peers.barrier();
+    unavailable_ = true;
+    if (rank_ == 0) {
+      std::string why;
+      for (int r = 0; r < size_ && why.empty(); ++r) {
+        if (records[r].why[0] != '\0') why = "rank " + std::to_string(r) + ": " + records[r].why;
+        if (why.empty() && verdicts[r].why[0] != '\0') why = verdicts[r].why;
+      }
+      std::fprintf(stderr,
+                   "ringcomm: warning: CUDA IPC is unavailable (%s); all-reduces of device "
+                   "memory go through pinned host memory from now on\n",
+                   why.empty() ? "no reason given" : why.c_str());
+    }
+    return false;
+  }
+
+  // Step 3: every rank's slice from its scratch, each after that rank's "reduced".
+  auto* out = static_cast<uint8_t*>(output);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer != rank_) {
+      check(cudaStreamWaitEvent(s.compute, peerEvents[peer * kIpcEvents + kReduced], 0),
+            "cudaStreamWaitEvent (peer's slice reduced)");
+    }
+    const size_t begin = sliceBegin(peer);
+    const size_t elements = sliceEnd(peer) - begin;
+    if (elements == 0) continue;
+    const uint8_t* reduced = peer == rank_ ? scratch : peerScratch[peer];
+    check(cudaMemcpyAsync(out + begin * elementBytes, reduced, elements * elementBytes,
+                          cudaMemcpyDeviceToDevice, s.compute),
+          "cudaMemcpyAsync (a rank's reduced slice)");
+  }
+  finish(t, s.compute);
+  return true;
+}
+
+void IpcAllreduce::warnIfSharingWithoutMps(const std::vector<Record>& records) const {
+  std::vector<int> sharing;
+  for (int r = 0; r < size_; ++r) {
+    if (std::memcmp(records[r].uuid, records[rank_].uuid, sizeof(records[r].uuid)) == 0) {
+      sharing.push_back(r);
+    }
+  }
+  // Said once, by the lowest of the ranks that share this device.
+  if (sharing.size() < 2 || sharing.front() != rank_ || mpsRunning(mpsPipeDirectory_)) return;
+  std::fprintf(stderr,
+               "ringcomm: warning: ranks %s share CUDA device %s, and the CUDA MPS daemon is not "
+               "running (no %s/control): the GPU time-slices between their processes, and every "
+               "collective on device memory waits for context switches (about 2 ms per "
+               "all-reduce). Start it before the job with `nvidia-cuda-mps-control -d`, or give "
+               "each rank a GPU of its own.\n",
+               rankList(sharing).c_str(), uuidText(records[rank_].uuid).c_str(),
+               mpsPipeDirectory_.c_str());
+}
+
+}  // namespace ringcomm::device
