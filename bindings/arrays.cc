@@ -279,19 +279,18 @@ void takeCallDevice(CommonOptions& options) {
   callDevice = CallDevice{};
 }
 
+void startCall(std::optional<uintptr_t> stream) {
+  callDevice = CallDevice{};
+  if (stream) {
+    callDevice.stream = *stream;
+    callDevice.streamSet = true;
+  }
+}
+
 void bindCallDevice(py::module_& m) {
-  m.def(
-      "_set_call_stream",
-      [](std::optional<uintptr_t> stream) {
-        // Every collective's Python side calls this first, so nothing a failed call noted (a
-        // Python error raised before it launched) carries over to this one.
-        callDevice = CallDevice{};
-        if (stream) {
-          callDevice.stream = *stream;
-          callDevice.streamSet = true;
-        }
-      },
-      py::arg("stream"),
+  // Every collective's Python side calls this first, so nothing a failed call noted (a Python
+  // error raised before it launched) carries over to this one.
+  m.def("_set_call_stream", &startCall, py::arg("stream"),
       "Starts a collective's call on this thread: its cudaStream_t as an int, or None for the "
       "array library's current stream (private).");
   m.def("built_with_cuda", &builtWithCuda,

@@ -1,12 +1,14 @@
-// Python arrays -> (address, element count, DataType): the buffer protocol first (NumPy,
-// bytearray, array.array, memoryview: ~100 ns), then DLPack (torch, CuPy, on the host or a CUDA
-// device), then __cuda_array_interface__ (CUDA arrays without DLPack, e.g. Numba's).
+// Python arrays -> (address, element count, DataType): the buffer protocol for host memory
+// (NumPy, bytearray, array.array, memoryview: ~100 ns), then DLPack (torch, CuPy, on the host or
+// a CUDA device), then __cuda_array_interface__ (CUDA arrays without DLPack, e.g. Numba's). An
+// object that declares device memory never goes through the buffer protocol.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "ringcomm/options.h"
 #include "ringcomm/types.h"
@@ -32,6 +34,9 @@ ArrayView viewArray(pybind11::handle obj, const char* name, bool writable);
 // the options, clearing them. A call that fails before launching clears them too (an exception
 // translator), so nothing carries over to the next call.
 void takeCallDevice(CommonOptions& options);
+// Starts a call on this thread: forgets what an earlier one noted; `stream` as stream= gives it
+// (none: the array library's current stream).
+void startCall(std::optional<uintptr_t> stream);
 // _set_call_stream and the clearing translator; call last in the module's init.
 void bindCallDevice(pybind11::module_& m);
 

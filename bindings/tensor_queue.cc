@@ -24,14 +24,18 @@ TensorRequest makeRequest(TensorOp op, const std::string& name, py::handle x, py
   request.prescale = prescale;
   request.postscale = postscale;
   request.root = root;
+  startCall(std::nullopt);  // CUDA tensors come with their library's current stream
   const bool writesX = op == TensorOp::Broadcast || (op == TensorOp::Allreduce && out.is_none());
   const ArrayView input = viewArray(x, "tensor", writesX);
   const ArrayView output = out.is_none() ? input : viewArray(out, "output", true);
-  CommonOptions unused;
-  takeCallDevice(unused);  // viewArray notes CUDA arrays for a collective launch; this is none
-  if (input.onDevice || output.onDevice) {
-    throw py::type_error("'" + name + "': the tensor queue takes host memory, not CUDA memory");
+  CommonOptions call;
+  takeCallDevice(call);
+  if (input.onDevice != output.onDevice) {
+    throw py::value_error("'" + name + "': the tensor and its output must both be in CUDA memory "
+                          "or both in host memory");
   }
+  request.deviceMemory = call.deviceMemory;
+  request.stream = call.stream;
   request.type = input.type;
   if (input.count != request.count()) {
     throw py::value_error("'" + name + "': shape holds " + std::to_string(request.count()) +
@@ -66,6 +70,14 @@ void bindTensorQueue(py::module_& m) {
   py::class_<TensorWork, Work, TensorWorkPtr>(m, "TensorWork")
       .def_readonly("rows", &TensorWork::rows)
       .def_readonly("last_joined", &TensorWork::lastJoined)
+      .def(
+          "order_on",
+          [](const TensorWork& work, uintptr_t stream) {
+            if (work.orderResultsOn) work.orderResultsOn(reinterpret_cast<void*>(stream));
+          },
+          py::arg("stream"),
+          "Makes a cudaStream_t (an int) wait until a device request's results are written; "
+          "nothing for host requests. Call after wait().")
       // The gathered bytes, without a copy: the array keeps the Work alive.
       .def_property_readonly("gathered", [](py::object self) {
         auto& work = self.cast<TensorWork&>();
@@ -84,7 +96,8 @@ void bindTensorQueue(py::module_& m) {
       .def_property_readonly("size", &TensorQueue::size)
       .def("submit", &TensorQueue::submit, py::call_guard<py::gil_scoped_release>())
       .def("submit_all", &TensorQueue::submitAll, py::call_guard<py::gil_scoped_release>())
-      .def("join", &TensorQueue::join, py::call_guard<py::gil_scoped_release>())
+      .def("join", &TensorQueue::join, py::arg("device") = -1,
+           py::call_guard<py::gil_scoped_release>())
       .def("stats", &TensorQueue::stats)
       .def("shutdown", &TensorQueue::shutdown, py::call_guard<py::gil_scoped_release>());
 }

@@ -58,6 +58,7 @@ if(RINGCOMM_BUILD_CUDA)
     src/transport/cuda/device_state.cc
     src/transport/cuda/staging.cc
     src/transport/cuda/ipc.cc
+    src/transport/cuda/queue_device.cc
   )
   target_include_directories(ringcomm_cuda_transport PRIVATE
     ${PROJECT_SOURCE_DIR}/include

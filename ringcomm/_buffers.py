@@ -1,7 +1,8 @@
 """Shapes and new arrays for collectives that allocate their output.
 
 Decoding an array into (address, count, dtype) happens in the bindings (bindings/arrays.cc):
-the buffer protocol for host memory, DLPack or ``__cuda_array_interface__`` otherwise. Here: only what needs the array's shape.
+the buffer protocol for host memory, DLPack or ``__cuda_array_interface__`` otherwise. Here: only
+what needs the array's shape.
 """
 
 from __future__ import annotations
@@ -10,16 +11,16 @@ from typing import Any
 
 import numpy as np
 
-
 _KDLCPU = 1
 
 
 def _as_numpy(obj: Any) -> np.ndarray:
     """A NumPy view of a host array that has no shape of its own: through DLPack when it speaks
     it (a library other than NumPy, torch and CuPy), else the buffer protocol."""
-    if hasattr(obj, "__dlpack__") and getattr(obj, "__dlpack_device__", lambda: (_KDLCPU,))()[
-        0
-    ] == _KDLCPU:
+    if (
+        hasattr(obj, "__dlpack__")
+        and getattr(obj, "__dlpack_device__", lambda: (_KDLCPU,))()[0] == _KDLCPU
+    ):
         return np.from_dlpack(obj)
     return np.asarray(memoryview(obj))
 

@@ -100,6 +100,21 @@ def test_torch_backend_on_cuda_tensors(size):
     assert len({outcome.result["digests"]["ddp"] for outcome in outcomes}) == 1
 
 
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("size", [2, 4])
+def test_horovod_api_on_cuda_tensors(size):
+    require_cuda("torch")
+    # A small fusion threshold at 4 ranks: the optimizer's gradients split over several fusions.
+    env = {"RINGCOMM_FUSION_THRESHOLD": "65536"} if size == 4 else None
+    outcomes = run_job(size, "horovod_cuda.py", env=env, deadline=500)
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"][:20])
+    reference = outcomes[0].result["digests"]
+    for outcome in outcomes[1:]:
+        assert outcome.result["digests"] == reference, f"rank {outcome.rank} holds other bits"
+
+
 # ---- no GPU needed -------------------------------------------------------------------------
 
 

@@ -8,9 +8,16 @@
 // ranks; a name some ranks never submit is reported after Config::stallWarning and fails every
 // rank after Config::timeout, naming the ranks that did not submit it. A rank that called join()
 // counts as having submitted every name, contributing nothing, until every rank has joined.
+//
+// CUDA tensors (a build with CUDA): a request is ordered after the work its caller's stream had
+// queued when it was submitted, without the caller waiting for it. The queue's thread fuses
+// device tensors in device memory on a stream of its own, and a completed Work's results are
+// ordered on a caller's stream by orderResultsOn() (src/transport/cuda/queue_device.h). Ranks
+// must agree on whether a name is in device memory: a MismatchError otherwise.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +48,10 @@ struct TensorRequest {
   double prescale = 1.0;
   double postscale = 1.0;
   int root = 0;  // broadcast
+  // The buffers are CUDA device memory, ready after the work queued so far on `stream` (the
+  // caller's cudaStream_t) at submission.
+  bool deviceMemory = false;
+  void* stream = nullptr;
 
   size_t count() const;  // elements: the product of shape
 };
@@ -53,6 +64,9 @@ class TensorWork : public Work {
   std::vector<uint8_t> gathered;
   // Join: the rank that joined last.
   int lastJoined = -1;
+  // Device requests: makes a caller's stream (a cudaStream_t) wait until the results are written;
+  // call it after wait(). Empty for host requests, whose results are there when wait() returns.
+  std::function<void(void* stream)> orderResultsOn;
 };
 
 using TensorWorkPtr = std::shared_ptr<TensorWork>;
@@ -78,8 +92,10 @@ class TensorQueue {
   virtual TensorWorkPtr submit(TensorRequest request) = 0;
   // Several at once: they are announced in the same cycle, so they tend to fuse.
   virtual std::vector<TensorWorkPtr> submitAll(std::vector<TensorRequest> requests) = 0;
-  // Completes when every rank has joined; lastJoined says which rank came last.
-  virtual TensorWorkPtr join() = 0;
+  // Completes when every rank has joined; lastJoined says which rank came last. `device`: the
+  // CUDA device whose memory this rank lends to the device collectives it takes part in without
+  // data (-1: the device of its last device request).
+  virtual TensorWorkPtr join(int device = -1) = 0;
   virtual TensorQueueStats stats() const = 0;
   // Tells every rank the queue is closing: requests still waiting fail with CommunicatorClosed.
   // Waits for the thread, then shuts the communicator down. Idempotent.

@@ -33,11 +33,13 @@ def _resolve_op(op, average: Optional[bool]):
     return Average if op is None else op
 
 
-def _host(tensor: torch.Tensor, name: str) -> torch.Tensor:
+def _checked(tensor: torch.Tensor, name: str) -> torch.Tensor:
+    """``tensor``, if it is a CPU or CUDA tensor (CUDA needs a ringcomm built with CUDA, which
+    the queue says when it is not)."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor; got {type(tensor).__name__}")
-    if tensor.device.type != "cpu":
-        raise TypeError(f"{name} is on {tensor.device}; ringcomm.torch takes CPU tensors for now")
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise TypeError(f"{name} is on {tensor.device}; ringcomm.torch takes CPU and CUDA tensors")
     return tensor
 
 
@@ -92,7 +94,7 @@ def allreduce_async(
     postscale_factor=1.0,
     compression=Compression.none,
 ) -> int:
-    tensor = _host(tensor, "tensor").detach().contiguous()
+    tensor = _checked(tensor, "tensor").detach().contiguous()
     started = _allreduce_request(
         tensor,
         torch.empty_like(tensor),
@@ -114,7 +116,7 @@ def allreduce_async_(
     postscale_factor=1.0,
     compression=Compression.none,
 ) -> int:
-    _host(tensor, "tensor")
+    _checked(tensor, "tensor")
     if not tensor.is_contiguous():
         raise ValueError("allreduce_: tensor must be contiguous to be reduced in place")
     started = _allreduce_request(
@@ -203,7 +205,7 @@ def grouped_allreduce_async(
     op = _resolve_op(op, average)
     started = []
     for t, tensor_name in zip(tensors, _grouped_names(name, len(tensors))):
-        t = _host(t, "tensors[i]").detach().contiguous()
+        t = _checked(t, "tensors[i]").detach().contiguous()
         started.append(
             _allreduce_request(
                 t,
@@ -228,7 +230,7 @@ def grouped_allreduce_async_(
     compression=Compression.none,
 ) -> int:
     for t in tensors:
-        if not _host(t, "tensors[i]").is_contiguous():
+        if not _checked(t, "tensors[i]").is_contiguous():
             raise ValueError("grouped_allreduce_: every tensor must be contiguous")
     op = _resolve_op(op, average)
     started = [
@@ -280,7 +282,7 @@ def grouped_allreduce_(
 def allgather_async(tensor, name=None) -> int:
     """Starts concatenating every rank's ``tensor`` along the first dimension, which may differ
     by rank (the ranks' first dimensions travel with the cycle's announcements)."""
-    tensor = _host(tensor, "tensor").detach().contiguous()
+    tensor = _checked(tensor, "tensor").detach().contiguous()
     if tensor.dim() == 0:
         tensor = tensor.reshape(1)
     request = requests.allgather(tensor, requests.name_or_default(name, "allgather"))
@@ -300,14 +302,14 @@ def _submit_broadcast(tensor, root_rank, name, result) -> int:
 
 
 def broadcast_async_(tensor, root_rank, name=None) -> int:
-    _host(tensor, "tensor")
+    _checked(tensor, "tensor")
     if not tensor.is_contiguous():
         raise ValueError("broadcast_: tensor must be contiguous")
     return _submit_broadcast(tensor.detach(), root_rank, name, tensor)
 
 
 def broadcast_async(tensor, root_rank, name=None) -> int:
-    copy = _host(tensor, "tensor").detach().clone().contiguous()
+    copy = _checked(tensor, "tensor").detach().clone().contiguous()
     return _submit_broadcast(copy, root_rank, name, copy)
 
 
@@ -328,7 +330,7 @@ def alltoall(tensor, splits=None, name=None):
     ``splits``, ``(output, received_splits)`` as in Horovod.
     """
     comm = state.comm()
-    tensor = _host(tensor, "tensor").detach().contiguous()
+    tensor = _checked(tensor, "tensor").detach().contiguous()
     size = comm.size
     if splits is None:
         if tensor.shape[0] % size != 0:
@@ -364,7 +366,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average):
     """Reduces ``tensor`` over all ranks; rank r keeps the r-th part of the first dimension (the
     first ``rows % size`` ranks get one row more)."""
     comm = state.comm()
-    tensor = _host(tensor, "tensor").detach().contiguous()
+    tensor = _checked(tensor, "tensor").detach().contiguous()
     rows, size = tensor.shape[0], comm.size
     if rows % size == 0:
         return comm.reduce_scatter(tensor, op=op)

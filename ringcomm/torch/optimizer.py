@@ -220,13 +220,16 @@ def join(device: int = -1) -> int:
     """This rank has run out of data. Until every rank has called join(), it takes part in the
     other ranks' allreduce / allgather / broadcast calls without data of its own: it adds
     nothing to sums (an average divides by the ranks that did contribute) and no rows to
-    gathers. Returns the rank that joined last. ``device`` is Horovod's and is not used.
+    gathers. Returns the rank that joined last. ``device``: the CUDA device this rank lends to
+    the other ranks' collectives on CUDA tensors (default: the current one, if CUDA is in use).
 
     Unlike Horovod, the replica of the DistributedOptimizer created last is then made equal, on
     every rank, to the last rank's (parameters and optimizer state): the ranks that joined
     early missed the later steps.
     """
-    work = state.queue().join()
+    if device < 0 and torch.cuda.is_available() and torch.cuda.is_initialized():
+        device = torch.cuda.current_device()
+    work = state.queue().join(device=device)
     work.wait()
     last = work.last_joined
     # A rank that joined early made fewer unnamed calls: count them afresh on every rank.

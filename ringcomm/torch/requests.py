@@ -53,26 +53,38 @@ def broadcast(tensor, root, name) -> "_core.TensorRequest":
 
 class Queued:
     """A submitted request, as handles.poll() / synchronize() see it: it holds the tensors the
-    queue reads and writes until the request has completed."""
+    queue reads and writes until the request has completed.
 
-    def __init__(self, work: "_core.TensorWork", keepalive: tuple):
+    CUDA tensors: the request runs after the work their streams had queued at submission, and
+    wait() returns with the results ordered on the current stream of their device (the queue's
+    stream made it wait), as NCCL orders its results; the host does not wait for the GPU.
+    """
+
+    def __init__(self, work: "_core.TensorWork", keepalive: tuple, device: torch.device):
         self.work = work
         self._keepalive = keepalive
+        self._device = device
 
     def is_completed(self) -> bool:
         return self.work.is_completed()
 
     def wait(self, timeout: Optional[float] = None) -> None:
         self.work.wait(0.0 if timeout is None else timeout)
+        if self._device.type == "cuda":
+            self.work.order_on(torch.cuda.current_stream(self._device).cuda_stream)
         self._keepalive = ()
 
 
 def submit(requests: list, keepalive: tuple) -> list:
     """Queues the requests, announced in the same cycle (so they tend to fuse)."""
-    return [Queued(work, keepalive) for work in state.queue().submit_all(list(requests))]
+    devices = [t.device for t in keepalive if isinstance(t, torch.Tensor)]
+    device = devices[0] if devices else torch.device("cpu")
+    return [Queued(work, keepalive, device) for work in state.queue().submit_all(list(requests))]
 
 
 def gathered_tensor(queued: Queued, like: torch.Tensor) -> torch.Tensor:
-    """An all-gather's result: every rank's rows of ``like``, in rank order."""
+    """An all-gather's result: every rank's rows of ``like``, in rank order, on its device (the
+    rows were gathered in host memory)."""
     flat = torch.from_numpy(queued.work.gathered)  # the Work's memory, which it keeps alive
-    return flat.view(like.dtype).reshape((sum(queued.work.rows),) + tuple(like.shape[1:]))
+    rows = flat.view(like.dtype).reshape((sum(queued.work.rows),) + tuple(like.shape[1:]))
+    return rows.to(like.device) if like.device.type != "cpu" else rows

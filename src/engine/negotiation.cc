@@ -56,6 +56,7 @@ class Reader {
 
 constexpr uint8_t kJoin = 1;
 constexpr uint8_t kShutdown = 2;
+constexpr uint8_t kDeviceMemory = 1;  // an announcement's flags
 
 std::string shapeText(const std::vector<int64_t>& shape) {
   std::ostringstream text;
@@ -67,7 +68,7 @@ std::string shapeText(const std::vector<int64_t>& shape) {
 
 // Whether two ranks' announcements of one name can run as one collective.
 bool compatible(const Announcement& a, const Announcement& b) {
-  if (a.op != b.op || a.type != b.type) return false;
+  if (a.op != b.op || a.type != b.type || a.device != b.device) return false;
   switch (a.op) {
     case TensorOp::Allreduce:
       return a.shape == b.shape && reduceAlike(a, b);
@@ -86,7 +87,7 @@ bool compatible(const Announcement& a, const Announcement& b) {
 bool reduceAlike(const Announcement& a, const Announcement& b) {
   return a.op == TensorOp::Allreduce && b.op == TensorOp::Allreduce && a.type == b.type &&
          a.reduceOp == b.reduceOp && a.compression == b.compression &&
-         a.prescale == b.prescale && a.postscale == b.postscale;
+         a.prescale == b.prescale && a.postscale == b.postscale && a.device == b.device;
 }
 
 Announcement Announcement::of(const TensorRequest& request) {
@@ -98,6 +99,7 @@ Announcement Announcement::of(const TensorRequest& request) {
   a.root = request.root;
   a.prescale = request.prescale;
   a.postscale = request.postscale;
+  a.device = request.deviceMemory;
   a.shape = request.shape;
   a.name = request.name;
   return a;
@@ -111,7 +113,8 @@ size_t Announcement::count() const {
 
 std::string Announcement::describe() const {
   std::ostringstream text;
-  text << toString(op) << " of " << toString(type) << " " << shapeText(shape);
+  text << toString(op) << " of " << toString(type) << " " << shapeText(shape)
+       << (device ? " on CUDA" : "");
   if (op == TensorOp::Allreduce) {
     text << " (" << toString(reduceOp);
     if (compression != Compression::None) text << ", " << toString(compression) << " on the wire";
@@ -136,6 +139,7 @@ std::vector<uint8_t> encode(const CycleMessage& message) {
     out.put<int32_t>(a.root);
     out.put<double>(a.prescale);
     out.put<double>(a.postscale);
+    out.put<uint8_t>(a.device ? kDeviceMemory : 0);
     out.put<uint32_t>(static_cast<uint32_t>(a.shape.size()));
     for (int64_t dim : a.shape) out.put<int64_t>(dim);
     out.putString(a.name);
@@ -160,6 +164,7 @@ CycleMessage decode(const uint8_t* data, size_t size) {
     a.root = in.get<int32_t>();
     a.prescale = in.get<double>();
     a.postscale = in.get<double>();
+    a.device = (in.get<uint8_t>() & kDeviceMemory) != 0;
     const auto dims = in.get<uint32_t>();
     for (uint32_t d = 0; d < dims; ++d) a.shape.push_back(in.get<int64_t>());
     a.name = in.getString();

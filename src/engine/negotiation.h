@@ -26,6 +26,7 @@ struct Announcement {
   int32_t root = 0;
   double prescale = 1.0;
   double postscale = 1.0;
+  bool device = false;  // the tensors are CUDA device memory
   std::vector<int64_t> shape;
   std::string name;
 
@@ -35,8 +36,8 @@ struct Announcement {
   std::string describe() const;
 };
 
-// Two all-reduces one collective can carry: same dtype, op, wire compression and scale factors
-// (the tensors may differ in shape: this is what fusion asks).
+// Two all-reduces one collective can carry: same dtype, op, wire compression, scale factors and
+// memory (host or device); the tensors may differ in shape: this is what fusion asks.
 bool reduceAlike(const Announcement& a, const Announcement& b);
 
 // What one rank says in one cycle.

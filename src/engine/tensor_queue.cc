@@ -18,6 +18,7 @@
 #include "engine/negotiation.h"
 #include "reduce/half.h"
 #include "ringcomm/errors.h"
+#include "transport/cuda/queue_device.h"
 
 namespace ringcomm {
 
@@ -145,12 +146,19 @@ class TensorQueueImpl : public TensorQueue {
   std::vector<TensorWorkPtr> submitAll(std::vector<TensorRequest> requests) override {
     if (requests.empty()) return {};
     std::set<std::string> names;
+    std::vector<std::shared_ptr<const device::ReadyMark>> marks;
     for (const TensorRequest& request : requests) {
       validate(request);
       if (!names.insert(request.name).second) {
         throw InvalidArgument("tensor queue: '" + request.name +
                               "' appears twice among the requests submitted together");
       }
+      // Where the caller's stream has the tensors ready: recorded now, waited for by the queue's
+      // stream when they run, never by this thread.
+      marks.push_back(request.deviceMemory
+                          ? device_->markReady({request.input, request.output}, request.stream,
+                                               request.name)
+                          : nullptr);
     }
     std::vector<TensorWorkPtr> works;
     std::unique_lock<std::mutex> lock(mutex_);
@@ -166,11 +174,12 @@ class TensorQueueImpl : public TensorQueue {
                               "; names must be unique among the requests not yet completed");
       }
     }
-    for (TensorRequest& request : requests) {
+    for (size_t i = 0; i < requests.size(); ++i) {
       Pending pending;
       pending.work = std::make_shared<TensorWork>();
       pending.submitted = Clock::now();
-      pending.request = std::move(request);
+      pending.request = std::move(requests[i]);
+      pending.ready = std::move(marks[i]);
       works.push_back(pending.work);
       incoming_.push_back(std::move(pending));
     }
@@ -179,7 +188,7 @@ class TensorQueueImpl : public TensorQueue {
     return works;
   }
 
-  TensorWorkPtr join() override {
+  TensorWorkPtr join(int device) override {
     TensorWorkPtr work;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -187,6 +196,7 @@ class TensorQueueImpl : public TensorQueue {
       if (joinWork_) throw InvalidArgument("tensor queue: join() is already in progress");
       joinWork_ = work = std::make_shared<TensorWork>();
       joinAnnounced_ = false;
+      if (device >= 0) joinDevice_ = device;
     }
     wakeOrRunInline();
     return work;
@@ -210,6 +220,7 @@ class TensorQueueImpl : public TensorQueue {
  private:
   struct Pending {
     TensorRequest request;
+    std::shared_ptr<const device::ReadyMark> ready;  // device requests
     TensorWorkPtr work;
     Clock::time_point submitted;
     bool warned = false;
@@ -486,6 +497,10 @@ class TensorQueueImpl : public TensorQueue {
       ++stats_.allreduces;
       if (end - begin > 1) stats_.fusedTensors += end - begin;
     }
+    if (first.device) {
+      guarded(worksOf(locals), [&] { runDeviceAllreduce(ready, begin, end, locals, options); });
+      return;
+    }
     const size_t elementBytes = elementSize(first.type);
     guarded(worksOf(locals), [&] {
       if (end - begin == 1 && locals[0]) {
@@ -523,6 +538,95 @@ class TensorQueueImpl : public TensorQueue {
     });
   }
 
+  // The same on device memory: fused in a device buffer on the queue's stream for the run's
+  // device, which waits for each tensor's ready mark (queue_device.h).
+  void runDeviceAllreduce(const std::vector<ReadyTensor>& ready, size_t begin, size_t end,
+                          const std::vector<std::optional<Pending>>& locals,
+                          AllreduceOptions options) {
+    const Announcement& first = ready[begin].reference();
+    const std::vector<const Pending*> run = present(locals);
+    const int device = runDevice(run);
+    options.deviceMemory = true;
+    options.stream = device_->beginRun(device, marksOf(run));
+    if (end - begin == 1 && locals[0]) {
+      options.input = locals[0]->request.input;
+      options.output = locals[0]->request.output;
+      options.count = first.count();
+      comm_->allreduce(options)->wait();
+    } else {
+      const size_t elementBytes = elementSize(first.type);
+      size_t total = 0;
+      for (size_t i = begin; i < end; ++i) total += ready[i].reference().count();
+      auto* fusion = static_cast<uint8_t*>(
+          device_->fusionBuffer(device, std::max<size_t>(total * elementBytes, 1)));
+      size_t offset = 0;
+      for (size_t i = begin; i < end; ++i) {
+        const size_t count = ready[i].reference().count();
+        const auto& local = locals[i - begin];
+        if (local) {
+          device_->copy(device, fusion + offset, local->request.input, count * elementBytes);
+        } else if (count > 0) {
+          std::vector<uint8_t> identity(count * elementBytes);
+          fillIdentity(identity.data(), count, first.type, first.reduceOp);
+          device_->upload(device, fusion + offset, identity.data(), identity.size());
+        }
+        offset += count * elementBytes;
+      }
+      options.input = options.output = fusion;
+      options.count = total;
+      comm_->allreduce(options)->wait();
+      offset = 0;
+      for (size_t i = begin; i < end; ++i) {
+        const size_t bytes = ready[i].reference().count() * elementBytes;
+        const auto& local = locals[i - begin];
+        if (local) device_->copy(device, local->request.output, fusion + offset, bytes);
+        offset += bytes;
+      }
+    }
+    finishRun(device, run);
+  }
+
+  // This rank's requests in a run: none where it has joined.
+  static std::vector<const Pending*> present(const std::vector<std::optional<Pending>>& locals) {
+    std::vector<const Pending*> run;
+    for (const auto& local : locals) {
+      if (local) run.push_back(&*local);
+    }
+    return run;
+  }
+  static std::vector<const Pending*> present(const std::optional<Pending>& local) {
+    return local ? std::vector<const Pending*>{&*local} : std::vector<const Pending*>{};
+  }
+
+  static std::vector<const device::ReadyMark*> marksOf(const std::vector<const Pending*>& run) {
+    std::vector<const device::ReadyMark*> marks;
+    for (const Pending* pending : run) marks.push_back(pending->ready.get());
+    return marks;
+  }
+
+  // The device a run of device requests uses on this rank: its tensors', or for a rank that has
+  // joined, the device it named (or last used).
+  int runDevice(const std::vector<const Pending*>& run) {
+    if (!run.empty()) return run.front()->ready->device();
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int device = joinDevice_ >= 0 ? joinDevice_ : lastDevice_;
+    if (device < 0) {
+      throw InvalidArgument("tensor queue: rank " + std::to_string(rank()) +
+                            " has joined, and the other ranks run a collective on CUDA memory, "
+                            "but it has no CUDA device to take part with; pass join(device=...)");
+    }
+    return device;
+  }
+
+  // Ends a device run: its Works order their callers' streams after what it wrote (set before
+  // guarded() completes them).
+  void finishRun(int device, const std::vector<const Pending*>& run) {
+    const device::OrderAfter done = device_->endRun(device);
+    for (const Pending* pending : run) pending->work->orderResultsOn = done;
+    std::lock_guard<std::mutex> lock(mutex_);
+    lastDevice_ = device;
+  }
+
   // Ranks' first dimensions may differ: an all-to-all with uneven counts, every rank sending its
   // rows to every rank, lands them in rank order without padding.
   void runAllgather(const ReadyTensor& ready) {
@@ -554,6 +658,12 @@ class TensorQueueImpl : public TensorQueue {
     std::vector<uint8_t> gathered(std::max<size_t>(total, 1) * elementSize(reference.type));
     options.output = gathered.data();
     guarded(worksOf(local), [&] {
+      if (reference.device && local) {
+        // The rows are read out of device memory (staged) and gathered in host memory: the
+        // caller moves the result to its device.
+        options.deviceMemory = true;
+        options.stream = device_->beginRun(local->ready->device(), marksOf(present(local)));
+      }
       comm_->alltoallv(options)->wait();
       if (local) {  // before guarded() completes the Work, which lets the caller read these
         gathered.resize(total * elementSize(reference.type));
@@ -573,13 +683,26 @@ class TensorQueueImpl : public TensorQueue {
     options.root = reference.root;
     options.runInCaller = true;
     options.name = ready.name;
-    if (local) {
-      options.buffer = local->request.output;
-    } else {
-      scratch.resize(options.count * elementSize(reference.type));
-      options.buffer = scratch.data();
-    }
-    guarded(worksOf(local), [&] { comm_->broadcast(options)->wait(); });
+    const size_t bytes = options.count * elementSize(reference.type);
+    guarded(worksOf(local), [&] {
+      int device = -1;
+      if (reference.device) {
+        // A joined rank relays through device memory too: the path is part of the message.
+        device = runDevice(present(local));
+        options.deviceMemory = true;
+        options.stream = device_->beginRun(device, marksOf(present(local)));
+      }
+      if (local) {
+        options.buffer = local->request.output;
+      } else if (reference.device) {
+        options.buffer = device_->fusionBuffer(device, std::max<size_t>(bytes, 1));
+      } else {
+        scratch.resize(bytes);
+        options.buffer = scratch.data();
+      }
+      comm_->broadcast(options)->wait();
+      if (reference.device) finishRun(device, present(local));
+    });
   }
 
   // Runs a collective: completes these Works, or fails them and rethrows (a failed collective
@@ -689,6 +812,7 @@ class TensorQueueImpl : public TensorQueue {
   const size_t fusionThresholdBytes_;  // agreed by every rank at creation
   ReadinessTable table_;         // touched by the queue's thread only
   std::vector<uint8_t> fusion_;  // the fusion buffer, grown to the largest fused run
+  std::unique_ptr<device::QueueDevice> device_ = device::createQueueDevice();
   std::thread thread_;      // none at one rank
   std::mutex inlineMutex_;  // one rank: one caller runs a cycle at a time
 
@@ -698,6 +822,8 @@ class TensorQueueImpl : public TensorQueue {
   std::map<std::string, Pending> pending_;  // announced, not yet run
   TensorWorkPtr joinWork_;
   bool joinAnnounced_ = false;
+  int joinDevice_ = -1;  // the CUDA device join() named
+  int lastDevice_ = -1;  // the CUDA device of the last device run
   bool shutdownRequested_ = false;
   bool closed_ = false;
   std::exception_ptr closedError_;

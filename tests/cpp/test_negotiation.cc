@@ -43,6 +43,7 @@ TEST(cycleMessageRoundTrips) {
   a.root = 2;
   a.prescale = 0.25;
   a.postscale = 3.0;
+  a.device = true;
   a.op = TensorOp::Broadcast;
   message.announcements = {a, allreduce("")};
   const std::vector<uint8_t> bytes = encode(message);
@@ -55,6 +56,7 @@ TEST(cycleMessageRoundTrips) {
   CHECK(b.op == TensorOp::Broadcast && b.type == DataType::BFloat16 && b.reduceOp == ReduceOp::Max);
   CHECK(b.compression == Compression::Float16 && b.root == 2);
   CHECK(b.prescale == 0.25 && b.postscale == 3.0);
+  CHECK(b.device && !back.announcements[1].device);
   CHECK(b.shape == std::vector<int64_t>({3, 5}));
   CHECK_EQ(b.name, std::string("layer.weight"));
 }
@@ -177,4 +179,21 @@ TEST(shutdownAndAbortNameTheLowestRank) {
   auto outcome = table.record({announcing({}), closing, aborting});
   CHECK_EQ(outcome.shutdownBy, 1);
   CHECK_EQ(outcome.abort, std::string("rank 2 timed out"));
+}
+
+// A name in CUDA memory on one rank and in host memory on another cannot run as one collective
+// (the device path is part of the message); and host and device tensors never share a fusion.
+TEST(ranksDisagreeingAboutDeviceMemoryAreNamed) {
+  ReadinessTable table(2);
+  Announcement onDevice = allreduce("grad");
+  onDevice.device = true;
+  const auto outcome = table.record({announcing({onDevice}), announcing({allreduce("grad")})});
+  CHECK_EQ(outcome.ready.size(), size_t(1));
+  const std::string& error = outcome.ready[0].error;
+  CHECK(error.find("rank 0 submitted allreduce of float32 [4] on CUDA") != std::string::npos);
+  CHECK(error.find("rank 1 allreduce of float32 [4] (") != std::string::npos);
+  CHECK(!reduceAlike(onDevice, allreduce("other")));
+  Announcement alsoOnDevice = allreduce("other", {7});
+  alsoOnDevice.device = true;
+  CHECK(reduceAlike(onDevice, alsoOnDevice));
 }

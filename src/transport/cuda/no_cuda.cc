@@ -5,6 +5,7 @@
 
 #include "ringcomm/errors.h"
 #include "transport/cuda/device_path.h"
+#include "transport/cuda/queue_device.h"
 
 namespace ringcomm {
 
@@ -13,8 +14,8 @@ bool builtWithCuda() { return false; }
 namespace device {
 namespace {
 
-[[noreturn]] void refuse(const char* collective) {
-  throw InvalidArgument(std::string(collective) +
+[[noreturn]] void refuse(const std::string& what) {
+  throw InvalidArgument(what +
                         ": a buffer is in CUDA device memory, but ringcomm was built without "
                         "CUDA; rebuild it with pip install -Ccmake.define.RINGCOMM_BUILD_CUDA=ON "
                         "(needs nvcc), or pass host memory");
@@ -39,7 +40,22 @@ class NoCuda : public DevicePath {
   }
 };
 
+class NoCudaQueue : public QueueDevice {
+ public:
+  std::shared_ptr<const ReadyMark> markReady(std::initializer_list<const void*>, void*,
+                                             const std::string& what) override {
+    refuse("'" + what + "'");
+  }
+  void* beginRun(int, const std::vector<const ReadyMark*>&) override { refuse("tensor queue"); }
+  void* fusionBuffer(int, size_t) override { refuse("tensor queue"); }
+  void copy(int, void*, const void*, size_t) override { refuse("tensor queue"); }
+  void upload(int, void*, const void*, size_t) override { refuse("tensor queue"); }
+  OrderAfter endRun(int) override { refuse("tensor queue"); }
+};
+
 }  // namespace
+
+std::unique_ptr<QueueDevice> createQueueDevice() { return std::make_unique<NoCudaQueue>(); }
 
 std::unique_ptr<DevicePath> createDevicePath(int, int, const Config&) {
   return std::make_unique<NoCuda>();
