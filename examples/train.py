@@ -12,6 +12,9 @@ Each rank trains on its shard of every batch and the gradients are averaged whil
 by Horovod's DistributedOptimizer (``--api horovod``, the default: ringcomm.torch) or by torch's
 DistributedDataParallel on the "ringcomm" process-group backend (``--api ddp``). Prints loss,
 accuracy and throughput, and checks at the end that every rank holds the same parameters.
+
+``--device cuda`` trains on GPUs, one per local rank (ranks share GPUs when there are fewer);
+the default, ``auto``, does so when torch sees a GPU and ringcomm was built with CUDA.
 """
 
 import argparse
@@ -26,6 +29,7 @@ from sklearn.datasets import load_digits
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 import ringcomm.torch as hvd
+from ringcomm import _devices
 
 # Set by torchrun, MPICH / Open MPI / PMIx launchers: without them this is a one-process run.
 _LAUNCHER_VARIABLES = ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
@@ -65,17 +69,19 @@ def load(seed: int):
 class HorovodTraining:
     """ringcomm.torch, used exactly as a Horovod script uses horovod.torch."""
 
-    def __init__(self, model, optimizer, compression: str):
+    def __init__(self):
         hvd.init()
-        self.rank, self.size = hvd.rank(), hvd.size()
+        self.rank, self.size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
+
+    def wrap(self, model, optimizer, compression: str):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-        self.model = model
-        self.optimizer = hvd.DistributedOptimizer(
+        optimizer = hvd.DistributedOptimizer(
             optimizer,
             named_parameters=model.named_parameters(),
             compression=getattr(hvd.Compression, compression),
         )
+        return model, optimizer
 
     def average(self, value: float) -> float:
         return hvd.allreduce(torch.tensor(value)).item()
@@ -90,7 +96,7 @@ class HorovodTraining:
 class DdpTraining:
     """torch.distributed with backend "ringcomm" and DistributedDataParallel."""
 
-    def __init__(self, model, optimizer, compression: str):
+    def __init__(self):
         if any(name in os.environ for name in _LAUNCHER_VARIABLES):
             dist.init_process_group("ringcomm")  # env:// (or MPI, under mpirun)
         else:
@@ -101,12 +107,18 @@ class DdpTraining:
                 "ringcomm", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1
             )
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
-        self.model = torch.nn.parallel.DistributedDataParallel(model)  # broadcasts from rank 0
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+
+    def wrap(self, model, optimizer, compression: str):
+        on_gpu = next(model.parameters()).is_cuda
+        device_ids = [torch.cuda.current_device()] if on_gpu else None
+        # Broadcasts rank 0's parameters.
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
         if compression == "fp16":
-            self.model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+            model.register_comm_hook(None, default_hooks.fp16_compress_hook)
         elif compression != "none":
             raise SystemExit("--api ddp supports --compression none or fp16")
-        self.optimizer = optimizer
+        return model, optimizer
 
     def average(self, value: float) -> float:
         total = torch.tensor(value)
@@ -122,6 +134,21 @@ class DdpTraining:
         dist.destroy_process_group()
 
 
+def choose_device(requested: str, local_rank: int) -> torch.device:
+    """This rank's device: a GPU of its own where there are enough, shared where there are not."""
+    usable = torch.cuda.is_available() and _devices.built_with_cuda()
+    if requested == "cpu" or (requested == "auto" and not usable):
+        return torch.device("cpu")
+    if not usable:
+        raise SystemExit(
+            "--device cuda: torch sees no GPU, or ringcomm was built without CUDA "
+            "(pip install -Ccmake.define.RINGCOMM_BUILD_CUDA=ON -e .)"
+        )
+    device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=5)
@@ -129,22 +156,26 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--compression", choices=("none", "fp16", "bf16"), default="none")
     parser.add_argument("--api", choices=("horovod", "ddp"), default="horovod")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     args = parser.parse_args()
 
     torch.set_num_threads(1)  # ranks share the machine's cores
     torch.manual_seed(0)
+    training = HorovodTraining() if args.api == "horovod" else DdpTraining()
+    rank, size = training.rank, training.size
+    device = choose_device(args.device, training.local_rank)
     (train_x, train_y), (test_x, test_y) = load(seed=0)
-    model = DigitNet()
+    train_x, train_y, test_x, test_y = (t.to(device) for t in (train_x, train_y, test_x, test_y))
+    model = DigitNet().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    setup = HorovodTraining if args.api == "horovod" else DdpTraining
-    training = setup(model, optimizer, args.compression)
-    model, optimizer, rank, size = training.model, training.optimizer, training.rank, training.size
+    model, optimizer = training.wrap(model, optimizer, args.compression)
 
     per_rank = args.batch_size // size
     steps = len(train_y) // args.batch_size
     first_loss = last_loss = None
     for epoch in range(args.epochs):
         order = torch.randperm(len(train_y), generator=torch.Generator().manual_seed(epoch))
+        order = order.to(device)
         started, total = time.perf_counter(), 0.0
         model.train()
         for step in range(steps):
@@ -172,12 +203,12 @@ def main() -> None:
             )
 
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    digests = training.gather_object(hashlib.sha256(flat.numpy().tobytes()).hexdigest())
+    digests = training.gather_object(hashlib.sha256(flat.cpu().numpy().tobytes()).hexdigest())
     identical = len(set(digests)) == 1
     if rank == 0:
         print(
             f"loss {first_loss:.4f} -> {last_loss:.4f}; parameters identical on all "
-            f"{size} ranks: {identical}",
+            f"{size} ranks ({device.type}): {identical}",
             flush=True,
         )
     training.shutdown()

@@ -260,12 +260,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         out.print(line)
     if args.op and args.collective not in REDUCING:
         out.print(f"note: --op does not apply to {args.collective}; ignored")
-    copy = None
+    copy = link = None
     if plan.device == "cuda":
         bandwidth = None
         copy = bench_device.measure_copy()
+        link = bench_device.measure_host_link()
         limit = limit_busbw(plan.collective, nranks, copy.gbps)
         for line in bench_device.reference_lines(copy, plan.collective, nranks, limit):
+            out.print(line)
+        for line in bench_device.host_link_lines(link):
             out.print(line)
     else:
         bandwidth = _bandwidth(nranks)
@@ -286,5 +289,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     comparison = report.print_comparison(out, outcomes, limit) if args.compare else None
     if copy is not None:
         for line in bench_device.copy_ratio_lines(outcomes, copy):
+            out.print(line)
+        for line in bench_device.host_link_ratio_lines(outcomes, link, nranks):
             out.print(line)
     return _finish(args, command, info, plan, nranks, bandwidth, limit, outcomes, comparison)

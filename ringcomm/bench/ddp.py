@@ -93,7 +93,7 @@ def _environment(nranks: int) -> dict:
 
 def _worker_command(backend: str, args, out: Path) -> list[str]:
     command = [sys.executable, "-m", "ringcomm.bench.ddp_worker", "--backend", backend]
-    for option in ("batch_size", "hidden", "layers", "bucket_cap_mb", "steps", "warmup"):
+    for option in ("batch_size", "hidden", "layers", "bucket_cap_mb", "steps", "warmup", "device"):
         value = getattr(args, option)
         if value is not None:
             command += [f"--{option.replace('_', '-')}", str(value)]
@@ -234,7 +234,7 @@ def _header(command: str, info: dict, args, first: Optional[dict]) -> list[str]:
             f"# model: {first['model']}, {first['parameters'] / 1e6:.1f}M parameters "
             f"({first['gradient_bytes'] / 1e6:.1f} MB float32 gradients); batch "
             f"{first['batch_size']} per rank; {first['threads_per_rank']} thread per rank; "
-            f"buckets: {buckets}"
+            f"buckets: {buckets}; on {first['device']}"
         )
         lines.append(
             f"# median over {first['timed_steps']} steps (after {args.warmup} warmup) of the "
@@ -298,12 +298,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--timeout", type=float, default=300.0, help="seconds one job may take (300)"
     )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where the model trains: cpu, or cuda (rank r on GPU r % count)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also save every result here")
     return parser
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.device == "cuda":
+        from ringcomm.bench import device as bench_device
+
+        problem = bench_device.cuda_problem()
+        if problem is not None:
+            parser.error(f"--device cuda: {problem}")
     shown = shlex.join(sys.argv[1:] if argv is None else argv)
     command = f"python -m ringcomm.bench.ddp {shown}".strip()
     out, progress = report.console(), report.console(stderr=True)

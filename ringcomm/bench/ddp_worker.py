@@ -16,6 +16,9 @@ A step's time is its slowest rank's; each measurement is the median over its ste
 
 Barriers, the gathering of times and the final parameter checksum go through a gloo group of
 their own: they do not depend on the backend under test, and check it independently.
+
+``--device cuda``: the model, data and buckets on GPU local_rank % count (all ranks on one GPU
+where there is one), and each timed step waits for the GPU to finish it.
 """
 
 from __future__ import annotations
@@ -122,27 +125,55 @@ def _checksum(module: torch.nn.Module) -> int:
     """A hash of the parameters' bytes: equal on two ranks only if every bit is."""
     digest = hashlib.blake2b(digest_size=8)
     for parameter in module.parameters():
-        digest.update(parameter.detach().contiguous().numpy().tobytes())
+        digest.update(parameter.detach().cpu().contiguous().numpy().tobytes())
     return int.from_bytes(digest.digest(), "little", signed=True)
+
+
+def _device(name: str) -> torch.device:
+    if name == "cpu":
+        return torch.device("cpu")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
+
+
+def _finished(device: torch.device) -> Callable[[Callable[[], None]], Callable[[], None]]:
+    """A phase that returns once its work is done: on a GPU, once the GPU has run it."""
+
+    def wrap(phase: Callable[[], None]) -> Callable[[], None]:
+        if device.type != "cuda":
+            return phase
+
+        def run() -> None:
+            phase()
+            torch.cuda.synchronize(device)
+
+        return run
+
+    return wrap
 
 
 def _run(args) -> Optional[dict]:
     rank, size = dist.get_rank(), dist.get_world_size()
     control = _Control()
+    device = _device(args.device)
 
     torch.manual_seed(_MODEL_SEED)
-    model = make_model(args.hidden, args.layers)
+    model = make_model(args.hidden, args.layers).to(device)
     replica = copy.deepcopy(model)  # compute-only: the same model, never communicating
     # Only an explicit --bucket-cap-mb is passed: DDP's default differs from passing 25 (torch
     # 2.13 caps its first bucket at 1 MiB only when bucket_cap_mb is left out).
     caps = {} if args.bucket_cap_mb is None else {"bucket_cap_mb": args.bucket_cap_mb}
-    ddp = DistributedDataParallel(model, **caps)
+    device_ids = [device] if device.type == "cuda" else None
+    ddp = DistributedDataParallel(model, device_ids=device_ids, **caps)
 
     data = torch.Generator().manual_seed(_DATA_SEED + rank)
-    inputs = torch.randn(args.batch_size, _INPUT_FEATURES, generator=data)
-    labels = torch.randint(0, _CLASSES, (args.batch_size,), generator=data)
-    train = _training_step(ddp, _optimizer(ddp), inputs, labels)
-    compute = _training_step(replica, _optimizer(replica), inputs, labels)
+    inputs = torch.randn(args.batch_size, _INPUT_FEATURES, generator=data).to(device)
+    labels = torch.randint(0, _CLASSES, (args.batch_size,), generator=data).to(device)
+    finished = _finished(device)
+    train = finished(_training_step(ddp, _optimizer(ddp), inputs, labels))
+    compute = finished(_training_step(replica, _optimizer(replica), inputs, labels))
 
     for _ in range(max(args.warmup, _REBUILD_STEPS)):
         train()
@@ -152,6 +183,7 @@ def _run(args) -> Optional[dict]:
         for bucket in buckets:
             bucket.fill_(rank + 1)
 
+    @finished
     def communicate() -> None:
         works = [dist.all_reduce(bucket, async_op=True) for bucket in buckets]
         for work in works:
@@ -199,6 +231,7 @@ def _run(args) -> Optional[dict]:
         "gradient_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
         "bucket_bytes": [b.numel() * b.element_size() for b in buckets],
         "batch_size": args.batch_size,
+        "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
         "threads_per_rank": torch.get_num_threads(),
         "timed_steps": args.steps,
         **{f"{name}_ms": statistics.median(times) for name, times in per_step.items()},
@@ -218,6 +251,7 @@ def _write(path: str, document: dict) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--backend", required=True)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--batch-size", type=int, default=64, help="samples per rank per step")
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=4)

@@ -8,6 +8,11 @@ nccl-tests do.
 The reference is the bandwidth of a device-to-device copy measured in the same run: copying N
 bytes reads N and writes N, so the device's read+write bandwidth is B_mem = 2 N / time, and the
 single-device limit on all-reduce busbw is B_mem (p-1)/p^2, as for host memory.
+
+The staged path (RINGCOMM_CUDA_PATH=staged, the path that crosses hosts) moves each rank's N
+bytes over the host link once each way; with p ranks on one GPU, p N bytes each way share it. Its
+reference is the pinned host<->device copy bandwidth, measured in the same run, and the report
+gives p N / time as a share of the slower direction.
 """
 
 from __future__ import annotations
@@ -74,6 +79,44 @@ def measure_copy(nbytes: int = _COPY_BYTES) -> DeviceCopy:
     return DeviceCopy(torch.cuda.get_device_name(device), best, nbytes)
 
 
+@dataclass
+class HostLink:
+    to_device_gbps: float  # pinned host -> device, bytes per second, best trial
+    to_host_gbps: float  # device -> pinned host
+    buffer_bytes: int
+
+    @property
+    def slower_gbps(self) -> float:
+        return min(self.to_device_gbps, self.to_host_gbps)
+
+
+def measure_host_link(nbytes: int = _COPY_BYTES) -> HostLink:
+    """Pinned host<->device copy bandwidth of GPU 0, each direction on its own, best of several."""
+    import torch
+
+    device = torch.device("cuda", 0)
+    host = torch.ones(nbytes, dtype=torch.uint8).pin_memory()
+    on_device = torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+    def best(copy) -> float:
+        copy()  # warm up
+        fastest = 0.0
+        for _ in range(_COPY_TRIALS):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(_COPIES_PER_TRIAL):
+                copy()
+            stop.record()
+            stop.synchronize()
+            seconds = start.elapsed_time(stop) / 1e3 / _COPIES_PER_TRIAL
+            fastest = max(fastest, nbytes / seconds / 1e9)
+        return fastest
+
+    to_device = best(lambda: on_device.copy_(host, non_blocking=True))
+    to_host = best(lambda: host.copy_(on_device, non_blocking=True))
+    return HostLink(to_device, to_host, nbytes)
+
+
 def reference_lines(copy: DeviceCopy, collective: str, nranks: int, limit: float) -> list[str]:
     from ringcomm.bench.collectives import limit_formula
 
@@ -94,6 +137,30 @@ def copy_ratio_lines(outcomes: Sequence, copy: DeviceCopy) -> list[str]:
             continue
         ratios = ", ".join(
             f"{row['size']}: {row['busbw'] / copy.copy_gbps:.3f}" for row in outcome.rows
+        )
+        lines.append(f"{outcome.implementation}: {ratios}")
+    return lines
+
+
+def host_link_lines(link: HostLink) -> list[str]:
+    return [
+        f"# pinned host<->device copies: host to device {link.to_device_gbps:.1f} GB/s, device to "
+        f"host {link.to_host_gbps:.1f} GB/s ({link.buffer_bytes >> 20} MiB, best of "
+        f"{_COPY_TRIALS}): the reference of the staged path"
+    ]
+
+
+def host_link_ratio_lines(outcomes: Sequence, link: HostLink, nranks: int) -> list[str]:
+    """What the staged path moves over the host link, p N bytes each way per all-reduce, per
+    second, as a share of the slower pinned direction (1.0: the link is the limit)."""
+    lines = [
+        "\n## host-link bytes per second (p N each way / time) / slower pinned copy bandwidth",
+    ]
+    for outcome in outcomes:
+        if not outcome.rows:
+            continue
+        ratios = ", ".join(
+            f"{row['size']}: {nranks * row['algbw'] / link.slower_gbps:.3f}" for row in outcome.rows
         )
         lines.append(f"{outcome.implementation}: {ratios}")
     return lines

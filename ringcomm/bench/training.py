@@ -7,6 +7,9 @@ compression) and torch DDP on gloo train the same 2.7M-parameter CNN on syntheti
 images. Reports images/s per rank and in total, and the scaling efficiency from 1 rank:
 total(p) / (p x total(1)). Each rank gets max(1, cores // p) compute threads, so one rank may
 use every core, as in a single-process run.
+
+``--device cuda`` trains on GPUs (rank r on GPU r % count: all ranks share one GPU where there is
+one), and adds DDP on the ringcomm backend to the runs.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ def _run(impl: str, compression: str, nranks: int, args, workdir: Path) -> dict:
         compression,
         "--threads",
         str(threads),
+        "--device",
+        args.device,
         "--out",
         str(out),
     ]
@@ -79,9 +84,18 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=32, help="images per rank per step")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args(argv)
+    if args.device == "cuda":
+        from ringcomm.bench import device as bench_device
+
+        problem = bench_device.cuda_problem()
+        if problem is not None:
+            parser.error(f"--device cuda: {problem}")
     counts = [int(n) for n in args.np.split(",")]
     runs = [("ringcomm", "none"), ("ringcomm", "fp16"), ("gloo", "none")]
+    if args.device == "cuda":
+        runs.append(("ringcomm-ddp", "none"))
     info = machine.describe()
     console = Console(width=160)
     shown = " ".join(sys.argv[1:] if argv is None else argv)
@@ -112,17 +126,15 @@ def main(argv=None) -> int:
         gloo = results[("gloo", "none", nranks)].get("images_per_second")
         for impl, compression in runs:
             row = results[(impl, compression, nranks)]
-            name = (
-                impl
-                + ("" if compression == "none" else f" {compression}")
-                + (" (DDP)" if impl == "gloo" else " (DistributedOptimizer)")
-            )
+            name = {"ringcomm": "ringcomm", "gloo": "gloo", "ringcomm-ddp": "ringcomm"}[impl]
+            name += "" if compression == "none" else f" {compression}"
+            name += " (DistributedOptimizer)" if impl == "ringcomm" else " (DDP)"
             if "error" in row:
                 table.add_row(str(nranks), name, row["error"], "", "", "", "")
                 continue
             base = results.get((impl, compression, counts[0]), {}).get("images_per_second")
             efficiency = row["images_per_second"] / (nranks / counts[0] * base) if base else None
-            ratio = row["images_per_second"] / gloo if gloo and impl == "ringcomm" else None
+            ratio = row["images_per_second"] / gloo if gloo and impl != "gloo" else None
             table.add_row(
                 str(nranks),
                 name,

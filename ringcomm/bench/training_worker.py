@@ -1,5 +1,6 @@
 """One rank of the training benchmark (ringcomm/bench/training.py): times optimizer steps of a
-small CNN on synthetic images, with ringcomm's DistributedOptimizer or with DDP on gloo."""
+small CNN on synthetic images, with ringcomm's DistributedOptimizer, or with DDP on gloo or on
+the ringcomm backend; on the CPU or on a GPU (rank r on GPU r % count)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def make_model() -> torch.nn.Module:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--impl", choices=("ringcomm", "gloo"), required=True)
+    parser.add_argument("--impl", choices=("ringcomm", "gloo", "ringcomm-ddp"), required=True)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
@@ -39,7 +41,12 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = make_model()
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RINGCOMM_LOCAL_RANK", "0")))
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    model = make_model().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     if args.impl == "ringcomm":
@@ -56,12 +63,19 @@ def main() -> None:
     else:
         import torch.distributed as dist
 
-        dist.init_process_group("gloo")
+        dist.init_process_group("gloo" if args.impl == "gloo" else "ringcomm")
         rank, size, barrier = dist.get_rank(), dist.get_world_size(), dist.barrier
-        model = torch.nn.parallel.DistributedDataParallel(model)
+        device_ids = [device] if device.type == "cuda" else None
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
 
-    images = torch.randn(args.batch_size, 3, 32, 32)
-    labels = torch.randint(0, 10, (args.batch_size,))
+    images = torch.randn(args.batch_size, 3, 32, 32).to(device)
+    labels = torch.randint(0, 10, (args.batch_size,)).to(device)
+
+    def settle() -> None:
+        """Every rank's steps so far done: the GPU's too, not only queued."""
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        barrier()
 
     def step() -> None:
         optimizer.zero_grad()
@@ -70,11 +84,11 @@ def main() -> None:
 
     for _ in range(args.warmup):
         step()
-    barrier()
+    settle()
     started = time.perf_counter()
     for _ in range(args.steps):
         step()
-    barrier()
+    settle()
     elapsed = time.perf_counter() - started
     if rank == 0:
         per_rank = args.batch_size * args.steps / elapsed

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The GPU check: on a machine with a CUDA GPU, builds ringcomm with CUDA, runs every CUDA test and
+# a short benchmark, and prints one summary. CI has no GPU; run this wherever one is at hand:
+#
+#   tests/gpu/run.sh            # everything, about 10 minutes on 16 cores
+#   tests/gpu/run.sh build tests  # only the named steps (env build tests sanitizer bench)
+#
+# Logs land in $OUT (the device tool's folder) or /tmp/ringcomm-gpu, one per step; the summary is
+# the last thing printed. MPI: a wheel of mpich in .whl/ (see the device tool's README) is
+# installed first, so the tests that launch with mpirun run too.
+#
+# The build uses the machine's own C++ compiler first (that is what a user gets), and falls back
+# to /usr/bin/g++ only if that fails, saying so in the summary.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/ringcomm-gpu}
+mkdir -p "$OUT"
+PYTHON=${PYTHON:-python3}
+STEPS=("$@")
+[ ${#STEPS[@]} -eq 0 ] && STEPS=(env build tests sanitizer bench)
+SUMMARY=()
+export PYTHONUNBUFFERED=1
+
+wanted() { [[ " ${STEPS[*]} " == *" $1 "* ]]; }
+
+# step NAME SECONDS COMMAND...: runs COMMAND with a time limit, its output in $OUT/NAME.log.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  echo "== $name: $*"
+  timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  local took=$((SECONDS - start))
+  if [ $rc -eq 0 ]; then
+    SUMMARY+=("ok      $name (${took} s)")
+  elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    SUMMARY+=("TIMEOUT $name after ${took} s (log: $OUT/$name.log)")
+  else
+    SUMMARY+=("FAILED  $name, exit $rc after ${took} s (log: $OUT/$name.log)")
+  fi
+  tail -n 15 "$OUT/$name.log"
+  return $rc
+}
+
+if ls .whl/mpich-*.whl >/dev/null 2>&1; then
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} \
+    && export PATH=/tmp/site/bin:$PATH
+fi
+
+if wanted env; then
+  step env 60 bash -c "nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,driver_version \
+    --format=csv; nvcc --version | tail -1; \${CXX:-c++} --version | head -1; \
+    $PYTHON -c 'import torch, sys; print(sys.version.split()[0], torch.__version__, torch.cuda.is_available())'; \
+    $PYTHON -c 'import cupy; print(\"cupy\", cupy.__version__)'; \
+    command -v mpirun || echo 'no mpirun (carry the mpich wheel in .whl/)'; nproc"
+fi
+
+build() {
+  "$PYTHON" -m pip install -v --no-build-isolation --no-deps \
+    -Ccmake.define.RINGCOMM_BUILD_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 -e . &&
+    "$PYTHON" -c 'import ringcomm, ringcomm._devices as d; assert d.built_with_cuda(); print("built with CUDA")' &&
+    "$PYTHON" -m ringcomm.c10d
+}
+export -f build
+export PYTHON
+
+if wanted build; then
+  if ! step build 600 bash -c build; then
+    echo "the machine's own compiler failed; again with CXX=/usr/bin/g++"
+    CXX=/usr/bin/g++ step build-with-system-gxx 600 bash -c build
+  fi
+fi
+
+if wanted tests; then
+  # The kernel tests (all of them, device and host) and the core's device path compile in a
+  # fresh build directory; then every multi-process CUDA test: torch and CuPy arrays on the
+  # staged and IPC paths at 2-4 ranks, the torch backend, ringcomm.torch (the tensor queue).
+  step kernel-tests 600 "$PYTHON" -m pytest -q -x -p no:cacheprovider tests/test_cuda.py
+  step cuda-collectives 900 "$PYTHON" -m pytest -q -p no:cacheprovider -rfs \
+    tests/test_cuda_collectives.py tests/test_api.py
+fi
+
+if wanted sanitizer; then
+  # compute-sanitizer over the kernel tests (its memcheck finds out-of-bounds device accesses).
+  kernel_tests=$(ls -t /tmp/pytest-of-*/pytest-*/cuda-build*/ringcomm_cuda_tests 2>/dev/null | head -1)
+  if [ -n "$kernel_tests" ]; then
+    step sanitizer 600 compute-sanitizer --tool memcheck --error-exitcode 1 "$kernel_tests" \
+      --device-only codec
+  else
+    SUMMARY+=("skipped sanitizer: no kernel test binary (run the tests step first)")
+  fi
+fi
+
+if wanted bench; then
+  # Collectives on one GPU at 4 ranks against gloo, without MPS and with it.
+  bench=(ringcomm-bench allreduce --device cuda -np 4 -b 256K -e 256M -f 4 --compare gloo --check)
+  step bench-no-mps 300 "${bench[@]}"
+  if command -v nvidia-cuda-mps-control >/dev/null; then
+    nvidia-cuda-mps-control -d && sleep 1
+    step bench-mps 300 "${bench[@]}"
+    RINGCOMM_CUDA_PATH=staged step bench-staged-mps 300 "${bench[@]}"
+    echo quit | nvidia-cuda-mps-control
+  fi
+fi
+
+echo
+echo "==== ringcomm GPU check: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+printf '%s\n' "${SUMMARY[@]}"
+for line in "${SUMMARY[@]}"; do
+  [[ $line == ok* || $line == skipped* ]] || exit 1
+done
