@@ -14,7 +14,8 @@ namespace {
 // A request over Python arrays; the Python layer keeps them alive until the Work completes.
 TensorRequest makeRequest(TensorOp op, const std::string& name, py::handle x, py::handle out,
                           const std::vector<int64_t>& shape, ReduceOp reduceOp,
-                          Compression compression, double prescale, double postscale, int root) {
+                          Compression compression, double prescale, double postscale, int root,
+                          const std::vector<int64_t>& splits) {
   TensorRequest request;
   request.op = op;
   request.name = name;
@@ -24,6 +25,7 @@ TensorRequest makeRequest(TensorOp op, const std::string& name, py::handle x, py
   request.prescale = prescale;
   request.postscale = postscale;
   request.root = root;
+  request.splits = splits;
   startCall(std::nullopt);  // CUDA tensors come with their library's current stream
   const bool writesX = op == TensorOp::Broadcast || (op == TensorOp::Allreduce && out.is_none());
   const ArrayView input = viewArray(x, "tensor", writesX);
@@ -58,13 +60,16 @@ void bindTensorQueue(py::module_& m) {
   py::enum_<TensorOp>(m, "TensorOp")
       .value("allreduce", TensorOp::Allreduce)
       .value("allgather", TensorOp::Allgather)
-      .value("broadcast", TensorOp::Broadcast);
+      .value("broadcast", TensorOp::Broadcast)
+      .value("reducescatter", TensorOp::Reducescatter)
+      .value("alltoall", TensorOp::Alltoall);
 
   py::class_<TensorRequest>(m, "TensorRequest")
       .def(py::init(&makeRequest), py::arg("op"), py::arg("name"), py::arg("x"),
            py::arg("out") = py::none(), py::arg("shape"), py::arg("reduce_op") = ReduceOp::Sum,
            py::arg("compression") = Compression::None, py::arg("prescale") = 1.0,
-           py::arg("postscale") = 1.0, py::arg("root") = 0)
+           py::arg("postscale") = 1.0, py::arg("root") = 0,
+           py::arg("splits") = std::vector<int64_t>{})
       .def_readonly("name", &TensorRequest::name);
 
   py::class_<TensorWork, Work, TensorWorkPtr>(m, "TensorWork")

@@ -41,3 +41,11 @@ def test_a_name_some_rank_never_submits_is_reported_then_fails_every_rank():
         assert error.startswith("TimeoutError"), error
         # Whichever rank's deadline came first names the rank that never submitted its tensor.
         assert "which never submitted it" in error and "timed out after" in error, error
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_tensor_queue_reducescatter_and_alltoall(size):
+    outcomes = run_job(size, "queue_collectives.py", deadline=180)
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"])

@@ -28,7 +28,7 @@
 
 namespace ringcomm {
 
-enum class TensorOp : uint8_t { Allreduce, Allgather, Broadcast };
+enum class TensorOp : uint8_t { Allreduce, Allgather, Broadcast, Reducescatter, Alltoall };
 
 const char* toString(TensorOp op);
 
@@ -37,17 +37,24 @@ struct TensorRequest {
   TensorOp op = TensorOp::Allreduce;
   std::string name;  // unique among this rank's requests in flight; the same on every rank
   DataType type = DataType::Float32;
-  // Must match on every rank, except an all-gather's first dimension (rows), which may differ.
+  // Must match on every rank, except the first dimension (rows) of an all-gather's or an
+  // all-to-all's tensor, which may differ.
   std::vector<int64_t> shape;
-  // Allreduce: input and output (which may be equal) of shape's element count. Allgather: input
-  // only (the result is the Work's gathered()). Broadcast: output is the buffer, sent from root.
+  // Allreduce: input and output (which may be equal) of shape's element count. Broadcast: output
+  // is the buffer, sent from root. Allgather, Reducescatter, Alltoall: input only; the result is
+  // the Work's `gathered` and `rows`.
   const void* input = nullptr;
   void* output = nullptr;
   ReduceOp reduceOp = ReduceOp::Sum;  // Avg divides by the ranks that contributed (not joined)
   Compression compression = Compression::None;
+  // Allreduce and Reducescatter: the input is multiplied by prescale before the reduction and
+  // the result by postscale after (float types only).
   double prescale = 1.0;
   double postscale = 1.0;
   int root = 0;  // broadcast
+  // Alltoall: rows sent to each rank, in rank order (one entry per rank, summing to shape[0]);
+  // empty: shape[0] / size rows to each (which must divide evenly).
+  std::vector<int64_t> splits;
   // The buffers are CUDA device memory, ready after the work queued so far on `stream` (the
   // caller's cudaStream_t) at submission.
   bool deviceMemory = false;
@@ -59,7 +66,12 @@ struct TensorRequest {
 // A submitted request (or join). Read the results after wait().
 class TensorWork : public Work {
  public:
-  // Allgather: every rank's first dimension, in rank order, and the concatenated rows.
+  // The rows that make up `gathered`, one count per rank in rank order: for Allgather every
+  // rank's first dimension; for Reducescatter the rows of the reduced tensor each rank keeps
+  // (the first shape[0] % size ranks keep one more, as in Horovod); for Alltoall the rows this
+  // rank received from each rank. `gathered` holds this rank's result: Allgather every rank's
+  // rows, Reducescatter this rank's rows of the reduction, Alltoall the rows received, in rank
+  // order.
   std::vector<int64_t> rows;
   std::vector<uint8_t> gathered;
   // Join: the rank that joined last.

@@ -78,6 +78,13 @@ bool compatible(const Announcement& a, const Announcement& b) {
                         b.shape.begin() + (b.shape.empty() ? 0 : 1));
     case TensorOp::Broadcast:
       return a.shape == b.shape && a.root == b.root;
+    case TensorOp::Reducescatter:
+      return a.shape == b.shape && a.reduceOp == b.reduceOp && a.prescale == b.prescale &&
+             a.postscale == b.postscale;
+    case TensorOp::Alltoall:  // each rank sends rows of its own count; the row shape must match
+      return a.shape.size() == b.shape.size() && !a.shape.empty() &&
+             std::equal(a.shape.begin() + 1, a.shape.end(), b.shape.begin() + 1) &&
+             a.splits.size() == b.splits.size();
   }
   return false;
 }
@@ -101,6 +108,7 @@ Announcement Announcement::of(const TensorRequest& request) {
   a.postscale = request.postscale;
   a.device = request.deviceMemory;
   a.shape = request.shape;
+  a.splits = request.splits;
   a.name = request.name;
   return a;
 }
@@ -115,7 +123,7 @@ std::string Announcement::describe() const {
   std::ostringstream text;
   text << toString(op) << " of " << toString(type) << " " << shapeText(shape)
        << (device ? " on CUDA" : "");
-  if (op == TensorOp::Allreduce) {
+  if (op == TensorOp::Allreduce || op == TensorOp::Reducescatter) {
     text << " (" << toString(reduceOp);
     if (compression != Compression::None) text << ", " << toString(compression) << " on the wire";
     if (prescale != 1.0) text << ", prescale " << prescale;
@@ -123,6 +131,7 @@ std::string Announcement::describe() const {
     text << ")";
   }
   if (op == TensorOp::Broadcast) text << " from root " << root;
+  if (op == TensorOp::Alltoall) text << " split " << shapeText(splits);
   return text.str();
 }
 
@@ -142,6 +151,8 @@ std::vector<uint8_t> encode(const CycleMessage& message) {
     out.put<uint8_t>(a.device ? kDeviceMemory : 0);
     out.put<uint32_t>(static_cast<uint32_t>(a.shape.size()));
     for (int64_t dim : a.shape) out.put<int64_t>(dim);
+    out.put<uint32_t>(static_cast<uint32_t>(a.splits.size()));
+    for (int64_t rows : a.splits) out.put<int64_t>(rows);
     out.putString(a.name);
   }
   return out.take();
@@ -167,6 +178,8 @@ CycleMessage decode(const uint8_t* data, size_t size) {
     a.device = (in.get<uint8_t>() & kDeviceMemory) != 0;
     const auto dims = in.get<uint32_t>();
     for (uint32_t d = 0; d < dims; ++d) a.shape.push_back(in.get<int64_t>());
+    const auto parts = in.get<uint32_t>();
+    for (uint32_t d = 0; d < parts; ++d) a.splits.push_back(in.get<int64_t>());
     a.name = in.getString();
     message.announcements.push_back(std::move(a));
   }
@@ -212,6 +225,11 @@ std::string ReadinessTable::disagreement(const std::string& name, const Entry& e
   const Announcement& a = *entry.byRank[first];
   const bool someMissing = std::any_of(entry.byRank.begin(), entry.byRank.end(),
                                        [](const auto& announced) { return !announced; });
+  // As in Horovod: a rank that has joined has no rows to keep or to send.
+  if (someMissing && (a.op == TensorOp::Reducescatter || a.op == TensorOp::Alltoall)) {
+    return "'" + name + "': " + std::string(toString(a.op)) +
+           " while some ranks have joined is not supported";
+  }
   if (a.op == TensorOp::Broadcast && joined_[a.root] && !entry.byRank[a.root]) {
     return "'" + name + "': broadcast from root " + std::to_string(a.root) +
            ", which has joined (it has no data to send)";

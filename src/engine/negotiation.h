@@ -28,6 +28,7 @@ struct Announcement {
   double postscale = 1.0;
   bool device = false;  // the tensors are CUDA device memory
   std::vector<int64_t> shape;
+  std::vector<int64_t> splits;  // Alltoall: rows to each rank (resolved: never empty)
   std::string name;
 
   static Announcement of(const TensorRequest& request);

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "codec/codec.h"
 #include "engine/negotiation.h"
 #include "reduce/half.h"
 #include "ringcomm/errors.h"
@@ -30,6 +31,10 @@ const char* toString(TensorOp op) {
       return "allgather";
     case TensorOp::Broadcast:
       return "broadcast";
+    case TensorOp::Reducescatter:
+      return "reducescatter";
+    case TensorOp::Alltoall:
+      return "alltoall";
   }
   return "?";
 }
@@ -147,7 +152,8 @@ class TensorQueueImpl : public TensorQueue {
     if (requests.empty()) return {};
     std::set<std::string> names;
     std::vector<std::shared_ptr<const device::ReadyMark>> marks;
-    for (const TensorRequest& request : requests) {
+    for (TensorRequest& request : requests) {
+      resolveSplits(request);
       validate(request);
       if (!names.insert(request.name).second) {
         throw InvalidArgument("tensor queue: '" + request.name +
@@ -242,6 +248,20 @@ class TensorQueueImpl : public TensorQueue {
     return static_cast<size_t>(threshold);
   }
 
+  // An all-to-all without splits sends shape[0] / size rows to each rank (Horovod's default).
+  void resolveSplits(TensorRequest& request) const {
+    if (request.op != TensorOp::Alltoall || !request.splits.empty() || request.shape.empty()) {
+      return;
+    }
+    const int64_t rows = request.shape[0];
+    if (rows % size() != 0) {
+      throw InvalidArgument("alltoall '" + request.name + "': the first dimension (" +
+                            std::to_string(rows) + ") does not split evenly across " +
+                            std::to_string(size()) + " ranks; pass splits");
+    }
+    request.splits.assign(size(), rows / size());
+  }
+
   void validate(const TensorRequest& request) const {
     if (request.name.empty()) throw InvalidArgument("tensor queue: a request needs a name");
     for (int64_t dim : request.shape) {
@@ -278,6 +298,49 @@ class TensorQueueImpl : public TensorQueue {
                                 std::to_string(size()) + "); got " + std::to_string(request.root));
         }
         break;
+      case TensorOp::Reducescatter: {
+        requireRows(request);
+        // The reduction and scaling rules are the all-reduce's.
+        AllreduceOptions options;
+        options.input = request.input;
+        options.output = const_cast<void*>(request.input);  // only checked, never written
+        options.count = count;
+        options.type = request.type;
+        options.op = request.reduceOp;
+        options.prescale = request.prescale;
+        options.postscale = request.postscale;
+        options.validate();
+        break;
+      }
+      case TensorOp::Alltoall: {
+        requireRows(request);
+        int64_t sum = 0;
+        for (int64_t rows : request.splits) {
+          if (rows < 0) sum = -1;
+          if (sum >= 0) sum += rows;
+        }
+        if (static_cast<int>(request.splits.size()) != size() || sum != request.shape[0]) {
+          std::string given;
+          for (int64_t rows : request.splits) given += (given.empty() ? "" : ", ") + std::to_string(rows);
+          throw InvalidArgument("alltoall '" + request.name + "': splits must hold " +
+                                std::to_string(size()) + " non-negative row counts summing to " +
+                                "the first dimension (" + std::to_string(request.shape[0]) +
+                                "); got [" + given + "]");
+        }
+        break;
+      }
+    }
+  }
+
+  // Reducescatter and Alltoall cut the tensor along its first dimension.
+  static void requireRows(const TensorRequest& request) {
+    if (request.shape.empty()) {
+      throw InvalidArgument(std::string(toString(request.op)) + " '" + request.name +
+                            "': a 0-d tensor has no first dimension to split; give it one");
+    }
+    if (request.input == nullptr && request.count() > 0) {
+      throw InvalidArgument(std::string(toString(request.op)) + " '" + request.name +
+                            "': input is null");
     }
   }
 
@@ -448,6 +511,12 @@ class TensorQueueImpl : public TensorQueue {
           break;
         case TensorOp::Broadcast:
           runBroadcast(ready[i++]);
+          break;
+        case TensorOp::Reducescatter:
+          runReducescatter(ready[i++]);
+          break;
+        case TensorOp::Alltoall:
+          runAlltoall(ready[i++]);
           break;
       }
     }
@@ -670,6 +739,125 @@ class TensorQueueImpl : public TensorQueue {
         local->work->rows = std::move(rows);
         local->work->gathered = std::move(gathered);
       }
+    });
+  }
+
+  // Horovod's reducescatter: rank r keeps its rows of the reduction, the first shape[0] % size
+  // ranks one row more. Every rank submitted it (negotiation refuses joined ranks here).
+  void runReducescatter(const ReadyTensor& ready) {
+    std::optional<Pending> local = takeLocal(ready.name);
+    const Announcement& reference = ready.reference();
+    const int size = comm_->size();
+    const int rank = comm_->rank();
+    const int64_t rows = reference.shape[0];
+    const size_t rowElements = rows > 0 ? reference.count() / static_cast<size_t>(rows) : 0;
+    std::vector<int64_t> parts(size, rows / size);
+    for (int r = 0; r < rows % size; ++r) ++parts[r];
+    int64_t before = 0;
+    for (int r = 0; r < rank; ++r) before += parts[r];
+    const size_t elementBytes = elementSize(reference.type);
+    const size_t mine = static_cast<size_t>(parts[rank]) * rowElements;
+    const size_t offset = static_cast<size_t>(before) * rowElements * elementBytes;
+    std::vector<uint8_t> result(std::max<size_t>(mine, 1) * elementBytes);
+    guarded(worksOf(local), [&] {
+      const TensorRequest& request = local->request;
+      const bool even = rows % size == 0;
+      const bool scaled = request.prescale != 1.0 || request.postscale != 1.0;
+      if (even && !(request.deviceMemory && scaled)) {
+        // A reduce-scatter proper; host tensors are scaled here, around it.
+        const void* input = request.input;
+        std::vector<uint8_t> prescaled;
+        if (request.prescale != 1.0) {
+          const auto* bytes = static_cast<const uint8_t*>(input);
+          prescaled.assign(bytes, bytes + reference.count() * elementBytes);
+          codec::scale(prescaled.data(), reference.count(), reference.type, request.prescale);
+          input = prescaled.data();
+        }
+        ReduceScatterOptions options;
+        options.input = input;
+        options.output = result.data();
+        options.count = mine;
+        options.type = reference.type;
+        options.op = request.reduceOp;
+        options.runInCaller = true;
+        options.name = ready.name;
+        if (request.deviceMemory) {
+          options.deviceMemory = true;  // the input is staged; the result lands in host memory
+          options.stream = device_->beginRun(local->ready->device(), marksOf(present(local)));
+        }
+        comm_->reduceScatter(options)->wait();
+        codec::scale(result.data(), mine, reference.type, request.postscale);
+      } else {
+        // Rows that do not split evenly (or scaling on the GPU): an all-reduce of the whole, of
+        // which this rank keeps its rows.
+        AllreduceOptions options;
+        options.input = request.input;
+        options.count = reference.count();
+        options.type = reference.type;
+        options.op = request.reduceOp;
+        options.prescale = request.prescale;
+        options.postscale = request.postscale;
+        options.runInCaller = true;
+        options.name = ready.name;
+        if (request.deviceMemory) {
+          const int device = local->ready->device();
+          options.deviceMemory = true;
+          options.stream = device_->beginRun(device, marksOf(present(local)));
+          auto* whole = static_cast<uint8_t*>(device_->fusionBuffer(
+              device, std::max<size_t>(reference.count() * elementBytes, 1)));
+          options.output = whole;
+          comm_->allreduce(options)->wait();
+          device_->download(device, result.data(), whole + offset, mine * elementBytes);
+        } else {
+          std::vector<uint8_t> whole(std::max<size_t>(reference.count(), 1) * elementBytes);
+          options.output = whole.data();
+          comm_->allreduce(options)->wait();
+          if (mine > 0) std::memcpy(result.data(), whole.data() + offset, mine * elementBytes);
+        }
+      }
+      result.resize(mine * elementBytes);
+      local->work->rows = std::move(parts);
+      local->work->gathered = std::move(result);
+    });
+  }
+
+  // Each rank sends splits[j] rows to rank j and receives, in rank order, what each rank's
+  // announcement says it sends to it: the counts are known everywhere without another message.
+  void runAlltoall(const ReadyTensor& ready) {
+    std::optional<Pending> local = takeLocal(ready.name);
+    const int size = comm_->size();
+    const int rank = comm_->rank();
+    const Announcement& mine = *ready.byRank[rank];
+    size_t rowElements = 1;
+    for (size_t d = 1; d < mine.shape.size(); ++d) rowElements *= static_cast<size_t>(mine.shape[d]);
+    AlltoallvOptions options;
+    options.type = mine.type;
+    options.runInCaller = true;
+    options.name = ready.name;
+    options.input = local->request.input;
+    std::vector<int64_t> received(size, 0);
+    size_t sent = 0;
+    size_t total = 0;
+    for (int r = 0; r < size; ++r) {
+      options.sendCounts.push_back(static_cast<size_t>(mine.splits[r]) * rowElements);
+      options.sendOffsets.push_back(sent);
+      sent += options.sendCounts.back();
+      received[r] = ready.byRank[r]->splits[rank];
+      options.recvCounts.push_back(static_cast<size_t>(received[r]) * rowElements);
+      options.recvOffsets.push_back(total);
+      total += options.recvCounts.back();
+    }
+    std::vector<uint8_t> gathered(std::max<size_t>(total, 1) * elementSize(mine.type));
+    options.output = gathered.data();
+    guarded(worksOf(local), [&] {
+      if (mine.device) {
+        options.deviceMemory = true;  // the rows are staged out of device memory
+        options.stream = device_->beginRun(local->ready->device(), marksOf(present(local)));
+      }
+      comm_->alltoallv(options)->wait();
+      gathered.resize(total * elementSize(mine.type));
+      local->work->rows = std::move(received);
+      local->work->gathered = std::move(gathered);
     });
   }
 

@@ -197,3 +197,24 @@ TEST(ranksDisagreeingAboutDeviceMemoryAreNamed) {
   alsoOnDevice.device = true;
   CHECK(reduceAlike(onDevice, alsoOnDevice));
 }
+
+// An all-to-all's splits travel with it; reducescatter and alltoall refuse joined ranks, as
+// Horovod does (a joined rank has no rows to keep or to send).
+TEST(alltoallSplitsTravelAndJoinedRanksAreRefused) {
+  Announcement a = allreduce("a2a", {5, 2});
+  a.op = TensorOp::Alltoall;
+  a.splits = {2, 3};
+  const std::vector<uint8_t> bytes = encode(announcing({a}));
+  const CycleMessage back = decode(bytes.data(), bytes.size());
+  CHECK(back.announcements[0].splits == std::vector<int64_t>({2, 3}));
+
+  ReadinessTable table(2);
+  CycleMessage joined;
+  joined.join = true;
+  Announcement rs = allreduce("rs", {4, 3});
+  rs.op = TensorOp::Reducescatter;
+  const auto outcome = table.record({announcing({rs}), joined});
+  CHECK_EQ(outcome.ready.size(), size_t(1));
+  CHECK(outcome.ready[0].error.find("reducescatter while some ranks have joined") !=
+        std::string::npos);
+}

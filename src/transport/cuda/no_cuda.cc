@@ -50,6 +50,7 @@ class NoCudaQueue : public QueueDevice {
   void* fusionBuffer(int, size_t) override { refuse("tensor queue"); }
   void copy(int, void*, const void*, size_t) override { refuse("tensor queue"); }
   void upload(int, void*, const void*, size_t) override { refuse("tensor queue"); }
+  void download(int, void*, const void*, size_t) override { refuse("tensor queue"); }
   OrderAfter endRun(int) override { refuse("tensor queue"); }
 };
 

@@ -134,6 +134,16 @@ class CudaQueueDevice : public QueueDevice {
     copy(device, to, from, bytes);
   }
 
+  void download(int device, void* to, const void* from, size_t bytes) override {
+    PerDevice& state = stateFor(device);
+    DeviceGuard guard(device);
+    if (bytes > 0) {
+      check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToHost, state.stream),
+            "cudaMemcpyAsync (a tensor queue result to host memory)");
+    }
+    check(cudaStreamSynchronize(state.stream), "cudaStreamSynchronize (the tensor queue's stream)");
+  }
+
   OrderAfter endRun(int device) override {
     PerDevice& state = stateFor(device);
     auto done = std::make_shared<Event>(device);

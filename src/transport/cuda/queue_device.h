@@ -55,6 +55,9 @@ class QueueDevice {
   // soon as the call returns).
   virtual void copy(int device, void* to, const void* from, size_t bytes) = 0;
   virtual void upload(int device, void* to, const void* from, size_t bytes) = 0;
+  // Device to host memory, after everything queued on the run's stream so far; returns once the
+  // bytes are there (the queue's thread waits for the GPU).
+  virtual void download(int device, void* to, const void* from, size_t bytes) = 0;
   // Ends the run: what orders a caller's stream after everything it wrote so far.
   virtual OrderAfter endRun(int device) = 0;
 };
