@@ -2,8 +2,10 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -68,3 +70,54 @@ def test_torchrun():
 
 def test_ringcomm_run():
     run([sys.executable, "-m", "ringcomm.launch", "-np", str(NRANKS), str(WORKERS / "launched.py")])
+
+
+def test_ringcomm_run_sets_torch_env_rendezvous():
+    run(
+        [
+            sys.executable,
+            "-m",
+            "ringcomm.launch",
+            "-np",
+            str(NRANKS),
+            str(WORKERS / "launched_torch.py"),
+        ],
+        env={"GLOO_SOCKET_IFNAME": "lo"},
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGHUP])
+def test_ringcomm_run_passes_signals_on_and_leaves_no_rank_behind(tmp_path, number):
+    launcher = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ringcomm.launch",
+            "--grace",
+            "2",
+            "-np",
+            "3",
+            str(WORKERS / "sleeper.py"),
+            str(tmp_path),
+        ],
+        env=worker_env(None),
+    )
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.iterdir())) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pids = [int(p.read_text()) for p in tmp_path.iterdir()]
+    assert len(pids) == 3
+    started = time.monotonic()
+    launcher.send_signal(number)
+    assert launcher.wait(timeout=30) == 128 + number
+    assert time.monotonic() - started < 10
+    time.sleep(0.2)
+    assert not [pid for pid in pids if _alive(pid)]
