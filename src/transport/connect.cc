@@ -1,6 +1,10 @@
 #include "transport/connect.h"
 
 #include <poll.h>
+#include <signal.h>
+
+#include <cerrno>
+#include <cstdio>
 
 #include <algorithm>
 #include <map>
@@ -9,6 +13,7 @@
 
 #include "common/failure.h"
 #include "ringcomm/errors.h"
+#include "transport/shm/segment.h"
 #include "transport/shm/shm_stream.h"
 #include "transport/tcp/tcp_stream.h"
 
@@ -16,6 +21,8 @@ namespace ringcomm::transport {
 namespace {
 
 constexpr uint32_t kHelloMagic = 0x52434d48;  // "RCMH"
+// How often setup waits look at the local ranks' processes (a dead one is named at once).
+constexpr std::chrono::milliseconds kPeerCheckInterval{200};
 
 // The first bytes on every TCP connection: who is calling whom, and the job's secret. A listener
 // drops connections that do not present the secret before reading any data from them.
@@ -33,24 +40,118 @@ std::string rankList(const std::set<int>& ranks) {
   return text.str();
 }
 
-void setUpSharedMemory(Store& store, int rank, Links& links,
-                       const bootstrap::Rendezvous& rendezvous, const Config& config,
-                       std::chrono::milliseconds timeout) {
-  const int localRank = static_cast<int>(
-      std::find(links.localRanks.begin(), links.localRanks.end(), rank) - links.localRanks.begin());
-  links.segments = std::make_unique<shm::Segments>(rendezvous.jobKey, links.localRanks, localRank,
-                                                   config.shmSlotBytes, config.shmRingBytes);
-  auto barrier = [&](const std::string& phase) {
-    store.set("shm/" + phase + "/" + std::to_string(rank), Bytes{1});
-    std::vector<std::string> keys;
-    for (int peer : links.localRanks) keys.push_back("shm/" + phase + "/" + std::to_string(peer));
-    store.wait(keys, timeout);
-  };
-  links.segments->createOwn();
-  barrier("created");
-  links.segments->attachPeers();
-  barrier("attached");
+// The keys of one setup phase, one per local rank.
+std::vector<std::string> phaseKeys(const std::string& phase, const std::vector<int>& ranks) {
+  std::vector<std::string> keys;
+  for (int peer : ranks) keys.push_back("shm/" + phase + "/" + std::to_string(peer));
+  return keys;
+}
+
+// Waits for `keys`, a short while at a time, and between the waits looks at the local ranks'
+// processes: one that died is named at once, instead of the store's timeout naming a key.
+void waitWatchingLocalRanks(Store& store, const std::vector<std::string>& keys, int rank,
+                            const std::vector<int>& localRanks,
+                            const bootstrap::Rendezvous& rendezvous, const Operation& op) {
+  for (;;) {
+    try {
+      store.wait(keys, std::min(kPeerCheckInterval, std::max(std::chrono::milliseconds(1),
+                                                              op.remaining())));
+      return;
+    } catch (const TimeoutError& error) {
+      for (int peer : localRanks) {
+        const int pid = rendezvous.ranks[peer].pid;
+        if (peer != rank && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
+          raisePeerFailure<TransportError>(op, peer,
+                                           "rank " + std::to_string(peer) + " (pid " +
+                                               std::to_string(pid) +
+                                               ") died during shared-memory setup");
+        }
+      }
+      if (op.expired()) raisePeerFailure<TimeoutError>(op, -1, error.what());
+    }
+  }
+}
+
+// Sets up the shared-memory segments of this host's ranks, or returns false when they cannot
+// have them (too little room in /dev/shm): then every local rank uses TCP between them, having
+// come to the same answer from the same keys. The lowest local rank says why, once.
+bool setUpSharedMemory(Store& store, int rank, Links& links, const bootstrap::Rendezvous& rendezvous,
+                       const Config& config, std::chrono::milliseconds timeout) {
+  OperationLabel label;
+  label.collective = "setting up shared memory";
+  const Operation op(label, rank, timeout);
+  const std::vector<int>& local = links.localRanks;
+  const int localRank =
+      static_cast<int>(std::find(local.begin(), local.end(), rank) - local.begin());
+  const bool speaks = localRank == 0;
+
+  // The plan: the lowest local rank measures /dev/shm and sizes everyone's segments.
+  if (speaks) {
+    const shm::SegmentPlan plan = shm::planSegments(static_cast<int>(local.size()),
+                                                    config.shmSlotBytes, config.shmRingBytes);
+    const std::string text = plan.encode();
+    store.set("shm/plan", Bytes(text.begin(), text.end()));
+  }
+  waitWatchingLocalRanks(store, {"shm/plan"}, rank, local, rendezvous, op);
+  const Bytes planBytes = store.get("shm/plan", op.remaining());
+  const shm::SegmentPlan plan = shm::SegmentPlan::decode(std::string(planBytes.begin(), planBytes.end()));
+  if (!plan.fits) {
+    if (speaks) {
+      std::fprintf(stderr,
+                   "ringcomm: warning: not enough shared memory for the %zu ranks on this host "
+                   "(%s); they talk over TCP instead. Give /dev/shm more room (docker run "
+                   "--shm-size=1g; a memory-backed emptyDir on Kubernetes)\n",
+                   local.size(), plan.room.c_str());
+    }
+    return false;
+  }
+  if (plan.shrunk && speaks) {
+    std::fprintf(stderr,
+                 "ringcomm: warning: %s; using %zu KiB staging slots and %zu KiB rings instead "
+                 "of %zu and %zu, which is slower. Give /dev/shm more room (docker run "
+                 "--shm-size=1g)\n",
+                 plan.room.c_str(), plan.slotBytes >> 10, plan.ringBytes >> 10,
+                 config.shmSlotBytes >> 10, config.shmRingBytes >> 10);
+  }
+
+  links.segments = std::make_unique<shm::Segments>(rendezvous.jobKey, local, localRank,
+                                                   plan.slotBytes, plan.ringBytes);
+  // Creating can still fail (another job took the room meanwhile): every rank says how it went.
+  std::string failure;
+  try {
+    links.segments->createOwn();
+  } catch (const Error& error) {
+    failure = error.what();
+  }
+  const std::string created = failure.empty() ? "ok" : failure;
+  store.set("shm/created/" + std::to_string(rank), Bytes(created.begin(), created.end()));
+  try {
+    waitWatchingLocalRanks(store, phaseKeys("created", local), rank, local, rendezvous, op);
+    for (int peer : local) {
+      const Bytes said = store.get("shm/created/" + std::to_string(peer), op.remaining());
+      const std::string text(said.begin(), said.end());
+      if (text != "ok") {
+        links.segments->unlinkOwn();
+        links.segments.reset();
+        if (speaks) {
+          std::fprintf(stderr,
+                       "ringcomm: warning: rank %d could not create its shared memory (%s); the "
+                       "ranks on this host talk over TCP instead\n",
+                       peer, text.c_str());
+        }
+        return false;
+      }
+    }
+    links.segments->attachPeers();
+    store.set("shm/attached/" + std::to_string(rank), Bytes{1});
+    waitWatchingLocalRanks(store, phaseKeys("attached", local), rank, local, rendezvous, op);
+  } catch (...) {
+    // A rank that died here cannot unlink its segment: the others do, so nothing is left behind.
+    if (links.segments) links.segments->unlinkAll();
+    throw;
+  }
   links.segments->unlinkOwn();
+  return true;
 }
 
 void setUpTcp(int rank, const std::vector<int>& tcpPeers, Links& links,
@@ -147,8 +248,17 @@ Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvo
     (sameHost && config.transport != TransportKind::Tcp ? shmPeers : tcpPeers).push_back(peer);
   }
 
+  if (!shmPeers.empty() &&
+      !setUpSharedMemory(store, rank, links, rendezvous, config, config.timeout)) {
+    if (config.transport == TransportKind::Shm) {
+      throw Error("ringcomm: RINGCOMM_TRANSPORT=shm, but the ranks on this host cannot have "
+                  "shared memory (see the warning above); use auto or tcp");
+    }
+    tcpPeers.insert(tcpPeers.end(), shmPeers.begin(), shmPeers.end());
+    std::sort(tcpPeers.begin(), tcpPeers.end());
+    shmPeers.clear();
+  }
   if (!shmPeers.empty()) {
-    setUpSharedMemory(store, rank, links, rendezvous, config, config.timeout);
     for (int peer : shmPeers) {
       const int peerLocal = static_cast<int>(
           std::find(links.localRanks.begin(), links.localRanks.end(), peer) - links.localRanks.begin());

@@ -5,15 +5,20 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <new>
+#include <sstream>
 #include <stdexcept>
+#include <string>
 
 #include "ringcomm/errors.h"
 
@@ -24,6 +29,16 @@ size_t roundUp(size_t value, size_t multiple) { return (value + multiple - 1) / 
 
 // Staging areas start on a page so that vector loads and the kernel's page accounting line up.
 constexpr size_t kPage = 4096;
+// The smallest slot and ring planSegments shrinks to: below this, per-round overheads of the
+// direct schedule and the rings dominate, and TCP between local ranks does as well.
+constexpr size_t kSmallestSlotBytes = 64 * 1024;
+constexpr const char* kShmDirectory = "/dev/shm";
+
+std::string mebibytes(size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return text;
+}
 
 std::string errnoText(const std::string& what) { return what + ": " + std::strerror(errno); }
 
@@ -33,6 +48,54 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
 }
 
 }  // namespace
+
+std::string SegmentPlan::encode() const {
+  std::ostringstream text;
+  text << slotBytes << " " << ringBytes << " " << fits << " " << shrunk << " " << room;
+  return text.str();
+}
+
+SegmentPlan SegmentPlan::decode(const std::string& text) {
+  SegmentPlan plan;
+  std::istringstream in(text);
+  in >> plan.slotBytes >> plan.ringBytes >> plan.fits >> plan.shrunk;
+  std::getline(in >> std::ws, plan.room);
+  if (!in && !in.eof()) throw Error("ringcomm: malformed shared-memory plan '" + text + "'");
+  return plan;
+}
+
+SegmentPlan planSegments(int localSize, size_t slotBytes, size_t ringBytes) {
+  SegmentPlan plan;
+  plan.slotBytes = roundUp(slotBytes, kPage);
+  plan.ringBytes = roundUp(ringBytes, kPage);
+  struct statvfs info {};
+  if (statvfs(kShmDirectory, &info) != 0) {
+    plan.fits = true;  // nothing to measure (no /dev/shm mount): shm_open will say
+    return plan;
+  }
+  const size_t free = static_cast<size_t>(info.f_bavail) * info.f_frsize;
+  auto needed = [&] { return localSize * Segments::bytesFor(localSize, plan.slotBytes, plan.ringBytes); };
+  const size_t wanted = needed();
+  while (needed() > free &&
+         (plan.slotBytes > kSmallestSlotBytes || plan.ringBytes > kSmallestSlotBytes)) {
+    size_t& larger = plan.slotBytes >= plan.ringBytes ? plan.slotBytes : plan.ringBytes;
+    larger = std::max(kSmallestSlotBytes, roundUp(larger / 2, kPage));
+    plan.shrunk = true;
+  }
+  plan.fits = needed() <= free;
+  plan.room = std::string(kShmDirectory) + " has " + mebibytes(free) + " free; " +
+              std::to_string(localSize) + " ranks need " + mebibytes(wanted) +
+              " with the configured slots";
+  return plan;
+}
+
+size_t Segments::bytesFor(int localSize, size_t slotBytes, size_t ringBytes) {
+  const size_t slots = roundUp(roundUp(sizeof(SegmentHeader), kCacheLine) + sizeof(DirectCounters),
+                               kPage);
+  const size_t rings = slots + 2 * kDirectSlots * roundUp(slotBytes, kPage);
+  return rings + static_cast<size_t>(localSize) *
+                     (roundUp(sizeof(RingHeader), kPage) + roundUp(ringBytes, kPage));
+}
 
 Segments::Segments(std::string jobKey, std::vector<int> localRanks, int localRank, size_t slotBytes,
                    size_t ringBytes)
@@ -52,9 +115,7 @@ size_t Segments::slotsOffset() const {
   return roundUp(directOffset() + sizeof(DirectCounters), kPage);
 }
 size_t Segments::ringsOffset() const { return slotsOffset() + 2 * kDirectSlots * slotBytes_; }
-size_t Segments::segmentBytes() const {
-  return ringsOffset() + localRanks_.size() * (roundUp(sizeof(RingHeader), kPage) + ringBytes_);
-}
+size_t Segments::segmentBytes() const { return bytesFor(localSize(), slotBytes_, ringBytes_); }
 
 std::string Segments::nameOf(int local) const {
   return "/ringcomm-" + jobKey_ + "-" + std::to_string(localRanks_[local]);
@@ -70,6 +131,14 @@ void Segments::createOwn() {
     shm_unlink(name.c_str());
     errno = saved;
     throw Error(errnoText("ringcomm: sizing shared memory " + name + " (is /dev/shm full?)"));
+  }
+  // Reserved now: pages tmpfs cannot give later would be a SIGBUS on first touch.
+  if (const int failed = posix_fallocate(fd, 0, static_cast<off_t>(segmentBytes()))) {
+    close(fd);
+    shm_unlink(name.c_str());
+    throw Error("ringcomm: reserving " + mebibytes(segmentBytes()) + " of shared memory for rank " +
+                std::to_string(localRanks_[localRank_]) + " in " + kShmDirectory + ": " +
+                std::strerror(failed));
   }
   void* base = mmap(nullptr, segmentBytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
@@ -103,6 +172,11 @@ void Segments::attachPeers() {
 
 void Segments::unlinkOwn() {
   if (!unlinked_) shm_unlink(nameOf(localRank_).c_str());
+  unlinked_ = true;
+}
+
+void Segments::unlinkAll() {
+  for (int local = 0; local < localSize(); ++local) shm_unlink(nameOf(local).c_str());
   unlinked_ = true;
 }
 

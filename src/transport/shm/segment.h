@@ -7,6 +7,11 @@
 //   - one incoming ring per local peer, for point-to-point traffic (the sender writes `head`, this
 //     rank reads and advances `tail`).
 // Segment names are unlinked as soon as every local rank has mapped them, so a crash leaks nothing.
+//
+// A segment's memory is reserved when it is made (posix_fallocate), not on first touch: a /dev/shm
+// too small for it (Docker's and Kubernetes' default is 64 MiB) is an error at setup, never a
+// SIGBUS in the middle of a collective. Before that, the lowest local rank sizes every rank's
+// segment to the room /dev/shm has (planSegments).
 #pragma once
 
 #include <atomic>
@@ -61,6 +66,23 @@ struct RingView {
   size_t capacity = 0;
 };
 
+// How large the segments of this host's ranks are: the same for every local rank (they map each
+// other's), chosen by the lowest one from the room in /dev/shm.
+struct SegmentPlan {
+  size_t slotBytes = 0;
+  size_t ringBytes = 0;
+  bool fits = false;  // false: not even the smallest segments fit; ranks use TCP between them
+  bool shrunk = false;  // smaller than configured, to fit
+  std::string room;     // "/dev/shm has X MiB free; N ranks need Y MiB", for warnings
+
+  std::string encode() const;
+  static SegmentPlan decode(const std::string& text);
+};
+
+// Halves the configured slot and ring sizes (down to kSmallestSlotBytes) until localSize segments
+// fit in the free space of /dev/shm.
+SegmentPlan planSegments(int localSize, size_t slotBytes, size_t ringBytes);
+
 class Segments {
  public:
   // localRanks: the global ranks on this host, in order; this rank is localRanks[localRank].
@@ -70,9 +92,14 @@ class Segments {
   Segments(const Segments&) = delete;
   Segments& operator=(const Segments&) = delete;
 
-  void createOwn();    // phase 1
+  // The bytes of one rank's segment, for localSize ranks with these slot and ring sizes.
+  static size_t bytesFor(int localSize, size_t slotBytes, size_t ringBytes);
+
+  void createOwn();    // phase 1: throws Error when /dev/shm cannot hold it
   void attachPeers();  // phase 2, once every local rank has created its own
   void unlinkOwn();    // phase 3, once every local rank has attached
+  // After a failed setup: unlinks every local rank's segment name (a rank that died cannot).
+  void unlinkAll();
 
   int localRank() const { return localRank_; }
   int localSize() const { return static_cast<int>(localRanks_.size()); }
