@@ -34,8 +34,9 @@ class PythonStore : public Store {
   }
 };
 
+// A timeout= argument: 0 means the default (the communicator's, or none for a wait).
 std::chrono::milliseconds toMilliseconds(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+  return timeoutFromSeconds(seconds, "timeout", true);
 }
 
 // Runs a collective: blocking calls run (usually on this thread) and wait with the GIL released;
@@ -160,7 +161,9 @@ PYBIND11_MODULE(_core, m) {
       .def_static("from_environment", &Config::fromEnvironment)
       .def_property("timeout",
                     [](const Config& c) { return c.timeout.count() / 1000.0; },
-                    [](Config& c, double seconds) { c.timeout = toMilliseconds(seconds); })
+                    [](Config& c, double seconds) {
+                      c.timeout = timeoutFromSeconds(seconds, "timeout", false);
+                    })
       .def_readwrite("transport", &Config::transport)
       .def_readwrite("algorithm", &Config::algorithm)
       .def_readwrite("socket_interface", &Config::socketInterface)

@@ -134,3 +134,25 @@ def test_bad_configuration_names_the_variable(monkeypatch):
     monkeypatch.setenv("RINGCOMM_TIMEOUT", "soon")
     with pytest.raises(ValueError, match="RINGCOMM_TIMEOUT"):
         ringcomm.init()
+
+
+@pytest.mark.parametrize("value", ["inf", "1e300", "9.3e9"])
+def test_very_long_timeouts_mean_no_deadline(monkeypatch, value):
+    monkeypatch.setenv("RINGCOMM_TIMEOUT", value)
+    comm = ringcomm.init()
+    x = np.ones(3, np.float32)
+    comm.allreduce(x, timeout=float(value))
+    comm.shutdown()
+    comm = ringcomm.init(timeout=float(value))
+    comm.allreduce(x)
+    comm.shutdown()
+
+
+@pytest.mark.parametrize("value,words", [("0", "> 0"), ("nan", "number"), ("-1", "non-negative")])
+def test_bad_timeouts_are_refused_naming_the_variable(monkeypatch, value, words):
+    monkeypatch.setenv("RINGCOMM_TIMEOUT", value)
+    with pytest.raises(ValueError, match=f"RINGCOMM_TIMEOUT.*{words}"):
+        ringcomm.init()
+    monkeypatch.delenv("RINGCOMM_TIMEOUT")
+    with pytest.raises(ValueError, match="timeout"):
+        ringcomm.init(timeout=float(value))

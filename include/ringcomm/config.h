@@ -10,6 +10,16 @@
 
 namespace ringcomm {
 
+// The longest deadline: what "inf" and any longer timeout mean (about three years), short
+// enough that adding it to a clock reading cannot overflow.
+constexpr std::chrono::seconds kNoDeadline{100'000'000};
+
+// A timeout a user gave in seconds (an environment variable, a timeout= argument), checked:
+// NaN, negative numbers and (unless zeroAllowed) 0 are an InvalidArgument naming `what`; inf and
+// anything beyond kNoDeadline mean kNoDeadline.
+std::chrono::milliseconds timeoutFromSeconds(double seconds, const std::string& what,
+                                             bool zeroAllowed);
+
 struct Config {
   // Default deadline of every collective and of rendezvous (RINGCOMM_TIMEOUT, seconds).
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};

@@ -2,7 +2,9 @@
 // mean the same to ringcomm).
 #include "ringcomm/config.h"
 
+#include <cmath>
 #include <cstdlib>
+#include <sstream>
 #include <string>
 
 #include "ringcomm/errors.h"
@@ -33,15 +35,30 @@ double parseNumber(const char* name, const char* text) {
 
 }  // namespace
 
+std::chrono::milliseconds timeoutFromSeconds(double seconds, const std::string& what,
+                                             bool zeroAllowed) {
+  if (std::isnan(seconds) || seconds < 0 || (seconds == 0 && !zeroAllowed)) {
+    std::ostringstream given;
+    given << seconds;
+    throw InvalidArgument(what + " must be a number of seconds " +
+                          (zeroAllowed ? ">= 0" : "> 0") + " (inf: no deadline); got " +
+                          given.str());
+  }
+  if (seconds >= static_cast<double>(kNoDeadline.count())) return kNoDeadline;
+  // At least a millisecond: a positive timeout never rounds down to "none".
+  const auto milliseconds = static_cast<int64_t>(std::ceil(seconds * 1000.0));
+  return std::chrono::milliseconds(milliseconds);
+}
+
 Config Config::fromEnvironment() {
   Config config;
   if (const char* v = variable("RINGCOMM_TIMEOUT")) {
-    config.timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(parseNumber("RINGCOMM_TIMEOUT", v) * 1000.0));
+    config.timeout =
+        timeoutFromSeconds(parseNumber("RINGCOMM_TIMEOUT", v), "RINGCOMM_TIMEOUT", false);
   }
   if (const char* v = variable("RINGCOMM_STALL_WARNING")) {
-    config.stallWarning = std::chrono::milliseconds(
-        static_cast<int64_t>(parseNumber("RINGCOMM_STALL_WARNING", v) * 1000.0));
+    config.stallWarning = timeoutFromSeconds(parseNumber("RINGCOMM_STALL_WARNING", v),
+                                             "RINGCOMM_STALL_WARNING (0: never)", true);
   }
   if (const char* v = variable("RINGCOMM_TRANSPORT")) config.transport = parseTransportKind(v);
   if (const char* v = variable("RINGCOMM_ALGORITHM")) config.algorithm = parseAlgorithm(v);
