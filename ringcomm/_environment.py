@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import socket
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -54,10 +55,28 @@ def _host_port(text: str, variable: str) -> tuple[str, int]:
 
 
 def _serve_or_join(rank: int, host: str, port: int, timeout: float, keepalive: list):
-    """Rank 0 serves a ringcomm store on host:port; everyone connects to it."""
+    """Rank 0 serves a ringcomm store on host:port, listening on that address only (MASTER_ADDR
+    is rank 0's address; 127.0.0.1 keeps the store off the network); everyone connects to it."""
     if rank == 0:
-        keepalive.append(_core.TcpStoreServer("0.0.0.0", port))
+        keepalive.append(_core.TcpStoreServer(_bind_address(host), port))
     return _core.TcpStore(host, port, timeout)
+
+
+def _bind_address(host: str) -> str:
+    """The numeric address ``host`` names, to listen on; every address when it names none of
+    this machine's (a name that resolves elsewhere, as behind NAT), with a warning."""
+    try:
+        address = socket.gethostbyname(host)
+        with socket.socket() as probe:
+            probe.bind((address, 0))
+        return address
+    except OSError as error:
+        warnings.warn(
+            f"ringcomm: MASTER_ADDR={host} is not an address of this machine ({error}); "
+            "rank 0 serves the store on every address",
+            stacklevel=3,
+        )
+        return "0.0.0.0"
 
 
 class TorchStoreAdapter(_core.Store):

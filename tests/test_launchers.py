@@ -121,3 +121,12 @@ def test_ringcomm_run_passes_signals_on_and_leaves_no_rank_behind(tmp_path, numb
     assert time.monotonic() - started < 10
     time.sleep(0.2)
     assert not [pid for pid in pids if _alive(pid)]
+
+
+def test_env_store_listens_where_master_addr_says():
+    from ringcomm import _environment
+
+    assert _environment._bind_address("127.0.0.1") == "127.0.0.1"
+    assert _environment._bind_address("localhost") == "127.0.0.1"
+    with pytest.warns(UserWarning, match="not an address of this machine"):
+        assert _environment._bind_address("203.0.113.7") == "0.0.0.0"  # TEST-NET-3
