@@ -93,3 +93,29 @@ def test_cut_link_is_reported_by_every_rank(two_hosts):
         assert result["error"] in ("TimeoutError", "TransportError"), result
         assert "rank " in result["message"] and result["peer"] is not None, result
         assert result["waited"] < timeout + 10.0, result
+
+
+def test_cut_link_is_named_within_the_link_timeout_not_the_collective_timeout(two_hosts, tmp_path):
+    # The collectives may wait 300 s; TCP keepalive and the user timeout find the dead link in
+    # about RINGCOMM_LINK_TIMEOUT seconds.
+    link_timeout = 3.0
+    procs = start_ranks(
+        two_hosts,
+        [str(WORKERS / "failures.py"), "none", "-1"],
+        {
+            "RINGCOMM_TIMEOUT": "300",
+            "RINGCOMM_LINK_TIMEOUT": str(link_timeout),
+            "TEST_READY_DIR": str(tmp_path),
+        },
+        29613,
+    )
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.iterdir())) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)  # every rank connected and streaming (setup waits use the 300 s)
+    two_hosts.cut(1)
+    results = collect(procs, time.monotonic() + 90)
+    for result in results:
+        assert result["error"] in ("TimeoutError", "TransportError"), result
+        assert "rank " in result["message"] and result["peer"] is not None, result
+        assert result["waited"] < link_timeout + 15.0, result
+    assert any("is dead" in r["message"] for r in results), [r["message"] for r in results]

@@ -57,6 +57,10 @@ struct Config {
   size_t shmRingBytes = 1024 * 1024;
   // RINGCOMM_SOCKET_BUFFER_BYTES: SO_SNDBUF/SO_RCVBUF of TCP connections.
   int socketBufferBytes = 4 * 1024 * 1024;
+  // RINGCOMM_LINK_TIMEOUT (seconds): how long a TCP peer's host may go without answering
+  // (keepalive probes, unacknowledged data) before its connection counts as dead and the
+  // collective fails naming it; independent of how long its process computes.
+  std::chrono::milliseconds linkTimeout{std::chrono::seconds(10)};
 
   // The tensor queue (Horovod's model, include/ringcomm/tensor_queue.h), with Horovod's defaults.
   // HOROVOD_CYCLE_TIME and HOROVOD_FUSION_THRESHOLD are read too: Horovod jobs keep their tuning.

@@ -85,6 +85,10 @@ Config Config::fromEnvironment() {
   if (const char* v = variable("RINGCOMM_SOCKET_BUFFER_BYTES")) {
     config.socketBufferBytes = static_cast<int>(parseNumber("RINGCOMM_SOCKET_BUFFER_BYTES", v));
   }
+  if (const char* v = variable("RINGCOMM_LINK_TIMEOUT")) {
+    config.linkTimeout = timeoutFromSeconds(parseNumber("RINGCOMM_LINK_TIMEOUT", v),
+                                            "RINGCOMM_LINK_TIMEOUT", false);
+  }
   if (const char* v = variable("RINGCOMM_CYCLE_TIME", "HOROVOD_CYCLE_TIME")) {
     config.cycleTime = std::chrono::microseconds(
         static_cast<int64_t>(parseNumber("RINGCOMM_CYCLE_TIME", v) * 1000.0));

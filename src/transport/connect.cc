@@ -210,7 +210,8 @@ void setUpTcp(int rank, const std::vector<int>& tcpPeers, Links& links,
       }
     }
     links.streams[peer] =
-        std::make_unique<TcpStream>(fd.release(), peer, config.socketBufferBytes);
+        std::make_unique<TcpStream>(fd.release(), peer, config.socketBufferBytes,
+                                    config.linkTimeout);
   }
 }
 

@@ -6,18 +6,54 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <limits>
+#include <string>
 
 namespace ringcomm::transport {
 
-TcpStream::TcpStream(int fd, int peer, int socketBufferBytes) : fd_(fd), peer_(peer) {
+TcpStream::TcpStream(int fd, int peer, int socketBufferBytes,
+                     std::chrono::milliseconds linkTimeout)
+    : fd_(fd), peer_(peer), linkTimeout_(linkTimeout) {
   int one = 1;
   setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   // Large buffers let a whole pipeline segment sit in the kernel while both sides compute.
   setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &socketBufferBytes, sizeof(socketBufferBytes));
   setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &socketBufferBytes, sizeof(socketBufferBytes));
+  // A cut link or a dead host sends nothing: without these, a rank waiting to receive would
+  // learn of it only at its collective's deadline. Probes start after half the link timeout of
+  // silence and go every second; the user timeout ends the connection when data or probes stay
+  // unanswered for the whole link timeout. A peer that is alive answers probes from its kernel,
+  // however long its process computes.
+  // Linux takes at most 32767 s of idleness and 127 probes.
+  const int64_t seconds = std::max<int64_t>(
+      1, std::chrono::duration_cast<std::chrono::seconds>(linkTimeout).count());
+  const int idle = static_cast<int>(std::clamp<int64_t>(seconds / 2, 1, 32767));
+  const int interval = 1;
+  const int probes = static_cast<int>(std::clamp<int64_t>(seconds - idle, 1, 127));
+  const auto userTimeout = static_cast<unsigned>(
+      std::min<int64_t>(linkTimeout.count(), std::numeric_limits<unsigned>::max()));
+  setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+  setsockopt(fd_, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeout, sizeof(userTimeout));
   fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);
+}
+
+std::string TcpStream::describeFailure(int error) const {
+  if (error == ETIMEDOUT) {
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%.0f", linkTimeout_.count() / 1000.0);
+    return "the link to rank " + std::to_string(peer_) + " is dead: no answer from its host for " +
+           seconds + " s (RINGCOMM_LINK_TIMEOUT)";
+  }
+  return "connection to rank " + std::to_string(peer_) + " failed (" + std::strerror(error) +
+         "): the peer died or aborted";
 }
 
 TcpStream::~TcpStream() {
@@ -34,8 +70,7 @@ size_t TcpStream::writeSome(const void* data, size_t bytes) {
   ssize_t n = ::send(fd_, data, bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
   if (n >= 0) return static_cast<size_t>(n);
   if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
-  failure_ = "connection to rank " + std::to_string(peer_) + " failed (" + std::strerror(errno) +
-             "): the peer died or aborted";
+  failure_ = describeFailure(errno);
   return 0;
 }
 
@@ -48,8 +83,7 @@ size_t TcpStream::readSome(void* data, size_t bytes) {
     return 0;
   }
   if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
-  failure_ = "connection to rank " + std::to_string(peer_) + " failed (" + std::strerror(errno) +
-             "): the peer died or aborted";
+  failure_ = describeFailure(errno);
   return 0;
 }
 

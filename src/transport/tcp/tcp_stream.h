@@ -1,6 +1,7 @@
 // A byte stream to a peer over one TCP connection (non-blocking; progress is driven by Transport).
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "transport/byte_stream.h"
@@ -9,8 +10,10 @@ namespace ringcomm::transport {
 
 class TcpStream : public ByteStream {
  public:
-  // Takes ownership of a connected socket and makes it non-blocking.
-  TcpStream(int fd, int peer, int socketBufferBytes);
+  // Takes ownership of a connected socket and makes it non-blocking. linkTimeout: how long the
+  // peer may go without answering (TCP keepalive probes while the link is idle, the user timeout
+  // while data is unacknowledged) before the connection counts as dead.
+  TcpStream(int fd, int peer, int socketBufferBytes, std::chrono::milliseconds linkTimeout);
   ~TcpStream() override;
   const char* kind() const override { return "tcp"; }
   size_t writeSome(const void* data, size_t bytes) override;
@@ -20,8 +23,12 @@ class TcpStream : public ByteStream {
   void close() override;
 
  private:
+  // What a failed send or receive means, from its errno.
+  std::string describeFailure(int error) const;
+
   int fd_;
   int peer_;
+  std::chrono::milliseconds linkTimeout_;
   std::string failure_;
 };
 
