@@ -164,6 +164,9 @@ PYBIND11_MODULE(_core, m) {
                     [](Config& c, double seconds) {
                       c.timeout = timeoutFromSeconds(seconds, "timeout", false);
                     })
+      .def_property(
+          "secret", [](const Config& c) { return py::bytes(c.secret); },
+          [](Config& c, const py::bytes& secret) { c.secret = secret; })
       .def_readwrite("transport", &Config::transport)
       .def_readwrite("algorithm", &Config::algorithm)
       .def_readwrite("socket_interface", &Config::socketInterface)
@@ -204,16 +207,22 @@ PYBIND11_MODULE(_core, m) {
   py::class_<HashStore, Store, std::shared_ptr<HashStore>>(m, "HashStore").def(py::init<>());
   py::class_<PrefixStore, Store, std::shared_ptr<PrefixStore>>(m, "PrefixStore")
       .def(py::init<std::string, std::shared_ptr<Store>>());
+  // The job's secret travels as bytes (it need not be text).
   py::class_<TcpStore, Store, std::shared_ptr<TcpStore>>(m, "TcpStore")
-      .def(py::init([](const std::string& host, int port, double timeout) {
+      .def(py::init([](const std::string& host, int port, double timeout, const py::bytes& secret) {
+             std::string key = secret;
              py::gil_scoped_release release;
-             return std::make_shared<TcpStore>(host, port, toMilliseconds(timeout));
+             return std::make_shared<TcpStore>(host, port, toMilliseconds(timeout), key);
            }),
-           py::arg("host"), py::arg("port"), py::arg("timeout") = 300.0)
+           py::arg("host"), py::arg("port"), py::arg("timeout"), py::arg("secret"))
       .def_property_readonly("local_address", &TcpStore::localAddress);
   py::class_<TcpStoreServer, std::shared_ptr<TcpStoreServer>>(m, "TcpStoreServer")
-      .def(py::init<const std::string&, int>(), py::arg("host") = "0.0.0.0", py::arg("port") = 0)
+      .def(py::init([](const std::string& host, int port, const py::bytes& secret) {
+             return std::make_shared<TcpStoreServer>(host, port, std::string(secret));
+           }),
+           py::arg("host"), py::arg("port"), py::arg("secret"))
       .def_property_readonly("port", &TcpStoreServer::port)
+      .def_property_readonly("refused_connections", &TcpStoreServer::refusedConnections)
       .def("stop", &TcpStoreServer::stop, py::call_guard<py::gil_scoped_release>());
 
   // ---- work --------------------------------------------------------------------------------

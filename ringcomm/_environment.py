@@ -10,17 +10,21 @@ Checked in this order:
      installed; otherwise rank and size from PMI_RANK/PMI_SIZE or OMPI_COMM_WORLD_RANK/SIZE and the
      store at MASTER_ADDR:MASTER_PORT (rank 0 serves it).
   4. Nothing: a single process.
+
+Each path also settles the job's secret (ringcomm/_secret.py): the caller's if it has one,
+otherwise one made here the launcher's way, before the first connection to the store.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ringcomm import _core
+from ringcomm import _core, _secret
 
 MPI_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
 MPI_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
@@ -32,7 +36,16 @@ class LaunchEnvironment:
     size: int
     store: Any  # a _core.Store
     launcher: str
+    secret: bytes  # the job's secret: every connection proves it
     keepalive: list = field(default_factory=list)  # store servers this process hosts
+    # Rank 0's host-local secret file, removed once every rank has met (met()).
+    secret_file: Optional[Any] = None
+
+    def met(self) -> None:
+        """Every rank has joined: a secret file rank 0 wrote is no longer needed."""
+        if self.secret_file is not None:
+            _secret.remove_host_secret(self.secret_file)
+            self.secret_file = None
 
 
 def _integer(name: str) -> int:
@@ -54,12 +67,47 @@ def _host_port(text: str, variable: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _serve_or_join(rank: int, host: str, port: int, timeout: float, keepalive: list):
+def _serve_or_join(rank: int, host: str, port: int, timeout: float, secret: bytes, keepalive: list):
     """Rank 0 serves a ringcomm store on host:port, listening on that address only (MASTER_ADDR
     is rank 0's address; 127.0.0.1 keeps the store off the network); everyone connects to it."""
     if rank == 0:
-        keepalive.append(_core.TcpStoreServer(_bind_address(host), port))
-    return _core.TcpStore(host, port, timeout)
+        keepalive.append(_core.TcpStoreServer(_bind_address(host), port, secret))
+    return _core.TcpStore(host, port, timeout, secret)
+
+
+def _is_local_address(host: str) -> bool:
+    try:
+        with socket.socket() as probe:
+            probe.bind((socket.gethostbyname(host), 0))
+        return True
+    except OSError:
+        return False
+
+
+def _host_local_secret(rank: int, host: str, port: int, timeout: float):
+    """(secret, file rank 0 wrote or None) for a job whose launcher gives no secure channel: the
+    file is named after the store's address, which every rank knows."""
+    path = _secret.host_file(f"job-{host}-{port}")
+    if rank == 0:
+        return _secret.write_host_secret(path), path
+    if not _is_local_address(host):
+        raise _secret.missing_secret(f"rank 0 serves the store on {host}, another host")
+    return _secret.read_host_secret(path, timeout), None
+
+
+def _join_with_host_secret(rank: int, host: str, port: int, timeout: float, keepalive: list):
+    """The store of an env:// job without a given secret, and the secret. A rank that read a
+    stale file (from an earlier job on the same port) before rank 0 replaced it is refused by
+    the store: it reads the file again until the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        secret, path = _host_local_secret(rank, host, port, timeout)
+        try:
+            return _serve_or_join(rank, host, port, timeout, secret, keepalive), secret, path
+        except RuntimeError as error:
+            if rank == 0 or "proof" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def _bind_address(host: str) -> str:
@@ -92,6 +140,10 @@ class TorchStoreAdapter(_core.Store):
     def get(self, key, timeout):
         from datetime import timedelta
 
+        if timeout <= 0:  # torch reads a zero timeout as "none": look instead of waiting
+            if not self._store.check([key]):
+                raise TimeoutError(f"store get('{key}'): not there")
+            return self._store.get(key)
         self._store.wait([key], timedelta(seconds=timeout))
         return self._store.get(key)
 
@@ -99,7 +151,7 @@ class TorchStoreAdapter(_core.Store):
         return self._store.add(key, delta)
 
 
-def _torchrun(timeout: float, keepalive: list) -> LaunchEnvironment:
+def _torchrun(timeout: float, secret: bytes, keepalive: list) -> LaunchEnvironment:
     rank, size = _integer("RANK"), _integer("WORLD_SIZE")
     host, port = os.environ["MASTER_ADDR"], _integer("MASTER_PORT")
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true":
@@ -115,12 +167,19 @@ def _torchrun(timeout: float, keepalive: list) -> LaunchEnvironment:
         store = _core.PrefixStore(f"ringcomm/{restart}/", adapter)
         # The C++ side holds the adapter, but its Python half (the overrides) must stay alive too.
         keepalive.extend([torch_store, adapter])
-        return LaunchEnvironment(rank, size, store, "torchrun", keepalive)
-    store = _serve_or_join(rank, host, port, timeout, keepalive)
-    return LaunchEnvironment(rank, size, store, "env", keepalive)
+        # torch's store proves nothing: the data links' secret comes from the user or this host.
+        path = None
+        if not secret:
+            secret, path = _host_local_secret(rank, host, f"{port}-{restart}", timeout)
+        return LaunchEnvironment(rank, size, store, "torchrun", secret, keepalive, path)
+    if secret:
+        store = _serve_or_join(rank, host, port, timeout, secret, keepalive)
+        return LaunchEnvironment(rank, size, store, "env", secret, keepalive)
+    store, secret, path = _join_with_host_secret(rank, host, port, timeout, keepalive)
+    return LaunchEnvironment(rank, size, store, "env", secret, keepalive, path)
 
 
-def _mpi(timeout: float, keepalive: list) -> LaunchEnvironment:
+def _mpi(timeout: float, secret: bytes, keepalive: list) -> LaunchEnvironment:
     try:
         from mpi4py import MPI
     except ImportError:
@@ -131,14 +190,16 @@ def _mpi(timeout: float, keepalive: list) -> LaunchEnvironment:
         hosts = world.allgather(socket.gethostname())
         address = None
         if rank == 0:
+            # MPI's own channels carry the secret: it never touches the network in the clear.
+            secret = secret or _secret.new_secret()
             single_host = len(set(hosts)) == 1
-            server = _core.TcpStoreServer("127.0.0.1" if single_host else "0.0.0.0", 0)
+            server = _core.TcpStoreServer("127.0.0.1" if single_host else "0.0.0.0", 0, secret)
             keepalive.append(server)
             host = "127.0.0.1" if single_host else socket.gethostbyname(socket.gethostname())
-            address = (host, server.port)
-        host, port = world.bcast(address, root=0)
+            address = (host, server.port, secret)
+        host, port, secret = world.bcast(address, root=0)
         return LaunchEnvironment(
-            rank, size, _core.TcpStore(host, port, timeout), "mpi4py", keepalive
+            rank, size, _core.TcpStore(host, port, timeout, secret), "mpi4py", secret, keepalive
         )
     rank = _integer(_first(MPI_RANK_VARIABLES))
     size_variable = _first(MPI_SIZE_VARIABLES)
@@ -153,22 +214,31 @@ def _mpi(timeout: float, keepalive: list) -> LaunchEnvironment:
             "launched by MPI without mpi4py: install mpi4py (pip install mpi4py), or "
             "set MASTER_ADDR and MASTER_PORT to where rank 0 can serve the store"
         )
-    store = _serve_or_join(
-        rank, os.environ["MASTER_ADDR"], _integer("MASTER_PORT"), timeout, keepalive
-    )
-    return LaunchEnvironment(rank, size, store, "mpi", keepalive)
+    host, port = os.environ["MASTER_ADDR"], _integer("MASTER_PORT")
+    if secret:
+        store = _serve_or_join(rank, host, port, timeout, secret, keepalive)
+        return LaunchEnvironment(rank, size, store, "mpi", secret, keepalive)
+    store, secret, path = _join_with_host_secret(rank, host, port, timeout, keepalive)
+    return LaunchEnvironment(rank, size, store, "mpi", secret, keepalive, path)
 
 
-def detect(timeout: float) -> LaunchEnvironment:
+def detect(timeout: float, secret: bytes = b"") -> LaunchEnvironment:
+    """Rank, size, store and the job's secret; ``secret``: the one the caller already has
+    (RINGCOMM_SECRET / RINGCOMM_SECRET_FILE, through Config), or empty."""
     keepalive: list = []
     if "RINGCOMM_RANK" in os.environ:
         rank, size = _integer("RINGCOMM_RANK"), _integer("RINGCOMM_WORLD_SIZE")
         host, port = _host_port(os.environ.get("RINGCOMM_STORE", ""), "RINGCOMM_STORE")
-        return LaunchEnvironment(
-            rank, size, _core.TcpStore(host, port, timeout), "ringcomm", keepalive
-        )
+        if not secret:
+            raise _secret.missing_secret(
+                "RINGCOMM_STORE is set but RINGCOMM_SECRET is not: ringcomm-run sets both"
+            )
+        store = _core.TcpStore(host, port, timeout, secret)
+        return LaunchEnvironment(rank, size, store, "ringcomm", secret, keepalive)
     if all(v in os.environ for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
-        return _torchrun(timeout, keepalive)
+        return _torchrun(timeout, secret, keepalive)
     if _first(MPI_RANK_VARIABLES) is not None:
-        return _mpi(timeout, keepalive)
-    return LaunchEnvironment(0, 1, _core.HashStore(), "single", keepalive)
+        return _mpi(timeout, secret, keepalive)
+    return LaunchEnvironment(
+        0, 1, _core.HashStore(), "single", secret or _secret.new_secret(), keepalive
+    )

@@ -376,6 +376,8 @@ def init(
         config.transport = _core.parse_transport(transport)
     if algorithm is not None:
         config.algorithm = _check_algorithm(algorithm)
-    environment = detect(config.timeout)
+    environment = detect(config.timeout, config.secret)
+    config.secret = environment.secret
     core = _core.Communicator.create(environment.store, environment.rank, environment.size, config)
+    environment.met()
     return Communicator(core, environment)

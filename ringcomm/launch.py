@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from ringcomm import _core
+from ringcomm import _core, _secret
 from ringcomm._ports import free_port
 
 # Signals the launcher passes on to its ranks.
@@ -47,8 +47,14 @@ def spawn(
     """Runs ``command`` as ``nranks`` ranks; returns the job's exit status (0 if all succeeded)."""
     if nranks < 1:
         raise ValueError(f"-np must be at least 1; got {nranks}")
-    server = _core.TcpStoreServer("127.0.0.1", 0)
     base = dict(os.environ if env is None else env)
+    # The job's secret: the user's (RINGCOMM_SECRET / _FILE), or a fresh one in the ranks'
+    # environment, which only this user's processes can read.
+    secret = base.get("RINGCOMM_SECRET", "").encode() or _core.Config.from_environment().secret
+    if not secret:
+        secret = _secret.new_secret()
+        base["RINGCOMM_SECRET"] = secret.decode()
+    server = _core.TcpStoreServer("127.0.0.1", 0, secret)
     base["RINGCOMM_STORE"] = f"127.0.0.1:{server.port}"
     base["RINGCOMM_WORLD_SIZE"] = str(nranks)
     base["RINGCOMM_LOCAL_WORLD_SIZE"] = str(nranks)

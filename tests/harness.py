@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ringcomm import _core
+from ringcomm import _core, _secret
 from ringcomm._ports import free_port  # noqa: F401 (tests import it from here)
 
 WORKERS = Path(__file__).parent / "workers"
@@ -63,9 +63,14 @@ def run_job(
     deadline: float = 240.0,
     per_rank_env: Optional[dict] = None,
 ) -> list[RankOutcome]:
-    server = _core.TcpStoreServer("127.0.0.1", 0)
+    secret = _secret.new_secret()
+    server = _core.TcpStoreServer("127.0.0.1", 0, secret)
     base = worker_env(env)
-    base.update(RINGCOMM_STORE=f"127.0.0.1:{server.port}", RINGCOMM_WORLD_SIZE=str(nranks))
+    base.update(
+        RINGCOMM_STORE=f"127.0.0.1:{server.port}",
+        RINGCOMM_WORLD_SIZE=str(nranks),
+        RINGCOMM_SECRET=secret.decode(),
+    )
     with tempfile.TemporaryDirectory() as logs:
         procs, files = [], []
         start = time.monotonic()

@@ -21,7 +21,7 @@ SUBNET = "10.231.77"
 
 
 @pytest.fixture(scope="module")
-def two_hosts():
+def hosts_for_module():
     try:
         with netns.two_hosts(SUBNET) as hosts:
             yield hosts
@@ -29,7 +29,18 @@ def two_hosts():
         pytest.skip(str(reason))
 
 
-def start_ranks(hosts, worker_args, env_extra, port):
+@pytest.fixture
+def two_hosts(hosts_for_module):
+    """The two hosts, their link up; a test that cuts it leaves it mended for the next."""
+    yield hosts_for_module
+    hosts_for_module.mend(1)
+
+
+# What a job across hosts needs besides the rendezvous address: the same secret everywhere.
+SECRET = {"RINGCOMM_SECRET": "multihost-test-secret-0123456789abcdef"}
+
+
+def start_ranks(hosts, worker_args, env_extra, port, secret=SECRET):
     procs = []
     for rank in range(4):
         env = worker_env(
@@ -38,6 +49,7 @@ def start_ranks(hosts, worker_args, env_extra, port):
                 "WORLD_SIZE": "4",
                 "MASTER_ADDR": f"{SUBNET}.1",
                 "MASTER_PORT": str(port),
+                **secret,
                 **env_extra,
             }
         )
@@ -76,6 +88,25 @@ def test_collectives_across_two_hosts(two_hosts):
             "self" if p == rank else ("shm" if p // 2 == rank // 2 else "tcp") for p in range(4)
         ]
         assert result["transports"] == expected
+
+
+def test_job_across_hosts_without_a_secret_is_refused_naming_the_variable(two_hosts):
+    procs = start_ranks(
+        two_hosts,
+        [str(WORKERS / "launched.py")],
+        {"RINGCOMM_TIMEOUT": "5"},
+        29615,
+        secret={},
+    )
+    for rank, proc in enumerate(procs):
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+        assert proc.returncode != 0, rank
+        if rank >= 2:  # on the other host: they cannot read rank 0's host-local secret
+            assert "RINGCOMM_SECRET" in err and "another host" in err, err[-2000:]
 
 
 def test_cut_link_is_reported_by_every_rank(two_hosts):

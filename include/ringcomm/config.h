@@ -71,6 +71,13 @@ struct Config {
 
   // RINGCOMM_CUDA_PATH=auto|staged|ipc: how an all-reduce of device buffers travels (types.h).
   CudaPath cudaPath = CudaPath::Auto;
+  // The job's secret: every store connection and every data link proves knowledge of it (an HMAC
+  // challenge-response, src/auth) before a byte of payload is accepted, and it never travels.
+  // RINGCOMM_SECRET (its text), or RINGCOMM_SECRET_FILE (a file readable by its owner only);
+  // without either, the launcher's side of ringcomm makes one (ringcomm-run, mpirun through
+  // MPI, or a file only this user can read on a one-host job). Empty: none yet.
+  std::string secret;
+
   // Where the CUDA MPS control daemon keeps its pipes: CUDA's own CUDA_MPS_PIPE_DIRECTORY, read
   // here so that ringcomm looks where the CUDA driver does when it tells whether MPS is running.
   std::string mpsPipeDirectory = "/tmp/nvidia-mps";

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,13 @@ class Store {
   // Adds delta to an integer counter (created at 0) and returns the new value.
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+
+  // Calls with a hard deadline, for callers that must not wait on a store that may be gone (a
+  // rank reporting a failure, a waiting rank asking what a peer runs): the value, or nothing
+  // when the key is missing or the store does not answer within `within`; whether the set took
+  // effect. They never throw. The defaults suit stores that answer at once (in-process ones).
+  virtual std::optional<Bytes> tryGet(const std::string& key, std::chrono::milliseconds within);
+  virtual bool trySet(const std::string& key, const Bytes& value, std::chrono::milliseconds within);
 };
 
 // Namespaces every key, so that several communicators share one store.
@@ -29,6 +37,8 @@ class PrefixStore : public Store {
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
   int64_t add(const std::string& key, int64_t delta) override;
+  std::optional<Bytes> tryGet(const std::string& key, std::chrono::milliseconds within) override;
+  bool trySet(const std::string& key, const Bytes& value, std::chrono::milliseconds within) override;
 
  private:
   std::string prefix_;
@@ -49,14 +59,18 @@ class HashStore : public Store {
   std::unique_ptr<State> state_;
 };
 
-// Serves a store over TCP from a background thread. Port 0 picks a free port.
+// Serves a store over TCP from a background thread. Port 0 picks a free port. Every connection
+// must prove it knows `secret` before its first request (src/auth/handshake.h); one that does
+// not is closed and counted.
 class TcpStoreServer {
  public:
-  TcpStoreServer(const std::string& host, int port);
+  TcpStoreServer(const std::string& host, int port, const std::string& secret);
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
   int port() const;
+  // Connections closed for failing (or not finishing) the handshake, so far.
+  uint64_t refusedConnections() const;
   void stop();
 
  private:
@@ -65,13 +79,17 @@ class TcpStoreServer {
 };
 
 // Client of TcpStoreServer. Retries the connection until the timeout (the server may start late).
+// Every connection proves `secret` to the server, and has the server prove it back.
 class TcpStore : public Store {
  public:
-  TcpStore(const std::string& host, int port, std::chrono::milliseconds connectTimeout);
+  TcpStore(const std::string& host, int port, std::chrono::milliseconds connectTimeout,
+           const std::string& secret);
   ~TcpStore() override;
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
   int64_t add(const std::string& key, int64_t delta) override;
+  std::optional<Bytes> tryGet(const std::string& key, std::chrono::milliseconds within) override;
+  bool trySet(const std::string& key, const Bytes& value, std::chrono::milliseconds within) override;
   // The local address of the connection to the store: the interface that reaches the other ranks.
   std::string localAddress() const;
 

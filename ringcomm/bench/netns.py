@@ -35,6 +35,10 @@ class TwoHosts:
         """Takes host ``host``'s end of the link down (the link fails mid-run)."""
         _ip("-n", self.namespaces[host], "link", "set", self.links[host], "down")
 
+    def mend(self, host: int = 1) -> None:
+        """Brings host ``host``'s end of the link back up (after cut())."""
+        _ip("-n", self.namespaces[host], "link", "set", self.links[host], "up")
+
 
 def _ip(*args, check=True):
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)

@@ -12,7 +12,10 @@ Under ``mpirun``, ``init_process_group("ringcomm")`` needs no RANK or MASTER_ADD
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
+
+from ringcomm import _secret
 
 BACKEND_NAME = "ringcomm"
 
@@ -20,7 +23,32 @@ BACKEND_NAME = "ringcomm"
 def _create_backend(store, rank: int, size: int, timeout: timedelta):
     from ringcomm.c10d._build import extension
 
-    return extension().RingcommBackend(store, rank, size, timeout)
+    secret, path = _job_secret(store, rank, size, timeout)
+    backend = extension().RingcommBackend(store, rank, size, timeout, secret)
+    if path is not None:  # every rank of the group has met: the file has served its purpose
+        _secret.remove_host_secret(path)
+    return backend
+
+
+def _job_secret(store, rank: int, size: int, timeout: timedelta):
+    """(the secret the group's data links prove, the file rank 0 wrote or None).
+
+    RINGCOMM_SECRET / RINGCOMM_SECRET_FILE when given (under mpirun the MPI rendezvous sets the
+    former). Otherwise torch's store, which proves nothing, carries only the name of a file on
+    this host that only this user can read; rank 0 writes a fresh secret there."""
+    from ringcomm import _core
+
+    given = _core.Config.from_environment().secret
+    if given or size == 1:
+        return given or _secret.new_secret(), None
+    if rank == 0:
+        name = f"c10d-{os.getpid()}-{_secret.new_secret()[:16].decode()}"
+        path = _secret.host_file(name)
+        secret = _secret.write_host_secret(path)
+        store.set("ringcomm/secret-file", name)
+        return secret, path
+    name = store.get("ringcomm/secret-file").decode()
+    return _secret.read_host_secret(_secret.host_file(name), timeout.total_seconds()), None
 
 
 def _devices() -> list:

@@ -14,6 +14,7 @@ import importlib
 import os
 import socket
 
+from ringcomm import _secret
 from ringcomm._environment import MPI_RANK_VARIABLES, MPI_SIZE_VARIABLES
 from ringcomm._ports import free_port
 
@@ -54,8 +55,12 @@ def _fill_from_mpi() -> None:
     if world.Get_rank() == 0:
         one_host = local.Get_size() == world.Get_size()
         host = "127.0.0.1" if one_host else socket.gethostbyname(socket.gethostname())
-        address = (host, free_port("127.0.0.1" if one_host else ""))
-    host, port = world.bcast(address, root=0)
+        # The job's secret travels through MPI, never through torch's store.
+        secret = os.environ.get("RINGCOMM_SECRET") or _secret.new_secret().decode()
+        address = (host, free_port("127.0.0.1" if one_host else ""), secret)
+    host, port, secret = world.bcast(address, root=0)
+    if not os.environ.get("RINGCOMM_SECRET_FILE"):
+        os.environ.setdefault("RINGCOMM_SECRET", secret)
     os.environ.setdefault("RANK", str(world.Get_rank()))
     os.environ.setdefault("WORLD_SIZE", str(world.Get_size()))
     os.environ.setdefault("LOCAL_RANK", str(local.Get_rank()))

@@ -1,5 +1,6 @@
 // Rendezvous: every rank publishes where it listens and which host it is on, and learns the same
-// about everyone, plus the job's key (names shared memory) and secret (admits TCP peers).
+// about everyone, plus the job's key (names shared memory). The job's secret, which admits
+// connections, is not here: it is each rank's own (Config::secret) and never travels.
 #pragma once
 
 #include <chrono>
@@ -22,7 +23,6 @@ struct RankRecord {
 struct Rendezvous {
   std::vector<RankRecord> ranks;
   std::string jobKey;
-  uint64_t secret = 0;
 };
 
 Rendezvous rendezvous(Store& store, int rank, int size, const RankRecord& self,

@@ -1,6 +1,7 @@
 // Store::wait's default implementation and PrefixStore. The stores themselves live in
 // hash_store.cc (in-process) and tcp_store.cc (server and client).
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "bootstrap/store_protocol.h"
@@ -40,6 +41,23 @@ void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds
   }
 }
 
+std::optional<Bytes> Store::tryGet(const std::string& key, std::chrono::milliseconds) {
+  try {
+    return get(key, std::chrono::milliseconds(0));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+bool Store::trySet(const std::string& key, const Bytes& value, std::chrono::milliseconds) {
+  try {
+    set(key, value);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> inner)
     : prefix_(std::move(prefix)), inner_(std::move(inner)) {
   if (!inner_) throw InvalidArgument("PrefixStore('" + prefix_ + "') needs a store to wrap");
@@ -57,6 +75,15 @@ Bytes PrefixStore::get(const std::string& key, std::chrono::milliseconds timeout
 
 int64_t PrefixStore::add(const std::string& key, int64_t delta) {
   return inner_->add(prefix_ + key, delta);
+}
+
+std::optional<Bytes> PrefixStore::tryGet(const std::string& key, std::chrono::milliseconds within) {
+  return inner_->tryGet(prefix_ + key, within);
+}
+
+bool PrefixStore::trySet(const std::string& key, const Bytes& value,
+                         std::chrono::milliseconds within) {
+  return inner_->trySet(prefix_ + key, value, within);
 }
 
 }  // namespace ringcomm

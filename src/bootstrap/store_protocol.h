@@ -3,7 +3,9 @@
 //
 // ---- Wire format ----------------------------------------------------------------------------
 //
-// Every message, in both directions, is one frame:
+// A connection starts with the handshake of src/auth/handshake.h (purpose Store): the client
+// proves it knows the job's secret, and the server proves it back, before either sends a frame.
+// Then every message, in both directions, is one frame:
 //
 //     u32 length     number of body bytes that follow (at most kMaxFrameBytes)
 //     body
@@ -50,9 +52,12 @@ namespace ringcomm::storeproto {
 enum class Op : uint8_t { Set = 1, Get = 2, Add = 3, Check = 4 };
 enum class Status : uint8_t { Ok = 0, Timeout = 1, Error = 2 };
 
-// Rendezvous values are addresses and small blobs; this bound only stops a corrupt or hostile
-// length prefix from making either side allocate gigabytes.
-constexpr uint32_t kMaxFrameBytes = 256u * 1024 * 1024;
+// Rendezvous values are addresses and small blobs (torch's stores hold little more); these bounds
+// keep one client (even one that knows the secret) from making the server hold gigabytes.
+constexpr uint32_t kMaxKeyBytes = 4096;
+constexpr uint32_t kMaxValueBytes = 64u * 1024 * 1024;
+constexpr uint32_t kMaxKeysPerCheck = 65536;
+constexpr uint32_t kMaxFrameBytes = kMaxValueBytes + kMaxKeyBytes + 64;
 constexpr size_t kFrameHeaderBytes = 4;
 
 // A reply or request whose fields do not parse. The frame around it was intact, so the stream is
@@ -88,9 +93,9 @@ class Encoder {
     return *this;
   }
   Encoder& str(const void* data, size_t size) {
-    if (size > kMaxFrameBytes) {
+    if (size > kMaxValueBytes) {
       throw InvalidArgument("store value of " + std::to_string(size) + " bytes exceeds the " +
-                            std::to_string(kMaxFrameBytes) + "-byte limit");
+                            std::to_string(kMaxValueBytes) + "-byte limit");
     }
     u32(static_cast<uint32_t>(size));
     const auto* bytes = static_cast<const uint8_t*>(data);

@@ -6,6 +6,13 @@
 // one slow or vanished client cannot hold up the others, and stop() only has to wake poll() (a
 // self-pipe) to end the thread.
 //
+// Strangers: a new connection first goes through the handshake (src/auth/handshake.h), reading
+// exactly its 78 bytes within kHandshakeTimeout; one that fails is closed and counted. At most
+// kMaxPendingHandshakes wait at once (the oldest gives way to a newcomer, so a flood cannot keep
+// the job's own ranks out), and the server never holds more descriptors than its limit allows.
+// Clients that passed are bounded too: values, total bytes held, keys per check, and a deadline
+// on every request once it has started to arrive and on every reply once it is queued.
+//
 // The client has one request in flight per connection, and as many connections as it has
 // concurrent callers (a pool, see TcpStore::State); every wait for a reply has a deadline.
 #include <poll.h>
@@ -16,11 +23,16 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
 
+#include <sys/resource.h>
+
+#include "auth/handshake.h"
 #include "bootstrap/store_protocol.h"
 #include "common/socket.h"
 #include "ringcomm/errors.h"
@@ -47,12 +59,34 @@ constexpr size_t kMaxPendingReplyBytes = 4 * 1024 * 1024;
 // After accept() fails for lack of descriptors (EMFILE), the listener stays readable; pause it
 // for this long rather than spin.
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
+// A new connection has this long to complete the handshake (a real client needs a round trip).
+constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
+// Connections still in the handshake at once; past this the oldest is closed for a newcomer.
+constexpr size_t kMaxPendingHandshakes = 256;
+// A request that has begun to arrive must arrive whole within this, and a queued reply must be
+// taken by the client within it (a parked get() waits as long as it asked to).
+constexpr auto kRequestTimeout = std::chrono::seconds(30);
+// Bytes of keys and values the store holds at most.
+constexpr size_t kMaxStoredBytes = size_t{1} << 30;
+// Descriptors kept free for the rest of the process (the rank that serves the store also runs).
+constexpr rlim_t kSpareDescriptors = 128;
+
+// The most connections the server keeps: what the process's descriptor limit leaves.
+size_t connectionLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 65536;
+  return limit.rlim_cur > 2 * kSpareDescriptors ? limit.rlim_cur - kSpareDescriptors
+                                                : limit.rlim_cur / 2;
+}
 
 // ---- Server ------------------------------------------------------------------------------------
 
 struct Connection {
   net::UniqueFd fd;
-  Bytes in;   // received, not yet processed
+  // Until the client has proved the secret: the handshake in progress, and its deadline.
+  std::unique_ptr<auth::Acceptor> handshake;
+  Clock::time_point handshakeDeadline;
+  Bytes in;   // received, not yet processed (during the handshake: the client's reply so far)
   Bytes out;  // replies, not yet sent
   size_t outSent = 0;
   bool closing = false;  // dropped at the end of this loop iteration
@@ -60,16 +94,24 @@ struct Connection {
   bool parked = false;
   std::string parkedKey;
   Clock::time_point parkedDeadline;
+  // Since when a request has been partly received, and a reply queued: each gets kRequestTimeout.
+  std::optional<Clock::time_point> partialSince;
+  std::optional<Clock::time_point> replyQueuedSince;
 
   size_t pendingReplyBytes() const { return out.size() - outSent; }
-  bool servable() const { return !parked && pendingReplyBytes() < kMaxPendingReplyBytes; }
+  bool authenticated() const { return !handshake; }
+  bool servable() const {
+    return authenticated() && !parked && pendingReplyBytes() < kMaxPendingReplyBytes;
+  }
 };
 
 // Everything the server thread touches, and only it.
 class ServerLoop {
  public:
-  ServerLoop(int listenFd, net::Wakeup& wakeup, const std::atomic<bool>& stopping)
-      : listenFd_(listenFd), wakeup_(wakeup), stopping_(stopping) {}
+  ServerLoop(int listenFd, net::Wakeup& wakeup, const std::atomic<bool>& stopping,
+             const std::string& secret, std::atomic<uint64_t>& refused)
+      : listenFd_(listenFd), wakeup_(wakeup), stopping_(stopping), secret_(secret),
+        refused_(refused), maxConnections_(connectionLimit()) {}
 
   void run();
 
@@ -77,6 +119,13 @@ class ServerLoop {
   using ConnectionId = uint64_t;
 
   void acceptAll();
+  // Reads what is left of the client's handshake reply, and checks it once it is whole.
+  void continueHandshake(Connection& connection);
+  void refuse(Connection& connection, const char* why);
+  // Closes handshakes past their deadline, requests that stopped arriving, replies not taken.
+  void expireStalled(Clock::time_point now);
+  size_t pendingHandshakes() const;
+  size_t liveConnections() const;
   // Reads what is ready; returns false when the client hung up (after processing what it sent).
   bool readAvailable(Connection& connection);
   // Handles every complete request in connection.in while the connection is servable.
@@ -84,6 +133,9 @@ class ServerLoop {
   void handle(ConnectionId id, Connection& connection, const uint8_t* body, size_t size);
   void reply(Connection& connection, Bytes frame);
   void flush(Connection& connection);
+  // Why key (with a value of valueBytes) may not be stored, or "" when it may.
+  std::string roomFor(const std::string& key, size_t valueBytes) const;
+  void store(const std::string& key, Bytes value);
   // Answers the parked gets of key (it now exists), then lets those clients go on.
   void wakeWaiters(const std::string& key);
   void unpark(ConnectionId id, Connection& connection);
@@ -104,9 +156,13 @@ class ServerLoop {
   int listenFd_;
   net::Wakeup& wakeup_;
   const std::atomic<bool>& stopping_;
+  const std::string& secret_;
+  std::atomic<uint64_t>& refused_;  // connections closed for failing the handshake
+  const size_t maxConnections_;
   Clock::time_point acceptPausedUntil_{};
 
   std::unordered_map<std::string, Bytes> values_;
+  size_t storedBytes_ = 0;  // keys and values
   std::unordered_map<std::string, std::vector<ConnectionId>> waiters_;
   // std::map: references stay valid while connections are added during a loop iteration.
   std::map<ConnectionId, Connection> connections_;
@@ -149,6 +205,11 @@ void ServerLoop::run() {
       Connection& connection = connections_.at(id);
       if (connection.closing) continue;
       guarded(connection, [&] {
+        if (!connection.authenticated()) {
+          if (revents & (POLLIN | POLLHUP | POLLERR)) continueHandshake(connection);
+          if (!connection.closing && (revents & POLLOUT) != 0) flush(connection);
+          return;
+        }
         if (revents & (POLLIN | POLLHUP | POLLERR)) {
           bool open = readAvailable(connection);
           processRequests(id, connection);
@@ -163,6 +224,7 @@ void ServerLoop::run() {
       });
     }
     expireParked(Clock::now());
+    expireStalled(Clock::now());
     closeFinished();
   }
 }
@@ -172,6 +234,11 @@ int ServerLoop::pollTimeoutMs(Clock::time_point now) const {
   if (now < acceptPausedUntil_) next = acceptPausedUntil_;
   for (const auto& [id, connection] : connections_) {
     if (connection.parked) next = std::min(next, connection.parkedDeadline);
+    if (!connection.authenticated()) next = std::min(next, connection.handshakeDeadline);
+    if (connection.partialSince) next = std::min(next, *connection.partialSince + kRequestTimeout);
+    if (connection.replyQueuedSince) {
+      next = std::min(next, *connection.replyQueuedSince + kRequestTimeout);
+    }
   }
   if (next == Clock::time_point::max()) return -1;
   if (next <= now) return 0;
@@ -190,9 +257,90 @@ void ServerLoop::acceptAll() {
       return;
     }
     if (!fd) return;
+    if (pendingHandshakes() >= kMaxPendingHandshakes || liveConnections() >= maxConnections_) {
+      // The oldest stranger still in the handshake gives way (a flood of them cannot keep the
+      // job's ranks out); with none, the newcomer is turned away.
+      auto oldest = connections_.end();
+      for (auto it = connections_.begin(); it != connections_.end(); ++it) {
+        if (!it->second.authenticated() && !it->second.closing) {
+          oldest = it;
+          break;  // ids grow with time: the first is the oldest
+        }
+      }
+      if (oldest == connections_.end()) continue;  // fd closes here
+      // Only marked: the loop is still walking the connections it polled; closeFinished() at the
+      // end of the iteration closes it.
+      refuse(oldest->second, "made way for a newer connection");
+    }
     Connection connection;
     connection.fd = std::move(fd);
+    connection.handshake = std::make_unique<auth::Acceptor>(secret_, auth::Purpose::Store);
+    connection.handshakeDeadline = Clock::now() + kHandshakeTimeout;
+    const auto& hello = connection.handshake->hello();
+    connection.out.assign(hello.begin(), hello.end());
     connections_.emplace(nextId_++, std::move(connection));
+  }
+}
+
+size_t ServerLoop::pendingHandshakes() const {
+  size_t pending = 0;
+  for (const auto& [id, connection] : connections_) {
+    pending += !connection.closing && !connection.authenticated() ? 1 : 0;
+  }
+  return pending;
+}
+
+size_t ServerLoop::liveConnections() const {
+  size_t live = 0;
+  for (const auto& [id, connection] : connections_) live += connection.closing ? 0 : 1;
+  return live;
+}
+
+void ServerLoop::refuse(Connection& connection, const char* why) {
+  (void)why;  // the count is what tests and reports read; the reason helps when debugging
+  connection.closing = true;
+  refused_.fetch_add(1);
+}
+
+void ServerLoop::continueHandshake(Connection& connection) {
+  const size_t wanted = auth::kReplyBytes - connection.in.size();
+  uint8_t bytes[auth::kReplyBytes];
+  size_t n = 0;
+  try {
+    n = net::readSome(connection.fd.get(), bytes, wanted);
+  } catch (const TransportError&) {
+    refuse(connection, "hung up during the handshake");
+    return;
+  }
+  connection.in.insert(connection.in.end(), bytes, bytes + n);
+  if (connection.in.size() < auth::kReplyBytes) return;
+  const auto accepted = connection.handshake->check(connection.in.data());
+  if (!accepted) {
+    refuse(connection, "did not prove the job's secret");
+    return;
+  }
+  connection.in.clear();
+  connection.handshake.reset();
+  const auth::Digest& proof = accepted->second;
+  connection.out.insert(connection.out.end(), proof.begin(), proof.end());
+  flush(connection);
+}
+
+void ServerLoop::expireStalled(Clock::time_point now) {
+  for (auto& [id, connection] : connections_) {
+    if (connection.closing) continue;
+    if (!connection.authenticated()) {
+      if (now >= connection.handshakeDeadline) refuse(connection, "handshake too slow");
+      continue;
+    }
+    // A request that began to arrive and stopped, or replies the client does not take, hold
+    // memory: the client has kRequestTimeout for either.
+    if (connection.partialSince && now - *connection.partialSince >= kRequestTimeout) {
+      connection.closing = true;
+    }
+    if (connection.replyQueuedSince && now - *connection.replyQueuedSince >= kRequestTimeout) {
+      connection.closing = true;
+    }
   }
 }
 
@@ -232,6 +380,12 @@ void ServerLoop::processRequests(ConnectionId id, Connection& connection) {
     handle(id, connection, body, length);
   }
   connection.in.erase(connection.in.begin(), connection.in.begin() + consumed);
+  // Bytes of a request still arriving start its deadline (kept while more of it comes).
+  if (connection.in.empty() || connection.parked) {
+    connection.partialSince.reset();
+  } else if (consumed > 0 || !connection.partialSince) {
+    connection.partialSince = Clock::now();
+  }
   if (!connection.closing) flush(connection);
 }
 
@@ -244,7 +398,11 @@ void ServerLoop::handle(ConnectionId id, Connection& connection, const uint8_t* 
       std::string key = request.str();
       Bytes value = request.bytes();
       request.expectEnd();
-      values_[key] = std::move(value);
+      if (const std::string full = roomFor(key, value.size()); !full.empty()) {
+        reply(connection, Encoder(Status::Error).str(full).finish());
+        return;
+      }
+      store(key, std::move(value));
       reply(connection, Encoder(Status::Ok).finish());
       wakeWaiters(key);
       return;
@@ -275,7 +433,11 @@ void ServerLoop::handle(ConnectionId id, Connection& connection, const uint8_t* 
       Bytes value = exists ? found->second : Bytes();
       try {
         int64_t next = storeproto::applyAdd(key, value, exists, delta);
-        values_[key] = std::move(value);
+        if (const std::string full = roomFor(key, value.size()); !full.empty()) {
+          reply(connection, Encoder(Status::Error).str(full).finish());
+          return;
+        }
+        store(key, std::move(value));
         reply(connection, Encoder(Status::Ok).i64(next).finish());
       } catch (const InvalidArgument& error) {
         reply(connection, Encoder(Status::Error).str(std::string(error.what())).finish());
@@ -286,6 +448,13 @@ void ServerLoop::handle(ConnectionId id, Connection& connection, const uint8_t* 
     }
     case Op::Check: {
       uint32_t count = request.u32();
+      if (count > storeproto::kMaxKeysPerCheck) {
+        reply(connection, Encoder(Status::Error)
+                              .str("store check of " + std::to_string(count) + " keys; at most " +
+                                   std::to_string(storeproto::kMaxKeysPerCheck) + " per request")
+                              .finish());
+        return;
+      }
       bool present = true;
       for (uint32_t i = 0; i < count; ++i) present = values_.count(request.str()) != 0 && present;
       request.expectEnd();
@@ -298,20 +467,47 @@ void ServerLoop::handle(ConnectionId id, Connection& connection, const uint8_t* 
                         .finish());
 }
 
+std::string ServerLoop::roomFor(const std::string& key, size_t valueBytes) const {
+  if (key.size() > storeproto::kMaxKeyBytes) {
+    return "store key of " + std::to_string(key.size()) + " bytes; at most " +
+           std::to_string(storeproto::kMaxKeyBytes);
+  }
+  auto found = values_.find(key);
+  const size_t freed = found == values_.end() ? 0 : key.size() + found->second.size();
+  if (storedBytes_ - freed + key.size() + valueBytes > kMaxStoredBytes) {
+    return "store full: it holds " + std::to_string(storedBytes_) + " bytes, at most " +
+           std::to_string(kMaxStoredBytes);
+  }
+  return "";
+}
+
+void ServerLoop::store(const std::string& key, Bytes value) {
+  auto found = values_.find(key);
+  if (found != values_.end()) storedBytes_ -= key.size() + found->second.size();
+  storedBytes_ += key.size() + value.size();
+  values_[key] = std::move(value);
+}
+
 void ServerLoop::reply(Connection& connection, Bytes frame) {
   connection.out.insert(connection.out.end(), frame.begin(), frame.end());
 }
 
 void ServerLoop::flush(Connection& connection) {
+  bool moved = false;
   while (connection.pendingReplyBytes() > 0) {
     size_t n = net::writeSome(connection.fd.get(), connection.out.data() + connection.outSent,
                               connection.pendingReplyBytes());
     if (n == 0) break;  // socket buffer full: POLLOUT will bring us back
     connection.outSent += n;
+    moved = true;
   }
   if (connection.outSent == connection.out.size()) {
     connection.out.clear();
     connection.outSent = 0;
+    connection.replyQueuedSince.reset();
+  } else if (!connection.replyQueuedSince || moved) {
+    // The client is taking its replies: the deadline counts from its last progress.
+    connection.replyQueuedSince = Clock::now();
   }
 }
 
@@ -374,19 +570,25 @@ struct TcpStoreServer::State {
   net::UniqueFd listener;
   net::Wakeup wakeup;
   std::atomic<bool> stopping{false};
+  std::string secret;
+  std::atomic<uint64_t> refused{0};
   int port = 0;
   std::mutex stopMutex;
   std::thread thread;
 };
 
-TcpStoreServer::TcpStoreServer(const std::string& host, int port)
+TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::string& secret)
     : state_(std::make_unique<State>()) {
+  if (secret.empty()) throw InvalidArgument("TcpStoreServer: the job's secret is empty");
+  state_->secret = secret;
   state_->listener = net::listenTcp(host, port);
   state_->port = net::localAddress(state_->listener.get()).port();
   State* state = state_.get();
   state_->thread = std::thread([state] {
     try {
-      ServerLoop(state->listener.get(), state->wakeup, state->stopping).run();
+      ServerLoop(state->listener.get(), state->wakeup, state->stopping, state->secret,
+                 state->refused)
+          .run();
     } catch (const std::exception& error) {
       // Only poll() itself failing gets here. Ending the thread closes every connection, so the
       // clients raise TransportError rather than wait.
@@ -399,6 +601,8 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port)
 TcpStoreServer::~TcpStoreServer() { stop(); }
 
 int TcpStoreServer::port() const { return state_->port; }
+
+uint64_t TcpStoreServer::refusedConnections() const { return state_->refused.load(); }
 
 void TcpStoreServer::stop() {
   std::lock_guard<std::mutex> lock(state_->stopMutex);
@@ -452,6 +656,7 @@ auto parseReply(const Bytes& body, const std::string& operation, const std::stri
 struct TcpStore::State {
   std::string host;
   int port = 0;
+  std::string secret;
   std::string address;                       // "host:port", for messages
   std::chrono::milliseconds requestTimeout;  // of set() and add()
   std::string localHost;
@@ -471,7 +676,25 @@ struct TcpStore::State {
                         const std::string& operation);
   [[noreturn]] void fail(const std::string& operation, const std::string& why,
                          Clock::time_point start);
+  // A new connection, past the handshake.
+  net::UniqueFd open(Clock::time_point deadline);
 };
+
+net::UniqueFd TcpStore::State::open(Clock::time_point deadline) {
+  net::UniqueFd fd = net::connectTcp(host, port, deadline);
+  const auto start = Clock::now();
+  try {
+    auth::connectHandshake(fd.get(), secret, auth::Purpose::Store, auth::Caller{},
+                           std::min(deadline, net::deadlineAfter(kHandshakeTimeout)),
+                           "the store at " + address);
+  } catch (const TimeoutError&) {
+    const double waited = net::secondsSince(start);
+    throw TimeoutError("the store at " + address + " did not answer the handshake within " +
+                           storeproto::formatSeconds(waited) + " s (is it a ringcomm store?)",
+                       FailureContext{"store connect", -1, -1, waited});
+  }
+  return fd;
+}
 
 void TcpStore::State::fail(const std::string& operation, const std::string& why,
                            Clock::time_point start) {
@@ -494,7 +717,7 @@ net::UniqueFd TcpStore::State::acquire(Clock::time_point start, Clock::time_poin
   // but a burst of ranks connecting at once can briefly fill the listen backlog.
   try {
     auto connectDeadline = std::min(deadline, net::deadlineAfter(kExtraConnectTimeout));
-    return net::connectTcp(host, port, connectDeadline);
+    return open(connectDeadline);
   } catch (const TimeoutError& error) {
     fail(operation, std::string("cannot open another connection: ") + error.what(), start);
   }
@@ -535,16 +758,19 @@ Bytes TcpStore::State::call(const Bytes& frame, Clock::time_point start,
   }
 }
 
-TcpStore::TcpStore(const std::string& host, int port, std::chrono::milliseconds connectTimeout)
+TcpStore::TcpStore(const std::string& host, int port, std::chrono::milliseconds connectTimeout,
+                   const std::string& secret)
     : state_(std::make_unique<State>()) {
+  if (secret.empty()) throw InvalidArgument("TcpStore: the job's secret is empty");
   state_->host = host;
   state_->port = port;
+  state_->secret = secret;
   state_->address = net::formatHostPort(host, port);
   state_->requestTimeout = std::max(connectTimeout, kMinRequestTimeout);
   const auto start = Clock::now();
   net::UniqueFd fd;
   try {
-    fd = net::connectTcp(host, port, net::deadlineAfter(connectTimeout));
+    fd = state_->open(net::deadlineAfter(connectTimeout));
   } catch (const TimeoutError& error) {
     throw TimeoutError(std::string("store: ") + error.what(),
                        FailureContext{"store connect", -1, -1, net::secondsSince(start)});
@@ -596,6 +822,33 @@ int64_t TcpStore::add(const std::string& key, int64_t delta) {
     if (status == Status::Error) throw InvalidArgument(reply.str());
     state_->fail(operation, "bad reply", start);
   });
+}
+
+// A get that the server answers at once (timeoutMs 0) and a set, each under one deadline for the
+// whole call, the reply included: a store across a dead link costs the caller `within`, no more.
+std::optional<Bytes> TcpStore::tryGet(const std::string& key, std::chrono::milliseconds within) {
+  const auto start = Clock::now();
+  try {
+    Bytes frame = Encoder(Op::Get).str(key).i64(0).finish();
+    Bytes body = state_->call(frame, start, net::deadlineAfter(within), quoted("get", key));
+    Decoder reply(body.data(), body.size());
+    if (static_cast<Status>(reply.u8()) != Status::Ok) return std::nullopt;
+    return reply.bytes();
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+bool TcpStore::trySet(const std::string& key, const Bytes& value,
+                      std::chrono::milliseconds within) {
+  const auto start = Clock::now();
+  try {
+    Bytes frame = Encoder(Op::Set).str(key).str(value).finish();
+    Bytes body = state_->call(frame, start, net::deadlineAfter(within), quoted("set", key));
+    return !body.empty() && static_cast<Status>(body[0]) == Status::Ok;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 std::string TcpStore::localAddress() const { return state_->localHost; }

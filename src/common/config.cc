@@ -2,7 +2,13 @@
 // mean the same to ringcomm).
 #include "ringcomm/config.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -31,6 +37,27 @@ double parseNumber(const char* name, const char* text) {
   } catch (const std::exception&) {
   }
   throw InvalidArgument(std::string(name) + " must be a non-negative number; got '" + text + "'");
+}
+
+// RINGCOMM_SECRET_FILE: the secret is the file's contents without a trailing newline. A file that
+// others may read is refused: the secret would not be one.
+std::string readSecretFile(const char* path) {
+  struct stat info {};
+  if (stat(path, &info) != 0) {
+    throw InvalidArgument(std::string("RINGCOMM_SECRET_FILE=") + path + ": " + std::strerror(errno));
+  }
+  if ((info.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    throw InvalidArgument(std::string("RINGCOMM_SECRET_FILE=") + path +
+                          " may be read by other users; make it readable by its owner only "
+                          "(chmod 600)");
+  }
+  std::ifstream file(path, std::ios::binary);
+  std::string secret((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
+  if (secret.empty()) {
+    throw InvalidArgument(std::string("RINGCOMM_SECRET_FILE=") + path + " is empty");
+  }
+  return secret;
 }
 
 }  // namespace
@@ -64,6 +91,13 @@ Config Config::fromEnvironment() {
   if (const char* v = variable("RINGCOMM_ALGORITHM")) config.algorithm = parseAlgorithm(v);
   if (const char* v = variable("RINGCOMM_CUDA_PATH")) config.cudaPath = parseCudaPath(v);
   if (const char* v = variable("CUDA_MPS_PIPE_DIRECTORY")) config.mpsPipeDirectory = v;
+  if (const char* v = variable("RINGCOMM_SECRET")) config.secret = v;
+  if (const char* v = variable("RINGCOMM_SECRET_FILE")) {
+    if (!config.secret.empty()) {
+      throw InvalidArgument("set RINGCOMM_SECRET or RINGCOMM_SECRET_FILE, not both");
+    }
+    config.secret = readSecretFile(v);
+  }
   if (const char* v = variable("RINGCOMM_SOCKET_IFNAME")) config.socketInterface = v;
   if (const char* v = variable("RINGCOMM_LISTEN_ADDRESS")) config.listenAddress = v;
   if (const char* v = variable("RINGCOMM_HOSTID")) config.hostId = v;

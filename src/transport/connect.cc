@@ -7,10 +7,14 @@
 #include <cstdio>
 
 #include <algorithm>
+#include <cstring>
+#include <list>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 
+#include "auth/handshake.h"
 #include "common/failure.h"
 #include "ringcomm/errors.h"
 #include "transport/shm/segment.h"
@@ -20,19 +24,12 @@
 namespace ringcomm::transport {
 namespace {
 
-constexpr uint32_t kHelloMagic = 0x52434d48;  // "RCMH"
 // How often setup waits look at the local ranks' processes (a dead one is named at once).
 constexpr std::chrono::milliseconds kPeerCheckInterval{200};
-
-// The first bytes on every TCP connection: who is calling whom, and the job's secret. A listener
-// drops connections that do not present the secret before reading any data from them.
-struct Hello {
-  uint32_t magic;
-  uint32_t from;
-  uint32_t to;
-  uint32_t reserved;
-  uint64_t secret;
-};
+// A connection to this rank's port has this long to prove the job's secret.
+constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
+// Connections in their handshake at once; past this the oldest gives way to a newcomer.
+constexpr size_t kMaxPendingHandshakes = 256;
 
 std::string rankList(const std::set<int>& ranks) {
   std::ostringstream text;
@@ -154,6 +151,23 @@ bool setUpSharedMemory(Store& store, int rank, Links& links, const bootstrap::Re
   return true;
 }
 
+// One connection to this rank's listener whose caller has not yet proved the job's secret.
+struct PendingHandshake {
+  net::UniqueFd fd;
+  std::unique_ptr<auth::Acceptor> acceptor;
+  size_t helloSent = 0;
+  Bytes reply;
+  Clock::time_point deadline;
+};
+
+// Lower ranks listen, higher ranks call: each pair connects exactly once. The caller proves the
+// job's secret and has the listener prove it back (auth handshake, purpose Data, naming both
+// ranks) before a byte of payload moves.
+//
+// The listener serves every connection still in its handshake from one poll() loop, each with
+// kHandshakeTimeout: a stranger that connects and sends nothing, a few bytes, garbage or a wrong
+// proof is dropped without holding up anyone else, and at most kMaxPendingHandshakes wait at once
+// (the oldest gives way to a newcomer, so a flood delays the job's ranks, never keeps them out).
 void setUpTcp(int rank, const std::vector<int>& tcpPeers, Links& links,
               const bootstrap::Rendezvous& rendezvous, net::UniqueFd listener, const Config& config,
               std::chrono::milliseconds timeout) {
@@ -161,57 +175,122 @@ void setUpTcp(int rank, const std::vector<int>& tcpPeers, Links& links,
   label.collective = "connecting to peers";
   const Operation op(label, rank, timeout);
   std::map<int, net::UniqueFd> connected;
-  // Lower ranks listen, higher ranks call: each pair connects exactly once.
   for (int peer : tcpPeers) {
     if (peer > rank) continue;
     const bootstrap::RankRecord& record = rendezvous.ranks[peer];
     net::UniqueFd fd = net::connectTcp(record.address, record.port, op.deadline);
-    Hello hello{kHelloMagic, static_cast<uint32_t>(rank), static_cast<uint32_t>(peer), 0,
-                rendezvous.secret};
-    net::writeFully(fd.get(), &hello, sizeof(hello), op.deadline);
+    try {
+      auth::connectHandshake(fd.get(), config.secret, auth::Purpose::Data,
+                             auth::Caller{rank, peer}, op.deadline,
+                             "rank " + std::to_string(peer));
+    } catch (const TimeoutError& error) {
+      raisePeerFailure<TimeoutError>(op, peer, "rank " + std::to_string(peer) +
+                                                   " did not finish the handshake: " + error.what());
+    } catch (const TransportError& error) {
+      raisePeerFailure<TransportError>(op, peer, error.what());
+    }
     connected[peer] = std::move(fd);
   }
+
   std::set<int> awaited;
   for (int peer : tcpPeers) {
     if (peer > rank) awaited.insert(peer);
   }
+  std::list<PendingHandshake> pending;
+  size_t refused = 0;
+  auto drop = [&](std::list<PendingHandshake>::iterator it) {
+    ++refused;
+    return pending.erase(it);
+  };
   while (!awaited.empty()) {
-    if (!net::waitReady(listener.get(), POLLIN, op.deadline)) {
+    Clock::time_point wake = op.deadline;
+    std::vector<pollfd> fds{{listener.get(), POLLIN, 0}};
+    for (const PendingHandshake& handshake : pending) {
+      const bool helloLeft = handshake.helloSent < auth::kHelloBytes;
+      fds.push_back({handshake.fd.get(), static_cast<short>(POLLIN | (helloLeft ? POLLOUT : 0)), 0});
+      wake = std::min(wake, handshake.deadline);
+    }
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()).count();
+    if (::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<int64_t>(left, 0, 1000))) < 0 &&
+        errno != EINTR) {
+      throw TransportError(std::string("ringcomm: poll() failed: ") + std::strerror(errno),
+                           FailureContext{label.collective, rank, -1, 0.0});
+    }
+    if (op.expired()) {
       raisePeerFailure<TimeoutError>(op, *awaited.begin(),
                                      "timed out waiting for ranks " + rankList(awaited) +
                                          " to connect");
     }
-    net::UniqueFd fd = net::acceptTcp(listener.get());
-    if (!fd) continue;
-    Hello hello{};
-    try {
-      net::readFully(fd.get(), &hello, sizeof(hello), op.deadline);
-    } catch (const Error&) {
-      continue;  // not one of ours, or gone already
-    }
-    const int from = static_cast<int>(hello.from);
-    if (hello.magic != kHelloMagic || hello.secret != rendezvous.secret ||
-        hello.to != static_cast<uint32_t>(rank) || awaited.count(from) == 0) {
-      continue;  // wrong job or a stray connection: drop it without reading anything more
-    }
-    uint64_t ack = rendezvous.secret;
-    net::writeFully(fd.get(), &ack, sizeof(ack), op.deadline);
-    connected[from] = std::move(fd);
-    awaited.erase(from);
-  }
-  for (auto& [peer, fd] : connected) {
-    if (peer < rank) {
-      uint64_t ack = 0;
-      try {
-        net::readFully(fd.get(), &ack, sizeof(ack), op.deadline);
-      } catch (const Error& error) {
-        raisePeerFailure<TransportError>(op, peer, "rank " + std::to_string(peer) +
-                                                       " did not accept the connection: " + error.what());
+    // Newcomers: each gets the hello at once.
+    if (fds[0].revents != 0) {
+      for (;;) {
+        net::UniqueFd fd;
+        try {
+          fd = net::acceptTcp(listener.get());
+        } catch (const TransportError&) {
+          break;  // out of descriptors: the handshakes in progress finish or expire first
+        }
+        if (!fd) break;
+        if (pending.size() >= kMaxPendingHandshakes) drop(pending.begin());
+        PendingHandshake handshake;
+        handshake.fd = std::move(fd);
+        handshake.acceptor = std::make_unique<auth::Acceptor>(config.secret, auth::Purpose::Data);
+        handshake.deadline = Clock::now() + kHandshakeTimeout;
+        pending.push_back(std::move(handshake));
       }
     }
-    links.streams[peer] =
-        std::make_unique<TcpStream>(fd.release(), peer, config.socketBufferBytes,
-                                    config.linkTimeout);
+    const Clock::time_point now = Clock::now();
+    for (auto it = pending.begin(); it != pending.end();) {
+      PendingHandshake& handshake = *it;
+      try {
+        while (handshake.helloSent < auth::kHelloBytes) {
+          const size_t n = net::writeSome(handshake.fd.get(),
+                                          handshake.acceptor->hello().data() + handshake.helloSent,
+                                          auth::kHelloBytes - handshake.helloSent);
+          if (n == 0) break;
+          handshake.helloSent += n;
+        }
+        uint8_t bytes[auth::kReplyBytes];
+        const size_t n = net::readSome(handshake.fd.get(), bytes,
+                                       auth::kReplyBytes - handshake.reply.size());
+        handshake.reply.insert(handshake.reply.end(), bytes, bytes + n);
+      } catch (const TransportError&) {
+        it = drop(it);  // gone, or reset
+        continue;
+      }
+      if (handshake.reply.size() < auth::kReplyBytes) {
+        it = now >= handshake.deadline ? drop(it) : std::next(it);
+        continue;
+      }
+      const auto accepted = handshake.acceptor->check(handshake.reply.data());
+      // Only a rank this one still waits for, calling this very rank, with the secret.
+      if (!accepted || accepted->first.to != rank || awaited.count(accepted->first.from) == 0) {
+        it = drop(it);
+        continue;
+      }
+      const auth::Digest& proof = accepted->second;
+      try {
+        net::writeFully(handshake.fd.get(), proof.data(), proof.size(),
+                        std::min(op.deadline, now + kHandshakeTimeout));
+      } catch (const Error&) {
+        it = drop(it);
+        continue;
+      }
+      const int from = accepted->first.from;
+      connected[from] = std::move(handshake.fd);
+      awaited.erase(from);
+      it = pending.erase(it);
+    }
+  }
+  if (refused > 0) {
+    std::fprintf(stderr,
+                 "ringcomm: warning: rank %d dropped %zu connection(s) to its port that did not "
+                 "prove the job's secret (strangers, or ranks of another job)\n",
+                 rank, refused);
+  }
+  for (auto& [peer, fd] : connected) {
+    links.streams[peer] = std::make_unique<TcpStream>(fd.release(), peer, config.socketBufferBytes,
+                                                      config.linkTimeout);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "auth/handshake.h"
 #include "bootstrap/store_protocol.h"
 #include "check.h"
 #include "common/socket.h"
@@ -23,6 +24,7 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr const char* kLoopback = "127.0.0.1";
+const std::string kSecret = "the test job's secret";
 
 Bytes bytesOf(const std::string& text) { return Bytes(text.begin(), text.end()); }
 std::string textOf(const Bytes& bytes) { return std::string(bytes.begin(), bytes.end()); }
@@ -58,10 +60,14 @@ double secondsBetween(std::chrono::steady_clock::time_point a,
   return std::chrono::duration<double>(b - a).count();
 }
 
-// A client that speaks the wire format by hand, to send what TcpStore never would.
+// A client that speaks the wire format by hand, to send what TcpStore never would (after the
+// handshake, which it passes with the job's secret).
 struct RawClient {
   net::UniqueFd fd;
-  explicit RawClient(int port) : fd(net::connectTcp(kLoopback, port, net::deadlineAfter(5s))) {}
+  explicit RawClient(int port) : fd(net::connectTcp(kLoopback, port, net::deadlineAfter(5s))) {
+    auth::connectHandshake(fd.get(), kSecret, auth::Purpose::Store, auth::Caller{},
+                           net::deadlineAfter(5s), "the test store");
+  }
   void send(const Bytes& frame) {
     net::writeFully(fd.get(), frame.data(), frame.size(), net::deadlineAfter(5s));
   }
@@ -205,9 +211,9 @@ TEST(socketConnectTimesOutNamingTheAddress) {
 // ---- TcpStoreServer / TcpStore ------------------------------------------------------------------
 
 TEST(tcpStoreSetGetAdd) {
-  TcpStoreServer server(kLoopback, 0);
+  TcpStoreServer server(kLoopback, 0, kSecret);
   CHECK(server.port() > 0);
-  TcpStore store(kLoopback, server.port(), 5s);
+  TcpStore store(kLoopback, server.port(), 5s, kSecret);
   store.set("k", bytesOf("v"));
   CHECK_EQ(textOf(store.get("k", 1s)), "v");
   store.set("k", bytesOf("w"));
@@ -225,9 +231,9 @@ TEST(tcpStoreSetGetAdd) {
 }
 
 TEST(tcpStoreLargeValue) {
-  TcpStoreServer server(kLoopback, 0);
-  TcpStore writer(kLoopback, server.port(), 5s);
-  TcpStore reader(kLoopback, server.port(), 5s);
+  TcpStoreServer server(kLoopback, 0, kSecret);
+  TcpStore writer(kLoopback, server.port(), 5s, kSecret);
+  TcpStore reader(kLoopback, server.port(), 5s, kSecret);
   Bytes value(5 * 1024 * 1024);
   for (size_t i = 0; i < value.size(); ++i) value[i] = uint8_t(i * 7 + 1);
   std::thread setter([&] { writer.set("big", value); });
@@ -239,14 +245,14 @@ TEST(tcpStoreLargeValue) {
 TEST(tcpStoreManyClientsRendezvous) {
   // Every "rank" publishes its address and reads everyone else's, as bootstrap does.
   constexpr int kRanks = 8;
-  TcpStoreServer server(kLoopback, 0);
+  TcpStoreServer server(kLoopback, 0, kSecret);
   std::vector<std::thread> ranks;
   std::vector<std::string> failures(kRanks);
   std::vector<int64_t> arrivals(kRanks);
   for (int rank = 0; rank < kRanks; ++rank) {
     ranks.emplace_back([&, rank] {
       try {
-        TcpStore store(kLoopback, server.port(), 5s);
+        TcpStore store(kLoopback, server.port(), 5s, kSecret);
         store.set("rank" + std::to_string(rank) + "/addr", bytesOf("host-" + std::to_string(rank)));
         for (int peer = 0; peer < kRanks; ++peer) {
           Bytes value = store.get("rank" + std::to_string(peer) + "/addr", 10s);
@@ -266,9 +272,9 @@ TEST(tcpStoreManyClientsRendezvous) {
 }
 
 TEST(tcpStoreGetBlocksUntilALaterSet) {
-  TcpStoreServer server(kLoopback, 0);
-  TcpStore waiter(kLoopback, server.port(), 5s);
-  TcpStore setter(kLoopback, server.port(), 5s);
+  TcpStoreServer server(kLoopback, 0, kSecret);
+  TcpStore waiter(kLoopback, server.port(), 5s, kSecret);
+  TcpStore setter(kLoopback, server.port(), 5s, kSecret);
   std::thread late([&] {
     std::this_thread::sleep_for(150ms);
     setter.set("late", bytesOf("value"));
@@ -290,8 +296,8 @@ TEST(tcpStoreGetBlocksUntilALaterSet) {
 }
 
 TEST(tcpStoreGetTimeoutNamesKeyAndSeconds) {
-  TcpStoreServer server(kLoopback, 0);
-  TcpStore store(kLoopback, server.port(), 5s);
+  TcpStoreServer server(kLoopback, 0, kSecret);
+  TcpStore store(kLoopback, server.port(), 5s, kSecret);
   try {
     store.get("rank3/addr", 200ms);
     CHECK(false);
@@ -308,15 +314,15 @@ TEST(tcpStoreGetTimeoutNamesKeyAndSeconds) {
 TEST(tcpStoreAddFromManyThreadsIsExact) {
   constexpr int kThreads = 8;
   constexpr int kAddsPerThread = 500;
-  TcpStoreServer server(kLoopback, 0);
+  TcpStoreServer server(kLoopback, 0, kSecret);
   // Half the threads share one client (exercising its mutex), half have their own.
-  TcpStore shared(kLoopback, server.port(), 5s);
+  TcpStore shared(kLoopback, server.port(), 5s, kSecret);
   std::vector<std::vector<int64_t>> seen(kThreads);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       std::unique_ptr<TcpStore> own;
-      if (t % 2 == 1) own = std::make_unique<TcpStore>(kLoopback, server.port(), 5s);
+      if (t % 2 == 1) own = std::make_unique<TcpStore>(kLoopback, server.port(), 5s, kSecret);
       Store& store = own ? static_cast<Store&>(*own) : static_cast<Store&>(shared);
       for (int i = 0; i < kAddsPerThread; ++i) seen[t].push_back(store.add("total", 1));
     });
@@ -336,15 +342,15 @@ TEST(tcpStoreClientRetriesUntilServerStarts) {
   std::string value;
   std::thread client([&] {
     try {
-      TcpStore store(kLoopback, port, 10s);  // the server is not up yet
+      TcpStore store(kLoopback, port, 10s, kSecret);  // the server is not up yet
       value = textOf(store.get("ready", 10s));
     } catch (const std::exception& error) {
       failure = error.what();
     }
   });
   std::this_thread::sleep_for(300ms);
-  TcpStoreServer server(kLoopback, port);
-  TcpStore store(kLoopback, port, 5s);
+  TcpStoreServer server(kLoopback, port, kSecret);
+  TcpStore store(kLoopback, port, 5s, kSecret);
   store.set("ready", bytesOf("yes"));
   client.join();
   CHECK_EQ(failure, "");
@@ -354,17 +360,17 @@ TEST(tcpStoreClientRetriesUntilServerStarts) {
 TEST(tcpStoreConnectTimeout) {
   int port = unusedPort();
   std::string message =
-      messageOf<TimeoutError>([&] { TcpStore store(kLoopback, port, 200ms); });
+      messageOf<TimeoutError>([&] { TcpStore store(kLoopback, port, 200ms, kSecret); });
   CHECK(contains(message, "127.0.0.1:" + std::to_string(port)));
 }
 
 TEST(tcpStoreServerStopFailsWaitingClients) {
-  auto server = std::make_unique<TcpStoreServer>(kLoopback, 0);
+  auto server = std::make_unique<TcpStoreServer>(kLoopback, 0, kSecret);
   int port = server->port();
   constexpr int kWaiters = 3;
   std::vector<std::unique_ptr<TcpStore>> clients;
   for (int i = 0; i < kWaiters; ++i) {
-    clients.push_back(std::make_unique<TcpStore>(kLoopback, port, 5s));
+    clients.push_back(std::make_unique<TcpStore>(kLoopback, port, 5s, kSecret));
   }
   std::vector<std::string> errors(kWaiters);
   std::vector<double> waited(kWaiters);
@@ -406,16 +412,16 @@ TEST(tcpStoreServerStopFailsWaitingClients) {
 TEST(tcpStoreServerDestructorIsPromptWithIdleClients) {
   auto start = std::chrono::steady_clock::now();
   {
-    TcpStoreServer server(kLoopback, 0);
-    TcpStore a(kLoopback, server.port(), 5s);
-    TcpStore b(kLoopback, server.port(), 5s);
+    TcpStoreServer server(kLoopback, 0, kSecret);
+    TcpStore a(kLoopback, server.port(), 5s, kSecret);
+    TcpStore b(kLoopback, server.port(), 5s, kSecret);
     a.set("x", bytesOf("1"));
   }
   CHECK(secondsBetween(start, std::chrono::steady_clock::now()) < 2.0);
 }
 
 TEST(tcpStoreServerSurvivesMisbehavingClients) {
-  TcpStoreServer server(kLoopback, 0);
+  TcpStoreServer server(kLoopback, 0, kSecret);
   int port = server.port();
   {
     // Half a request, then gone.
@@ -446,7 +452,7 @@ TEST(tcpStoreServerSurvivesMisbehavingClients) {
     // A set then an immediate hang-up still takes effect.
     odd.send(storeproto::Encoder(storeproto::Op::Set).str("parting").str("gift").finish());
   }
-  TcpStore store(kLoopback, port, 5s);
+  TcpStore store(kLoopback, port, 5s, kSecret);
   store.set("later", bytesOf("now"));  // wakes nobody: the waiter has gone
   CHECK_EQ(textOf(store.get("later", 1s)), "now");
   CHECK_EQ(textOf(store.get("parting", 5s)), "gift");
@@ -454,7 +460,7 @@ TEST(tcpStoreServerSurvivesMisbehavingClients) {
 }
 
 TEST(tcpStoreCheckAndPipelinedRequests) {
-  TcpStoreServer server(kLoopback, 0);
+  TcpStoreServer server(kLoopback, 0, kSecret);
   RawClient raw(server.port());
   using storeproto::Encoder;
   using storeproto::Op;
@@ -477,7 +483,7 @@ TEST(tcpStoreCheckAndPipelinedRequests) {
     batch.insert(batch.end(), frame.begin(), frame.end());
   }
   raw.send(batch);
-  TcpStore store(kLoopback, server.port(), 5s);
+  TcpStore store(kLoopback, server.port(), 5s, kSecret);
   std::this_thread::sleep_for(50ms);
   // The add queued behind the parked get has not run yet.
   messageOf<TimeoutError>([&] { store.get("c", 0ms); });
@@ -497,23 +503,23 @@ TEST(tcpStoreCheckAndPipelinedRequests) {
 
 TEST(tcpStoreServerHostsAndPorts) {
   for (const char* host : {"", "0.0.0.0", "127.0.0.1", "localhost"}) {
-    TcpStoreServer server(host, 0);
-    TcpStore store(kLoopback, server.port(), 5s);
+    TcpStoreServer server(host, 0, kSecret);
+    TcpStore store(kLoopback, server.port(), 5s, kSecret);
     store.set("h", bytesOf(host));
     CHECK_EQ(textOf(store.get("h", 1s)), host);
     CHECK_EQ(store.localAddress(), "127.0.0.1");
   }
-  TcpStoreServer first(kLoopback, 0);
+  TcpStoreServer first(kLoopback, 0, kSecret);
   std::string message =
-      messageOf<TransportError>([&] { TcpStoreServer second(kLoopback, first.port()); });
+      messageOf<TransportError>([&] { TcpStoreServer second(kLoopback, first.port(), kSecret); });
   CHECK(contains(message, "127.0.0.1:" + std::to_string(first.port())));
-  messageOf<InvalidArgument>([] { TcpStoreServer bad(kLoopback, -1); });
-  messageOf<InvalidArgument>([] { TcpStore bad(kLoopback, 0, 1s); });
+  messageOf<InvalidArgument>([] { TcpStoreServer bad(kLoopback, -1, kSecret); });
+  messageOf<InvalidArgument>([] { TcpStore bad(kLoopback, 0, 1s, kSecret); });
 }
 
 TEST(prefixStoreOverTcpStore) {
-  TcpStoreServer server(kLoopback, 0);
-  auto base = std::make_shared<TcpStore>(kLoopback, server.port(), 5s);
+  TcpStoreServer server(kLoopback, 0, kSecret);
+  auto base = std::make_shared<TcpStore>(kLoopback, server.port(), 5s, kSecret);
   PrefixStore a("comm0", base);
   PrefixStore b("comm1", base);
   a.set("rank0", bytesOf("x"));
@@ -532,8 +538,8 @@ TEST(prefixStoreOverTcpStore) {
 
 TEST(tcpStoreSharedClientSetWhileGetParked) {
   // One TcpStore shared by two threads: the set() must not queue behind the parked get().
-  TcpStoreServer server(kLoopback, 0);
-  TcpStore store(kLoopback, server.port(), 5s);
+  TcpStoreServer server(kLoopback, 0, kSecret);
+  TcpStore store(kLoopback, server.port(), 5s, kSecret);
   std::thread setter([&] {
     std::this_thread::sleep_for(50ms);
     store.set("k", bytesOf("v"));
@@ -546,14 +552,14 @@ TEST(tcpStoreSharedClientSetWhileGetParked) {
 }
 
 TEST(tcpStoreSilentServerTimesOut) {
-  // Something listens (the kernel completes the handshake) but never answers.
+  // Something listens (the kernel completes TCP's handshake) but never sends ringcomm's.
   net::UniqueFd listener = net::listenTcp(kLoopback, 0);
   int port = net::localAddress(listener.get()).port();
-  TcpStore store(kLoopback, port, 5s);
   auto start = std::chrono::steady_clock::now();
-  std::string message = messageOf<TimeoutError>([&] { store.get("k", 100ms); });
+  std::string message =
+      messageOf<TimeoutError>([&] { TcpStore store(kLoopback, port, 5s, kSecret); });
   double waited = secondsBetween(start, std::chrono::steady_clock::now());
-  CHECK(startsWith(message, "store get('k') timed out after "));
+  CHECK(contains(message, "did not answer the handshake"));
   CHECK(contains(message, "127.0.0.1:" + std::to_string(port)));
   CHECK(waited < 15.0);
 }
@@ -573,9 +579,9 @@ TEST(tcpStoreLeavesNoThreadsOrDescriptors) {
   size_t fdsBefore = countEntries("/proc/self/fd");
   size_t threadsBefore = countEntries("/proc/self/task");
   {
-    TcpStoreServer server(kLoopback, 0);
-    TcpStore a(kLoopback, server.port(), 5s);
-    auto b = std::make_shared<TcpStore>(kLoopback, server.port(), 5s);
+    TcpStoreServer server(kLoopback, 0, kSecret);
+    TcpStore a(kLoopback, server.port(), 5s, kSecret);
+    auto b = std::make_shared<TcpStore>(kLoopback, server.port(), 5s, kSecret);
     std::thread waiter([&] { b->get("x", 10s); });
     std::this_thread::sleep_for(20ms);
     a.set("x", bytesOf("1"));
@@ -586,4 +592,89 @@ TEST(tcpStoreLeavesNoThreadsOrDescriptors) {
   }
   CHECK_EQ(countEntries("/proc/self/fd"), fdsBefore);
   CHECK_EQ(countEntries("/proc/self/task"), threadsBefore);
+}
+
+// ---- Strangers: the handshake, and the bounds on what a client may make the server hold ---------
+
+// Connects and reads the server's hello, as a stranger would, then sends `reply`; returns whether
+// the server closed the connection within a few seconds.
+bool closedAfterSending(int port, const Bytes& reply) {
+  net::UniqueFd fd = net::connectTcp(kLoopback, port, net::deadlineAfter(5s));
+  uint8_t hello[auth::kHelloBytes];
+  net::readFully(fd.get(), hello, sizeof(hello), net::deadlineAfter(5s));
+  if (!reply.empty()) net::writeFully(fd.get(), reply.data(), reply.size(), net::deadlineAfter(5s));
+  uint8_t byte = 0;
+  try {
+    net::readFully(fd.get(), &byte, 1, net::deadlineAfter(8s));
+  } catch (const TransportError&) {
+    return true;
+  } catch (const TimeoutError&) {
+    return false;
+  }
+  return false;
+}
+
+TEST(tcpStoreRefusesClientsWithoutTheSecret) {
+  TcpStoreServer server(kLoopback, 0, kSecret);
+  // The wrong secret: refused by the server (and the client says why).
+  std::string message =
+      messageOf<TransportError>([&] { TcpStore stranger(kLoopback, server.port(), 5s, "guess"); });
+  CHECK(contains(message, "refused this rank's proof"));
+  // A frame where the handshake should be, and random bytes of the handshake's length.
+  const Bytes frame = storeproto::Encoder(storeproto::Op::Set).str("job").str("mine").finish();
+  CHECK(closedAfterSending(server.port(), frame));
+  Bytes noise(auth::kReplyBytes);
+  auth::randomBytes(noise.data(), noise.size());
+  CHECK(closedAfterSending(server.port(), noise));
+  // Silence: closed at the handshake's deadline (5 s).
+  CHECK(closedAfterSending(server.port(), Bytes{}));
+  CHECK(server.refusedConnections() >= 4);
+  // Nothing they sent took effect, and the job's own clients are served.
+  TcpStore store(kLoopback, server.port(), 5s, kSecret);
+  messageOf<TimeoutError>([&] { store.get("job", 0ms); });
+  store.set("job", bytesOf("ours"));
+  CHECK_EQ(textOf(store.get("job", 1s)), "ours");
+}
+
+TEST(tcpStoreClientRefusesAServerWithoutTheSecret) {
+  TcpStoreServer impostor(kLoopback, 0, "another job's secret");
+  std::string message =
+      messageOf<TransportError>([&] { TcpStore store(kLoopback, impostor.port(), 5s, kSecret); });
+  CHECK(contains(message, "the store at"));
+}
+
+TEST(tcpStoreFloodOfStrangersDoesNotKeepClientsOut) {
+  TcpStoreServer server(kLoopback, 0, kSecret);
+  // More idle connections than the server lets wait in the handshake.
+  std::vector<net::UniqueFd> flood;
+  for (int i = 0; i < 400; ++i) {
+    flood.push_back(net::connectTcp(kLoopback, server.port(), net::deadlineAfter(5s)));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  TcpStore store(kLoopback, server.port(), 5s, kSecret);
+  store.set("k", bytesOf("v"));
+  CHECK_EQ(textOf(store.get("k", 1s)), "v");
+  CHECK(secondsBetween(start, std::chrono::steady_clock::now()) < 2.0);
+}
+
+TEST(tcpStoreBoundsWhatAClientMayStore) {
+  TcpStoreServer server(kLoopback, 0, kSecret);
+  RawClient raw(server.port());
+  using storeproto::Encoder;
+  using storeproto::Op;
+  // A key longer than the store takes: refused, and the connection goes on.
+  raw.send(Encoder(Op::Set).str(std::string(storeproto::kMaxKeyBytes + 1, 'k')).str("v").finish());
+  CHECK_EQ(int(raw.receive().at(0)), int(storeproto::Status::Error));
+  // A check of more keys than a request may name.
+  Encoder check(Op::Check);
+  check.u32(storeproto::kMaxKeysPerCheck + 1);
+  raw.send(check.finish());
+  CHECK_EQ(int(raw.receive().at(0)), int(storeproto::Status::Error));
+  // A length prefix beyond the largest frame ends the connection before anything is allocated.
+  raw.send(Bytes{0xff, 0xff, 0xff, 0x7f});
+  uint8_t byte = 0;
+  messageOf<TransportError>([&] { net::readFully(raw.fd.get(), &byte, 1, net::deadlineAfter(5s)); });
+  // A value over the limit never leaves the client.
+  TcpStore store(kLoopback, server.port(), 5s, kSecret);
+  messageOf<InvalidArgument>([&] { store.set("big", Bytes(storeproto::kMaxValueBytes + 1)); });
 }

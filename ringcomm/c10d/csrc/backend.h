@@ -25,8 +25,9 @@ namespace ringcomm::c10d_backend {
 
 class RingcommBackend : public ::c10d::Backend {
  public:
+  // secret: the job's (ringcomm/c10d/__init__.py settles it); empty: RINGCOMM_SECRET's.
   RingcommBackend(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
-                  std::chrono::milliseconds timeout);
+                  std::chrono::milliseconds timeout, const std::string& secret);
   ~RingcommBackend() override;
 
   const std::string getBackendName() const override { return "ringcomm"; }

@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,16 @@ class TorchStoreAdapter : public ringcomm::Store {
 
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
     store_->wait(keys, timeout);
+  }
+
+  // torch reads a zero timeout as "none": look first, then get.
+  std::optional<Bytes> tryGet(const std::string& key, std::chrono::milliseconds) override {
+    try {
+      if (!store_->check({key})) return std::nullopt;
+      return store_->get(key);
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
   }
 
  private:

@@ -1,0 +1,135 @@
+#include "auth/handshake.h"
+
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "ringcomm/errors.h"
+
+namespace ringcomm::auth {
+namespace {
+
+constexpr uint32_t kMagic = 0x48414352;  // "RCAH" little-endian: ringcomm auth handshake
+constexpr uint8_t kVersion = 1;
+
+void putU32(uint8_t* at, uint32_t value) {
+  for (int i = 0; i < 4; ++i) at[i] = uint8_t(value >> (8 * i));
+}
+
+uint32_t getU32(const uint8_t* at) {
+  return uint32_t(at[0]) | uint32_t(at[1]) << 8 | uint32_t(at[2]) << 16 | uint32_t(at[3]) << 24;
+}
+
+std::string bytesOf(const void* data, size_t size) {
+  return std::string(static_cast<const char*>(data), size);
+}
+
+std::string int32Bytes(int32_t value) {
+  uint8_t bytes[4];
+  putU32(bytes, static_cast<uint32_t>(value));
+  return bytesOf(bytes, 4);
+}
+
+Digest clientProof(const std::string& secret, Purpose purpose, Caller caller,
+                   const uint8_t* helloNonce, const uint8_t* replyNonce) {
+  return hmacSha256(secret, {"client", std::string(1, static_cast<char>(purpose)),
+                             int32Bytes(caller.from), int32Bytes(caller.to),
+                             bytesOf(helloNonce, kNonceBytes), bytesOf(replyNonce, kNonceBytes)});
+}
+
+Digest serverProof(const std::string& secret, Purpose purpose, Caller caller,
+                   const uint8_t* helloNonce, const uint8_t* replyNonce) {
+  return hmacSha256(secret, {"server", std::string(1, static_cast<char>(purpose)),
+                             int32Bytes(caller.from), int32Bytes(caller.to),
+                             bytesOf(replyNonce, kNonceBytes), bytesOf(helloNonce, kNonceBytes)});
+}
+
+}  // namespace
+
+void randomBytes(void* data, size_t size) {
+  auto* at = static_cast<uint8_t*>(data);
+  while (size > 0) {
+    const ssize_t got = getrandom(at, size, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw Error(std::string("ringcomm: getrandom failed: ") + std::strerror(errno));
+    }
+    at += got;
+    size -= static_cast<size_t>(got);
+  }
+}
+
+Acceptor::Acceptor(const std::string& secret, Purpose purpose)
+    : secret_(secret), purpose_(purpose) {
+  randomBytes(nonce_.data(), nonce_.size());
+  putU32(hello_.data(), kMagic);
+  hello_[4] = kVersion;
+  hello_[5] = static_cast<uint8_t>(purpose);
+  std::memcpy(hello_.data() + 6, nonce_.data(), kNonceBytes);
+}
+
+std::optional<std::pair<Caller, Digest>> Acceptor::check(const uint8_t* reply) const {
+  if (getU32(reply) != kMagic || reply[4] != kVersion ||
+      reply[5] != static_cast<uint8_t>(purpose_)) {
+    return std::nullopt;
+  }
+  Caller caller;
+  caller.from = static_cast<int32_t>(getU32(reply + 6));
+  caller.to = static_cast<int32_t>(getU32(reply + 10));
+  const uint8_t* replyNonce = reply + 14;
+  Digest claimed;
+  std::memcpy(claimed.data(), reply + 14 + kNonceBytes, kProofBytes);
+  if (!sameDigest(claimed, clientProof(secret_, purpose_, caller, nonce_.data(), replyNonce))) {
+    return std::nullopt;
+  }
+  return std::make_pair(caller, serverProof(secret_, purpose_, caller, nonce_.data(), replyNonce));
+}
+
+void connectHandshake(int fd, const std::string& secret, Purpose purpose, Caller caller,
+                      Clock::time_point deadline, const std::string& what) {
+  auto refused = [&](const std::string& why) -> TransportError {
+    return TransportError("ringcomm: " + what + " " + why, FailureContext{what, -1, -1, 0.0});
+  };
+  uint8_t hello[kHelloBytes];
+  try {
+    net::readFully(fd, hello, sizeof(hello), deadline);
+  } catch (const TimeoutError&) {
+    throw;
+  } catch (const TransportError& error) {
+    throw refused(std::string("closed the connection before its handshake (") + error.what() +
+                  ")");
+  }
+  if (getU32(hello) != kMagic || hello[4] != kVersion ||
+      hello[5] != static_cast<uint8_t>(purpose)) {
+    throw refused("does not speak ringcomm's handshake (another program, or another version)");
+  }
+  uint8_t reply[kReplyBytes];
+  putU32(reply, kMagic);
+  reply[4] = kVersion;
+  reply[5] = static_cast<uint8_t>(purpose);
+  putU32(reply + 6, static_cast<uint32_t>(caller.from));
+  putU32(reply + 10, static_cast<uint32_t>(caller.to));
+  uint8_t* nonce = reply + 14;
+  randomBytes(nonce, kNonceBytes);
+  const Digest proof = clientProof(secret, purpose, caller, hello + 6, nonce);
+  std::memcpy(reply + 14 + kNonceBytes, proof.data(), kProofBytes);
+  net::writeFully(fd, reply, sizeof(reply), deadline);
+  Digest answer;
+  try {
+    net::readFully(fd, answer.data(), answer.size(), deadline);
+  } catch (const TimeoutError&) {
+    throw;
+  } catch (const TransportError&) {
+    throw refused("refused this rank's proof of the job's secret: the ranks do not share a "
+                  "secret (RINGCOMM_SECRET / RINGCOMM_SECRET_FILE must be the same everywhere), "
+                  "or this is another job's port");
+  }
+  if (!sameDigest(answer, serverProof(secret, purpose, caller, hello + 6, nonce))) {
+    throw refused("did not prove it knows the job's secret: another job, or an impostor");
+  }
+}
+
+}  // namespace ringcomm::auth
