@@ -101,3 +101,39 @@ def test_disagreeing_root_or_type_is_named(transport, mode, words):
     assert all(r["error"] for r in results), results
     named = [r for r in results if r["error"] == "MismatchError"]
     assert named and all(words in r["message"] for r in named), results
+
+
+# Ranks that disagree this way wait for messages the other never sends; each looks up what the
+# other runs after a second of waiting (the store), so the mismatch is named long before the
+# 60 s timeout, on every rank.
+MISMATCHES = [
+    ("allgather", "shm", 2, 1),
+    ("allgather", "tcp", 3, 1),
+    ("scatter", "tcp", 3, 0),
+    ("tree", "tcp", 4, 2),
+    ("fp16", "tcp", 2, 1),
+    ("longer", "shm", 2, 1),
+]
+
+
+@pytest.mark.parametrize(
+    "mode,transport,size,victim",
+    MISMATCHES,
+    ids=[f"{m}-{t}-{n}ranks" for m, t, n, _ in MISMATCHES],
+)
+def test_ranks_in_different_collectives_are_named_at_once(mode, transport, size, victim):
+    outcomes = run_job(
+        size,
+        "failures.py",
+        [mode, str(victim)],
+        deadline=90,
+        env={"RINGCOMM_TIMEOUT": "60", "RINGCOMM_TRANSPORT": transport},
+    )
+    assert all(o.returncode == 0 and o.result for o in outcomes), [o.describe() for o in outcomes]
+    results = [o.result for o in outcomes]
+    assert all(r["error"] for r in results), results
+    # Every rank fails well before the timeout; at least one names the disagreement itself
+    # (the others may learn of it as the first one's abort).
+    assert all(r["waited"] < 15 for r in results), results
+    assert any(r["error"] == "MismatchError" for r in results), results
+    assert all(r["error"] in ("MismatchError", "TransportError") for r in results), results

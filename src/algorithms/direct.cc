@@ -91,22 +91,25 @@ void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
   }
 }
 
-void DirectGroup::stage(uint64_t round, const MessageTag& tag, size_t bytes, const Operation& op) {
+void DirectGroup::stage(uint64_t round, const MessageTag& tag, size_t bytes, size_t total,
+                        const Operation& op) {
   // The slot of this round was last used kDirectSlots rounds ago: wait until everyone read it.
   if (round >= shm::kDirectSlots) waitForAll(Phase::Done, round - shm::kDirectSlots + 1, op);
   shm::SlotDescriptor& descriptor = segments_.counters(rank_).descriptor[round % shm::kDirectSlots];
   descriptor.tag.store(tag.id, std::memory_order_relaxed);
   descriptor.bytes.store(bytes, std::memory_order_relaxed);
+  descriptor.total.store(total, std::memory_order_relaxed);
   descriptor.signature.store(tag.signature, std::memory_order_relaxed);
 }
 
 void DirectGroup::checkDescriptors(uint64_t round, const MessageTag& tag, size_t bytes,
-                                   const Operation& op) {
+                                   size_t total, const Operation& op) {
   for (int peer = 0; peer < size_; ++peer) {
     const shm::SlotDescriptor& theirs =
         segments_.counters(peer).descriptor[round % shm::kDirectSlots];
     const uint64_t theirTag = theirs.tag.load(std::memory_order_relaxed);
     const uint64_t theirBytes = theirs.bytes.load(std::memory_order_relaxed);
+    const uint64_t theirTotal = theirs.total.load(std::memory_order_relaxed);
     const uint32_t theirSignature = theirs.signature.load(std::memory_order_relaxed);
     if (theirTag == tag.id && theirBytes == bytes && theirSignature != tag.signature) {
       raisePeerFailure<MismatchError>(
@@ -116,12 +119,12 @@ void DirectGroup::checkDescriptors(uint64_t round, const MessageTag& tag, size_t
               describeSignature(tag.signature, 0) +
               " (ranks must agree on the element type and reduction)");
     }
-    if (theirTag != tag.id || theirBytes != bytes) {
+    if (theirTag != tag.id || theirBytes != bytes || theirTotal != total) {
       raisePeerFailure<MismatchError>(
           op, peer,
           "rank " + std::to_string(peer) + " staged " + describeTag(static_cast<uint32_t>(theirTag)) +
-              " with " + std::to_string(theirBytes) + " bytes, but this rank staged " +
-              describeTag(tag.id) + " with " + std::to_string(bytes) +
+              " of " + std::to_string(theirTotal) + " bytes, but this rank staged " +
+              describeTag(tag.id) + " of " + std::to_string(total) +
               " bytes (ranks called different collectives, or with different sizes)");
     }
   }
@@ -144,12 +147,12 @@ void DirectGroup::allreduce(const Operation& op, const MessageTag& tag, const vo
     uint8_t* roundOut = out + done * element;
     uint8_t* staging = segments_.slotInput(rank_, slot);
 
-    stage(round, tag, bytes, op);
+    stage(round, tag, bytes, count * element, op);
     if (bytes <= kWholeVectorBytes) {
       std::memcpy(staging, roundIn, bytes);
       publish(Phase::Posted, round + 1);
       waitForAll(Phase::Posted, round + 1, op);
-      checkDescriptors(round, tag, bytes, op);
+      checkDescriptors(round, tag, bytes, count * element, op);
       for (int peer = 0; peer < size_; ++peer) sources[peer] = segments_.slotInput(peer, slot);
       reduce::reduceMany(roundOut, sources.data(), size_, n, type, reduceOp);
       reduce::finishAverage(roundOut, n, type, reduceOp, size_);
@@ -165,7 +168,7 @@ void DirectGroup::allreduce(const Operation& op, const MessageTag& tag, const vo
     publish(Phase::Posted, round + 1);
 
     waitForAll(Phase::Posted, round + 1, op);
-    checkDescriptors(round, tag, bytes, op);
+    checkDescriptors(round, tag, bytes, count * element, op);
     // This rank's own contribution first (it may alias the output), then the peers in rank order:
     // a fixed order per slice, and only this rank computes this slice, so all ranks agree.
     const size_t at = own.offset * element;
@@ -192,10 +195,10 @@ void DirectGroup::allreduce(const Operation& op, const MessageTag& tag, const vo
 
 void DirectGroup::barrier(const Operation& op, const MessageTag& tag) {
   const uint64_t round = round_++;
-  stage(round, tag, 0, op);
+  stage(round, tag, 0, 0, op);
   publish(Phase::Posted, round + 1);
   waitForAll(Phase::Posted, round + 1, op);
-  checkDescriptors(round, tag, 0, op);
+  checkDescriptors(round, tag, 0, 0, op);
   publish(Phase::Done, round + 1);
 }
 

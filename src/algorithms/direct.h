@@ -28,8 +28,10 @@ class DirectGroup {
   // Waits until every peer's counter for `phase` reaches `value`.
   void waitForAll(Phase phase, uint64_t value, const Operation& op);
   void publish(Phase phase, uint64_t value);
-  void stage(uint64_t round, const MessageTag& tag, size_t bytes, const Operation& op);
-  void checkDescriptors(uint64_t round, const MessageTag& tag, size_t bytes, const Operation& op);
+  void stage(uint64_t round, const MessageTag& tag, size_t bytes, size_t total,
+             const Operation& op);
+  void checkDescriptors(uint64_t round, const MessageTag& tag, size_t bytes, size_t total,
+                        const Operation& op);
 
   const shm::Segments& segments_;
   int rank_;

@@ -6,11 +6,18 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 namespace ringcomm {
 
 using Clock = std::chrono::steady_clock;
+
+// How long a wait blocks on one peer before it asks what that peer is doing (Operation::
+// checkPeer), and how often it asks again: long enough that healthy collectives never pay for
+// it, short against any deadline.
+constexpr std::chrono::milliseconds kPeerCheckAfter{1000};
+constexpr std::chrono::milliseconds kPeerCheckEvery{500};
 
 // What an operation is, kept as plain fields (pointers to string literals) and turned into text
 // only when an error needs it: a small collective must not pay for building a sentence it never
@@ -61,17 +68,30 @@ struct Operation {
   // max() = never.
   Clock::time_point stallWarning = Clock::time_point::max();
   mutable bool warned = false;
+  // Set by the communicator for collectives: looks up what `peer` is doing and throws
+  // MismatchError when it is in another collective of the same number. Ranks that called
+  // different collectives often wait for messages the other never sends; this names them within
+  // a second or two instead of at the deadline.
+  std::function<void(int peer)> checkPeer;
+  mutable Clock::time_point nextPeerCheck = Clock::time_point::max();
 
   Operation() = default;
   Operation(OperationLabel what, int thisRank, std::chrono::milliseconds timeout,
             std::chrono::milliseconds warnAfter = std::chrono::milliseconds(0))
-      : label(what), rank(thisRank), start(Clock::now()), deadline(start + timeout) {
+      : label(what), rank(thisRank), start(Clock::now()), deadline(start + timeout),
+        nextPeerCheck(start + kPeerCheckAfter) {
     if (warnAfter.count() > 0 && warnAfter < timeout) stallWarning = start + warnAfter;
   }
 
-  // Called by waits while they block on `peer`: prints the stall warning when it is due.
+  // Called by waits while they block on `peer`: asks what the peer is doing when that is due,
+  // and prints the stall warning when it is due.
   void noteWaitingFor(int peer) const {
-    if (warned || Clock::now() < stallWarning) return;
+    const Clock::time_point now = Clock::now();
+    if (checkPeer && now >= nextPeerCheck) {
+      nextPeerCheck = now + kPeerCheckEvery;
+      checkPeer(peer);
+    }
+    if (warned || now < stallWarning) return;
     warned = true;
     std::fprintf(stderr,
                  "ringcomm: warning: %s on rank %d has waited %.0f s for rank %d; still waiting "

@@ -8,8 +8,8 @@
 #include <atomic>
 #include <functional>
 #include <list>
-#include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <cstring>
 #include <sstream>
@@ -21,6 +21,7 @@
 #include "bootstrap/rendezvous.h"
 #include "codec/codec.h"
 #include "core/device_collectives.h"
+#include "common/failure.h"
 #include "common/socket.h"
 #include "common/tags.h"
 #include "engine/engine.h"
@@ -33,36 +34,15 @@ namespace {
 
 // How long a rank that saw a peer's connection close looks for that peer's stated reason.
 constexpr std::chrono::milliseconds kPeerReasonWait{1000};
+// How long a waiting collective's look at what a peer runs may take, each call.
+constexpr std::chrono::milliseconds kPeerLookupWait{200};
+// How often it looks for that reason meanwhile.
+constexpr std::chrono::milliseconds kPeerReasonPoll{50};
 // How long a failing rank waits for the store to take its reason before raising anyway.
 constexpr std::chrono::milliseconds kStoreReportWait{500};
 // How long the idle engine waits for a pending send or receive before looking at its queue again:
 // a collective submitted meanwhile waits at most this long to start.
 constexpr std::chrono::milliseconds kPointToPointPollSlice{1};
-
-// Runs `work` on a thread of its own and waits at most `limit` for it. For the store calls made
-// while reporting a failure: the store may be unreachable (served by the rank that died, or across
-// the link that broke), and the report must not wait out the store's own timeouts.
-template <typename Work>
-void runWithin(std::chrono::milliseconds limit, Work work) {
-  struct Done {
-    std::mutex mutex;
-    std::condition_variable changed;
-    bool finished = false;
-  };
-  auto done = std::make_shared<Done>();
-  std::thread([done, work]() mutable {
-    try {
-      work();
-    } catch (const std::exception&) {
-      // Best effort: nobody is waiting for the answer any more, or the store is gone.
-    }
-    std::lock_guard<std::mutex> lock(done->mutex);
-    done->finished = true;
-    done->changed.notify_all();
-  }).detach();
-  std::unique_lock<std::mutex> lock(done->mutex);
-  done->changed.wait_for(lock, limit, [&] { return done->finished; });
-}
 
 OperationLabel labelOf(const char* collective, size_t count, DataType type, bool perRank = false,
                        int root = -1) {
@@ -449,10 +429,10 @@ class CommunicatorImpl : public Communicator {
     if (!markClosed(reason)) return;
     // Leave the reason where peers can read it: a TCP peer only sees the connection close, and a
     // peer that timed out waiting for this rank wants to know what this rank was waiting for.
-    runWithin(kStoreReportWait, [store = store_, key = "abort/" + std::to_string(rank_),
-                                 value = Bytes(reason.begin(), reason.end())] {
-      store->set(key, value);
-    });
+    // Bounded: the store may be unreachable (served by the rank that died, or across the link
+    // that broke), and the report must not wait out the store's own timeouts.
+    store_->trySet("abort/" + std::to_string(rank_), Bytes(reason.begin(), reason.end()),
+                   kStoreReportWait);
     // Peers waiting on this rank learn of the failure now instead of at their own timeout.
     if (links_.segments) links_.segments->markAborted(reason);
     transport_->abort();
@@ -466,16 +446,18 @@ class CommunicatorImpl : public Communicator {
     if (peer < 0 || std::string(error.what()).find(" aborted: ") != std::string::npos) {
       return error.what();
     }
-    auto reason = std::make_shared<std::string>();
-    auto guard = std::make_shared<std::mutex>();
-    runWithin(kPeerReasonWait, [store = store_, key = "abort/" + std::to_string(peer), reason, guard] {
-      Bytes value = store->get(key, kPeerReasonWait);
-      std::lock_guard<std::mutex> lock(*guard);
-      reason->assign(value.begin(), value.end());
-    });
-    std::lock_guard<std::mutex> lock(*guard);
-    if (reason->empty()) return error.what();
-    return std::string(error.what()) + "; rank " + std::to_string(peer) + " reported: " + *reason;
+    // The peer may be writing its reason just now: look a few times, within kPeerReasonWait.
+    const std::string key = "abort/" + std::to_string(peer);
+    const Clock::time_point deadline = Clock::now() + kPeerReasonWait;
+    std::optional<Bytes> reason;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0 || (reason = store_->tryGet(key, left))) break;
+      std::this_thread::sleep_for(kPeerReasonPoll);
+    }
+    if (!reason || reason->empty()) return error.what();
+    return std::string(error.what()) + "; rank " + std::to_string(peer) + " reported: " +
+           std::string(reason->begin(), reason->end());
   }
 
   [[noreturn]] void failWith(const PeerError& error) {
@@ -581,7 +563,11 @@ class CommunicatorImpl : public Communicator {
         options.timeout.count() > 0 ? options.timeout : config_.timeout;
     auto task = [this, label = std::move(named), tag, timeout, body = std::move(body)]() {
       throwIfClosed(label);
-      const Operation op(label, rank_, timeout, config_.stallWarning);
+      Operation op(label, rank_, timeout, config_.stallWarning);
+      bool published = false;
+      op.checkPeer = [this, &op, &published](int peer) {
+        checkPeerRunsTheSame(op, published, peer);
+      };
       algorithms::Context ctx{rank_, size_, *transport_, op, tag, config_.segmentBytes, scratch_};
       try {
         body(ctx);
@@ -595,6 +581,49 @@ class CommunicatorImpl : public Communicator {
       }
     };
     return engine_->submit(std::move(task), options.runInCaller);
+  }
+
+  // A collective that has waited a while for `peer`: this rank puts what it runs in the store
+  // (once) and reads what the peer runs. The same collective number with another kind, type,
+  // reduction, root, schedule, compression or size is a MismatchError naming both: ranks that
+  // disagree so often wait for messages the other never sends (gather against scatter, ring
+  // against tree, all-reduce against all-gather on shared memory).
+  void checkPeerRunsTheSame(const Operation& op, bool& published, int peer) {
+    const std::string mine = inflightRecord(op);
+    // Bounded calls: the store may be across the very link this rank waits on.
+    if (!published) {
+      published = store_->trySet("inflight/" + std::to_string(rank_),
+                                 Bytes(mine.begin(), mine.end()), kPeerLookupWait);
+    }
+    const std::optional<Bytes> value =
+        store_->tryGet("inflight/" + std::to_string(peer), kPeerLookupWait);
+    if (!value) return;  // the peer has not waited this long (yet), or the store is out of reach
+    const std::string theirs(value->begin(), value->end());
+    const std::string sequence = theirs.substr(0, theirs.find(' '));
+    if (sequence != std::to_string(op.label.sequence)) return;  // behind or ahead, not another
+    const std::string what = mine.substr(0, mine.find('\n'));
+    const std::string theirWhat = theirs.substr(0, theirs.find('\n'));
+    if (what == theirWhat) return;
+    const std::string description = theirs.substr(theirs.find('\n') + 1);
+    raisePeerFailure<MismatchError>(
+        op, peer,
+        "rank " + std::to_string(peer) + " runs " + description +
+            " (ranks called different collectives, or with another size, type, reduction, "
+            "root, algorithm or compression)");
+  }
+
+  // "sequence kind signature count\n<description>": what checkPeerRunsTheSame compares.
+  static std::string inflightRecord(const Operation& op) {
+    const OperationLabel& l = op.label;
+    // An alltoallv's counts are each rank's own: they may differ.
+    const bool countsAgree = std::string(l.collective) != "alltoallv";
+    std::ostringstream record;
+    record << l.sequence << " " << l.collective << " " << (l.type ? l.type : "-") << " "
+           << (l.reduceOp ? l.reduceOp : "-") << " " << l.root << " "
+           << (l.algorithm ? l.algorithm : "-") << " " << (l.compression ? l.compression : "-")
+           << " " << (countsAgree ? std::to_string(l.count) : "-") << "\n"
+           << l.describe();
+    return record.str();
   }
 
   int rank_;
@@ -652,6 +681,11 @@ std::shared_ptr<Communicator> Communicator::createInScope(std::shared_ptr<Store>
   if (size < 1) throw InvalidArgument("size must be >= 1; got " + std::to_string(size));
   if (rank < 0 || rank >= size) {
     throw InvalidArgument("rank must be in [0, " + std::to_string(size) + "); got " + std::to_string(rank));
+  }
+  if (config.secret.empty() && size > 1) {
+    throw InvalidArgument(
+        "Communicator::create: no job secret (Config::secret); every rank needs the same one "
+        "(RINGCOMM_SECRET, RINGCOMM_SECRET_FILE, or one a launcher made)");
   }
   const std::string address = listenAddressFor(config, *store);
   auto scoped = std::make_shared<PrefixStore>(scope, store);

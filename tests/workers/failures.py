@@ -8,6 +8,11 @@ argv: mode victim
   none      nobody misbehaves: the test breaks something from outside (a network link)
   root      the victim broadcasts from another root than everyone else
   dtype     the victim reduces int32 where the others reduce float32 (same byte count)
+  allgather the victim all-gathers where the others all-reduce
+  scatter   the victim (the root) scatters where the others gather
+  tree      the victim's all-reduce runs the tree schedule, the others' the ring
+  fp16      the victim compresses its all-reduce to fp16, the others do not
+  longer    the victim's all-reduce has one element more, beyond the first 512 KiB rounds
 """
 
 import os
@@ -32,6 +37,12 @@ if mode == "late" and rank == victim:
 
 started = time.monotonic()
 outcome = {"rank": rank, "error": None}
+
+
+def size_of(communicator) -> int:
+    return communicator.size
+
+
 try:
     comm = ringcomm.init()
     x = np.ones(1 << 20, np.float32)
@@ -48,6 +59,30 @@ try:
             # Connected and streaming: the test may break the link now.
             open(os.path.join(os.environ["TEST_READY_DIR"], str(rank)), "w").close()
         failed_at = time.monotonic()
+        odd = rank == victim and iteration == 3
+        if mode == "allgather" and odd:
+            comm.allgather(x)
+            continue
+        if mode == "scatter" and iteration == 3:
+            # Root 0 in both: the victim (rank 0) scatters, the others gather.
+            if rank == victim:
+                comm.scatter(
+                    np.ones(size_of(comm) * 1024, np.float32),
+                    out=np.empty(1024, np.float32),
+                    root=0,
+                )
+            else:
+                comm.gather(np.ones(1024, np.float32), root=0)
+            continue
+        if mode in ("tree", "fp16", "longer") and iteration == 3:
+            y = np.ones((1 << 20) + (1 if mode == "longer" and odd else 0), np.float32)
+            if mode == "tree":
+                comm.allreduce(y, algorithm="tree" if odd else "ring")
+            elif mode == "fp16":
+                comm.allreduce(y, algorithm="ring", compression="fp16" if odd else None)
+            else:
+                comm.allreduce(y, algorithm="direct")
+            continue
         if mode == "root":
             comm.broadcast(x, root=1 if rank == victim and iteration == 3 else 0)
         elif mode == "dtype" and rank == victim and iteration == 3:

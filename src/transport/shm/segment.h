@@ -44,7 +44,9 @@ struct alignas(kCacheLine) SegmentHeader {
 // that ranks calling different collectives get a MismatchError instead of wrong numbers.
 struct alignas(kCacheLine) SlotDescriptor {
   std::atomic<uint64_t> tag{0};
-  std::atomic<uint64_t> bytes{0};
+  std::atomic<uint64_t> bytes{0};  // of this round
+  std::atomic<uint64_t> total{0};  // of the whole collective: ranks whose sizes differ in the
+                                   // last round only are caught in the first
   std::atomic<uint32_t> signature{0};  // see MessageTag
 };
 
