@@ -37,7 +37,8 @@ void noteDeviceArray(py::handle obj) {
   callDevice.device = true;
 }
 
-constexpr const char* kSupported = "int8, uint8, int32, int64, float16, bfloat16, float32, float64";
+constexpr const char* kSupported =
+    "int8, uint8, int16, int32, int64, float16, bfloat16, float32, float64, bool";
 
 // The buffer protocol's struct-module format for one element: an optional byte-order prefix,
 // then a type character whose size is given by itemsize.
@@ -48,6 +49,8 @@ bool typeFromFormat(const char* format, Py_ssize_t itemsize, DataType* type) {
   switch (format[0]) {
     case 'b': *type = DataType::Int8; return true;
     case 'B': *type = DataType::Uint8; return true;
+    case '?': *type = DataType::Bool; return itemsize == 1;
+    case 'h': *type = DataType::Int16; return itemsize == 2;
     case 'e': *type = DataType::Float16; return true;
     case 'f': *type = DataType::Float32; return true;
     case 'd': *type = DataType::Float64; return true;
@@ -62,6 +65,15 @@ bool typeFromFormat(const char* format, Py_ssize_t itemsize, DataType* type) {
 std::string describeType(py::handle obj) {
   if (py::hasattr(obj, "dtype")) return py::str(obj.attr("dtype"));
   return py::str(py::type::of(obj).attr("__name__"));
+}
+
+// Whether an array's own dtype says bool ("bool" in NumPy, CuPy and JAX, "torch.bool"). Asked only
+// of a DLPack export that says uint8: producers from before DLPack 0.8 had no kDLBool and exported
+// bools as 8-bit unsigned integers (torch did), which would otherwise be summed as bytes.
+bool declaresBool(py::handle obj) {
+  if (!py::hasattr(obj, "dtype")) return false;
+  const std::string dtype = py::str(obj.attr("dtype"));
+  return dtype == "bool" || dtype == "torch.bool";
 }
 
 [[noreturn]] void unsupportedType(py::handle obj, const char* name) {
@@ -167,7 +179,9 @@ ArrayView fromDlpack(py::handle obj, const char* name, bool writable) {
   DataType type;
   switch ((view.code << 8) | view.bits) {
     case (0 << 8) | 8: type = DataType::Int8; break;
-    case (1 << 8) | 8: type = DataType::Uint8; break;
+    case (1 << 8) | 8: type = declaresBool(obj) ? DataType::Bool : DataType::Uint8; break;
+    case (6 << 8) | 8: type = DataType::Bool; break;  // kDLBool, one byte per element
+    case (0 << 8) | 16: type = DataType::Int16; break;
     case (0 << 8) | 32: type = DataType::Int32; break;
     case (0 << 8) | 64: type = DataType::Int64; break;
     case (2 << 8) | 16: type = DataType::Float16; break;
@@ -217,6 +231,8 @@ ArrayView fromCudaArrayInterface(py::handle obj, const char* name, bool writable
   const std::string kind = typestr.size() == 3 ? typestr.substr(1) : typestr;
   if (kind == "i1") { type = DataType::Int8; itemsize = 1; }
   else if (kind == "u1") { type = DataType::Uint8; itemsize = 1; }
+  else if (kind == "b1") { type = DataType::Bool; itemsize = 1; }
+  else if (kind == "i2") { type = DataType::Int16; itemsize = 2; }
   else if (kind == "i4") { type = DataType::Int32; itemsize = 4; }
   else if (kind == "i8") { type = DataType::Int64; itemsize = 8; }
   else if (kind == "f2") { type = DataType::Float16; itemsize = 2; }

@@ -15,7 +15,8 @@ struct DlpackView {
   std::vector<int64_t> strides;    // in elements; empty = C-contiguous
   int deviceType = 1;              // kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, ...
   int deviceId = 0;
-  int code = 0;                    // kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4
+  int code = 0;                    // kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4,
+                                   // kDLBool = 6
   int bits = 0;
   int lanes = 1;
   bool readOnly = false;

@@ -138,9 +138,11 @@ PYBIND11_MODULE(_core, m) {
   // ---- enums -------------------------------------------------------------------------------
   py::enum_<DataType>(m, "DataType")
       .value("int8", DataType::Int8).value("uint8", DataType::Uint8)
+      .value("int16", DataType::Int16)
       .value("int32", DataType::Int32).value("int64", DataType::Int64)
       .value("float16", DataType::Float16).value("bfloat16", DataType::BFloat16)
-      .value("float32", DataType::Float32).value("float64", DataType::Float64);
+      .value("float32", DataType::Float32).value("float64", DataType::Float64)
+      .value("bool", DataType::Bool);
   py::enum_<ReduceOp>(m, "ReduceOp")
       .value("SUM", ReduceOp::Sum).value("AVG", ReduceOp::Avg).value("MIN", ReduceOp::Min)
       .value("MAX", ReduceOp::Max).value("PROD", ReduceOp::Prod);

@@ -1,5 +1,7 @@
 """The Python API in one process (world size 1): argument checking and error messages."""
 
+import array
+
 import numpy as np
 import pytest
 import torch
@@ -38,7 +40,8 @@ def test_buffer_protocol_and_dlpack_inputs(comm):
     "bad,error,words",
     [
         (np.zeros(4, np.complex64), TypeError, "complex64"),
-        (np.zeros(4, np.bool_), TypeError, "bool"),
+        (np.zeros(4, np.uint16), TypeError, "uint16"),
+        (np.zeros(4, np.uint32), TypeError, "uint32"),
         (np.zeros((4, 4), np.float32)[:, 1], ValueError, "contiguous"),
         (torch.zeros(4, 4).t(), ValueError, "contiguous"),
         ("a string", TypeError, "str"),
@@ -76,6 +79,49 @@ def test_dlpack_versioned_and_legacy_producers(comm):
     legacy = np.arange(4, dtype=np.int32)
     comm.allreduce(DlpackOnly(legacy, takes_max_version=False), op=ringcomm.MAX)
     assert np.array_equal(legacy, np.arange(4))
+
+
+class Uint8CodedBool:
+    """A bool array from a DLPack producer older than kDLBool (DLPack 0.8), which exported bools
+    as 8-bit unsigned integers: its own dtype says bool."""
+
+    dtype = "torch.bool"
+
+    def __init__(self, flags):
+        self._bytes = torch.tensor(flags, dtype=torch.uint8)
+
+    def __dlpack_device__(self):
+        return self._bytes.__dlpack_device__()
+
+    def __dlpack__(self, *, stream=None, **versions):
+        return self._bytes.__dlpack__(**versions)
+
+
+def test_int16_and_bool_from_every_kind_of_array(comm):
+    # The buffer protocol ('h', '?'), DLPack (kDLInt 16, kDLBool) from NumPy and torch, and an
+    # older producer's uint8-coded bools. One rank: the result is the input, in its own dtype.
+    shorts = [-32768, -1, 0, 7, 32767]
+    for x in (
+        np.array(shorts, np.int16),
+        array.array("h", shorts),
+        torch.tensor(shorts, dtype=torch.int16),
+        DlpackOnly(np.array(shorts, np.int16)),
+    ):
+        for op in (ringcomm.SUM, ringcomm.AVG, ringcomm.MIN, ringcomm.MAX, ringcomm.PROD):
+            comm.allreduce(x, op=op)
+        assert np.array_equal(comm.allgather(x), shorts)
+        assert comm.allgather(x).dtype in (np.int16, torch.int16)
+    flags = [True, False, True]
+    for x in (np.array(flags), torch.tensor(flags), DlpackOnly(np.array(flags))):
+        for op in (ringcomm.SUM, ringcomm.MIN, ringcomm.MAX, ringcomm.PROD):
+            comm.allreduce(x, op=op)
+        assert comm.allgather(x).tolist() == flags
+        with pytest.raises(ValueError, match="avg is not defined for bool"):
+            comm.allreduce(x, op=ringcomm.AVG)
+    # Seen as bool, not uint8: avg is refused, which it is not for bytes.
+    with pytest.raises(ValueError, match="avg is not defined for bool"):
+        comm.allreduce(Uint8CodedBool(flags), op=ringcomm.AVG)
+    comm.allreduce(Uint8CodedBool(flags), op=ringcomm.MAX)
 
 
 def test_read_only_input_for_in_place(comm):

@@ -183,8 +183,15 @@ def test_fill_and_count_wrong_across_chunks():
         assert patterns.count_wrong(x, values, offset) == 4
 
 
-@pytest.mark.parametrize("op", ["sum", "avg", "min", "max", "prod"])
-@pytest.mark.parametrize("dtype", ["float16", "int8", "float32"])
+EXACT_CASES = [
+    (op, dtype)
+    for dtype in ["float16", "int8", "int16", "float32", "bool"]
+    for op in ["sum", "avg", "min", "max", "prod"]
+    if (dtype, op) != ("bool", "avg")  # bool has no avg
+]
+
+
+@pytest.mark.parametrize("op,dtype", EXACT_CASES)
 def test_reductions_of_the_inputs_are_exact(op, dtype):
     p, index = 5, np.arange(100)
     inputs = [patterns.input_values(op, r, p)(index).astype(dtype) for r in range(p)]
@@ -201,6 +208,8 @@ def test_reductions_of_the_inputs_are_exact(op, dtype):
     if op == "avg":
         result = result / p
     expected = patterns.reduced_values(op, p)(index)
+    if dtype == "bool":  # NumPy's bool add and multiply are or and and, as ringcomm's
+        expected = expected.astype(bool)
     assert np.array_equal(result.astype(np.float64), expected)
 
 
@@ -414,6 +423,25 @@ def test_other_collectives_on_three_ranks(collective, tmp_path):
         tmp_path,
     )
     assert_all_right(document, ["ringcomm", "gloo", "mpi", "torch-ringcomm"], 3)
+
+
+@needs_peers
+@pytest.mark.timeout(110)
+def test_int16_and_bool_against_the_peers_that_have_them(tmp_path):
+    # bool: gloo reduces it, MPI through its logical or; int16: MPI only (gloo has no int16).
+    _, document = run_bench(
+        ["allreduce", "--size", "64K", "--dtype", "bool", "--op", "sum", "-np", "2"]
+        + ["--iters", "3", "--check", "--compare", "gloo,mpi"],
+        tmp_path,
+    )
+    assert_all_right(document, ["ringcomm", "gloo", "mpi"], 1)
+    stdout, document = run_bench(
+        ["allreduce", "--size", "64K", "--dtype", "int16", "--op", "min", "-np", "2"]
+        + ["--iters", "3", "--check", "--compare", "gloo,mpi"],
+        tmp_path,
+    )
+    assert_all_right(document, ["ringcomm", "mpi"], 1)
+    assert "note: gloo has no int16" in stdout
 
 
 @needs_peers

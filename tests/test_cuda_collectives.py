@@ -171,6 +171,17 @@ def test_a_build_without_cuda_says_how_to_rebuild(comm):
     assert np.array_equal(x, np.ones(4))
 
 
+def test_cuda_array_interface_typestrs_of_every_dtype(comm):
+    # Decoded before anything else: an accepted typestr gets as far as "built without CUDA".
+    if _devices.built_with_cuda():
+        pytest.skip("this ringcomm was built with CUDA: the fake would be taken for device memory")
+    for typestr in ("|i1", "|u1", "<i2", "<i4", "<i8", "<f2", "<f4", "<f8", "|b1"):
+        with pytest.raises(ValueError, match="built without CUDA"):
+            comm.allreduce(FakeCudaArray(typestr=typestr), op=ringcomm.MAX)
+    with pytest.raises(TypeError, match="u2"):
+        comm.allreduce(FakeCudaArray(typestr="<u2"))
+
+
 class DeclaresCudaArray(np.ndarray):
     """Host memory that says it is on a CUDA device, as CuPy 14 arrays do while also offering
     the buffer protocol (for unified-memory systems): ringcomm must go by the declared device,
@@ -186,7 +197,7 @@ class DeclaresCudaArray(np.ndarray):
 def test_arrays_that_declare_a_device_are_not_read_as_host_memory(comm):
     if _devices.built_with_cuda():
         pytest.skip("this ringcomm was built with CUDA: the fake would be taken for device memory")
-    for dtype in (np.float32, np.int8):
+    for dtype in (np.float32, np.int8, np.int16, np.bool_):
         fake = np.zeros(4, dtype).view(DeclaresCudaArray)
         with pytest.raises(ValueError, match="built without CUDA"):
             comm.allreduce(fake)

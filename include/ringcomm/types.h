@@ -7,6 +7,8 @@
 
 namespace ringcomm {
 
+// The numeric values travel in messages (collective tags, the tensor queue's announcements), so
+// new types are appended, never inserted.
 enum class DataType : uint8_t {
   Int8,
   Uint8,
@@ -16,11 +18,16 @@ enum class DataType : uint8_t {
   BFloat16,
   Float32,
   Float64,
+  Int16,
+  // One byte per element, 0 is false and anything else true (results are 0 or 1). Reduced
+  // logically, as torch.distributed's gloo backend does (gloo::sum<bool> is a + b stored in a
+  // bool): Sum and Max are logical or, Prod and Min logical and. Avg is not defined.
+  Bool,
 };
 
 enum class ReduceOp : uint8_t {
   Sum,
-  Avg,  // sum, then divide by the world size (integer types: truncating division)
+  Avg,  // sum, then divide by the world size (integer types: truncating division; not for Bool)
   Min,
   Max,
   Prod,

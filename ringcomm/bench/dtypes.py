@@ -11,8 +11,10 @@ ITEMSIZE = {
     "float64": 8,
     "int8": 1,
     "uint8": 1,
+    "int16": 2,
     "int32": 4,
     "int64": 8,
+    "bool": 1,  # reduced logically: sum and max are or, prod and min and; no avg
 }
 DTYPES = tuple(ITEMSIZE)
 NUMPY_LACKS = ("bfloat16",)  # NumPy has no bfloat16: such buffers are torch tensors

@@ -7,6 +7,11 @@ then be compared element for element, with no tolerance:
   avg:            the same, except that the last rank holds what makes the sum a multiple of p
                   (at most p - 1), so the average is an integer too and int8 does not overflow
   prod:           1 + (r + i) % 2, so products are powers of two
+bool holds the values' truth (non-zero). They are never negative, so the truth of an expected sum
+or max is the or of the inputs' truths, and that of a min or product their and: what bool
+reductions compute (bool has no avg). In bool a broadcast's sentinel is just true, so an element
+the broadcast failed to write shows only where the root's is false.
+
 The values repeat every _PERIOD elements, which lets fill() and count_wrong() work through a
 buffer of any size (1 GiB included) in chunks, with one precomputed block and no full-size copy.
 """

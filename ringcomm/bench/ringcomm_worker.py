@@ -74,6 +74,8 @@ class RingcommGroup:
         self._done()
 
     def unsupported(self, collective: str, dtype: str, op: str) -> Optional[str]:
+        if dtype == "bool" and op == "avg":
+            return "ringcomm has no avg of bool"
         return None
 
     def details(self, collective: str, nbytes: int) -> dict:

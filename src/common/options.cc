@@ -23,6 +23,15 @@ void requireRoot(int root, int size, const char* collective) {
   }
 }
 
+// Avg of bools has no meaning (torch refuses it too): a bool reduction is a logical or / and.
+void requireDefinedReduction(DataType type, ReduceOp op, const char* collective) {
+  if (type == DataType::Bool && op == ReduceOp::Avg) {
+    throw InvalidArgument(std::string(collective) +
+                          ": op avg is not defined for bool (sum and max are logical or, prod "
+                          "and min logical and)");
+  }
+}
+
 void requirePeer(int peer, int size, int rank, const char* collective) {
   if (peer < 0 || peer >= size) {
     throw InvalidArgument(std::string(collective) + ": peer must be in [0, " +
@@ -39,6 +48,7 @@ void requirePeer(int peer, int size, int rank, const char* collective) {
 void AllreduceOptions::validate() const {
   requireBuffer(input, count, "allreduce", "input");
   requireBuffer(output, count, "allreduce", "output");
+  requireDefinedReduction(type, op, "allreduce");
   if (compression != Compression::None) {
     if (type != DataType::Float32) {
       throw InvalidArgument(std::string("allreduce: compression '") + toString(compression) +
@@ -63,6 +73,7 @@ void AllreduceOptions::validate() const {
 void ReduceScatterOptions::validate() const {
   requireBuffer(input, count, "reduce_scatter", "input");
   requireBuffer(output, count, "reduce_scatter", "output");
+  requireDefinedReduction(type, op, "reduce_scatter");
 }
 
 void AllgatherOptions::validate() const {
@@ -78,6 +89,7 @@ void BroadcastOptions::validate(int size) const {
 void ReduceOptions::validate(int size) const {
   requireBuffer(input, count, "reduce", "input");
   requireRoot(root, size, "reduce");
+  requireDefinedReduction(type, op, "reduce");
 }
 
 void AlltoallOptions::validate() const {

@@ -8,7 +8,9 @@ size_t elementSize(DataType type) {
   switch (type) {
     case DataType::Int8:
     case DataType::Uint8:
+    case DataType::Bool:
       return 1;
+    case DataType::Int16:
     case DataType::Float16:
     case DataType::BFloat16:
       return 2;
@@ -26,12 +28,14 @@ const char* toString(DataType type) {
   switch (type) {
     case DataType::Int8: return "int8";
     case DataType::Uint8: return "uint8";
+    case DataType::Int16: return "int16";
     case DataType::Int32: return "int32";
     case DataType::Int64: return "int64";
     case DataType::Float16: return "float16";
     case DataType::BFloat16: return "bfloat16";
     case DataType::Float32: return "float32";
     case DataType::Float64: return "float64";
+    case DataType::Bool: return "bool";
   }
   return "unknown";
 }

@@ -34,11 +34,15 @@ RINGCOMM_HOST_DEVICE T canonicalizeNan(T value) {
   return value != value ? canonicalNan<T>() : value;
 }
 
-// Integers compute in the unsigned type, so that Sum and Prod wrap around (signed overflow is
-// undefined).
+// Integers compute in an unsigned type, so that Sum and Prod wrap around (signed overflow is
+// undefined); types narrower than int in unsigned int, as loops.h (their own unsigned type would
+// be promoted to int, where a product of two uint16_t overflows).
 template <typename T>
-using Arithmetic =
-    std::conditional_t<std::is_integral_v<T>, std::make_unsigned<T>, std::common_type<T>>;
+using Arithmetic = std::conditional_t<
+    std::is_integral_v<T>,
+    std::conditional_t<(sizeof(T) < sizeof(unsigned)), std::common_type<unsigned>,
+                       std::make_unsigned<T>>,
+    std::common_type<T>>;
 template <typename T>
 using ArithmeticType = typename Arithmetic<T>::type;
 
@@ -94,17 +98,52 @@ struct MaxOp {
   }
 };
 
+// --- bool, as loops.h's LogicalOrOp and LogicalAndOp: bytes, 0 false and anything else true,
+// every result 0 or 1. Sum and Max are logical or, Prod and Min logical and. ---
+
+struct LogicalOrOp {
+  static constexpr const char* kName = "or";
+  template <typename T>
+  RINGCOMM_HOST_DEVICE static T apply(T a, T b) {
+    return static_cast<T>((a | b) != 0);
+  }
+};
+
+struct LogicalAndOp {
+  static constexpr const char* kName = "and";
+  template <typename T>
+  RINGCOMM_HOST_DEVICE static T apply(T a, T b) {
+    return static_cast<T>((a != 0) & (b != 0));
+  }
+};
+
+template <typename Op>
+struct LogicalOf {
+  using type = LogicalOrOp;  // SumOp, MaxOp
+};
+template <>
+struct LogicalOf<ProdOp> {
+  using type = LogicalAndOp;
+};
+template <>
+struct LogicalOf<MinOp> {
+  using type = LogicalAndOp;
+};
+
 // --- Element types: how a DataType is stored, and what it is computed in. ---
 //
 // Storage is what memory holds; Compute is what the operations see (float32 for the 16-bit
 // floats: load, widen, combine, round back to nearest even); Divisor is the type finishAverage
-// divides by, as in loops.h's Kernels::divide (an int keeps divisors above 127 working for int8).
+// divides by, as in loops.h's Kernels::divide (an int keeps divisors above 127 working for int8);
+// Operation<Op> is the operation a ReduceOp's Op becomes on the type (itself, except for bool).
 
 template <typename T, typename DivisorType>
 struct NativeElement {
   using Storage = T;
   using Compute = T;
   using Divisor = DivisorType;
+  template <typename Op>
+  using Operation = Op;
   RINGCOMM_HOST_DEVICE static Compute widen(Storage value) { return value; }
   RINGCOMM_HOST_DEVICE static Storage narrow(Compute value) { return value; }
 };
@@ -114,6 +153,9 @@ struct Int8Element : NativeElement<int8_t, int> {
 };
 struct Uint8Element : NativeElement<uint8_t, int> {
   static constexpr const char* kName = "uint8";
+};
+struct Int16Element : NativeElement<int16_t, int> {
+  static constexpr const char* kName = "int16";
 };
 struct Int32Element : NativeElement<int32_t, int> {
   static constexpr const char* kName = "int32";
@@ -128,11 +170,21 @@ struct Float64Element : NativeElement<double, double> {
   static constexpr const char* kName = "float64";
 };
 
+// Bytes reduced logically. There is no average of bools: finishAverage refuses it before any
+// division (the Divisor is only there to complete the description).
+struct BoolElement : NativeElement<uint8_t, int> {
+  static constexpr const char* kName = "bool";
+  template <typename Op>
+  using Operation = typename LogicalOf<Op>::type;
+};
+
 struct Float16Element {
   static constexpr const char* kName = "float16";
   using Storage = uint16_t;
   using Compute = float;
   using Divisor = float;
+  template <typename Op>
+  using Operation = Op;
   RINGCOMM_HOST_DEVICE static float widen(uint16_t value) { return halfBitsToFloat(value); }
   RINGCOMM_HOST_DEVICE static uint16_t narrow(float value) { return floatToHalfBits(value); }
 };
@@ -142,6 +194,8 @@ struct BFloat16Element {
   using Storage = uint16_t;
   using Compute = float;
   using Divisor = float;
+  template <typename Op>
+  using Operation = Op;
   RINGCOMM_HOST_DEVICE static float widen(uint16_t value) { return bfloat16BitsToFloat(value); }
   RINGCOMM_HOST_DEVICE static uint16_t narrow(float value) { return floatToBfloat16Bits(value); }
 };
@@ -150,7 +204,8 @@ struct BFloat16Element {
 template <typename Element, typename Op>
 RINGCOMM_HOST_DEVICE typename Element::Storage combine(typename Element::Storage a,
                                                        typename Element::Storage b) {
-  return Element::narrow(Op::apply(Element::widen(a), Element::widen(b)));
+  using Operation = typename Element::template Operation<Op>;
+  return Element::narrow(Operation::apply(Element::widen(a), Element::widen(b)));
 }
 
 // finishAverage's division of one element (loops.h: divideSame, divideWidened).

@@ -29,9 +29,10 @@ namespace ringcomm::cuda {
 
 // --- Reductions (reduce_kernels.cu), for every DataType and ReduceOp. ---
 //
-// As on the CPU (src/reduce/reduce.h): integer Sum and Prod wrap around; float16 and bfloat16 are
-// widened to float32, combined, and rounded back to nearest even; any NaN result is the canonical
-// quiet NaN; Min and Max return NaN when either operand is NaN. Avg is Sum here: the division is
+// As on the CPU (src/reduce/reduce.h): integer Sum and Prod wrap around; bool is logical (Sum and
+// Max are or, Prod and Min and; every result is 0 or 1); float16 and bfloat16 are widened to
+// float32, combined, and rounded back to nearest even; any NaN result is the canonical quiet NaN;
+// Min and Max return NaN when either operand is NaN. Avg is Sum here: the division is
 // finishAverage's, after the last step, exactly as the CPU schedules do it.
 
 // out[i] = a[i] OP b[i]
@@ -45,7 +46,7 @@ void reduceInto(void* acc, const void* src, size_t count, DataType type, ReduceO
 
 // For ReduceOp::Avg: buf[i] /= divisor, as reduce::finishAverage (floats: an exact IEEE division,
 // float16/bfloat16 in float32; integers: truncating division). Enqueues nothing for other ops.
-// Throws InvalidArgument for Avg with a divisor below 1.
+// Throws InvalidArgument for Avg with a divisor below 1, and for Avg of Bool.
 void finishAverage(void* buf, size_t count, DataType type, ReduceOp op, int divisor,
                    cudaStream_t stream);
 

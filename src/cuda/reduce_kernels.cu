@@ -1,13 +1,14 @@
 // Element-wise reductions on device memory (kernels.h): the CPU's per-element operations
 // (element_ops.cuh) swept over the arrays by the grid-stride kernel of elementwise.cuh.
 //
-// One kernel per (element type, operation): 8 types x 4 operations (Avg runs as Sum), plus 8
-// divisions for finishAverage. Each is a template instance, so the operation is compiled in
-// rather than chosen per element.
+// One kernel per (element type, operation): 10 types x 4 operations (Avg runs as Sum; on bool
+// the operations are logical or and and), plus 9 divisions for finishAverage (none for bool).
+// Each is a template instance, so the operation is compiled in rather than chosen per element.
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "cuda/element_ops.cuh"
 #include "cuda/elementwise.cuh"
@@ -77,12 +78,14 @@ bool visitElement(DataType type, Visit&& visit) {
   switch (type) {
     case DataType::Int8: visit(detail::Int8Element{}); return true;
     case DataType::Uint8: visit(detail::Uint8Element{}); return true;
+    case DataType::Int16: visit(detail::Int16Element{}); return true;
     case DataType::Int32: visit(detail::Int32Element{}); return true;
     case DataType::Int64: visit(detail::Int64Element{}); return true;
     case DataType::Float16: visit(detail::Float16Element{}); return true;
     case DataType::BFloat16: visit(detail::BFloat16Element{}); return true;
     case DataType::Float32: visit(detail::Float32Element{}); return true;
     case DataType::Float64: visit(detail::Float64Element{}); return true;
+    case DataType::Bool: visit(detail::BoolElement{}); return true;
   }
   return false;
 }
@@ -139,6 +142,9 @@ void reduceInto(void* acc, const void* src, size_t count, DataType type, ReduceO
 void finishAverage(void* buf, size_t count, DataType type, ReduceOp op, int divisor,
                    cudaStream_t stream) {
   if (op != ReduceOp::Avg) return;
+  if (type == DataType::Bool) {
+    throw InvalidArgument("ringcomm::cuda::finishAverage: avg of bool is not defined");
+  }
   if (divisor < 1) {
     throw InvalidArgument("ringcomm::cuda::finishAverage: divisor must be positive, got " +
                           std::to_string(divisor));
@@ -147,11 +153,13 @@ void finishAverage(void* buf, size_t count, DataType type, ReduceOp op, int divi
   const bool known = visitElement(type, [&](auto element) {
     using Element = decltype(element);
     using Storage = typename Element::Storage;
-    const KernelName kernel{"finishAverage", Element::kName};
-    detail::checkArray(kernel, "buf", buf, sizeof(Storage));
-    const DivideElements<Element> elements{static_cast<Storage*>(buf),
-                                           static_cast<typename Element::Divisor>(divisor)};
-    detail::launchElementwise(kernel, elements, count, stream);
+    if constexpr (!std::is_same_v<Element, detail::BoolElement>) {  // refused above
+      const KernelName kernel{"finishAverage", Element::kName};
+      detail::checkArray(kernel, "buf", buf, sizeof(Storage));
+      const DivideElements<Element> elements{static_cast<Storage*>(buf),
+                                             static_cast<typename Element::Divisor>(divisor)};
+      detail::launchElementwise(kernel, elements, count, stream);
+    }
   });
   if (!known) throwUnknown("finishAverage", type, op);
 }

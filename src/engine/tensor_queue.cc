@@ -95,6 +95,8 @@ void fillIdentity(void* data, size_t count, DataType type, ReduceOp op) {
       return fillIdentityOf<int8_t>(data, count, op);
     case DataType::Uint8:
       return fillIdentityOf<uint8_t>(data, count, op);
+    case DataType::Int16:
+      return fillIdentityOf<int16_t>(data, count, op);
     case DataType::Int32:
       return fillIdentityOf<int32_t>(data, count, op);
     case DataType::Int64:
@@ -107,6 +109,9 @@ void fillIdentity(void* data, size_t count, DataType type, ReduceOp op) {
       return fillIdentityOf<float>(data, count, op);
     case DataType::Float64:
       return fillIdentityOf<double>(data, count, op);
+    case DataType::Bool:
+      // Or (Sum, Max) leaves a value alone with false, and (Prod, Min) with true.
+      return fill<uint8_t>(data, count, op == ReduceOp::Prod || op == ReduceOp::Min ? 1 : 0);
   }
 }
 

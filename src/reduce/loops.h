@@ -49,8 +49,10 @@ inline size_t clampToBlock(size_t remaining, size_t block) {
 
 // --- Operations. ---
 //
-// Integers do their arithmetic in the unsigned type, so Sum and Prod wrap around instead of
-// overflowing (which is undefined for signed types).
+// Integers do their arithmetic in an unsigned type, so Sum and Prod wrap around instead of
+// overflowing (which is undefined for signed types). Types narrower than int compute in unsigned
+// int: C++ would promote their unsigned type to (signed) int, where a product of two uint16_t
+// overflows.
 //
 // Floats: any NaN result is the canonical quiet NaN. Without that, NaN OP NaN would not be
 // deterministic: x86 returns the first operand's payload, and the compiler may swap the operands
@@ -64,7 +66,8 @@ struct Arithmetic {
 };
 template <typename T>
 struct Arithmetic<T, true> {
-  using type = std::make_unsigned_t<T>;
+  using type =
+      std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 };
 template <typename T>
 using ArithmeticType = typename Arithmetic<T>::type;
@@ -121,6 +124,40 @@ struct MaxOp {
       return b > a ? b : a;
     }
   }
+};
+
+// bool (DataType::Bool) is reduced as bytes, logically: 0 is false, anything else true, and every
+// result is 0 or 1 (a byte other than 0 and 1 is no valid bool in C++, NumPy or torch, but memory
+// can hold one, so the inputs are never trusted to be 0 or 1). Sum and Max are logical or, Prod
+// and Min logical and: what torch.distributed's gloo backend computes (gloo::sum<bool> adds two
+// bools and stores the result in a bool), and what NCCL does for torch (bool SUM runs as MAX of
+// uint8). Avg is not defined (reduce.cc refuses it).
+struct LogicalOrOp {
+  template <typename T>
+  static T apply(T a, T b) {
+    return static_cast<T>((a | b) != 0);
+  }
+};
+
+struct LogicalAndOp {
+  template <typename T>
+  static T apply(T a, T b) {
+    return static_cast<T>((a != 0) & (b != 0));
+  }
+};
+
+// The logical operation a ReduceOp's operation becomes on bool.
+template <typename Op>
+struct LogicalOf {
+  using type = LogicalOrOp;  // SumOp, MaxOp
+};
+template <>
+struct LogicalOf<ProdOp> {
+  using type = LogicalAndOp;
+};
+template <>
+struct LogicalOf<MinOp> {
+  using type = LogicalAndOp;
 };
 
 // --- The loop shapes every reduction is built from. ---
@@ -297,6 +334,7 @@ bool reduceManyForOp(void* dst, const void* const* srcs, int n, size_t count, Da
   switch (type) {
     case DataType::Int8: return reduceManySame<Op, int8_t>(dst, srcs, n, count);
     case DataType::Uint8: return reduceManySame<Op, uint8_t>(dst, srcs, n, count);
+    case DataType::Int16: return reduceManySame<Op, int16_t>(dst, srcs, n, count);
     case DataType::Int32: return reduceManySame<Op, int32_t>(dst, srcs, n, count);
     case DataType::Int64: return reduceManySame<Op, int64_t>(dst, srcs, n, count);
     case DataType::Float16:
@@ -305,14 +343,16 @@ bool reduceManyForOp(void* dst, const void* const* srcs, int n, size_t count, Da
       return reduceManyWidened<Op, typename Codecs::BFloat16>(dst, srcs, n, count);
     case DataType::Float32: return reduceManySame<Op, float>(dst, srcs, n, count);
     case DataType::Float64: return reduceManySame<Op, double>(dst, srcs, n, count);
+    case DataType::Bool:
+      return reduceManySame<typename LogicalOf<Op>::type, uint8_t>(dst, srcs, n, count);
   }
   return false;
 }
 
 // --- finishAverage's division. ---
 
-// Integers: truncating division (the divisor stays an int, so int8 elements are promoted and
-// divisors above 127 still work). Floats: an exact IEEE division, never a reciprocal multiply.
+// Integers: truncating division (the divisor stays an int, so int8 and int16 elements are
+// promoted and divisors above their largest value still work). Floats: an exact IEEE division, never a reciprocal multiply.
 template <typename T, typename Divisor>
 bool divideSame(void* bufBytes, size_t count, Divisor divisor) {
   T* buf = static_cast<T*>(bufBytes);
@@ -368,6 +408,7 @@ struct Kernels {
     switch (type) {
       case DataType::Int8: return divideSame<int8_t>(buf, count, divisor);
       case DataType::Uint8: return divideSame<uint8_t>(buf, count, divisor);
+      case DataType::Int16: return divideSame<int16_t>(buf, count, divisor);
       case DataType::Int32: return divideSame<int32_t>(buf, count, divisor);
       case DataType::Int64: return divideSame<int64_t>(buf, count, int64_t{divisor});
       case DataType::Float16:
@@ -376,6 +417,7 @@ struct Kernels {
         return divideWidened<typename Codecs::BFloat16>(buf, count, static_cast<float>(divisor));
       case DataType::Float32: return divideSame<float>(buf, count, static_cast<float>(divisor));
       case DataType::Float64: return divideSame<double>(buf, count, static_cast<double>(divisor));
+      case DataType::Bool: return false;  // no average of bools (reduce.cc says so first)
     }
     return false;
   }

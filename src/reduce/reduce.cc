@@ -61,6 +61,9 @@ void reduceMany(void* dst, const void* const* srcs, int n, size_t count, DataTyp
 
 void finishAverage(void* buf, size_t count, DataType type, ReduceOp op, int divisor) {
   if (op != ReduceOp::Avg) return;
+  if (type == DataType::Bool) {
+    throw InvalidArgument("ringcomm::reduce::finishAverage: avg of bool is not defined");
+  }
   if (divisor < 1) {
     throw InvalidArgument("ringcomm::reduce::finishAverage: divisor must be positive, got " +
                           std::to_string(divisor));

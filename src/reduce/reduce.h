@@ -21,7 +21,8 @@
 namespace ringcomm::reduce {
 
 // dst[i] = dst[i] OP src[i]. Avg behaves as Sum here (the division happens in finishAverage).
-// Integer Sum and Prod wrap around.
+// Integer Sum and Prod wrap around. Bool is logical (loops.h): Sum and Max are or, Prod and Min
+// are and, any non-zero byte is true and every result is 0 or 1.
 void reduceInto(void* dst, const void* src, size_t count, DataType type, ReduceOp op);
 
 // dst[i] = srcs[0][i] OP srcs[1][i] OP ... OP srcs[n-1][i], evaluated left to right.
@@ -32,7 +33,7 @@ void reduceMany(void* dst, const void* const* srcs, int n, size_t count, DataTyp
 
 // For ReduceOp::Avg: buf[i] /= divisor (floats: multiply by nothing, divide exactly;
 // integers: truncating division). No-op for the other ops. Throws InvalidArgument for Avg with a
-// divisor below 1.
+// divisor below 1, and for Avg of Bool (not defined).
 void finishAverage(void* buf, size_t count, DataType type, ReduceOp op, int divisor);
 
 // IEEE binary16 / bfloat16 <-> float32, round to nearest even (NaN stays NaN).

@@ -173,6 +173,31 @@ struct IntTraits {
   static double toDouble(T value) { return static_cast<double>(value); }
 };
 
+// bool: bytes, reduced logically. Mostly 0 and 1, and now and then another non-zero byte (memory
+// can hold one, and it must count as true); results are 0 or 1 (one source is copied as it is).
+struct BoolTraits {
+  using Storage = uint8_t;
+  static constexpr DataType kType = DataType::Bool;
+  static constexpr bool kFloat = false;
+
+  static uint8_t random(Rng& rng, size_t) {
+    const uint64_t bits = rng.next();
+    if ((bits & 0xF) == 0) return static_cast<uint8_t>(bits >> 8) | 2;  // 2..255, never 0 or 1
+    return static_cast<uint8_t>((bits >> 4) & 1);
+  }
+  // Sum and Max: or; Prod and Min: and. Avg reduces as Sum (finishAverage refuses it).
+  static uint8_t apply(ReduceOp op, uint8_t a, uint8_t b) {
+    const bool either = a != 0 || b != 0;
+    const bool both = a != 0 && b != 0;
+    return (op == ReduceOp::Prod || op == ReduceOp::Min) ? both : either;
+  }
+  static uint8_t fold(ReduceOp op, const std::vector<uint8_t>& values) {
+    uint8_t acc = values[0];
+    for (size_t k = 1; k < values.size(); ++k) acc = apply(op, acc, values[k]);
+    return acc;
+  }
+};
+
 // Special values at fixed positions (NaN, infinities, signed zeros), `regular()` elsewhere.
 constexpr size_t kSpecialPeriod = 101;
 // Sources shift their positions by this much each (so the first ones land on regular values).
@@ -270,6 +295,7 @@ struct Widened16Traits {
 
 using Int8Traits = IntTraits<int8_t, DataType::Int8>;
 using Uint8Traits = IntTraits<uint8_t, DataType::Uint8>;
+using Int16Traits = IntTraits<int16_t, DataType::Int16>;
 using Int32Traits = IntTraits<int32_t, DataType::Int32>;
 using Int64Traits = IntTraits<int64_t, DataType::Int64>;
 using Float16Traits = Widened16Traits<DataType::Float16>;
@@ -447,7 +473,9 @@ void fillRandomBits(std::vector<unsigned char>& bytes, Rng& rng) {
 size_t sizeOf(DataType type) {
   switch (type) {
     case DataType::Int8:
-    case DataType::Uint8: return 1;
+    case DataType::Uint8:
+    case DataType::Bool: return 1;
+    case DataType::Int16:
     case DataType::Float16:
     case DataType::BFloat16: return 2;
     case DataType::Int32:
@@ -458,9 +486,10 @@ size_t sizeOf(DataType type) {
   return 0;
 }
 
-const DataType kTypes[] = {DataType::Int8,    DataType::Uint8,    DataType::Int32,
-                           DataType::Int64,   DataType::Float16,  DataType::BFloat16,
-                           DataType::Float32, DataType::Float64};
+const DataType kTypes[] = {DataType::Int8,    DataType::Uint8,    DataType::Int16,
+                           DataType::Int32,   DataType::Int64,    DataType::Float16,
+                           DataType::BFloat16, DataType::Float32, DataType::Float64,
+                           DataType::Bool};
 
 }  // namespace
 
@@ -582,15 +611,18 @@ TEST(softwareHalfMatchesF16c) {
 
 TEST(reduceInt8) { checkReduceMatrix<Int8Traits>(); }
 TEST(reduceUint8) { checkReduceMatrix<Uint8Traits>(); }
+TEST(reduceInt16) { checkReduceMatrix<Int16Traits>(); }
 TEST(reduceInt32) { checkReduceMatrix<Int32Traits>(); }
 TEST(reduceInt64) { checkReduceMatrix<Int64Traits>(); }
 TEST(reduceFloat16) { checkReduceMatrix<Float16Traits>(); }
 TEST(reduceBFloat16) { checkReduceMatrix<BFloat16Traits>(); }
 TEST(reduceFloat32) { checkReduceMatrix<Float32Traits>(); }
 TEST(reduceFloat64) { checkReduceMatrix<Float64Traits>(); }
+TEST(reduceBool) { checkReduceMatrix<BoolTraits>(); }
 
 TEST(finishAverageInt8) { checkFinishAverage<Int8Traits>(); }
 TEST(finishAverageUint8) { checkFinishAverage<Uint8Traits>(); }
+TEST(finishAverageInt16) { checkFinishAverage<Int16Traits>(); }
 TEST(finishAverageInt32) { checkFinishAverage<Int32Traits>(); }
 TEST(finishAverageInt64) { checkFinishAverage<Int64Traits>(); }
 TEST(finishAverageFloat16) { checkFinishAverage<Float16Traits>(); }
@@ -612,6 +644,20 @@ TEST(integerSumAndProdWrapAround) {
   reduceInto(&u8, &two8, 1, DataType::Uint8, ReduceOp::Prod);
   CHECK_EQ(+u8, 254);
 
+  int16_t i16[2] = {32767, -32768};
+  const int16_t one16[2] = {1, -1};
+  reduceInto(i16, one16, 2, DataType::Int16, ReduceOp::Sum);
+  CHECK_EQ(i16[0], -32768);
+  CHECK_EQ(i16[1], 32767);
+  // -1 * -1 and -32768 * -1: as unsigned 16-bit values 65535 * 65535 and 32768 * 65535, which
+  // overflow int (where C++ promotes uint16_t): the kernels must multiply in unsigned int.
+  int16_t p16[3] = {-1, -32768, 300};
+  const int16_t m16[3] = {-1, -1, 300};
+  reduceInto(p16, m16, 3, DataType::Int16, ReduceOp::Prod);
+  CHECK_EQ(p16[0], 1);
+  CHECK_EQ(p16[1], -32768);
+  CHECK_EQ(p16[2], static_cast<int16_t>(90000 - 65536));
+
   int32_t i32 = std::numeric_limits<int32_t>::max();
   const int32_t one32 = 1;
   reduceInto(&i32, &one32, 1, DataType::Int32, ReduceOp::Sum);
@@ -621,6 +667,43 @@ TEST(integerSumAndProdWrapAround) {
   const int64_t four = 4;
   reduceInto(&i64, &four, 1, DataType::Int64, ReduceOp::Prod);
   CHECK_EQ(i64, 0);
+}
+
+TEST(boolIsLogicalAndResultsAreZeroOrOne) {
+  // Every op on every pair of (false, true, a non-canonical true), in both kernel variants.
+  const uint8_t a[9] = {0, 0, 0, 1, 1, 1, 7, 7, 7};
+  const uint8_t b[9] = {0, 1, 7, 0, 1, 7, 0, 1, 7};
+  const uint8_t either[9] = {0, 1, 1, 1, 1, 1, 1, 1, 1};
+  const uint8_t both[9] = {0, 0, 0, 0, 1, 1, 0, 1, 1};
+  for (bool portable : {false, true}) {
+    PortableScope scope(portable);
+    for (ReduceOp op : kOps) {
+      uint8_t out[9];
+      std::memcpy(out, a, sizeof out);
+      reduceInto(out, b, 9, DataType::Bool, op);
+      const bool isAnd = op == ReduceOp::Prod || op == ReduceOp::Min;
+      CHECK(std::memcmp(out, isAnd ? both : either, sizeof out) == 0);
+    }
+  }
+  // 32 trues summed (through several fused passes): 1, not 32.
+  std::vector<uint8_t> ones(32, 1);
+  std::vector<const void*> srcs(32, ones.data());
+  uint8_t sum = 0;
+  reduceMany(&sum, srcs.data(), 32, 1, DataType::Bool, ReduceOp::Sum);
+  CHECK_EQ(+sum, 1);
+}
+
+TEST(averageOfBoolIsRefused) {
+  uint8_t flags[2] = {1, 0};
+  bool threw = false;
+  try {
+    finishAverage(flags, 2, DataType::Bool, ReduceOp::Avg, 2);
+  } catch (const InvalidArgument& error) {
+    threw = std::string(error.what()).find("bool") != std::string::npos;
+  }
+  CHECK(threw);
+  finishAverage(flags, 2, DataType::Bool, ReduceOp::Sum, 2);  // not Avg: nothing happens
+  CHECK(flags[0] == 1 && flags[1] == 0);
 }
 
 TEST(minMaxPropagateNanFromEitherSide) {
@@ -755,7 +838,7 @@ TEST(vectorAndPortableKernelsAgreeBitwise) {
       out.insert(out.end(), inPlace.begin(), inPlace.end());
 
       std::vector<unsigned char> average = sources[2];  // random bits, NaN payloads included
-      finishAverage(average.data() + offset, kCount, type, op, 3);
+      if (type != DataType::Bool) finishAverage(average.data() + offset, kCount, type, op, 3);
       out.insert(out.end(), average.begin(), average.end());
       return out;
     };

@@ -1,7 +1,7 @@
 // A model of what the kernels must compute, written from the definitions rather than from the
-// code under test: integers in 64-bit modular arithmetic; floats in float64, rounded once to the
-// element's precision; float16 / bfloat16 read as exact doubles and rounded by nearest-neighbour
-// comparison in double arithmetic, not by bit tricks.
+// code under test: integers in 64-bit modular arithmetic; bools as or / and of "non-zero"; floats
+// in float64, rounded once to the element's precision; float16 / bfloat16 read as exact doubles
+// and rounded by nearest-neighbour comparison in double arithmetic, not by bit tricks.
 //
 // One rounding of a float64 result to float32 is exactly what float32 arithmetic gives for +, *
 // and / of float32 operands: double has more than 2 * 24 + 2 significand bits, so rounding twice
@@ -161,6 +161,7 @@ template <typename T, DataType kTypeValue>
 struct IntegerModel {
   using Storage = T;
   static constexpr DataType kType = kTypeValue;
+  static constexpr bool kHasAverage = true;
 
   static void fill(Rng& rng, std::vector<T>& a, std::vector<T>& b) {
     for (T& value : a) value = static_cast<T>(rng.next());
@@ -189,6 +190,7 @@ template <typename T, DataType kTypeValue>
 struct NativeFloatModel {
   using Storage = T;
   static constexpr DataType kType = kTypeValue;
+  static constexpr bool kHasAverage = true;
   static constexpr int kMantissaBits = std::numeric_limits<T>::digits - 1;
 
   // Ordinary values of exponents within +-30, specials, and at some positions a b that is
@@ -242,6 +244,7 @@ template <bool kHalf, DataType kTypeValue>
 struct Widened16Model {
   using Storage = uint16_t;
   static constexpr DataType kType = kTypeValue;
+  static constexpr bool kHasAverage = true;
 
   static double toDouble(uint16_t value) {
     return kHalf ? codeValues<halfToDouble>()[value] : bfloat16ToDouble(value);
@@ -267,8 +270,32 @@ struct Widened16Model {
   }
 };
 
+// bool: a byte, false when 0 and true otherwise. Sum and Max are logical or, Prod and Min logical
+// and, and the result is 0 or 1; there is no average. Inputs are mostly 0 and 1, with other
+// non-zero bytes (trues no C++ bool holds, which memory can) mixed in.
+struct BoolModel {
+  using Storage = uint8_t;
+  static constexpr DataType kType = DataType::Bool;
+  static constexpr bool kHasAverage = false;
+
+  static void fill(Rng& rng, std::vector<uint8_t>& a, std::vector<uint8_t>& b) {
+    auto one = [&rng]() -> uint8_t {
+      if (rng.oneIn(kSpecialOneIn)) return static_cast<uint8_t>(2 + rng.below(254));
+      return static_cast<uint8_t>(rng.below(2));
+    };
+    for (uint8_t& value : a) value = one();
+    for (uint8_t& value : b) value = one();
+  }
+  static uint8_t apply(ReduceOp op, uint8_t a, uint8_t b) {
+    if (op == ReduceOp::Prod || op == ReduceOp::Min) return a != 0 && b != 0;
+    return a != 0 || b != 0;
+  }
+  static std::string describe(uint8_t value) { return std::to_string(value); }
+};
+
 using Int8Model = IntegerModel<int8_t, DataType::Int8>;
 using Uint8Model = IntegerModel<uint8_t, DataType::Uint8>;
+using Int16Model = IntegerModel<int16_t, DataType::Int16>;
 using Int32Model = IntegerModel<int32_t, DataType::Int32>;
 using Int64Model = IntegerModel<int64_t, DataType::Int64>;
 using Float16Model = Widened16Model<true, DataType::Float16>;

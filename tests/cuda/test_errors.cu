@@ -59,6 +59,12 @@ TEST(hostBadArgumentsAreRefusedBeforeLaunching) {
       [&] { cuda::finishAverage(kAligned, 10, f32, ReduceOp::Avg, 0, nullptr); },
       "ringcomm::cuda::finishAverage: divisor must be positive, got 0");
   expectThrows<InvalidArgument>(
+      [&] { cuda::finishAverage(kAligned, 10, DataType::Bool, ReduceOp::Avg, 2, nullptr); },
+      "ringcomm::cuda::finishAverage: avg of bool is not defined");
+  expectThrows<InvalidArgument>(
+      [&] { cuda::reduce(kAligned, kOddByte, kAligned, 10, DataType::Int16, sum, nullptr); },
+      "ringcomm::cuda::reduce: a is not aligned to its 2-byte elements (int16)");
+  expectThrows<InvalidArgument>(
       [&] { cuda::finishAverage(kOddByte, 10, DataType::Int64, ReduceOp::Avg, 2, nullptr); },
       "ringcomm::cuda::finishAverage: buf is not aligned to its 8-byte elements (int64)");
   expectThrows<InvalidArgument>(
@@ -82,6 +88,7 @@ TEST(hostNothingToDoIsNotAnError) {
   cuda::reduce(nullptr, nullptr, nullptr, 0, DataType::Float16, ReduceOp::Max, nullptr);
   cuda::reduceInto(nullptr, nullptr, 0, static_cast<DataType>(99), ReduceOp::Sum, nullptr);
   cuda::finishAverage(nullptr, 100, DataType::Float32, ReduceOp::Sum, 0, nullptr);
+  cuda::finishAverage(nullptr, 100, DataType::Bool, ReduceOp::Max, 0, nullptr);
   cuda::finishAverage(nullptr, 0, DataType::Float32, ReduceOp::Avg, 4, nullptr);
   cuda::encode(nullptr, nullptr, 0, Compression::Float16, 0.5, nullptr);
   cuda::decode(nullptr, nullptr, 0, Compression::BFloat16, 2.0, nullptr);

@@ -2,8 +2,9 @@
 
 Inputs are small integers (exact in any summation order, even in float16/bfloat16), so every
 result is compared exactly; random float32 inputs additionally check that all ranks hold the same
-bits. Each rank reports its failures and a digest of each result; the test compares digests
-across ranks.
+bits. bool inputs are 0/1, reduced logically (sum and max: or; prod and min: and; avg refused).
+Each rank reports its failures and a digest of each result; the test compares digests across
+ranks.
 
 argv: [large_count]  (elements in the "a few MiB" case; 0 skips it)
 """
@@ -20,7 +21,9 @@ from report import report  # noqa: E402
 
 import ringcomm  # noqa: E402
 
-DTYPES = ["int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+INTEGERS = ["int8", "uint8", "int16", "int32", "int64"]
+DTYPES = INTEGERS + ["float16", "bfloat16", "float32", "float64", "bool"]
+LOGICAL_AND = ("prod", "min")  # on bool; sum and max (and avg, which is refused) are or
 OPS = {
     "sum": ringcomm.SUM,
     "avg": ringcomm.AVG,
@@ -28,6 +31,8 @@ OPS = {
     "max": ringcomm.MAX,
     "prod": ringcomm.PROD,
 }
+# Every op on two types, or and and on bool, sum on the others.
+REDUCE_SCATTER_OPS = {"float32": list(OPS), "int32": list(OPS), "bool": ["sum", "prod"]}
 SMALL_COUNTS = [0, 1, 1009]  # empty, single element, a prime that splits unevenly everywhere
 
 comm = ringcomm.init()
@@ -41,9 +46,13 @@ ALGORITHMS = ["ring", "tree"] + (["direct"] if comm.choose_algorithm(1 << 20) ==
 def values(r: int, count: int, dtype: str, op: str) -> np.ndarray:
     """Rank r's input as int64: small, exact in every dtype and order of reduction."""
     i = np.arange(count, dtype=np.int64)
+    if dtype == "bool":
+        # Mostly false for or, mostly true for and, so that either result varies by element.
+        v = (r * 7 + i * 3) % 11
+        return (v != 0 if op in LOGICAL_AND else v == 0).astype(np.int64)
     if op == "prod":
         magnitude = (r + i) % 2 + 1
-        sign = np.where((r + 2 * i) % 3 == 0, -1, 1) if dtype not in ("uint8",) else 1
+        sign = np.where((r + 2 * i) % 3 == 0, -1, 1) if dtype != "uint8" else 1
         return magnitude * sign
     v = (r * 7 + i * 3) % 11
     return v if dtype == "uint8" else v - 5
@@ -69,6 +78,8 @@ def reference(count: int, dtype: str, op: str) -> np.ndarray:
         if count
         else np.zeros((size, 0), np.int64)
     )
+    if dtype == "bool":  # 0/1 values: or is the maximum, and the minimum
+        return (stack.min(axis=0) if op in LOGICAL_AND else stack.max(axis=0)).astype(np.float64)
     if op in ("sum", "avg"):
         exact = stack.sum(axis=0)
     elif op == "min":
@@ -77,7 +88,7 @@ def reference(count: int, dtype: str, op: str) -> np.ndarray:
         exact = stack.max(axis=0)
     else:
         exact = stack.prod(axis=0)
-    if dtype in ("int8", "uint8", "int32", "int64"):
+    if dtype in INTEGERS:
         wrapped = exact.astype(dtype)  # wraps like the core's integer arithmetic
         if op == "avg":
             wrapped = (np.trunc(wrapped.astype(np.float64) / size)).astype(dtype)
@@ -129,6 +140,15 @@ def allreduce_cases() -> None:
 
                     def body(count=count, dtype=dtype, op=op, algorithm=algorithm, name=name):
                         x = as_array(values(rank, count, dtype, op), dtype)
+                        if dtype == "bool" and op == "avg":
+                            try:
+                                comm.allreduce(x, op=OPS[op], algorithm=algorithm)
+                            except ValueError as error:
+                                if "avg is not defined for bool" not in str(error):
+                                    failures.append(f"{name}: {error}")
+                            else:
+                                failures.append(f"{name}: an average of bools was not refused")
+                            return
                         comm.allreduce(x, op=OPS[op], algorithm=algorithm)
                         check(name, x, reference(count, dtype, op))
 
@@ -183,7 +203,7 @@ def allreduce_cases() -> None:
 
 def reduce_scatter_cases() -> None:
     for dtype in DTYPES:
-        for op in OPS if dtype in ("float32", "int32") else ["sum"]:
+        for op in REDUCE_SCATTER_OPS.get(dtype, ["sum"]):
             for count in SMALL_COUNTS:
                 name = f"reduce_scatter/{dtype}/{op}/{count}"
 
@@ -213,14 +233,15 @@ def allgather_cases() -> None:
 def broadcast_reduce_cases() -> None:
     for root in range(size):
         for count in [0, 1, 1009, 300_000]:  # 300k float32 = 1.2 MB: the pipelined chain
-            name = f"broadcast/root{root}/{count}"
+            for dtype in ["float32"] + (["int16", "bool"] if count == 1009 else []):
+                name = f"broadcast/root{root}/{dtype}/{count}"
 
-            def bcast(root=root, count=count, name=name):
-                x = as_array(values(rank, count, "float32", "sum"), "float32")
-                comm.broadcast(x, root=root)
-                check(name, x, values(root, count, "float32", "sum").astype(np.float64))
+                def bcast(root=root, count=count, dtype=dtype, name=name):
+                    x = as_array(values(rank, count, dtype, "sum"), dtype)
+                    comm.broadcast(x, root=root)
+                    check(name, x, values(root, count, dtype, "sum").astype(np.float64))
 
-            case(name, bcast)
+                case(name, bcast)
         for op in OPS:
             name = f"reduce/root{root}/{op}"
 

@@ -34,7 +34,18 @@ if LIBRARY == "torch":
 
     DEVICE = torch.device("cuda", 0)
     torch.cuda.set_device(DEVICE)
-    DTYPES = ["int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+    DTYPES = [
+        "int8",
+        "uint8",
+        "int16",
+        "int32",
+        "int64",
+        "float16",
+        "bfloat16",
+        "float32",
+        "float64",
+        "bool",
+    ]
 
     def to_device(a: np.ndarray, dtype: str):
         if dtype == "bfloat16":
@@ -69,7 +80,7 @@ else:
     import cupy
 
     cupy.cuda.Device(0).use()
-    DTYPES = ["int8", "uint8", "int32", "int64", "float16", "float32", "float64"]  # no bfloat16
+    DTYPES = ["int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64", "bool"]
 
     def to_device(a: np.ndarray, dtype: str):
         return cupy.asarray(a.astype(dtype))
@@ -94,8 +105,12 @@ else:
 
 
 def values(r: int, count: int, op: str, dtype: str) -> np.ndarray:
-    """Rank r's input: small integers, exact in every dtype and order of reduction."""
+    """Rank r's input: small integers, exact in every dtype and order of reduction (bool: 0/1,
+    mostly false for the ors, sum and max, and mostly true for the ands, prod and min)."""
     i = np.arange(count, dtype=np.int64)
+    if dtype == "bool":
+        v = (r * 7 + i * 3) % 11
+        return (v != 0 if op in ("prod", "min") else v == 0).astype(np.int64)
     if op == "prod":
         return (r + i) % 2 + 1
     v = (r * 7 + i * 3) % 11
@@ -104,6 +119,8 @@ def values(r: int, count: int, op: str, dtype: str) -> np.ndarray:
 
 def reference(op: str, count: int, dtype: str) -> np.ndarray:
     stack = np.stack([values(r, count, op, dtype) for r in range(size)]).astype(np.float64)
+    if dtype == "bool":  # or is the maximum of 0/1 values, and the minimum
+        return stack.min(axis=0) if op in ("prod", "min") else stack.max(axis=0)
     if op == "sum":
         result = stack.sum(axis=0)
     elif op == "min":
@@ -112,7 +129,7 @@ def reference(op: str, count: int, dtype: str) -> np.ndarray:
         result = stack.max(axis=0)
     else:
         result = stack.prod(axis=0)
-    if dtype in ("int8", "uint8"):  # integer sums and products wrap around
+    if dtype in ("int8", "uint8", "int16"):  # integer sums and products wrap around
         result = result.astype(np.int64).astype(dtype).astype(np.float64)
     return result
 

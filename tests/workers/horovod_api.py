@@ -219,6 +219,15 @@ def general_join():
         check("join/int sum", torch.equal(total, torch.full((4,), 3)), total)
         low = hvd.allreduce(torch.full((4,), -5.0), op=hvd.Max, name="joined.max")
         check("join/max", torch.equal(low, torch.full((4,), -5.0)), low)
+        # Joined ranks contribute each op's identity, for int16 and bool too.
+        shorts = torch.tensor([-7, 32767, -32768], dtype=torch.int16)
+        for op in (hvd.Sum, hvd.Min, hvd.Max, hvd.Product):
+            got = hvd.allreduce(shorts, op=op, name=f"joined.int16.{op}")
+            check(f"join/int16/{op}", torch.equal(got, shorts), got)
+        flags = torch.tensor([True, False])
+        for op in (hvd.Sum, hvd.Min, hvd.Max, hvd.Product):
+            got = hvd.allreduce(flags, op=op, name=f"joined.bool.{op}")
+            check(f"join/bool/{op}", torch.equal(got, flags), got)
         gathered = hvd.allgather(torch.ones(2, 3), name="joined.gather")
         check("join/allgather", torch.equal(gathered, torch.ones(2, 3)), gathered.shape)
         sent = hvd.broadcast(torch.full((3,), 7.0), root_rank=0, name="joined.broadcast")
@@ -232,6 +241,7 @@ def general_join():
 DTYPES = [
     torch.int8,
     torch.uint8,
+    torch.int16,
     torch.int32,
     torch.int64,
     torch.float16,
@@ -256,9 +266,9 @@ def every_dtype():
         for op, reference in expected.items():
             got = hvd.allreduce(x, op=op)
             check(f"allreduce/{dtype}/{op}", torch.equal(got, reference.to(dtype)), got)
-        if dtype.is_floating_point:
-            got = hvd.allreduce(x, op=hvd.Average)
-            check(f"allreduce/{dtype}/average", torch.equal(got, (every.mean(0)).to(dtype)), got)
+        got = hvd.allreduce(x, op=hvd.Average)
+        mean = every.mean(0) if dtype.is_floating_point else every.sum(0).div(size).trunc()
+        check(f"allreduce/{dtype}/average", torch.equal(got, mean.to(dtype)), got)
         gathered = hvd.allgather(x.reshape(7, 1)[: rank + 1])
         reference = torch.cat([(base + r).to(dtype).reshape(7, 1)[: r + 1] for r in range(size)])
         check(f"allgather/{dtype}", torch.equal(gathered, reference), gathered)
@@ -266,8 +276,34 @@ def every_dtype():
         check(f"broadcast/{dtype}", torch.equal(sent, (base + size - 1).to(dtype)), sent)
 
 
+def bools():
+    # Logical, as torch.distributed's gloo: Sum and Max are or, Product and Min and. Horovod's own
+    # torch API takes no bools; Average (the default op) is refused.
+    flags = torch.arange(7) % (size + 1) == rank
+    everyone = torch.stack([torch.arange(7) % (size + 1) == r for r in range(size)])
+    for op, want in (
+        (hvd.Sum, everyone.any(0)),
+        (hvd.Max, everyone.any(0)),
+        (hvd.Product, (~everyone).all(0)),
+        (hvd.Min, (~everyone).all(0)),
+    ):
+        got = hvd.allreduce(flags if op in (hvd.Sum, hvd.Max) else ~flags, op=op)
+        check(f"allreduce/bool/{op}", got.dtype == torch.bool and torch.equal(got, want), got)
+    try:
+        hvd.allreduce(flags)
+        check("allreduce/bool/average", False, "no error")
+    except ValueError as error:
+        check("allreduce/bool/average", "avg is not defined for bool" in str(error), error)
+    gathered = hvd.allgather(flags.reshape(7, 1)[: rank + 1])
+    reference = torch.cat([everyone[r].reshape(7, 1)[: r + 1] for r in range(size)])
+    check("allgather/bool", torch.equal(gathered, reference), gathered)
+    sent = hvd.broadcast(flags, root_rank=size - 1)
+    check("broadcast/bool", torch.equal(sent, everyone[size - 1]), sent)
+
+
 for name, body in [
     ("dtypes", every_dtype),
+    ("bools", bools),
     ("negotiated", negotiated_order),
     ("mismatch", mismatched_names),
     ("duplicate", duplicate_names),

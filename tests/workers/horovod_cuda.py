@@ -47,6 +47,7 @@ def allreduce_forms():
     )
     for dtype in (
         torch.int8,
+        torch.int16,
         torch.int32,
         torch.int64,
         torch.float16,
@@ -62,6 +63,9 @@ def allreduce_forms():
             ),
             got[:4],
         )
+    flags = torch.arange(257, device=DEVICE) % (size + 1) == rank
+    got = hvd.allreduce(flags, op=hvd.Sum)  # or: true where some rank's is
+    check("allreduce/bool", torch.equal(got.cpu(), torch.arange(257) % (size + 1) < size), got[:8])
     for compression in (hvd.Compression.fp16, hvd.Compression.bf16):
         z = hvd.allreduce(x, op=hvd.Sum, compression=compression)
         check(f"allreduce/{compression}", torch.allclose(z, total, rtol=1e-2), z[:4])

@@ -23,13 +23,13 @@ failures = Failures()
 check, case = failures.check, failures.case
 COUNTS = [0, 1, 7, 1009]
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-INTS = [torch.int8, torch.uint8, torch.int32, torch.int64]
+INTS = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
 
 
 def value_of(r, count, dtype, offset=0):
     """Rank r's input: small integers, exact in every dtype and under every reduction."""
     base = (torch.arange(count, dtype=torch.int64) + 3 * r + offset) % 5 + 1
-    return base.to(dtype)
+    return base % 2 == 0 if dtype == torch.bool else base.to(dtype)
 
 
 def expected_reduction(op, count, dtype):
@@ -50,8 +50,12 @@ def all_reduce():
     ops = [dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX]
     for dtype in FLOATS + INTS:
         for op in ops + ([dist.ReduceOp.AVG] if dtype.is_floating_point else []):
-            if op == dist.ReduceOp.PRODUCT and dtype in (torch.int8, torch.uint8) and size > 3:
-                continue  # 5^5 overflows a byte: wraps differently from the float64 reference
+            if (
+                op == dist.ReduceOp.PRODUCT
+                and not dtype.is_floating_point
+                and 5**size > torch.iinfo(dtype).max
+            ):
+                continue  # wraps around, where the float64 reference does not
             for count in COUNTS:
                 x = value_of(rank, count, dtype)
                 dist.all_reduce(x, op=op)
@@ -61,6 +65,38 @@ def all_reduce():
                     torch.equal(x, want),
                     f"{x[:5]} != {want[:5]}",
                 )
+
+
+def flags_of(r, count, op):
+    """Rank r's bools: mostly false for the ors (SUM, MAX), mostly true for the ands (PRODUCT,
+    MIN), so that either result varies by element."""
+    v = (torch.arange(count) * 3 + r * 7) % 11
+    return v != 0 if op in (dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN) else v == 0
+
+
+def bool_reductions():
+    # As gloo: SUM and MAX are logical or, PRODUCT and MIN logical and; results stay 0/1.
+    for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN):
+        is_and = op in (dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN)
+        for count in COUNTS:
+            everyone = torch.stack([flags_of(r, count, op) for r in range(size)])
+            want = everyone.all(0) if is_and else everyone.any(0)
+            # Rank 0 holds its trues as the byte 2: still true, and the results are bytes 0 and
+            # 1 (one rank alone keeps its bytes).
+            x = flags_of(rank, count, op).to(torch.uint8) * (2 if rank == 0 else 1)
+            dist.all_reduce(x.view(torch.bool), op=op)
+            got = x if size > 1 else x.clamp(max=1)
+            check(
+                f"all_reduce/bool/{op}/{count}",
+                torch.equal(got, want.to(torch.uint8)),
+                f"{got[:8]} != {want[:8]}",
+            )
+        chunks = [flags_of(rank, 7, op) for _ in range(size)]
+        out = torch.empty(7, dtype=torch.bool)
+        dist.reduce_scatter_tensor(out, torch.cat(chunks), op=op)
+        everyone = torch.stack([flags_of(r, 7, op) for r in range(size)])
+        want = everyone.all(0) if is_and else everyone.any(0)
+        check(f"reduce_scatter_tensor/bool/{op}", torch.equal(out, want), f"{out} != {want}")
 
 
 def all_reduce_async_and_future():
@@ -107,10 +143,17 @@ def errors_name_the_problem():
         "BAND",
     )
     raises(
-        "error/int16",
-        lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)),
+        "error/uint16",
+        lambda: dist.all_reduce(torch.ones(3, dtype=torch.uint16)),
         "all_reduce",
-        "Short",
+        "UInt16",
+    )
+    raises(
+        "error/bool AVG",
+        lambda: dist.all_reduce(torch.ones(3, dtype=torch.bool), op=dist.ReduceOp.AVG),
+        "all_reduce",
+        "AVG",
+        "bool",
     )
     raises(
         "error/all_gather_into_tensor size",
@@ -156,7 +199,7 @@ def broadcast_and_reduce():
 
 
 def gathers():
-    for dtype in (torch.float32, torch.int8, torch.int16):
+    for dtype in (torch.float32, torch.int8, torch.int16, torch.bool):
         for count in COUNTS:
             mine = value_of(rank, count, dtype)
             everyone = [value_of(r, count, dtype) for r in range(size)]
@@ -195,7 +238,7 @@ def gathers():
 
 
 def reduce_scatters():
-    for dtype in (torch.float32, torch.int32, torch.bfloat16):
+    for dtype in (torch.float32, torch.int32, torch.int16, torch.bfloat16):
         for count in COUNTS:
             inputs = [value_of(rank, count, dtype, offset=r) for r in range(size)]
             out = torch.empty(count, dtype=dtype)
@@ -356,6 +399,7 @@ for body in (
     all_reduce,
     all_reduce_async_and_future,
     all_reduce_special_tensors,
+    bool_reductions,
     errors_name_the_problem,
     all_reduce_coalesced,
     broadcast_and_reduce,

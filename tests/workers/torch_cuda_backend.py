@@ -27,7 +27,7 @@ digests = {}
 
 def collectives():
     for count in (0, 1, 1009, 3_000_017):
-        for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int16):
             x = torch.full((count,), float(rank + 1), dtype=dtype, device=DEVICE)
             dist.all_reduce(x)
             expected = float(size * (size + 1) // 2)

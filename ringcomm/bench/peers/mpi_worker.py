@@ -14,6 +14,13 @@ from ringcomm.bench.dtypes import NUMPY_LACKS, numpy_array
 from ringcomm.bench.worker import finish, run_plan, start
 
 _OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "prod": MPI.PROD}
+# MPI reduces C bools with its logical operations only (MPICH refuses MPI_SUM on MPI_C_BOOL): the
+# ones that compute what bool's sum, max, min and prod are elsewhere.
+_BOOL_OPS = {"sum": MPI.LOR, "max": MPI.LOR, "min": MPI.LAND, "prod": MPI.LAND}
+
+
+def _op_for(x: np.ndarray, op: str) -> "MPI.Op":
+    return (_BOOL_OPS if x.dtype == np.bool_ else _OPS)[op]
 
 
 class MpiGroup:
@@ -35,13 +42,13 @@ class MpiGroup:
         return numpy_array(count, dtype)
 
     def allreduce(self, x, op: str) -> None:
-        self.comm.Allreduce(MPI.IN_PLACE, x, op=_OPS[op])
+        self.comm.Allreduce(MPI.IN_PLACE, x, op=_op_for(x, op))
 
     def allgather(self, x, out) -> None:
         self.comm.Allgather(x, out)
 
     def reduce_scatter(self, x, out, op: str) -> None:
-        self.comm.Reduce_scatter_block(x, out, op=_OPS[op])
+        self.comm.Reduce_scatter_block(x, out, op=_op_for(x, op))
 
     def broadcast(self, x, root: int) -> None:
         self.comm.Bcast(x, root=root)

@@ -72,6 +72,10 @@ class TorchGroup:
         self._done()
 
     def unsupported(self, collective: str, dtype: str, op: str) -> Optional[str]:
+        if self.name == "gloo" and dtype == "int16":
+            return "gloo has no int16 (torch 2.13: 'Invalid scalar type')"
+        if op == "avg" and dtype == "bool":
+            return f"{self.name} has no avg of bool"
         if self.name == "gloo" and op == "avg" and dtype.startswith(("int", "uint")):
             return f"gloo has no avg for {dtype}"
         return None

@@ -12,7 +12,8 @@ std::optional<DataType> coreType(at::ScalarType type) {
   switch (type) {
     case at::kChar: return DataType::Int8;
     case at::kByte: return DataType::Uint8;
-    case at::kBool: return DataType::Uint8;
+    case at::kBool: return DataType::Bool;
+    case at::kShort: return DataType::Int16;
     case at::kInt: return DataType::Int32;
     case at::kLong: return DataType::Int64;
     case at::kHalf: return DataType::Float16;
@@ -56,10 +57,11 @@ Reduction reductionFor(const at::Tensor& tensor, const ::c10d::ReduceOp& op,
                     " is not supported (SUM, AVG, PRODUCT, MIN and MAX are)");
   const at::ScalarType type = tensor.scalar_type();
   if (type == at::kBool) {
+    // The core's bool is logical: SUM and MAX are or, PRODUCT and MIN and (gloo's results; NCCL
+    // runs SUM as MAX of bytes). AVG is refused, as NCCL does.
     TORCH_CHECK_VALUE(*core != ReduceOp::Avg, "ringcomm ", operation,
                       ": ReduceOp.AVG of a bool tensor is not defined");
-    // Bytes 0/1: SUM as MAX keeps them 0/1 (logical or); PRODUCT is logical and.
-    return Reduction{DataType::Uint8, *core == ReduceOp::Sum ? ReduceOp::Max : *core};
+    return Reduction{DataType::Bool, *core};
   }
   if (at::isComplexType(type)) {
     TORCH_CHECK_VALUE(*core == ReduceOp::Sum || *core == ReduceOp::Avg, "ringcomm ", operation,
@@ -71,8 +73,8 @@ Reduction reductionFor(const at::Tensor& tensor, const ::c10d::ReduceOp& op,
   }
   const auto element = coreType(type);
   TORCH_CHECK_TYPE(element.has_value(), "ringcomm ", operation, ": dtype ", type,
-                   " is not supported for reductions (int8, uint8, int32, int64, float16, "
-                   "bfloat16, float32, float64, bool and complex are)");
+                   " is not supported for reductions (int8, uint8, int16, int32, int64, "
+                   "float16, bfloat16, float32, float64, bool and complex are)");
   return Reduction{*element, *core};
 }
 

@@ -22,8 +22,9 @@ struct Buffer {
 };
 
 // A reduction on `tensor` with torch's `op`: the core's element type and operator. Complex sums
-// reduce their real and imaginary parts as floats; bool MIN/MAX/PRODUCT/SUM reduce as bytes (SUM
-// as logical or, so the result stays a valid bool). Anything else is refused, naming op and dtype.
+// reduce their real and imaginary parts as floats; bool reduces logically (SUM and MAX are or,
+// PRODUCT and MIN and, so the result stays a valid bool; AVG is refused). Anything else is
+// refused, naming op and dtype.
 struct Reduction {
   DataType type;
   ReduceOp op;
