@@ -1,6 +1,7 @@
 // The communicator: one per group of ranks, owning the transports and the engine thread.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 

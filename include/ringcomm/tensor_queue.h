@@ -10,6 +10,7 @@
 // counts as having submitted every name, contributing nothing, until every rank has joined.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -1,7 +1,13 @@
 // Store::wait's default implementation and PrefixStore. The stores themselves live in
 // hash_store.cc (in-process) and tcp_store.cc (server and client).
 #include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "bootstrap/store_protocol.h"
 #include "common/socket.h"

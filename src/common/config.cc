@@ -1,7 +1,9 @@
 // The one place that reads RINGCOMM_* environment variables.
 #include "ringcomm/config.h"
 
+#include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <string>
 
 #include "ringcomm/errors.h"

@@ -3,9 +3,12 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "common/failure.h"
 #include "ringcomm/errors.h"

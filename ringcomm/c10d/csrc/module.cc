@@ -3,6 +3,8 @@
 #include <pybind11/chrono.h>
 #include <torch/python.h>
 
+#include <chrono>
+
 #include "backend.h"
 
 namespace {

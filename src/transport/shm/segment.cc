@@ -14,6 +14,7 @@
 #include <cstring>
 #include <new>
 #include <stdexcept>
+#include <utility>
 
 #include "ringcomm/errors.h"
 

@@ -1,6 +1,7 @@
 // A byte stream to a peer over one TCP connection (non-blocking; progress is driven by Transport).
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "transport/byte_stream.h"
