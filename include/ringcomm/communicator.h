@@ -7,6 +7,7 @@
 
 #include "ringcomm/config.h"
 #include "ringcomm/errors.h"
+#include "ringcomm/export.h"
 #include "ringcomm/options.h"
 #include "ringcomm/store.h"
 #include "ringcomm/types.h"
@@ -14,7 +15,7 @@
 
 namespace ringcomm {
 
-class Communicator {
+class RINGCOMM_API Communicator {
  public:
   // Collective over all ranks: every rank calls it with the same store (or store prefix) and size.
   // Each process numbers its communicators, and the n-th of every process meet under the store

@@ -6,11 +6,12 @@
 #include <cstddef>
 #include <string>
 
+#include "ringcomm/export.h"
 #include "ringcomm/types.h"
 
 namespace ringcomm {
 
-struct Config {
+struct RINGCOMM_API Config {
   // Default deadline of every collective and of rendezvous (RINGCOMM_TIMEOUT, seconds).
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   // RINGCOMM_STALL_WARNING (seconds): a collective still waiting after this long prints, once,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ringcomm/communicator.h"
+#include "ringcomm/export.h"
 #include "ringcomm/types.h"
 #include "ringcomm/work.h"
 
@@ -24,10 +25,10 @@ namespace ringcomm {
 
 enum class TensorOp : uint8_t { Allreduce, Allgather, Broadcast };
 
-const char* toString(TensorOp op);
+RINGCOMM_API const char* toString(TensorOp op);
 
 // One named tensor. Buffers are the caller's until the Work completes.
-struct TensorRequest {
+struct RINGCOMM_API TensorRequest {
   TensorOp op = TensorOp::Allreduce;
   std::string name;  // unique among this rank's requests in flight; the same on every rank
   DataType type = DataType::Float32;
@@ -47,7 +48,7 @@ struct TensorRequest {
 };
 
 // A submitted request (or join). Read the results after wait().
-class TensorWork : public Work {
+class RINGCOMM_API TensorWork : public Work {
  public:
   // Allgather: every rank's first dimension, in rank order, and the concatenated rows.
   std::vector<int64_t> rows;
@@ -65,7 +66,7 @@ struct TensorQueueStats {
   uint64_t fusedTensors = 0;    // all-reduce requests that shared their collective with another
 };
 
-class TensorQueue {
+class RINGCOMM_API TensorQueue {
  public:
   // Collective: every rank calls it. `comm` must be the queue's own (Communicator::duplicate()):
   // the queue runs collectives on it from its thread, which must not interleave with others'.

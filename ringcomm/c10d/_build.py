@@ -29,6 +29,8 @@ def _build_key(torch_module) -> str:
     digest.update(torch_module.__version__.encode())
     digest.update(str(torch_module.version.git_version).encode())
     digest.update(str(_core_dir()).encode())
+    # This file too: it holds the compiler and linker flags.
+    digest.update(Path(__file__).read_bytes())
     source_dir = Path(__file__).resolve().parent / "csrc"
     header_dir = _core_dir() / "include" / "ringcomm"
     for path in sorted(source_dir.glob("*")) + sorted(header_dir.glob("*.h")):
@@ -64,7 +66,14 @@ def extension(verbose: bool = False):
             sources=[str(source_dir / source) for source in _SOURCES],
             extra_include_paths=[str(core_dir / "include"), str(source_dir)],
             extra_cflags=["-O2"],
-            extra_ldflags=[f"-L{core_dir}", "-lringcomm", f"-Wl,-rpath,{core_dir}"],
+            # --exclude-libs: a compiler that links libstdc++ statically puts a copy in this
+            # module too; exported, it would interpose on the libstdc++ torch loads.
+            extra_ldflags=[
+                f"-L{core_dir}",
+                "-lringcomm",
+                f"-Wl,-rpath,{core_dir}",
+                "-Wl,--exclude-libs,ALL",
+            ],
             build_directory=str(build_dir),
             verbose=verbose,
         )

@@ -16,7 +16,7 @@
 
 namespace ringcomm {
 
-struct HashStore::State {
+struct RINGCOMM_HIDDEN HashStore::State {
   std::mutex mutex;
   std::condition_variable changed;
   std::unordered_map<std::string, Bytes> values;

@@ -376,7 +376,7 @@ void ServerLoop::closeFinished() {
 
 }  // namespace
 
-struct TcpStoreServer::State {
+struct RINGCOMM_HIDDEN TcpStoreServer::State {
   net::UniqueFd listener;
   net::Wakeup wakeup;
   std::atomic<bool> stopping{false};
@@ -455,7 +455,7 @@ auto parseReply(const Bytes& body, const std::string& operation, const std::stri
 // connection has a request in flight, and hands it back when the reply is in. So a get() parked on
 // the server holds up nobody: another thread's set() of the very key it waits for goes out on a
 // second connection. Single-threaded use never opens a second connection.
-struct TcpStore::State {
+struct RINGCOMM_HIDDEN TcpStore::State {
   std::string host;
   int port = 0;
   std::string address;                       // "host:port", for messages
