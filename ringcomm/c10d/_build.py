@@ -66,13 +66,16 @@ def extension(verbose: bool = False):
             sources=[str(source_dir / source) for source in _SOURCES],
             extra_include_paths=[str(core_dir / "include"), str(source_dir)],
             extra_cflags=["-O2"],
-            # --exclude-libs: a compiler that links libstdc++ statically puts a copy in this
-            # module too; exported, it would interpose on the libstdc++ torch loads.
+            # For a compiler that links libstdc++ and libgcc statically (as libringcomm's build
+            # does, cmake/runtime_libraries.cmake): --exclude-libs keeps this module's copy of
+            # libstdc++ from interposing on the one torch loads, and libgcc_s gives it the
+            # process's one unwinder, which the errors libringcomm throws at it need.
             extra_ldflags=[
                 f"-L{core_dir}",
                 "-lringcomm",
                 f"-Wl,-rpath,{core_dir}",
                 "-Wl,--exclude-libs,ALL",
+                "-Wl,--push-state,--no-as-needed,-lgcc_s,--pop-state",
             ],
             build_directory=str(build_dir),
             verbose=verbose,
