@@ -16,9 +16,10 @@ Groups, each skipped with its reason when what it needs is missing:
   core       src/, include/ringcomm/ (the library; the CUDA kernels are .cu, see cuda-host)
   unit-tests tests/cpp/
   bindings   bindings/ (pybind11's headers and Python's)
-  cuda-host  the host code that includes the CUDA runtime's headers: src/transport/cuda/
-             cuda_path.cc, src/cuda/kernels.h, tests/cuda/*.h. The .cu files are left to nvcc
-             (tests/test_cuda.py): CUDA's headers refuse libc++ on x86.
+  cuda-host  the host code in src/ that includes the CUDA toolkit's headers, itself or through
+             ours (src/transport/cuda/cuda_path.cc, src/cuda/kernels.h...), and tests/cuda/*.h.
+             The .cu files are left to nvcc (tests/test_cuda.py): CUDA's headers refuse libc++
+             on x86.
   c10d       ringcomm/c10d/csrc/ (the torch backend, against this torch's headers)
 """
 
@@ -134,14 +135,31 @@ def _paths(*patterns: str) -> List[Path]:
     return sorted(path for pattern in patterns for path in REPO.glob(pattern))
 
 
+def includes_cuda(path: Path, include_dirs: List[Path], seen: Optional[set] = None) -> bool:
+    """Whether the file includes the CUDA toolkit's headers, itself or through ours."""
+    seen = set() if seen is None else seen
+    if path in seen:
+        return False
+    seen.add(path)
+    for line in path.read_text().splitlines():
+        if re.match(r"\s*#\s*include\s*<(cuda|cuda_runtime|cuda_runtime_api)\.h>", line):
+            return True
+        match = re.match(r'\s*#\s*include\s*"([^"]+)"', line)
+        if match:
+            for directory in [path.parent, *include_dirs]:
+                header = (directory / match.group(1)).resolve()
+                if header.is_file():
+                    if includes_cuda(header, include_dirs, seen):
+                        return True
+                    break
+    return False
+
+
 def groups() -> Dict[str, Group]:
     core_dirs = [REPO / "include", REPO / "src"]
-    needs_cuda = [REPO / "src/transport/cuda/cuda_path.cc", REPO / "src/cuda/kernels.h"]
-    core = [
-        path
-        for path in _paths("src/**/*.cc", "src/**/*.h", "include/ringcomm/*.h")
-        if path not in needs_cuda
-    ]
+    sources = _paths("src/**/*.cc", "src/**/*.h", "include/ringcomm/*.h")
+    needs_cuda = [path for path in sources if includes_cuda(path, core_dirs)]
+    core = [path for path in sources if path not in needs_cuda]
     found: Dict[str, Group] = {
         "core": Group(core, core_dirs),
         "unit-tests": Group(
