@@ -2,6 +2,7 @@
 
 #include <pybind11/stl.h>
 
+#include <exception>
 #include <optional>
 
 #include <cstring>

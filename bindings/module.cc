@@ -4,6 +4,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <utility>
+
 #include "arrays.h"
 #include "dlpack.h"
 #include "tensor_queue.h"

@@ -3,6 +3,11 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "arrays.h"
 #include "ringcomm/tensor_queue.h"
 

@@ -5,10 +5,10 @@
 # gets src/transport/cuda/no_cuda.cc, which refuses device buffers with a message saying how to
 # rebuild. With it on:
 #   ringcomm_cuda_kernels    a static library of the kernels, for the CUDA transport to link
-#   ringcomm_cuda_transport  the device path of the core (src/transport/cuda: staging, IPC),
-#                            linked into ringcomm_core with the kernels and the CUDA runtime
 #   ringcomm_cuda_tests      the kernels' tests; exit code 0 when they pass, 77 when there is no
 #                            CUDA device, and with --host-only the checks that need none
+# and the device path of the core (src/transport/cuda/cuda_path.cc: staging, IPC) joins the core's
+# objects (ringcomm_objects), linked with the kernels and the CUDA runtime.
 # The kernels and their tests need only the core's headers (include/, src/), not the library.
 option(RINGCOMM_BUILD_CUDA "Build the CUDA kernels (src/cuda) and their tests; needs nvcc" OFF)
 
@@ -49,27 +49,24 @@ if(RINGCOMM_BUILD_CUDA)
     CUDA_STANDARD_REQUIRED ON
     CUDA_RUNTIME_LIBRARY Shared
     POSITION_INDEPENDENT_CODE ON
+    # Internal to the core, like its other objects (CMakeLists.txt).
+    CUDA_VISIBILITY_PRESET hidden
+    VISIBILITY_INLINES_HIDDEN ON
   )
 
-  # The device path: host code that calls the CUDA runtime and enqueues the kernels. An object
-  # library of its own, so that tests/test_cuda.py can compile it without building the whole core.
-  add_library(ringcomm_cuda_transport OBJECT
-    src/transport/cuda/cuda_path.cc
-    src/transport/cuda/device_state.cc
-    src/transport/cuda/staging.cc
-    src/transport/cuda/ipc.cc
-    src/transport/cuda/queue_device.cc
-  )
-  target_include_directories(ringcomm_cuda_transport PRIVATE
-    ${PROJECT_SOURCE_DIR}/include
-    ${PROJECT_SOURCE_DIR}/src
-  )
-  target_compile_options(ringcomm_cuda_transport PRIVATE -Wall -Wextra -O3)
-  target_link_libraries(ringcomm_cuda_transport PRIVATE CUDA::cudart)
-  set_target_properties(ringcomm_cuda_transport PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  # The device path: host code that calls the CUDA runtime and enqueues the kernels, part of the
+  # core's objects (hidden like the rest of them).
+  if(TARGET ringcomm_objects)
+    target_sources(ringcomm_objects PRIVATE
+      ${PROJECT_SOURCE_DIR}/src/transport/cuda/cuda_path.cc
+      ${PROJECT_SOURCE_DIR}/src/transport/cuda/device_state.cc
+      ${PROJECT_SOURCE_DIR}/src/transport/cuda/staging.cc
+      ${PROJECT_SOURCE_DIR}/src/transport/cuda/ipc.cc
+      ${PROJECT_SOURCE_DIR}/src/transport/cuda/queue_device.cc
+    )
+    target_link_libraries(ringcomm_objects PRIVATE ringcomm_cuda_kernels CUDA::cudart)
+  endif()
   if(TARGET ringcomm_core)
-    target_sources(ringcomm_core PRIVATE $<TARGET_OBJECTS:ringcomm_cuda_transport>)
-    target_link_libraries(ringcomm_core PRIVATE ringcomm_cuda_kernels CUDA::cudart)
     # The CUDA runtime is the toolkit's shared one: let the installed library find it there when
     # LD_LIBRARY_PATH does not name it.
     set_property(TARGET ringcomm_core APPEND PROPERTY INSTALL_RPATH "${CUDAToolkit_LIBRARY_DIR}")
@@ -103,7 +100,7 @@ if(RINGCOMM_BUILD_CUDA)
     CUDA_RUNTIME_LIBRARY Shared
   )
 else()
-  if(TARGET ringcomm_core)
-    target_sources(ringcomm_core PRIVATE ${PROJECT_SOURCE_DIR}/src/transport/cuda/no_cuda.cc)
+  if(TARGET ringcomm_objects)
+    target_sources(ringcomm_objects PRIVATE ${PROJECT_SOURCE_DIR}/src/transport/cuda/no_cuda.cc)
   endif()
 endif()

@@ -1,11 +1,13 @@
 // The communicator: one per group of ranks, owning the transports and the engine thread.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 
 #include "ringcomm/config.h"
 #include "ringcomm/errors.h"
+#include "ringcomm/export.h"
 #include "ringcomm/options.h"
 #include "ringcomm/store.h"
 #include "ringcomm/types.h"
@@ -13,7 +15,7 @@
 
 namespace ringcomm {
 
-class Communicator {
+class RINGCOMM_API Communicator {
  public:
   // Collective over all ranks: every rank calls it with the same store (or store prefix) and size.
   // Each process numbers its communicators, and the n-th of every process meet under the store

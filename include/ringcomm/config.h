@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <string>
 
+#include "ringcomm/export.h"
 #include "ringcomm/types.h"
 
 namespace ringcomm {
@@ -17,10 +18,10 @@ constexpr std::chrono::seconds kNoDeadline{100'000'000};
 // A timeout a user gave in seconds (an environment variable, a timeout= argument), checked:
 // NaN, negative numbers and (unless zeroAllowed) 0 are an InvalidArgument naming `what`; inf and
 // anything beyond kNoDeadline mean kNoDeadline.
-std::chrono::milliseconds timeoutFromSeconds(double seconds, const std::string& what,
-                                             bool zeroAllowed);
+RINGCOMM_API std::chrono::milliseconds timeoutFromSeconds(double seconds, const std::string& what,
+                                                          bool zeroAllowed);
 
-struct Config {
+struct RINGCOMM_API Config {
   // Default deadline of every collective and of rendezvous (RINGCOMM_TIMEOUT, seconds).
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   // RINGCOMM_STALL_WARNING (seconds): a collective still waiting after this long prints, once,

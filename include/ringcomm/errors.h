@@ -4,16 +4,19 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
+
+#include "ringcomm/export.h"
 
 namespace ringcomm {
 
-class Error : public std::runtime_error {
+class RINGCOMM_API Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
 // Bad arguments from the caller: wrong dtype, mismatched sizes, a root out of range...
-class InvalidArgument : public Error {
+class RINGCOMM_API InvalidArgument : public Error {
  public:
   using Error::Error;
 };
@@ -26,7 +29,7 @@ struct FailureContext {
   double elapsedSeconds = 0.0;
 };
 
-class PeerError : public Error {
+class RINGCOMM_API PeerError : public Error {
  public:
   PeerError(const std::string& what, FailureContext context)
       : Error(what), context_(std::move(context)) {}
@@ -37,25 +40,25 @@ class PeerError : public Error {
 };
 
 // A peer closed its connection, died, or aborted.
-class TransportError : public PeerError {
+class RINGCOMM_API TransportError : public PeerError {
  public:
   using PeerError::PeerError;
 };
 
 // A deadline passed while waiting for a peer.
-class TimeoutError : public PeerError {
+class RINGCOMM_API TimeoutError : public PeerError {
  public:
   using PeerError::PeerError;
 };
 
 // Ranks called different collectives, or the same one with different sizes/types/roots.
-class MismatchError : public PeerError {
+class RINGCOMM_API MismatchError : public PeerError {
  public:
   using PeerError::PeerError;
 };
 
 // The communicator was shut down or poisoned by an earlier failure.
-class CommunicatorClosed : public Error {
+class RINGCOMM_API CommunicatorClosed : public Error {
  public:
   using Error::Error;
 };

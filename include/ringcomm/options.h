@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ringcomm/export.h"
 #include "ringcomm/types.h"
 
 namespace ringcomm {
@@ -34,7 +35,7 @@ struct CommonOptions {
 };
 
 // output may equal input (in place). count elements in each.
-struct AllreduceOptions : CommonOptions {
+struct RINGCOMM_API AllreduceOptions : CommonOptions {
   const void* input = nullptr;
   void* output = nullptr;
   size_t count = 0;
@@ -51,7 +52,7 @@ struct AllreduceOptions : CommonOptions {
 };
 
 // input holds size * count elements; rank r receives the reduced block r (count elements).
-struct ReduceScatterOptions : CommonOptions {
+struct RINGCOMM_API ReduceScatterOptions : CommonOptions {
   const void* input = nullptr;
   void* output = nullptr;
   size_t count = 0;  // per rank
@@ -61,7 +62,7 @@ struct ReduceScatterOptions : CommonOptions {
 };
 
 // input holds count elements; output holds size * count, block r from rank r.
-struct AllgatherOptions : CommonOptions {
+struct RINGCOMM_API AllgatherOptions : CommonOptions {
   const void* input = nullptr;
   void* output = nullptr;
   size_t count = 0;  // per rank
@@ -69,7 +70,7 @@ struct AllgatherOptions : CommonOptions {
   void validate() const;
 };
 
-struct BroadcastOptions : CommonOptions {
+struct RINGCOMM_API BroadcastOptions : CommonOptions {
   void* buffer = nullptr;
   size_t count = 0;
   DataType type = DataType::Float32;
@@ -78,7 +79,7 @@ struct BroadcastOptions : CommonOptions {
 };
 
 // output is used on the root only (may equal input).
-struct ReduceOptions : CommonOptions {
+struct RINGCOMM_API ReduceOptions : CommonOptions {
   const void* input = nullptr;
   void* output = nullptr;
   size_t count = 0;
@@ -90,7 +91,7 @@ struct ReduceOptions : CommonOptions {
 
 // input and output each hold size * count elements; block j of rank i's input lands in block i of
 // rank j's output.
-struct AlltoallOptions : CommonOptions {
+struct RINGCOMM_API AlltoallOptions : CommonOptions {
   const void* input = nullptr;
   void* output = nullptr;
   size_t count = 0;  // per peer
@@ -101,7 +102,7 @@ struct AlltoallOptions : CommonOptions {
 // Uneven all-to-all: rank i sends sendCounts[j] elements from input + sendOffsets[j] to rank j,
 // which receives them at output + recvOffsets[i] (recvCounts[i] elements). Counts and offsets are
 // in elements, one entry per rank; rank j's sendCounts[i] must equal rank i's recvCounts[j].
-struct AlltoallvOptions : CommonOptions {
+struct RINGCOMM_API AlltoallvOptions : CommonOptions {
   const void* input = nullptr;
   void* output = nullptr;
   std::vector<size_t> sendCounts;
@@ -113,7 +114,7 @@ struct AlltoallvOptions : CommonOptions {
 };
 
 // The root's output holds size * count elements.
-struct GatherOptions : CommonOptions {
+struct RINGCOMM_API GatherOptions : CommonOptions {
   const void* input = nullptr;
   void* output = nullptr;
   size_t count = 0;
@@ -123,7 +124,7 @@ struct GatherOptions : CommonOptions {
 };
 
 // The root's input holds size * count elements.
-struct ScatterOptions : CommonOptions {
+struct RINGCOMM_API ScatterOptions : CommonOptions {
   const void* input = nullptr;
   void* output = nullptr;
   size_t count = 0;
@@ -136,7 +137,7 @@ struct BarrierOptions : CommonOptions {};
 
 // Point-to-point. Messages between a pair of ranks match in the order they are posted; the tag
 // is checked, not searched for (a different tag is a MismatchError).
-struct SendOptions : CommonOptions {
+struct RINGCOMM_API SendOptions : CommonOptions {
   const void* buffer = nullptr;
   size_t bytes = 0;
   int peer = 0;
@@ -147,7 +148,7 @@ struct SendOptions : CommonOptions {
 // A receive from any rank: the first message with this tag from whichever rank sends one.
 constexpr int kAnySource = -1;
 
-struct RecvOptions : CommonOptions {
+struct RINGCOMM_API RecvOptions : CommonOptions {
   void* buffer = nullptr;
   size_t bytes = 0;
   int peer = 0;  // or kAnySource

@@ -8,11 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "ringcomm/export.h"
+
 namespace ringcomm {
 
 using Bytes = std::vector<uint8_t>;
 
-class Store {
+class RINGCOMM_API Store {
  public:
   virtual ~Store() = default;
   virtual void set(const std::string& key, const Bytes& value) = 0;
@@ -31,7 +33,7 @@ class Store {
 };
 
 // Namespaces every key, so that several communicators share one store.
-class PrefixStore : public Store {
+class RINGCOMM_API PrefixStore : public Store {
  public:
   PrefixStore(std::string prefix, std::shared_ptr<Store> inner);
   void set(const std::string& key, const Bytes& value) override;
@@ -46,7 +48,7 @@ class PrefixStore : public Store {
 };
 
 // In-process store, for tests and for world size 1.
-class HashStore : public Store {
+class RINGCOMM_API HashStore : public Store {
  public:
   HashStore();
   ~HashStore() override;
@@ -62,7 +64,7 @@ class HashStore : public Store {
 // Serves a store over TCP from a background thread. Port 0 picks a free port. Every connection
 // must prove it knows `secret` before its first request (src/auth/handshake.h); one that does
 // not is closed and counted.
-class TcpStoreServer {
+class RINGCOMM_API TcpStoreServer {
  public:
   TcpStoreServer(const std::string& host, int port, const std::string& secret);
   ~TcpStoreServer();
@@ -80,7 +82,7 @@ class TcpStoreServer {
 
 // Client of TcpStoreServer. Retries the connection until the timeout (the server may start late).
 // Every connection proves `secret` to the server, and has the server prove it back.
-class TcpStore : public Store {
+class RINGCOMM_API TcpStore : public Store {
  public:
   TcpStore(const std::string& host, int port, std::chrono::milliseconds connectTimeout,
            const std::string& secret);

@@ -16,6 +16,7 @@
 // must agree on whether a name is in device memory: a MismatchError otherwise.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "ringcomm/communicator.h"
+#include "ringcomm/export.h"
 #include "ringcomm/types.h"
 #include "ringcomm/work.h"
 
@@ -30,10 +32,10 @@ namespace ringcomm {
 
 enum class TensorOp : uint8_t { Allreduce, Allgather, Broadcast, Reducescatter, Alltoall };
 
-const char* toString(TensorOp op);
+RINGCOMM_API const char* toString(TensorOp op);
 
 // One named tensor. Buffers are the caller's until the Work completes.
-struct TensorRequest {
+struct RINGCOMM_API TensorRequest {
   TensorOp op = TensorOp::Allreduce;
   std::string name;  // unique among this rank's requests in flight; the same on every rank
   DataType type = DataType::Float32;
@@ -64,7 +66,7 @@ struct TensorRequest {
 };
 
 // A submitted request (or join). Read the results after wait().
-class TensorWork : public Work {
+class RINGCOMM_API TensorWork : public Work {
  public:
   // The rows that make up `gathered`, one count per rank in rank order: for Allgather every
   // rank's first dimension; for Reducescatter the rows of the reduced tensor each rank keeps
@@ -90,7 +92,7 @@ struct TensorQueueStats {
   uint64_t fusedTensors = 0;    // all-reduce requests that shared their collective with another
 };
 
-class TensorQueue {
+class RINGCOMM_API TensorQueue {
  public:
   // Collective: every rank calls it. `comm` must be the queue's own (Communicator::duplicate()):
   // the queue runs collectives on it from its thread, which must not interleave with others'.

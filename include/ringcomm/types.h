@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ringcomm/export.h"
+
 namespace ringcomm {
 
 // The numeric values travel in messages (collective tags, the tensor queue's announcements), so
@@ -57,20 +59,20 @@ enum class CudaPath : uint8_t { Auto, Staged, Ipc };
 
 // Whether this library was built with CUDA (RINGCOMM_BUILD_CUDA=ON): only then do collectives
 // take device memory.
-bool builtWithCuda();
+RINGCOMM_API bool builtWithCuda();
 
-size_t elementSize(DataType type);
-const char* toString(DataType type);
-const char* toString(ReduceOp op);
-const char* toString(Algorithm algorithm);
-const char* toString(TransportKind kind);
-const char* toString(Compression compression);
-const char* toString(CudaPath path);
+RINGCOMM_API size_t elementSize(DataType type);
+RINGCOMM_API const char* toString(DataType type);
+RINGCOMM_API const char* toString(ReduceOp op);
+RINGCOMM_API const char* toString(Algorithm algorithm);
+RINGCOMM_API const char* toString(TransportKind kind);
+RINGCOMM_API const char* toString(Compression compression);
+RINGCOMM_API const char* toString(CudaPath path);
 
 // Parsers used by the configuration and bindings; they throw InvalidArgument naming the value.
-Algorithm parseAlgorithm(const std::string& name);
-TransportKind parseTransportKind(const std::string& name);
-Compression parseCompression(const std::string& name);
-CudaPath parseCudaPath(const std::string& name);
+RINGCOMM_API Algorithm parseAlgorithm(const std::string& name);
+RINGCOMM_API TransportKind parseTransportKind(const std::string& name);
+RINGCOMM_API Compression parseCompression(const std::string& name);
+RINGCOMM_API CudaPath parseCudaPath(const std::string& name);
 
 }  // namespace ringcomm

@@ -9,9 +9,11 @@
 #include <mutex>
 #include <vector>
 
+#include "ringcomm/export.h"
+
 namespace ringcomm {
 
-class Work {
+class RINGCOMM_API Work {
  public:
   Work() = default;
   Work(const Work&) = delete;

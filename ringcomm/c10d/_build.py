@@ -29,6 +29,8 @@ def _build_key(torch_module) -> str:
     digest.update(torch_module.__version__.encode())
     digest.update(str(torch_module.version.git_version).encode())
     digest.update(str(_core_dir()).encode())
+    # This file too: it holds the compiler and linker flags.
+    digest.update(Path(__file__).read_bytes())
     source_dir = Path(__file__).resolve().parent / "csrc"
     header_dir = _core_dir() / "include" / "ringcomm"
     for path in sorted(source_dir.glob("*")) + sorted(header_dir.glob("*.h")):
@@ -64,7 +66,17 @@ def extension(verbose: bool = False):
             sources=[str(source_dir / source) for source in _SOURCES],
             extra_include_paths=[str(core_dir / "include"), str(source_dir)],
             extra_cflags=["-O2"],
-            extra_ldflags=[f"-L{core_dir}", "-lringcomm", f"-Wl,-rpath,{core_dir}"],
+            # For a compiler that links libstdc++ and libgcc statically (as libringcomm's build
+            # does, cmake/runtime_libraries.cmake): --exclude-libs keeps this module's copy of
+            # libstdc++ from interposing on the one torch loads, and libgcc_s gives it the
+            # process's one unwinder, which the errors libringcomm throws at it need.
+            extra_ldflags=[
+                f"-L{core_dir}",
+                "-lringcomm",
+                f"-Wl,-rpath,{core_dir}",
+                "-Wl,--exclude-libs,ALL",
+                "-Wl,--push-state,--no-as-needed,-lgcc_s,--pop-state",
+            ],
             build_directory=str(build_dir),
             verbose=verbose,
         )

@@ -5,7 +5,9 @@
 // and a dissemination barrier (log2 p rounds of empty messages).
 #include "algorithms/collectives.h"
 
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "algorithms/plan.h"
 #include "algorithms/ring.h"

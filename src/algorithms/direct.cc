@@ -22,7 +22,10 @@
 #include "algorithms/direct.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "algorithms/plan.h"

@@ -16,7 +16,11 @@
 // it arrives. The schedule itself is the same.
 #include "algorithms/ring.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "codec/codec.h"
 #include "reduce/reduce.h"

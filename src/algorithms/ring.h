@@ -1,6 +1,9 @@
 // The ring schedules over the point-to-point transport (see ring.cc for the walk-through).
 #pragma once
 
+#include <cstddef>
+#include <vector>
+
 #include "algorithms/context.h"
 #include "algorithms/plan.h"
 #include "ringcomm/types.h"

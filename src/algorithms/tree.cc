@@ -6,6 +6,7 @@
 // one rank and copied to the others, so all ranks hold the same bits.
 #include "algorithms/tree.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include "algorithms/plan.h"

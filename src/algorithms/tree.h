@@ -1,6 +1,8 @@
 // Recursive halving reduce-scatter + recursive doubling all-gather (Rabenseifner), any rank count.
 #pragma once
 
+#include <cstddef>
+
 #include "algorithms/context.h"
 #include "ringcomm/types.h"
 

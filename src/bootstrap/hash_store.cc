@@ -1,8 +1,13 @@
 // HashStore: the in-process Store (tests, world size 1). One map under one mutex; get() sleeps on
 // a condition variable that every set() and add() signals.
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "bootstrap/store_protocol.h"
 #include "common/socket.h"
@@ -11,7 +16,7 @@
 
 namespace ringcomm {
 
-struct HashStore::State {
+struct RINGCOMM_HIDDEN HashStore::State {
   std::mutex mutex;
   std::condition_variable changed;
   std::unordered_map<std::string, Bytes> values;

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <fstream>
 #include <random>
 #include <sstream>

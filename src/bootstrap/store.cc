@@ -1,8 +1,14 @@
 // Store::wait's default implementation and PrefixStore. The stores themselves live in
 // hash_store.cc (in-process) and tcp_store.cc (server and client).
 #include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "bootstrap/store_protocol.h"
 #include "common/socket.h"

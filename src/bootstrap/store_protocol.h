@@ -43,6 +43,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <system_error>
+#include <utility>
 
 #include "ringcomm/errors.h"
 #include "ringcomm/store.h"

@@ -20,8 +20,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -29,6 +32,8 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include <sys/resource.h>
 
@@ -566,7 +571,7 @@ void ServerLoop::closeFinished() {
 
 }  // namespace
 
-struct TcpStoreServer::State {
+struct RINGCOMM_HIDDEN TcpStoreServer::State {
   net::UniqueFd listener;
   net::Wakeup wakeup;
   std::atomic<bool> stopping{false};
@@ -653,7 +658,7 @@ auto parseReply(const Bytes& body, const std::string& operation, const std::stri
 // connection has a request in flight, and hands it back when the reply is in. So a get() parked on
 // the server holds up nobody: another thread's set() of the very key it waits for goes out on a
 // second connection. Single-threaded use never opens a second connection.
-struct TcpStore::State {
+struct RINGCOMM_HIDDEN TcpStore::State {
   std::string host;
   int port = 0;
   std::string secret;

@@ -6,6 +6,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "common/cpu_features.h"
+
 namespace ringcomm::codec::f16c {
 
 __attribute__((target("avx,f16c"))) void encode(const float* in, uint16_t* out, size_t n) {
@@ -35,7 +37,7 @@ __attribute__((target("avx,f16c"))) void accumulate(const uint16_t* in, float* o
 }
 
 bool available() {
-  static const bool supported = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool supported = __builtin_cpu_supports("avx") && cpu::hasF16c();
   return supported;
 }
 

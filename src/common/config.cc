@@ -2,15 +2,16 @@
 // mean the same to ringcomm).
 #include "ringcomm/config.h"
 
-#include <sys/stat.h>
-
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <iterator>
-#include <cstdlib>
 #include <sstream>
+#include <sys/stat.h>
 #include <string>
 
 #include "ringcomm/errors.h"

@@ -9,6 +9,8 @@
 
 #include <sched.h>
 
+#include <chrono>
+
 #include "common/deadline.h"
 
 namespace ringcomm {

@@ -6,13 +6,21 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <exception>
 #include <functional>
 #include <list>
 #include <mutex>
+#include <cstring>
 #include <optional>
 #include <thread>
-#include <cstring>
 #include <sstream>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "algorithms/collectives.h"
 #include "algorithms/direct.h"

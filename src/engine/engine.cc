@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include <memory>
+
 namespace ringcomm::engine {
 namespace {
 

@@ -7,6 +7,7 @@
 // them alike without another message.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>

@@ -8,12 +8,15 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <map>
-#include <set>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "codec/codec.h"
 #include "engine/negotiation.h"

@@ -1,5 +1,9 @@
 #include "ringcomm/work.h"
 
+#include <stdexcept>
+#include <string>
+#include <utility>
+
 namespace ringcomm {
 
 bool Work::isCompleted() const {

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <string>
 
+#include "common/cpu_features.h"
 #include "reduce/dispatch.h"
 #include "reduce/half.h"
 #include "ringcomm/errors.h"
@@ -16,9 +17,10 @@ std::atomic<bool> gForcePortable{false};
 const KernelSet& detectBestKernels() {
 #if defined(__x86_64__)
   // Called explicitly because this may run from another file's static initialiser, before libgcc
-  // has filled in what __builtin_cpu_supports reads. Both checks include the OS saving YMM state.
+  // has filled in what __builtin_cpu_supports reads. The AVX2 check includes the OS saving YMM
+  // state, which the F16C instructions need too.
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return kAvx2Kernels;
+  if (__builtin_cpu_supports("avx2") && cpu::hasF16c()) return kAvx2Kernels;
 #endif
   return kPortableKernels;
 }

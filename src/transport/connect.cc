@@ -7,12 +7,15 @@
 #include <cstdio>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <list>
 #include <map>
 #include <memory>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "auth/handshake.h"
 #include "common/failure.h"

@@ -4,7 +4,9 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "common/failure.h"
 #include "common/spin.h"

@@ -7,6 +7,7 @@
 // (poll() on sockets, a futex on the shared-memory doorbell), so oversubscribed ranks yield the CPU.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>

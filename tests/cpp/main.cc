@@ -1,5 +1,7 @@
 // Runs every TEST registered by the linked test files.
 #include <cstring>
+#include <exception>
+#include <iostream>
 
 #include "check.h"
 

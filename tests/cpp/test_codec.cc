@@ -1,6 +1,7 @@
 // The wire codec: F16C and portable float16 paths agree bit for bit (ranks on different machines
 // must produce the same bits), bfloat16 rounds to nearest even, accumulation is in float32.
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>

@@ -1,6 +1,9 @@
 // The tensor queue's readiness table and cycle messages (src/engine/negotiation.h): no sockets,
 // every rank's table fed the same messages.
+#include <cstddef>
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "check.h"

@@ -2,7 +2,9 @@
 // (what a rank receives at step s it sends at step s+1), and the tree plan pairs ranks
 // symmetrically and leaves each participant owning a distinct block that together cover all.
 #include <algorithm>
+#include <cstddef>
 #include <set>
+#include <vector>
 
 #include "algorithms/plan.h"
 #include "check.h"

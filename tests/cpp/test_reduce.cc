@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -17,6 +18,7 @@
 #endif
 
 #include "check.h"
+#include "common/cpu_features.h"
 #include "reduce/dispatch.h"
 #include "reduce/reduce.h"
 #include "ringcomm/errors.h"
@@ -594,7 +596,7 @@ __attribute__((target("f16c"))) static float hardwareHalfToFloat(uint16_t value)
 }
 
 TEST(softwareHalfMatchesF16c) {
-  if (!__builtin_cpu_supports("f16c")) return;
+  if (!__builtin_cpu_supports("avx") || !cpu::hasF16c()) return;
   for (uint32_t code = 0; code <= 0xFFFF; ++code) {
     const uint16_t half = static_cast<uint16_t>(code);
     CHECK_EQ(bitsOf(halfToFloat(half)), bitsOf(hardwareHalfToFloat(half)));

@@ -2,6 +2,7 @@
 // a failed launch becomes a ringcomm::Error that names the kernel. All on the host: the checks run
 // before any CUDA call (the pointers below are never dereferenced), so no GPU is needed.
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <string>
 

@@ -5,8 +5,10 @@
 //
 // Also on the host: the x86 NaN rules the codec kernels imitate, against this CPU's own
 // arithmetic; the reference model's rounding against half.h; the vector split.
+#include <array>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>

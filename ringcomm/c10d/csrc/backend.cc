@@ -3,8 +3,14 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
 
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
 #include <numeric>
 #include <optional>
+#include <tuple>
+#include <utility>
 
 #include "ringcomm/config.h"
 #include "ringcomm/errors.h"

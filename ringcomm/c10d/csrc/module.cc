@@ -3,6 +3,7 @@
 #include <pybind11/chrono.h>
 #include <torch/python.h>
 
+#include <chrono>
 #include <string>
 
 #include "backend.h"

@@ -3,6 +3,8 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 
 namespace ringcomm::c10d_backend {

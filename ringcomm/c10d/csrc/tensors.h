@@ -6,6 +6,7 @@
 #include <c10/core/Stream.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <utility>

@@ -4,6 +4,11 @@
 #include <c10/util/Exception.h>
 
 #include <cstdio>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
 
 #include "ringcomm/errors.h"
 

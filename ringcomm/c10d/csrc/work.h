@@ -8,7 +8,10 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <atomic>
+#include <cstddef>
+#include <exception>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <vector>
 

@@ -3,10 +3,17 @@
 // through pinned host memory (staging.h) or to the same-host IPC all-reduce (ipc.h).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "ringcomm/config.h"

@@ -1,7 +1,11 @@
 // The device path of a library built without CUDA (RINGCOMM_BUILD_CUDA=OFF, the default pip
 // build): collectives take host memory only, and saying otherwise is an InvalidArgument that
 // tells how to get a CUDA build.
+#include <cstddef>
+#include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "ringcomm/errors.h"
 #include "transport/cuda/device_path.h"

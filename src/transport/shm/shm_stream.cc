@@ -1,7 +1,10 @@
 #include "transport/shm/shm_stream.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace ringcomm::transport {
 

@@ -2,6 +2,9 @@
 // and reads from the ring in its own. Single producer, single consumer, lock-free.
 #pragma once
 
+#include <cstddef>
+#include <string>
+
 #include "transport/byte_stream.h"
 #include "transport/shm/segment.h"
 
