@@ -7,7 +7,25 @@
 
 #include "ringcomm/errors.h"
 
-namespace ringcomm::engine {
+namespace ringcomm {
+
+const char* toString(TensorOp op) {
+  switch (op) {
+    case TensorOp::Allreduce:
+      return "allreduce";
+    case TensorOp::Allgather:
+      return "allgather";
+    case TensorOp::Broadcast:
+      return "broadcast";
+    case TensorOp::Reducescatter:
+      return "reducescatter";
+    case TensorOp::Alltoall:
+      return "alltoall";
+  }
+  return "?";
+}
+
+namespace engine {
 namespace {
 
 // Little-endian fields, appended in order; the reader checks every length against what is left.
@@ -305,4 +323,5 @@ std::vector<int> ReadinessTable::missing(const std::string& name) const {
   return ranks;
 }
 
-}  // namespace ringcomm::engine
+}  // namespace engine
+}  // namespace ringcomm

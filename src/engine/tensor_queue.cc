@@ -26,22 +26,6 @@
 
 namespace ringcomm {
 
-const char* toString(TensorOp op) {
-  switch (op) {
-    case TensorOp::Allreduce:
-      return "allreduce";
-    case TensorOp::Allgather:
-      return "allgather";
-    case TensorOp::Broadcast:
-      return "broadcast";
-    case TensorOp::Reducescatter:
-      return "reducescatter";
-    case TensorOp::Alltoall:
-      return "alltoall";
-  }
-  return "?";
-}
-
 size_t TensorRequest::count() const {
   size_t count = 1;
   for (int64_t dim : shape) count *= static_cast<size_t>(dim);

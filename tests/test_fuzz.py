@@ -1,0 +1,87 @@
+"""Fuzzes the store protocol, the handshake and the messages peers exchange (tests/fuzz) with
+libFuzzer under ASan and UBSan, for a fixed budget: RINGCOMM_FUZZ_SECONDS (30 by default, as
+in CI; longer on demand). Needs clang with libFuzzer (libclang-rt-N-dev; .ci/run installs it);
+skipped, saying so, without it.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCES = [
+    "tests/fuzz/fuzz_protocols.cc",
+    "src/bootstrap/store.cc",
+    "src/bootstrap/tcp_store.cc",
+    "src/common/socket.cc",
+    "src/common/config.cc",
+    "src/common/types.cc",
+    "src/auth/sha256.cc",
+    "src/auth/handshake.cc",
+    "src/engine/negotiation.cc",
+    "src/transport/shm/segment.cc",
+]
+FLAGS = ["-std=c++17", "-g", "-O1", "-fsanitize=fuzzer,address,undefined"]
+
+
+def fuzzing_clang() -> str:
+    """The newest clang++ that links a libFuzzer program, or ""."""
+    candidates = sorted(
+        (p for p in Path("/usr/bin").glob("clang++-*") if p.name.split("-")[-1].isdigit()),
+        key=lambda p: int(p.name.split("-")[-1]),
+        reverse=True,
+    )
+    for clang in [*map(str, candidates), shutil.which("clang++") or ""]:
+        if not clang:
+            continue
+        probe = subprocess.run(
+            [clang, *FLAGS, "-x", "c++", "-", "-o", os.devnull],
+            input='extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long)'
+            " { return 0; }",
+            capture_output=True,
+            text=True,
+        )
+        if probe.returncode == 0:
+            return clang
+    return ""
+
+
+@pytest.mark.timeout(1800)
+def test_fuzz_store_protocol_handshake_and_peer_messages(tmp_path):
+    clang = fuzzing_clang()
+    if not clang:
+        message = "no clang with libFuzzer (apt-get install clang-22 libclang-rt-22-dev)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    binary = tmp_path / "fuzz_protocols"
+    built = subprocess.run(
+        [clang, *FLAGS, "-Iinclude", "-Isrc", *SOURCES, "-o", str(binary)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr[-5000:]
+    seconds = int(os.environ.get("RINGCOMM_FUZZ_SECONDS", "30"))
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    run = subprocess.run(
+        [
+            str(binary),
+            str(corpus),
+            f"-max_total_time={seconds}",
+            "-rss_limit_mb=2048",
+            "-print_final_stats=1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 600,
+    )
+    executions = re.search(r"stat::number_of_executed_units:\s*(\d+)", run.stderr)
+    print(f"fuzzed for {seconds} s: {executions.group(1) if executions else '?'} inputs")
+    assert run.returncode == 0, run.stderr[-8000:]
+    assert executions and int(executions.group(1)) > 0
