@@ -264,6 +264,14 @@ PYBIND11_MODULE(_core, m) {
         py::gil_scoped_release release;
         return Comm::create(std::move(store), rank, size, config);
       })
+      // Meets under `scope` of the store, not under the process's count of communicators: for
+      // groups of some ranks only (ringcomm.torch's process sets), whose other processes create
+      // nothing for them.
+      .def_static("create_in_scope", [](std::shared_ptr<Store> store, const std::string& scope,
+                                        int rank, int size, const Config& config) {
+        py::gil_scoped_release release;
+        return Comm::createInScope(std::move(store), scope, rank, size, config);
+      }, py::arg("store"), py::arg("scope"), py::arg("rank"), py::arg("size"), py::arg("config"))
       .def("duplicate", &Comm::duplicate, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("rank", &Comm::rank)
       .def_property_readonly("size", &Comm::size)

@@ -100,8 +100,15 @@ void bindTensorQueue(py::module_& m) {
       .def_readonly("allreduces", &TensorQueueStats::allreduces)
       .def_readonly("fused_tensors", &TensorQueueStats::fusedTensors);
 
+  py::enum_<JoinPolicy>(m, "JoinPolicy")
+      .value("zeros", JoinPolicy::Zeros)
+      .value("contributors", JoinPolicy::Contributors);
+  m.def("parse_join_policy", &parseJoinPolicy);
+
   py::class_<TensorQueue, std::shared_ptr<TensorQueue>>(m, "TensorQueue")
-      .def_static("create", &TensorQueue::create, py::call_guard<py::gil_scoped_release>())
+      .def_static("create", &TensorQueue::create, py::arg("comm"),
+                  py::arg("join_policy") = JoinPolicy::Zeros,
+                  py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("rank", &TensorQueue::rank)
       .def_property_readonly("size", &TensorQueue::size)
       .def("submit", &TensorQueue::submit, py::call_guard<py::gil_scoped_release>())

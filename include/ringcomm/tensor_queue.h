@@ -5,9 +5,13 @@
 // consecutive all-reduces of one kind into one buffer of up to Config::fusionThresholdBytes.
 //
 // Ranks that disagree about a name (shape, dtype, op, root) all get a MismatchError naming the
-// ranks; a name some ranks never submit is reported after Config::stallWarning and fails every
-// rank after Config::timeout, naming the ranks that did not submit it. A rank that called join()
-// counts as having submitted every name, contributing nothing, until every rank has joined.
+// ranks; a name some ranks never submit is reported after Config::stallWarning and fails, after
+// Config::timeout, on every rank that submitted it, naming the ranks that did not. Both failures
+// are the request's own: the queue goes on. A rank that called join() counts as having submitted
+// every name until every rank has joined; what it contributes is the queue's JoinPolicy.
+//
+// Requests always complete on the queue's thread, even at one rank, so an asynchronous request is
+// in flight when submit() returns, as in Horovod.
 //
 // CUDA tensors (a build with CUDA): a request is ordered after the work its caller's stream had
 // queued when it was submitted, without the caller waiting for it. The queue's thread fuses
@@ -32,6 +36,20 @@ namespace ringcomm {
 
 enum class TensorOp : uint8_t { Allreduce, Allgather, Broadcast, Reducescatter, Alltoall };
 
+// What a rank that has joined contributes to the requests the other ranks go on submitting.
+enum class JoinPolicy : uint8_t {
+  // Horovod's: zeros to every all-reduce, whatever its op (an average still divides by every
+  // rank); an all-gather, broadcast, reduce-scatter or all-to-all fails with a MismatchError.
+  Zeros,
+  // ringcomm's: the reduction's identity, so an average divides by the ranks that contributed
+  // (float types only); no rows to an all-gather; a broadcast is relayed (but not from a joined
+  // root); reduce-scatter and all-to-all fail.
+  Contributors,
+};
+
+RINGCOMM_API const char* toString(JoinPolicy policy);
+RINGCOMM_API JoinPolicy parseJoinPolicy(const std::string& name);  // "zeros" or "contributors"
+
 RINGCOMM_API const char* toString(TensorOp op);
 
 // One named tensor. Buffers are the caller's until the Work completes.
@@ -47,7 +65,7 @@ struct RINGCOMM_API TensorRequest {
   // the Work's `gathered` and `rows`.
   const void* input = nullptr;
   void* output = nullptr;
-  ReduceOp reduceOp = ReduceOp::Sum;  // Avg divides by the ranks that contributed (not joined)
+  ReduceOp reduceOp = ReduceOp::Sum;  // Avg: see JoinPolicy for how joined ranks count
   Compression compression = Compression::None;
   // Allreduce and Reducescatter: the input is multiplied by prescale before the reduction and
   // the result by postscale after (float types only).
@@ -94,9 +112,11 @@ struct TensorQueueStats {
 
 class RINGCOMM_API TensorQueue {
  public:
-  // Collective: every rank calls it. `comm` must be the queue's own (Communicator::duplicate()):
-  // the queue runs collectives on it from its thread, which must not interleave with others'.
-  static std::shared_ptr<TensorQueue> create(std::shared_ptr<Communicator> comm);
+  // Collective: every rank calls it, with the same join policy (else InvalidArgument on every
+  // rank). `comm` must be the queue's own (Communicator::duplicate()): the queue runs
+  // collectives on it from its thread, which must not interleave with others'.
+  static std::shared_ptr<TensorQueue> create(std::shared_ptr<Communicator> comm,
+                                             JoinPolicy joinPolicy = JoinPolicy::Zeros);
   virtual ~TensorQueue() = default;
 
   virtual int rank() const = 0;

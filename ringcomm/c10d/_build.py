@@ -14,7 +14,7 @@ import hashlib
 import sys
 from pathlib import Path
 
-_SOURCES = ("backend.cc", "tensors.cc", "work.cc", "module.cc")
+_SOURCES = ("backend.cc", "sparse.cc", "tensors.cc", "work.cc", "module.cc")
 
 
 def _core_dir() -> Path:

@@ -1,33 +1,18 @@
-"""Torch tensors into the tensor queue: Horovod's default names, requests, and submission."""
+"""Torch tensors into a process set's tensor queue: requests, submission, and results."""
 
 from __future__ import annotations
 
-import itertools
-from collections import defaultdict
 from typing import Optional
 
 import torch
 
 from ringcomm import _core
 from ringcomm.ops import as_op
-from ringcomm.torch import state
-
-_unnamed = defaultdict(itertools.count)
-
-
-def name_or_default(name: Optional[str], kind: str) -> str:
-    """Horovod's names for unnamed tensors ("allreduce.noname.3"): every rank counts its own
-    calls, so ranks that make the same calls in the same order agree on them."""
-    return name if name else f"{kind}.noname.{next(_unnamed[kind])}"
-
-
-def forget_default_names() -> None:
-    """Restarts the numbering of unnamed tensors (every rank does so at the end of join())."""
-    _unnamed.clear()
+from ringcomm.torch.errors import horovod_errors
 
 
 def allreduce(tensor, output, op, wire, prescale, postscale, name) -> "_core.TensorRequest":
-    """``output`` is None (in place) or a tensor like ``tensor``."""
+    """``output`` is None (in place) or a tensor like ``tensor``; ``wire`` a codec name or None."""
     return _core.TensorRequest(
         _core.TensorOp.allreduce,
         name,
@@ -46,6 +31,7 @@ def allgather(tensor, name) -> "_core.TensorRequest":
 
 
 def broadcast(tensor, root, name) -> "_core.TensorRequest":
+    """``root``: the root's index in the process set."""
     return _core.TensorRequest(
         _core.TensorOp.broadcast, name, tensor, shape=list(tensor.shape), root=int(root)
     )
@@ -75,11 +61,14 @@ class Queued:
         self._keepalive = ()
 
 
-def submit(requests: list, keepalive: tuple) -> list:
-    """Queues the requests, announced in the same cycle (so they tend to fuse)."""
+def submit(queue, requests: list, keepalive: tuple) -> list:
+    """Queues the requests on ``queue``, announced in the same cycle (so they tend to fuse).
+    A queue closed by an earlier failure raises a HorovodInternalError."""
     devices = [t.device for t in keepalive if isinstance(t, torch.Tensor)]
     device = devices[0] if devices else torch.device("cpu")
-    return [Queued(work, keepalive, device) for work in state.queue().submit_all(list(requests))]
+    with horovod_errors():
+        works = queue.submit_all(list(requests))
+    return [Queued(work, keepalive, device) for work in works]
 
 
 def gathered_tensor(queued: Queued, like: torch.Tensor) -> torch.Tensor:

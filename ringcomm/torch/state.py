@@ -1,10 +1,14 @@
-"""The process-wide communicator and tensor queue behind ringcomm.torch, created by init().
+"""The job ringcomm.torch runs in: init() and shutdown(), and who this rank is.
 
-Named operations (allreduce, allgather, broadcast, join, the optimizer's gradients) go through the
-tensor queue: ranks may submit them in any order, and the queue's thread agrees with the other
-ranks once per cycle on what is ready and fuses it (include/ringcomm/tensor_queue.h). The queue
-runs on a communicator of its own, a duplicate of the main one, which serves everything else
-(alltoall, reducescatter, barrier, the object helpers).
+init() creates the main communicator and the global process set's tensor queue. Named
+operations (allreduce, allgather, broadcast, join, the optimizer's gradients) go through a
+queue: ranks may submit them in any order, and the queue's thread agrees with the other ranks
+once per cycle on what is ready and fuses it (include/ringcomm/tensor_queue.h). The queue runs on
+a communicator of its own, a duplicate of the main one. Process sets (process_sets.py) add a
+communicator and a queue of their own each.
+
+``shutdown(); init()`` always gives a working state, whatever failed before: shutting down
+ignores the failures of what it closes, and each init() meets the other ranks afresh.
 """
 
 from __future__ import annotations
@@ -14,20 +18,48 @@ from typing import Optional
 
 import ringcomm
 from ringcomm import _core
+from ringcomm.torch import handles
+from ringcomm.torch import process_sets as sets
+from ringcomm.torch.errors import NotInitializedError
 
 _comm: Optional[ringcomm.Communicator] = None
 _queue: Optional["_core.TensorQueue"] = None
+_join_policy = _core.JoinPolicy.zeros
+_sessions = 0  # init() calls that succeeded in this process: each session's store keys differ
 _exit_hook_installed = False
 
 
-def init(comm: Optional[ringcomm.Communicator] = None, **kwargs) -> None:
-    """Joins the job (ringcomm.init(**kwargs)), unless already initialized or ``comm`` is given."""
-    global _comm, _queue, _exit_hook_installed
+def init(comm=None, process_sets=None, *, join_policy: str = "zeros", **kwargs) -> None:
+    """Joins the job (``ringcomm.init(**kwargs)``), unless already initialized.
+
+    ``comm``: None (every rank of the job); a ``ringcomm.Communicator`` to use; or, as in
+    Horovod, a list of ranks or an mpi4py communicator, when it covers every rank (ringcomm runs
+    a job on all its ranks: use process sets for subsets). ``process_sets``: a list of
+    :class:`ProcessSet` to register, or ``"dynamic"`` to allow ``add_process_set`` later.
+    ``join_policy``: what a rank that called join() contributes to the others' collectives:
+    ``"zeros"`` (Horovod's) or ``"contributors"`` (ringcomm's; README, Horovod section).
+    """
+    global _comm, _queue, _join_policy, _sessions, _exit_hook_installed
     if _comm is not None:
         return
-    created = comm if comm is not None else ringcomm.init(**kwargs)
-    _queue = _core.TensorQueue.create(created._core.duplicate())
-    _comm = created
+    policy = _core.parse_join_policy(join_policy)
+    created = comm if isinstance(comm, ringcomm.Communicator) else ringcomm.init(**kwargs)
+    try:
+        if comm is not None and created is not comm:
+            _check_covers_every_rank(comm, created.size)
+        queue = _core.TensorQueue.create(created._core.duplicate(), policy)
+    except BaseException:
+        if created is not comm:
+            created.shutdown()
+        raise
+    _sessions += 1
+    _comm, _queue, _join_policy = created, queue, policy
+    handles.forget_all()
+    try:
+        sets.setup(created, queue, policy, _sessions, process_sets or [])
+    except BaseException:
+        shutdown()
+        raise
     if not _exit_hook_installed:
         # Every rank's queue thread takes part in every cycle: one that exits without saying so
         # would leave the others to find out from a closed connection.
@@ -35,31 +67,79 @@ def init(comm: Optional[ringcomm.Communicator] = None, **kwargs) -> None:
         _exit_hook_installed = True
 
 
+def _check_covers_every_rank(comm, size: int) -> None:
+    if isinstance(comm, (list, tuple, range)):
+        covered = sorted(comm) == list(range(size))
+    else:  # an mpi4py communicator
+        covered = getattr(comm, "Get_size", lambda: -1)() == size
+    if not covered:
+        raise NotImplementedError(
+            "ringcomm.torch runs on every rank of the job; init(comm=...) with a subset of the "
+            "ranks is not supported. Use init(process_sets=[hvd.ProcessSet(ranks)]) and pass "
+            "process_set= to the collectives instead"
+        )
+
+
 def shutdown() -> None:
+    """Closes every queue and communicator of this rank (tells the other ranks' queues too).
+    Never raises for what failed before."""
     global _comm, _queue
+    sets.teardown()
     if _queue is not None:
-        _queue.shutdown()
+        try:
+            _queue.shutdown()
+        except _core.RingcommError:
+            pass
         _queue = None
     if _comm is not None:
-        _comm.shutdown()
+        try:
+            _comm.shutdown()
+        except _core.RingcommError:
+            pass
         _comm = None
+    handles.forget_all()
 
 
 def is_initialized() -> bool:
     return _comm is not None
 
 
-def _not_initialized() -> ValueError:
-    return ValueError("ringcomm.torch has not been initialized; call ringcomm.torch.init() first")
+def join_policy() -> "_core.JoinPolicy":
+    return _join_policy
 
 
 def comm() -> ringcomm.Communicator:
     if _comm is None:
-        raise _not_initialized()
+        raise NotInitializedError()
     return _comm
 
 
 def queue() -> "_core.TensorQueue":
+    """The global process set's tensor queue."""
     if _queue is None:
-        raise _not_initialized()
+        raise NotInitializedError()
     return _queue
+
+
+def size() -> int:
+    return comm().size
+
+
+def rank() -> int:
+    return comm().rank
+
+
+def local_size() -> int:
+    return comm().local_size
+
+
+def local_rank() -> int:
+    return comm().local_rank
+
+
+def cross_size() -> int:
+    return comm().cross_size
+
+
+def cross_rank() -> int:
+    return comm().cross_rank

@@ -157,7 +157,11 @@ std::string Announcement::describe() const {
 std::vector<uint8_t> encode(const CycleMessage& message) {
   Writer out;
   out.put<uint8_t>((message.join ? kJoin : 0) | (message.shutdown ? kShutdown : 0));
-  out.putString(message.abort);
+  out.put<uint32_t>(static_cast<uint32_t>(message.expired.size()));
+  for (const Expiry& expiry : message.expired) {
+    out.putString(expiry.name);
+    out.putString(expiry.reason);
+  }
   out.put<uint32_t>(static_cast<uint32_t>(message.announcements.size()));
   for (const Announcement& a : message.announcements) {
     out.put<uint8_t>(static_cast<uint8_t>(a.op));
@@ -183,7 +187,13 @@ CycleMessage decode(const uint8_t* data, size_t size) {
   const auto flags = in.get<uint8_t>();
   message.join = (flags & kJoin) != 0;
   message.shutdown = (flags & kShutdown) != 0;
-  message.abort = in.getString();
+  const auto expiries = in.get<uint32_t>();
+  for (uint32_t i = 0; i < expiries; ++i) {
+    Expiry expiry;
+    expiry.name = in.getString();
+    expiry.reason = in.getString();
+    message.expired.push_back(std::move(expiry));
+  }
   const auto count = in.get<uint32_t>();
   for (uint32_t i = 0; i < count; ++i) {
     Announcement a;
@@ -217,7 +227,8 @@ int ReadyTensor::contributors() const {
                                         [](const auto& a) { return a.has_value(); }));
 }
 
-ReadinessTable::ReadinessTable(int size) : size_(size), joined_(size, false) {}
+ReadinessTable::ReadinessTable(int size, JoinPolicy joinPolicy)
+    : size_(size), joinPolicy_(joinPolicy), joined_(size, false) {}
 
 bool ReadinessTable::isReady(const Entry& entry) const {
   for (int r = 0; r < size_; ++r) {
@@ -242,6 +253,11 @@ std::string ReadinessTable::disagreement(const std::string& name, const Entry& e
     }
   }
   const Announcement& a = *entry.byRank[first];
+  if (a.op == TensorOp::Allgather && a.shape.empty()) {
+    // As in Horovod: a 0-d tensor has no first dimension to concatenate along.
+    return "'" + name + "': rank " + std::to_string(first) +
+           " tried to allgather a rank-zero tensor (a 0-d tensor has no first dimension)";
+  }
   const bool someMissing = std::any_of(entry.byRank.begin(), entry.byRank.end(),
                                        [](const auto& announced) { return !announced; });
   // As in Horovod: a rank that has joined has no rows to keep or to send.
@@ -249,17 +265,27 @@ std::string ReadinessTable::disagreement(const std::string& name, const Entry& e
     return "'" + name + "': " + std::string(toString(a.op)) +
            " while some ranks have joined is not supported";
   }
+  if (!someMissing) return "";
+  if (joinPolicy_ == JoinPolicy::Zeros) {
+    // Horovod's policy: a joined rank only ever contributes zeros, to all-reduces.
+    if (a.op == TensorOp::Allgather || a.op == TensorOp::Broadcast) {
+      return "'" + name + "': " + std::string(toString(a.op)) +
+             " while some ranks have joined is not supported (a joined rank has no data; "
+             "join_policy='contributors' gathers the other ranks' rows and relays broadcasts)";
+    }
+    return "";
+  }
   if (a.op == TensorOp::Broadcast && joined_[a.root] && !entry.byRank[a.root]) {
     return "'" + name + "': broadcast from root " + std::to_string(a.root) +
            ", which has joined (it has no data to send)";
   }
-  if (a.op == TensorOp::Allreduce && someMissing && a.reduceOp == ReduceOp::Avg &&
+  if (a.op == TensorOp::Allreduce && a.reduceOp == ReduceOp::Avg &&
       a.type != DataType::Float32 && a.type != DataType::Float64) {
     return "'" + name + "': an average while some ranks have joined divides by the ranks that "
            "contributed, which needs float32 or float64; got " + std::string(toString(a.type));
   }
   // A joined rank contributes the op's identity, which a prescale would change (1 x p).
-  if (a.op == TensorOp::Allreduce && someMissing && a.prescale != 1.0 &&
+  if (a.op == TensorOp::Allreduce && a.prescale != 1.0 &&
       (a.reduceOp == ReduceOp::Prod || a.reduceOp == ReduceOp::Min ||
        a.reduceOp == ReduceOp::Max)) {
     return "'" + name + "': " + std::string(toString(a.reduceOp)) +
@@ -274,7 +300,6 @@ CycleOutcome ReadinessTable::record(const std::vector<CycleMessage>& messages) {
   for (int r = 0; r < size_; ++r) {
     const CycleMessage& message = messages[r];
     if (message.shutdown && outcome.shutdownBy < 0) outcome.shutdownBy = r;
-    if (!message.abort.empty() && outcome.abort.empty()) outcome.abort = message.abort;
     if (message.join && !joined_[r]) {
       joined_[r] = true;
       lastJoined_ = r;  // ranks joining in one cycle: the highest counts as last
@@ -286,6 +311,15 @@ CycleOutcome ReadinessTable::record(const std::vector<CycleMessage>& messages) {
         it->second.order = nextOrder_++;
       }
       it->second.byRank[r] = a;
+    }
+  }
+
+  // Expiries before readiness: a name one rank gave up on runs nowhere, even when its last
+  // announcement arrived in this same cycle.
+  for (const CycleMessage& message : messages) {
+    for (const Expiry& expiry : message.expired) {
+      if (entries_.erase(expiry.name) == 0) continue;  // another rank expired it this cycle
+      outcome.expired.push_back(expiry);
     }
   }
 

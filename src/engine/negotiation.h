@@ -42,11 +42,19 @@ struct Announcement {
 // memory (host or device); the tensors may differ in shape: this is what fusion asks.
 bool reduceAlike(const Announcement& a, const Announcement& b);
 
+// A request of one rank that waited past the timeout for ranks that never submitted it: every
+// rank forgets the name and fails its own request for it, if any, with `reason`. The queue goes
+// on.
+struct Expiry {
+  std::string name;
+  std::string reason;
+};
+
 // What one rank says in one cycle.
 struct CycleMessage {
   bool join = false;      // this rank called join() since its last message
   bool shutdown = false;  // this rank is closing its queue
-  std::string abort;      // non-empty: every rank fails everything with this reason
+  std::vector<Expiry> expired;
   std::vector<Announcement> announcements;
 };
 
@@ -71,12 +79,12 @@ struct CycleOutcome {
   bool allJoined = false;          // every rank has joined: join() completes, joins reset
   int lastJoined = -1;
   int shutdownBy = -1;  // the lowest rank that closed its queue this cycle, or -1
-  std::string abort;    // the lowest rank's abort reason, if any
+  std::vector<Expiry> expired;  // names forgotten this cycle, each once
 };
 
 class ReadinessTable {
  public:
-  explicit ReadinessTable(int size);
+  ReadinessTable(int size, JoinPolicy joinPolicy);
 
   // One message per rank, in rank order.
   CycleOutcome record(const std::vector<CycleMessage>& messages);
@@ -92,6 +100,7 @@ class ReadinessTable {
   std::string disagreement(const std::string& name, const Entry& entry) const;
 
   int size_;
+  JoinPolicy joinPolicy_;
   uint64_t nextOrder_ = 0;
   std::map<std::string, Entry> entries_;
   std::vector<bool> joined_;

@@ -26,6 +26,23 @@
 
 namespace ringcomm {
 
+const char* toString(JoinPolicy policy) {
+  switch (policy) {
+    case JoinPolicy::Zeros:
+      return "zeros";
+    case JoinPolicy::Contributors:
+      return "contributors";
+  }
+  return "?";
+}
+
+JoinPolicy parseJoinPolicy(const std::string& name) {
+  for (JoinPolicy policy : {JoinPolicy::Zeros, JoinPolicy::Contributors}) {
+    if (name == toString(policy)) return policy;
+  }
+  throw InvalidArgument("join policy must be 'zeros' or 'contributors'; got '" + name + "'");
+}
+
 size_t TensorRequest::count() const {
   size_t count = 1;
   for (int64_t dim : shape) count *= static_cast<size_t>(dim);
@@ -120,13 +137,15 @@ std::string namesOf(const std::vector<ReadyTensor>& ready, size_t begin, size_t 
 
 class TensorQueueImpl : public TensorQueue {
  public:
-  explicit TensorQueueImpl(std::shared_ptr<Communicator> comm)
+  TensorQueueImpl(std::shared_ptr<Communicator> comm, JoinPolicy joinPolicy)
       : comm_(std::move(comm)),
         config_(comm_->config()),
-        fusionThresholdBytes_(agreedFusionThreshold()),
-        table_(comm_->size()) {
-    // One rank has nobody to agree with: requests run on the caller's thread, at once.
-    if (comm_->size() > 1) thread_ = std::thread([this] { loop(); });
+        fusionThresholdBytes_(agreeOnSettings(joinPolicy)),
+        joinPolicy_(joinPolicy),
+        table_(comm_->size(), joinPolicy) {
+    // Even one rank, which has nobody to agree with, runs its requests on the thread: an
+    // asynchronous request must be in flight when submit() returns, as Horovod's are.
+    thread_ = std::thread([this] { loop(); });
   }
 
   ~TensorQueueImpl() override { shutdown(); }
@@ -182,7 +201,7 @@ class TensorQueueImpl : public TensorQueue {
       incoming_.push_back(std::move(pending));
     }
     lock.unlock();
-    wakeOrRunInline();
+    submitted_.notify_one();
     return works;
   }
 
@@ -196,7 +215,7 @@ class TensorQueueImpl : public TensorQueue {
       joinAnnounced_ = false;
       if (device >= 0) joinDevice_ = device;
     }
-    wakeOrRunInline();
+    submitted_.notify_one();
     return work;
   }
 
@@ -222,22 +241,31 @@ class TensorQueueImpl : public TensorQueue {
     TensorWorkPtr work;
     Clock::time_point submitted;
     bool warned = false;
+    bool expiryAnnounced = false;
   };
 
   // Fusion decisions must be the same on every rank, so the ranks take the smallest of their
   // configured thresholds (an environment variable set on one node only would otherwise split
-  // the same ready list differently).
-  size_t agreedFusionThreshold() {
-    int64_t threshold = static_cast<int64_t>(config_.fusionThresholdBytes);
+  // the same ready list differently); returns that. What a joined rank contributes must be the
+  // same everywhere too: a disagreement fails creation on every rank.
+  size_t agreeOnSettings(JoinPolicy joinPolicy) {
+    const auto policy = static_cast<int64_t>(joinPolicy);
+    // Minimum of each: the threshold, the policy, and minus the policy (its maximum).
+    int64_t values[3] = {static_cast<int64_t>(config_.fusionThresholdBytes), policy, -policy};
     AllreduceOptions options;
-    options.input = options.output = &threshold;
-    options.count = 1;
+    options.input = options.output = values;
+    options.count = 3;
     options.type = DataType::Int64;
     options.op = ReduceOp::Min;
     options.runInCaller = true;
-    options.name = "tensor queue fusion threshold";
+    options.name = "tensor queue settings";
     comm_->allreduce(options)->wait();
-    return static_cast<size_t>(threshold);
+    if (values[1] != -values[2]) {
+      throw InvalidArgument("tensor queue: the ranks were created with different join policies ('" +
+                            std::string(toString(static_cast<JoinPolicy>(values[1]))) + "' and '" +
+                            toString(static_cast<JoinPolicy>(-values[2])) + "')");
+    }
+    return static_cast<size_t>(values[0]);
   }
 
   // An all-to-all without splits sends shape[0] / size rows to each rank (Horovod's default).
@@ -377,27 +405,13 @@ class TensorQueueImpl : public TensorQueue {
     return !incoming_.empty() || (joinWork_ && !joinAnnounced_) || shutdownRequested_;
   }
 
-  void wakeOrRunInline() {
-    if (thread_.joinable()) {
-      submitted_.notify_one();
-      return;
-    }
-    std::lock_guard<std::mutex> lock(inlineMutex_);
-    try {
-      bool idle = false;
-      cycle(&idle);
-    } catch (...) {
-      closeWith(std::current_exception());
-    }
-  }
-
   // One cycle; false once the queue has closed.
   // `idle`: no rank announced anything and nothing ran (the thread may back off).
   bool cycle(bool* idle) {
     const CycleMessage mine = nextMessage();
     const std::vector<CycleMessage> messages = exchange(mine);
     *idle = std::all_of(messages.begin(), messages.end(), [](const CycleMessage& m) {
-      return m.announcements.empty() && !m.join && !m.shutdown && m.abort.empty();
+      return m.announcements.empty() && !m.join && !m.shutdown && m.expired.empty();
     });
     CycleOutcome outcome = table_.record(messages);
     *idle = *idle && outcome.ready.empty() && !outcome.allJoined;
@@ -405,11 +419,11 @@ class TensorQueueImpl : public TensorQueue {
       std::lock_guard<std::mutex> lock(mutex_);
       ++stats_.cycles;
     }
-    run(outcome.ready);
-    if (!outcome.abort.empty()) {
-      closeWith(std::make_exception_ptr(TimeoutError(outcome.abort, FailureContext{})));
-      return false;
+    for (const Expiry& expiry : outcome.expired) {
+      failLocal(expiry.name,
+                std::make_exception_ptr(TimeoutError(expiry.reason, FailureContext{})));
     }
+    run(outcome.ready);
     if (outcome.allJoined) finishJoin(outcome.lastJoined);
     if (outcome.shutdownBy >= 0) {
       closeWith(std::make_exception_ptr(CommunicatorClosed(
@@ -436,7 +450,7 @@ class TensorQueueImpl : public TensorQueue {
       joinAnnounced_ = true;
     }
     message.shutdown = shutdownRequested_;
-    message.abort = expiredRequest();
+    message.expired = expiredRequests();
     return message;
   }
 
@@ -546,7 +560,8 @@ class TensorQueueImpl : public TensorQueue {
     options.runInCaller = true;
     options.name = namesOf(ready, begin, end);
     const int contributors = ready[begin].contributors();
-    if (first.reduceOp == ReduceOp::Avg && contributors < comm_->size()) {
+    if (joinPolicy_ == JoinPolicy::Contributors && first.reduceOp == ReduceOp::Avg &&
+        contributors < comm_->size()) {
       // The ranks that joined added nothing: divide by the ranks that did.
       options.op = ReduceOp::Sum;
       options.postscale = first.postscale / contributors;
@@ -582,7 +597,7 @@ class TensorQueueImpl : public TensorQueue {
         if (local) {
           if (count > 0) std::memcpy(at, local->request.input, count * elementBytes);
         } else {
-          fillIdentity(at, count, first.type, first.reduceOp);
+          fillJoined(at, count, first.type, first.reduceOp);
         }
         offset += count * elementBytes;
       }
@@ -627,9 +642,9 @@ class TensorQueueImpl : public TensorQueue {
         if (local) {
           device_->copy(device, fusion + offset, local->request.input, count * elementBytes);
         } else if (count > 0) {
-          std::vector<uint8_t> identity(count * elementBytes);
-          fillIdentity(identity.data(), count, first.type, first.reduceOp);
-          device_->upload(device, fusion + offset, identity.data(), identity.size());
+          std::vector<uint8_t> joined(count * elementBytes);
+          fillJoined(joined.data(), count, first.type, first.reduceOp);
+          device_->upload(device, fusion + offset, joined.data(), joined.size());
         }
         offset += count * elementBytes;
       }
@@ -645,6 +660,11 @@ class TensorQueueImpl : public TensorQueue {
       }
     }
     finishRun(device, run);
+  }
+
+  // What this rank, having joined, contributes to a reduction by `op` (JoinPolicy).
+  void fillJoined(void* data, size_t count, DataType type, ReduceOp op) const {
+    fillIdentity(data, count, type, joinPolicy_ == JoinPolicy::Zeros ? ReduceOp::Sum : op);
   }
 
   // This rank's requests in a run: none where it has joined.
@@ -936,20 +956,23 @@ class TensorQueueImpl : public TensorQueue {
   }
 
   // ---- stalls, deadlines and closing ------------------------------------------------------
-  // Called with mutex_ held: the reason to abort every rank, when a request of this rank has
-  // waited longer than the timeout for ranks that never submitted it.
-  std::string expiredRequest() {
+  // Called with mutex_ held (on the queue's thread): this rank's requests that have waited
+  // longer than the timeout for ranks that never submitted them, each announced once. Every
+  // rank then fails its request for the name; the queue goes on.
+  std::vector<Expiry> expiredRequests() {
+    std::vector<Expiry> expired;
     const auto now = Clock::now();
-    for (const auto& [name, pending] : pending_) {
-      if (now - pending.submitted < config_.timeout) continue;
+    for (auto& [name, pending] : pending_) {
+      if (pending.expiryAnnounced || now - pending.submitted < config_.timeout) continue;
+      pending.expiryAnnounced = true;
       const double seconds = std::chrono::duration<double>(now - pending.submitted).count();
       std::ostringstream text;
       text << "tensor queue: " << toString(pending.request.op) << " '" << name << "' on rank "
            << rank() << " timed out after " << seconds << " s waiting for rank(s) "
            << rankList(table_.missing(name)) << ", which never submitted it";
-      return text.str();
+      expired.push_back(Expiry{name, text.str()});
     }
-    return "";
+    return expired;
   }
 
   void warnAboutStalls() {
@@ -990,11 +1013,11 @@ class TensorQueueImpl : public TensorQueue {
   std::shared_ptr<Communicator> comm_;
   const Config config_;
   const size_t fusionThresholdBytes_;  // agreed by every rank at creation
+  const JoinPolicy joinPolicy_;        // the same on every rank (checked at creation)
   ReadinessTable table_;         // touched by the queue's thread only
   std::vector<uint8_t> fusion_;  // the fusion buffer, grown to the largest fused run
   std::unique_ptr<device::QueueDevice> device_ = device::createQueueDevice();
-  std::thread thread_;      // none at one rank
-  std::mutex inlineMutex_;  // one rank: one caller runs a cycle at a time
+  std::thread thread_;
 
   mutable std::mutex mutex_;
   std::condition_variable submitted_;
@@ -1013,9 +1036,10 @@ class TensorQueueImpl : public TensorQueue {
 }  // namespace
 }  // namespace engine
 
-std::shared_ptr<TensorQueue> TensorQueue::create(std::shared_ptr<Communicator> comm) {
+std::shared_ptr<TensorQueue> TensorQueue::create(std::shared_ptr<Communicator> comm,
+                                                 JoinPolicy joinPolicy) {
   if (!comm) throw InvalidArgument("TensorQueue::create: communicator is null");
-  return std::make_shared<engine::TensorQueueImpl>(std::move(comm));
+  return std::make_shared<engine::TensorQueueImpl>(std::move(comm), joinPolicy);
 }
 
 }  // namespace ringcomm

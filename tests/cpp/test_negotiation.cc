@@ -38,7 +38,7 @@ std::vector<std::string> namesOf(const CycleOutcome& outcome) {
 TEST(cycleMessageRoundTrips) {
   CycleMessage message;
   message.join = true;
-  message.abort = "why";
+  message.expired = {Expiry{"late", "why"}};
   Announcement a = allreduce("layer.weight", {3, 5});
   a.type = DataType::BFloat16;
   a.reduceOp = ReduceOp::Max;
@@ -53,7 +53,9 @@ TEST(cycleMessageRoundTrips) {
   const CycleMessage back = decode(bytes.data(), bytes.size());
   CHECK(back.join);
   CHECK(!back.shutdown);
-  CHECK_EQ(back.abort, std::string("why"));
+  CHECK_EQ(back.expired.size(), size_t(1));
+  CHECK_EQ(back.expired[0].name, std::string("late"));
+  CHECK_EQ(back.expired[0].reason, std::string("why"));
   CHECK_EQ(back.announcements.size(), size_t(2));
   const Announcement& b = back.announcements[0];
   CHECK(b.op == TensorOp::Broadcast && b.type == DataType::BFloat16 && b.reduceOp == ReduceOp::Max);
@@ -76,7 +78,7 @@ TEST(truncatedCycleMessageIsAnError) {
 }
 
 TEST(nameIsReadyOnceEveryRankAnnouncedIt) {
-  ReadinessTable table(3);
+  ReadinessTable table(3, JoinPolicy::Zeros);
   auto outcome = table.record({announcing({allreduce("a")}), announcing({}), announcing({})});
   CHECK(outcome.ready.empty());
   CHECK(table.missing("a") == std::vector<int>({1, 2}));
@@ -90,7 +92,7 @@ TEST(nameIsReadyOnceEveryRankAnnouncedIt) {
 }
 
 TEST(readyNamesRunInTheOrderTheyWereFirstAnnounced) {
-  ReadinessTable table(2);
+  ReadinessTable table(2, JoinPolicy::Zeros);
   // Rank 0 announces b then a; rank 1 a then b, a cycle later: b was first seen first.
   table.record({announcing({allreduce("b"), allreduce("a")}), announcing({})});
   auto outcome = table.record({announcing({}), announcing({allreduce("a"), allreduce("b")})});
@@ -98,7 +100,7 @@ TEST(readyNamesRunInTheOrderTheyWereFirstAnnounced) {
 }
 
 TEST(disagreeingRanksAreNamed) {
-  ReadinessTable table(2);
+  ReadinessTable table(2, JoinPolicy::Zeros);
   auto outcome =
       table.record({announcing({allreduce("w", {2, 3})}), announcing({allreduce("w", {2, 4})})});
   CHECK_EQ(outcome.ready.size(), size_t(1));
@@ -109,7 +111,7 @@ TEST(disagreeingRanksAreNamed) {
 }
 
 TEST(allgatherFirstDimensionMayDiffer) {
-  ReadinessTable table(2);
+  ReadinessTable table(2, JoinPolicy::Zeros);
   Announcement a = allreduce("g", {2, 3});
   Announcement b = allreduce("g", {5, 3});
   a.op = b.op = TensorOp::Allgather;
@@ -121,7 +123,7 @@ TEST(allgatherFirstDimensionMayDiffer) {
 }
 
 TEST(broadcastRootsMustAgree) {
-  ReadinessTable table(2);
+  ReadinessTable table(2, JoinPolicy::Zeros);
   Announcement a = allreduce("p");
   a.op = TensorOp::Broadcast;
   Announcement b = a;
@@ -132,7 +134,7 @@ TEST(broadcastRootsMustAgree) {
 }
 
 TEST(joinedRanksCountAsReadyUntilEveryRankJoined) {
-  ReadinessTable table(3);
+  ReadinessTable table(3, JoinPolicy::Zeros);
   CycleMessage joining;
   joining.join = true;
   auto outcome = table.record({announcing({allreduce("x")}), joining, announcing({})});
@@ -151,8 +153,8 @@ TEST(joinedRanksCountAsReadyUntilEveryRankJoined) {
   CHECK(outcome.ready.empty());
 }
 
-TEST(averageWithJoinedRanksNeedsFloat32Or64) {
-  ReadinessTable table(2);
+TEST(averageWithJoinedRanksNeedsFloat32Or64UnderContributors) {
+  ReadinessTable table(2, JoinPolicy::Contributors);
   CycleMessage joining;
   joining.join = true;
   Announcement a = allreduce("h");
@@ -160,10 +162,14 @@ TEST(averageWithJoinedRanksNeedsFloat32Or64) {
   a.type = DataType::Float16;
   auto outcome = table.record({announcing({a}), joining});
   CHECK(outcome.ready[0].error.find("float32 or float64") != std::string::npos);
+  // Horovod's policy: the joined rank adds zeros and the average divides by every rank.
+  ReadinessTable zeros(2, JoinPolicy::Zeros);
+  outcome = zeros.record({announcing({a}), joining});
+  CHECK(outcome.ready[0].error.empty());
 }
 
-TEST(broadcastFromAJoinedRootIsAnError) {
-  ReadinessTable table(2);
+TEST(broadcastFromAJoinedRootIsAnErrorUnderContributors) {
+  ReadinessTable table(2, JoinPolicy::Contributors);
   CycleMessage joining;
   joining.join = true;
   Announcement a = allreduce("p");
@@ -173,21 +179,65 @@ TEST(broadcastFromAJoinedRootIsAnError) {
   CHECK(outcome.ready[0].error.find("root 1, which has joined") != std::string::npos);
 }
 
-TEST(shutdownAndAbortNameTheLowestRank) {
-  ReadinessTable table(3);
+TEST(shutdownNamesTheLowestRank) {
+  ReadinessTable table(3, JoinPolicy::Zeros);
   CycleMessage closing;
   closing.shutdown = true;
-  CycleMessage aborting;
-  aborting.abort = "rank 2 timed out";
-  auto outcome = table.record({announcing({}), closing, aborting});
+  auto outcome = table.record({announcing({}), closing, closing});
   CHECK_EQ(outcome.shutdownBy, 1);
-  CHECK_EQ(outcome.abort, std::string("rank 2 timed out"));
+}
+
+// A rank's request that timed out waiting for the others is forgotten by every rank, once, even
+// when the missing announcement arrives in the same cycle; other names are not affected.
+TEST(anExpiredNameIsForgottenEverywhereAndTheRestGoesOn) {
+  ReadinessTable table(3, JoinPolicy::Zeros);
+  table.record({announcing({allreduce("stuck"), allreduce("fine")}), announcing({}),
+                announcing({allreduce("fine")})});
+  CycleMessage expiring = announcing({});
+  expiring.expired = {Expiry{"stuck", "rank 0 waited too long"}};
+  CycleMessage alsoExpiring = expiring;
+  auto outcome = table.record(
+      {expiring, announcing({allreduce("stuck"), allreduce("fine")}), alsoExpiring});
+  CHECK_EQ(outcome.expired.size(), size_t(1));
+  CHECK_EQ(outcome.expired[0].name, std::string("stuck"));
+  CHECK_EQ(outcome.expired[0].reason, std::string("rank 0 waited too long"));
+  CHECK(namesOf(outcome) == std::vector<std::string>({"fine"}));
+  CHECK(table.missing("stuck").empty());
+}
+
+// Horovod's policy: a joined rank has nothing to gather or broadcast; ringcomm's relays them.
+TEST(allgatherAndBroadcastWithJoinedRanksFollowThePolicy) {
+  CycleMessage joined;
+  joined.join = true;
+  Announcement gather = allreduce("g", {2, 3});
+  gather.op = TensorOp::Allgather;
+  Announcement cast = allreduce("b");
+  cast.op = TensorOp::Broadcast;
+  ReadinessTable zeros(2, JoinPolicy::Zeros);
+  auto outcome = zeros.record({announcing({gather, cast}), joined});
+  CHECK_EQ(outcome.ready.size(), size_t(2));
+  CHECK(outcome.ready[0].error.find("allgather while some ranks have joined") !=
+        std::string::npos);
+  CHECK(outcome.ready[1].error.find("broadcast while some ranks have joined") !=
+        std::string::npos);
+  ReadinessTable contributors(2, JoinPolicy::Contributors);
+  outcome = contributors.record({announcing({gather, cast}), joined});
+  CHECK(outcome.ready[0].error.empty() && outcome.ready[1].error.empty());
+}
+
+TEST(allgatherOfAZeroDimensionalTensorIsRefused) {
+  ReadinessTable table(2, JoinPolicy::Zeros);
+  Announcement scalar = allreduce("s", {});
+  scalar.op = TensorOp::Allgather;
+  auto outcome = table.record({announcing({scalar}), announcing({scalar})});
+  CHECK(outcome.ready[0].error.find("tried to allgather a rank-zero tensor") !=
+        std::string::npos);
 }
 
 // A name in CUDA memory on one rank and in host memory on another cannot run as one collective
 // (the device path is part of the message); and host and device tensors never share a fusion.
 TEST(ranksDisagreeingAboutDeviceMemoryAreNamed) {
-  ReadinessTable table(2);
+  ReadinessTable table(2, JoinPolicy::Zeros);
   Announcement onDevice = allreduce("grad");
   onDevice.device = true;
   const auto outcome = table.record({announcing({onDevice}), announcing({allreduce("grad")})});
@@ -211,7 +261,7 @@ TEST(alltoallSplitsTravelAndJoinedRanksAreRefused) {
   const CycleMessage back = decode(bytes.data(), bytes.size());
   CHECK(back.announcements[0].splits == std::vector<int64_t>({2, 3}));
 
-  ReadinessTable table(2);
+  ReadinessTable table(2, JoinPolicy::Zeros);
   CycleMessage joined;
   joined.join = true;
   Announcement rs = allreduce("rs", {4, 3});

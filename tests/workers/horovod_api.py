@@ -70,11 +70,13 @@ def async_forms():
     )
     hvd.grouped_allreduce_(tensors, op=hvd.Max)
     check("grouped_allreduce_", all(torch.equal(t, torch.full_like(t, size - 1)) for t in tensors))
+    # As in Horovod: a handle already synchronized gives None; poll() refuses it.
+    check("synchronize twice", hvd.synchronize(handle) is None)
     try:
-        hvd.synchronize(handle)
-        check("synchronize twice", False, "no error")
-    except ValueError:
-        pass
+        hvd.poll(handle)
+        check("poll after synchronize", False, "no error")
+    except ValueError as error:
+        check("poll after synchronize/message", "was not created or has been cleared" in str(error))
 
 
 def autograd():
@@ -162,7 +164,7 @@ def negotiated_order():
     batch = [
         requests.allreduce(tensors[n], None, hvd.Sum, None, 1.0, 1.0, f"batch.{n}") for n in order
     ]
-    for work in requests.submit(batch, tuple(tensors.values())):
+    for work in requests.submit(state.queue(), batch, tuple(tensors.values())):
         work.wait()
     for i, n in enumerate(names):
         expected = torch.full((10 + i,), float(size * i + size * (size - 1) / 2))
@@ -188,7 +190,7 @@ def mismatched_names():
 def duplicate_names():
     twice = [requests.allreduce(torch.ones(2), None, hvd.Sum, None, 1.0, 1.0, "pair")] * 2
     try:
-        requests.submit(twice, ())
+        requests.submit(state.queue(), twice, ())
         check("duplicate in one batch", False, "no error")
     except ValueError as error:
         check("duplicate in one batch/message", "appears twice" in str(error), error)
@@ -211,27 +213,16 @@ def asynchronous_allgather():
 
 
 def general_join():
-    # Rank 0 goes on alone; the others have joined and contribute nothing.
+    # Rank 0 goes on alone; the others have joined and contribute zeros, as in Horovod (the
+    # 'contributors' policy is tested in horovod_parity.py).
     if rank == 0:
         average = hvd.allreduce(torch.full((4,), 3.0), name="joined.average")
-        check("join/average over contributors", torch.equal(average, torch.full((4,), 3.0)))
+        check("join/average over every rank", torch.equal(average, torch.full((4,), 3.0 / size)))
         total = hvd.allreduce(torch.full((4,), 3), op=hvd.Sum, name="joined.sum")
         check("join/int sum", torch.equal(total, torch.full((4,), 3)), total)
         low = hvd.allreduce(torch.full((4,), -5.0), op=hvd.Max, name="joined.max")
-        check("join/max", torch.equal(low, torch.full((4,), -5.0)), low)
-        # Joined ranks contribute each op's identity, for int16 and bool too.
-        shorts = torch.tensor([-7, 32767, -32768], dtype=torch.int16)
-        for op in (hvd.Sum, hvd.Min, hvd.Max, hvd.Product):
-            got = hvd.allreduce(shorts, op=op, name=f"joined.int16.{op}")
-            check(f"join/int16/{op}", torch.equal(got, shorts), got)
-        flags = torch.tensor([True, False])
-        for op in (hvd.Sum, hvd.Min, hvd.Max, hvd.Product):
-            got = hvd.allreduce(flags, op=op, name=f"joined.bool.{op}")
-            check(f"join/bool/{op}", torch.equal(got, flags), got)
-        gathered = hvd.allgather(torch.ones(2, 3), name="joined.gather")
-        check("join/allgather", torch.equal(gathered, torch.ones(2, 3)), gathered.shape)
-        sent = hvd.broadcast(torch.full((3,), 7.0), root_rank=0, name="joined.broadcast")
-        check("join/broadcast", torch.equal(sent, torch.full((3,), 7.0)))
+        expected = -5.0 if size == 1 else 0.0  # the joined ranks' zeros count
+        check("join/max", torch.equal(low, torch.full((4,), expected)), low)
     last = hvd.join()
     check("join/last", last == 0, last)
     together = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after.join")

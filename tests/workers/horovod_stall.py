@@ -1,5 +1,6 @@
 """A name one rank never submits: the other rank is warned after the stall time, then every rank
-fails at the timeout, naming the rank that never submitted it."""
+fails at the timeout, naming the rank that never submitted it - and goes on: the failure was
+that request's alone."""
 
 import os
 import sys
@@ -15,6 +16,7 @@ import ringcomm.torch as hvd  # noqa: E402
 hvd.init()
 rank = hvd.rank()
 errors = []
+horovod_kind = False
 try:
     if rank == 0:
         hvd.allreduce(torch.ones(3), name="only.on.rank.0")
@@ -22,5 +24,14 @@ try:
         hvd.allreduce(torch.ones(3), name="only.on.rank.1")
 except ringcomm.RingcommError as error:
     errors.append(f"{type(error).__name__}: {error}")
-report({"rank": rank, "errors": errors})
+    horovod_kind = isinstance(error, hvd.HorovodInternalError)
+after = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after.timeout")
+report(
+    {
+        "rank": rank,
+        "errors": errors,
+        "horovod_kind": horovod_kind,
+        "after": after.tolist(),
+    }
+)
 hvd.shutdown()

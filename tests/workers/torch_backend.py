@@ -126,6 +126,48 @@ def all_reduce_special_tensors():
     check("all_reduce/0-d", scalar.item() == size - 1)
 
 
+def sparse_all_reduce():
+    """Sparse COO tensors, as gloo reduces them: every rank's non-zeros added up, coalesced, in
+    the caller's tensor. Ranks hold different numbers of non-zeros (rank 0 none)."""
+    for dtype in (torch.float32, torch.float64, torch.int64):
+        indices = torch.tensor([[i % 4 for i in range(rank)], [(i * 3) % 5 for i in range(rank)]])
+        values = torch.arange(1, rank + 1).to(dtype)
+        x = torch.sparse_coo_tensor(indices.reshape(2, rank), values, (4, 5))
+        expected = torch.zeros(4, 5, dtype=dtype)
+        for r in range(size):
+            for i in range(r):
+                expected[i % 4, (i * 3) % 5] += i + 1
+        work = dist.all_reduce(x, async_op=True)
+        work.wait()
+        check(f"sparse/{dtype}", torch.equal(x.to_dense(), expected), x.to_dense())
+        check(f"sparse/{dtype}/coalesced", x.is_coalesced())
+    # Values with dense dimensions of their own ("hybrid" tensors).
+    hybrid = torch.sparse_coo_tensor(
+        torch.tensor([[rank % 3]]), torch.ones(1, 2) * (rank + 1), (3, 2)
+    )
+    dist.all_reduce(hybrid)
+    expected = torch.zeros(3, 2)
+    for r in range(size):
+        expected[r % 3] += r + 1
+    check("sparse/hybrid", torch.equal(hybrid.to_dense(), expected), hybrid.to_dense())
+    try:
+        dist.all_reduce(hybrid, op=dist.ReduceOp.MAX)
+        failures.append("sparse/MAX: no error")
+    except (ValueError, RuntimeError) as error:
+        check("sparse/MAX", "SUM" in str(error), str(error))
+    if size > 1:
+        try:
+            dist.all_reduce(
+                torch.sparse_coo_tensor(torch.zeros(1, 0, dtype=torch.long), [], (3 + rank,))
+            )
+            failures.append("sparse/sizes differ: no error")
+        except (ValueError, RuntimeError) as error:
+            check("sparse/sizes differ", "different sizes" in str(error), str(error))
+        after = torch.ones(2)
+        dist.all_reduce(after)
+        check("sparse/after an error", torch.equal(after, torch.full((2,), float(size))))
+
+
 def errors_name_the_problem():
     def raises(name, body, *fragments):
         try:
@@ -402,6 +444,7 @@ for body in (
     bool_reductions,
     errors_name_the_problem,
     all_reduce_coalesced,
+    sparse_all_reduce,
     broadcast_and_reduce,
     gathers,
     reduce_scatters,

@@ -14,6 +14,7 @@
 
 #include "ringcomm/config.h"
 #include "ringcomm/errors.h"
+#include "sparse.h"
 #include "store_adapter.h"
 #include "tensors.h"
 #include "work.h"
@@ -200,8 +201,10 @@ WorkHandle RingcommBackend::broadcast(std::vector<at::Tensor>& tensors,
 WorkHandle RingcommBackend::allreduce(std::vector<at::Tensor>& tensors,
                                       const ::c10d::AllreduceOptions& opts) {
   requireCount(tensors, 1, "all_reduce", "tensors");
+  if (tensors[0].is_sparse()) return allreduceSparse(tensors[0], opts);
   requireDense(tensors, "all_reduce", "tensor");
-  TORCH_CHECK_VALUE(!opts.sparseIndices.has_value(), "ringcomm all_reduce: sparse tensors are not supported");
+  TORCH_CHECK_VALUE(!opts.sparseIndices.has_value(),
+                    "ringcomm all_reduce: sparse indices apply to sparse tensors only");
   const Reduction reduction = reductionFor(tensors[0], opts.reduceOp, "all_reduce");
   auto staging = std::make_shared<Staging>();
   at::Tensor buffer = staging->inOut(tensors[0]);
@@ -213,6 +216,68 @@ WorkHandle RingcommBackend::allreduce(std::vector<at::Tensor>& tensors,
             startAllreduce(buffer, reduction, common<ringcomm::AllreduceOptions>(opts.timeout, opts.asyncOp))};
       },
       [staging] { staging->copyBack(); });
+}
+
+WorkHandle RingcommBackend::allreduceSparse(at::Tensor& tensor,
+                                            const ::c10d::AllreduceOptions& opts) {
+  TORCH_CHECK_VALUE(opts.reduceOp == ::c10d::ReduceOp::SUM,
+                    "ringcomm all_reduce: sparse tensors are reduced with ReduceOp.SUM only (as "
+                    "with gloo)");
+  TORCH_CHECK_VALUE(tensor.device().is_cpu(),
+                    "ringcomm all_reduce: sparse tensors must be on the CPU; got ", tensor.device());
+  const at::Tensor input = tensor.coalesce();
+  at::Tensor indices = input.indices().t().contiguous();  // one row per non-zero
+  at::Tensor values = input.values().contiguous();
+  // Filled once the ranks' non-zeros are known, inside the launch.
+  auto gathered = std::make_shared<std::pair<at::Tensor, at::Tensor>>();
+  std::vector<at::Tensor> outputs{tensor};
+  return start(
+      rank_, sequence_, OpType::ALLREDUCE, {"all_reduce", "ringcomm:all_reduce"}, outputs,
+      outputs, {indices, values},
+      [&](RingcommWork&) {
+        // The descriptions first, waited for here: the rows' sizes depend on them.
+        at::Tensor mine = sparseLayoutOf(input);
+        at::Tensor layouts = at::empty({size_ * kSparseLayoutWords}, at::kLong);
+        auto describe = common<ringcomm::AllgatherOptions>(opts.timeout, false);
+        describe.input = mine.data_ptr();
+        describe.output = layouts.data_ptr();
+        describe.count = kSparseLayoutWords;
+        describe.type = DataType::Int64;
+        communicator_->allgather(describe)->wait();
+        const std::vector<int64_t> nonZeros = nonZerosByRank(layouts, size_);
+        int64_t total = 0;
+        for (int64_t n : nonZeros) total += n;
+        std::vector<int64_t> valueShape = values.sizes().vec();
+        valueShape[0] = total;
+        gathered->first = at::empty({total, indices.size(1)}, indices.options());
+        gathered->second = at::empty(valueShape, values.options());
+        std::vector<ringcomm::WorkPtr> parts;
+        for (auto [from, into] : {std::pair{indices, gathered->first},
+                                  std::pair{values, gathered->second}}) {
+          // Every rank sends all its rows to every rank: an all-gather of uneven sizes. (A row's
+          // size comes from the shape: strides of a one-row tensor say nothing.)
+          const Buffer in = movable(from);
+          int64_t rowElements = 1;
+          for (int64_t d = 1; d < from.dim(); ++d) rowElements *= from.size(d);
+          const size_t rowUnits = static_cast<size_t>(rowElements) * coreUnitsPerElement(from);
+          auto o = common<ringcomm::AlltoallvOptions>(opts.timeout, opts.asyncOp);
+          o.input = in.data;
+          o.output = into.data_ptr();
+          o.type = in.type;
+          for (int r = 0; r < size_; ++r) {
+            o.sendCounts.push_back(in.count);
+            o.sendOffsets.push_back(0);
+            o.recvCounts.push_back(static_cast<size_t>(nonZeros[r]) * rowUnits);
+          }
+          o.recvOffsets = prefixSums(o.recvCounts);
+          parts.push_back(communicator_->alltoallv(o));
+        }
+        return parts;
+      },
+      [tensor, gathered]() mutable {
+        at::Tensor sum = sumOfGathered(gathered->first, gathered->second, tensor);
+        tensor.copy_(sum);
+      });
 }
 
 WorkHandle RingcommBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,

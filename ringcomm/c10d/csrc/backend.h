@@ -96,6 +96,9 @@ class RingcommBackend : public ::c10d::Backend {
   // Fills the fields every core options struct shares from torch's timeout and asyncOp.
   template <typename CoreOptions>
   CoreOptions common(std::chrono::milliseconds timeout, bool asyncOp) const;
+  // all_reduce of a sparse COO tensor (sparse.h): all-gathers every rank's non-zeros.
+  c10::intrusive_ptr<::c10d::Work> allreduceSparse(at::Tensor& tensor,
+                                                   const ::c10d::AllreduceOptions& opts);
   // recv and recvAnysource: a receive from `srcRank` (or ringcomm::kAnySource).
   c10::intrusive_ptr<::c10d::Work> receive(std::vector<at::Tensor>& tensors, int srcRank, int tag,
                                            ::c10d::OpType type, OpName op);

@@ -1,0 +1,284 @@
+"""allreduce and its forms, with Horovod's arguments: in place (trailing underscore),
+asynchronous (``*_async``, a handle for poll() / synchronize()), grouped (tensors announced
+together, so they travel fused), and differentiable (autograd.py).
+
+Every form takes ``process_set=`` and, beyond Horovod, ``compression=`` (async and in-place forms
+too). A built-in 16-bit compressor runs as the core's wire codec; any other runs around the
+all-reduce as Horovod runs it (compression.py).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from ringcomm.torch import autograd, handles, requests
+from ringcomm.torch.compression import Compression, is_none, wire_codec
+from ringcomm.torch.process_sets import Member, global_process_set, member
+from ringcomm.torch.reduce_ops import Average, Sum, resolve_op
+from ringcomm.torch.tensors import checked, contiguous_for_in_place
+
+_SCALABLE = (torch.float32, torch.float64)
+
+
+class Started:
+    """One tensor's all-reduce, ready to submit: the queue request, the tensors it reads and
+    writes (kept alive until it completes), and ``finish()``, which returns the result."""
+
+    def __init__(self, request, keepalive: tuple, finish: Callable[[], torch.Tensor]):
+        self.request, self.keepalive, self.finish = request, keepalive, finish
+
+
+def start(
+    tensor: torch.Tensor,
+    in_place: bool,
+    op,
+    compression,
+    prescale_factor: float,
+    postscale_factor: float,
+    name: str,
+) -> Started:
+    """The all-reduce of ``tensor`` (a contiguous CPU or CUDA tensor) into ``tensor`` itself
+    (``in_place``) or a new tensor."""
+    codec = wire_codec(compression)
+    if codec is None and not is_none(compression):
+        return _start_compressed(
+            tensor, in_place, op, compression, prescale_factor, postscale_factor, name
+        )
+    _check_scaling(tensor, prescale_factor, postscale_factor)
+    if tensor.dtype not in _SCALABLE or op not in (Sum, Average):
+        codec = None  # the codecs carry float sums; anything else travels as it is
+    if codec is not None and tensor.dtype == torch.float64:
+        # The codec narrows float32: float64 is narrowed here first, as Horovod's cast does.
+        narrowed = tensor.to(torch.float32)
+        target = tensor if in_place else torch.empty_like(tensor)
+        request = requests.allreduce(
+            narrowed, None, op, codec, prescale_factor, postscale_factor, name
+        )
+        return Started(request, (narrowed,), lambda: target.copy_(narrowed))
+    output = None if in_place else torch.empty_like(tensor)
+    request = requests.allreduce(tensor, output, op, codec, prescale_factor, postscale_factor, name)
+    result = tensor if in_place else output
+    return Started(request, (tensor, output), lambda: result)
+
+
+def _start_compressed(tensor, in_place, op, compression, prescale, postscale, name) -> Started:
+    """A compressor of the user's: compress, reduce the compressed tensor, decompress."""
+    compressed, context = compression.compress(tensor)
+    compressed = checked(compressed, "compress()'s result").contiguous()
+    _check_scaling(compressed, prescale, postscale)
+    if compressed is tensor and not in_place:
+        compressed = compressed.clone()  # the caller's tensor is not to be written
+    request = requests.allreduce(compressed, None, op, None, prescale, postscale, name)
+
+    def finish():
+        result = compression.decompress(compressed, context)
+        return tensor.copy_(result) if in_place and result is not tensor else result
+
+    return Started(request, (compressed,), finish)
+
+
+def _check_scaling(tensor: torch.Tensor, prescale: float, postscale: float) -> None:
+    if tensor.dtype not in _SCALABLE and (prescale != 1.0 or postscale != 1.0):
+        raise ValueError(
+            f"prescale_factor/postscale_factor need a float32 or float64 tensor; got {tensor.dtype}"
+        )
+
+
+def submit(target: Member, started: Sequence[Started], results) -> int:
+    """Submits the all-reduces to the set's queue in one cycle; the handle's result is
+    ``results([finish, ...])``."""
+    keepalive = tuple(t for s in started for t in s.keepalive if t is not None)
+    works = requests.submit(target.queue, [s.request for s in started], keepalive)
+    finishes = [s.finish for s in started]
+    return handles.register(works, lambda: results(finishes))
+
+
+def allreduce_async(
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+    compression=Compression.none,
+) -> int:
+    target = member(process_set, "Allreduce")
+    tensor = checked(tensor).detach().contiguous()
+    started = start(
+        tensor,
+        False,
+        resolve_op(op, average),
+        compression,
+        prescale_factor,
+        postscale_factor,
+        name or target.default_name("allreduce"),
+    )
+    return submit(target, [started], lambda finishes: finishes[0]())
+
+
+def allreduce_async_(
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+    compression=Compression.none,
+) -> int:
+    target = member(process_set, "Allreduce")
+    contiguous_for_in_place(tensor, "allreduce_")
+    started = start(
+        tensor.detach(),
+        True,
+        resolve_op(op, average),
+        compression,
+        prescale_factor,
+        postscale_factor,
+        name or target.default_name("allreduce"),
+    )
+    return submit(target, [started], lambda finishes: (finishes[0](), tensor)[1])
+
+
+def allreduce(
+    tensor,
+    average=None,
+    name=None,
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+):
+    """A new tensor holding the reduction of ``tensor`` over the set's ranks (default op:
+    Average). Differentiable: the gradient is the same all-reduce of the incoming gradient."""
+    op = resolve_op(op, average)
+    checked(tensor)
+    if wire_codec(compression) is None and not is_none(compression):
+        compressed, context = compression.compress(tensor)
+        reduced = autograd.Allreduce.apply(
+            compressed, op, Compression.none, prescale_factor, postscale_factor, name, process_set
+        )
+        return compression.decompress(reduced, context)
+    return autograd.Allreduce.apply(
+        tensor, op, compression, prescale_factor, postscale_factor, name, process_set
+    )
+
+
+def allreduce_(
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+    compression=Compression.none,
+):
+    """Reduces ``tensor`` in place over the set's ranks and returns it."""
+    return handles.synchronize(
+        allreduce_async_(
+            tensor, average, name, op, prescale_factor, postscale_factor, process_set, compression
+        )
+    )
+
+
+def _grouped_names(target: Member, name: Optional[str], count: int) -> list:
+    base = name or target.default_name("grouped_allreduce")
+    return [f"{base}.{i}" for i in range(count)]
+
+
+def grouped_allreduce_async(
+    tensors: Sequence[torch.Tensor],
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+    compression=Compression.none,
+) -> int:
+    """Reduces every tensor; they are announced together, so they travel fused."""
+    target = member(process_set, "Allreduce")
+    op = resolve_op(op, average)
+    started = [
+        start(
+            checked(t, "tensors[i]").detach().contiguous(),
+            False,
+            op,
+            compression,
+            prescale_factor,
+            postscale_factor,
+            tensor_name,
+        )
+        for t, tensor_name in zip(tensors, _grouped_names(target, name, len(tensors)))
+    ]
+    return submit(target, started, lambda finishes: [finish() for finish in finishes])
+
+
+def grouped_allreduce_async_(
+    tensors: Sequence[torch.Tensor],
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+    compression=Compression.none,
+) -> int:
+    target = member(process_set, "Allreduce")
+    for t in tensors:
+        contiguous_for_in_place(t, "grouped_allreduce_")
+    op = resolve_op(op, average)
+    started = [
+        start(t.detach(), True, op, compression, prescale_factor, postscale_factor, tensor_name)
+        for t, tensor_name in zip(tensors, _grouped_names(target, name, len(tensors)))
+    ]
+    return submit(
+        target, started, lambda finishes: ([finish() for finish in finishes], list(tensors))[1]
+    )
+
+
+def grouped_allreduce(
+    tensors,
+    average=None,
+    name=None,
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+):
+    """New tensors holding the reductions; differentiable, as allreduce is."""
+    op = resolve_op(op, average)
+    if wire_codec(compression) is None and not is_none(compression):
+        compressed, contexts = zip(*[compression.compress(t) for t in tensors])
+        reduced = autograd.GroupedAllreduce.apply(
+            op, Compression.none, prescale_factor, postscale_factor, name, process_set, *compressed
+        )
+        return [compression.decompress(r, c) for r, c in zip(reduced, contexts)]
+    return list(
+        autograd.GroupedAllreduce.apply(
+            op, compression, prescale_factor, postscale_factor, name, process_set, *tensors
+        )
+    )
+
+
+def grouped_allreduce_(
+    tensors,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+    compression=Compression.none,
+):
+    return handles.synchronize(
+        grouped_allreduce_async_(
+            tensors, average, name, op, prescale_factor, postscale_factor, process_set, compression
+        )
+    )

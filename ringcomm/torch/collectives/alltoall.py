@@ -1,0 +1,99 @@
+"""alltoall: rank i sends ``splits[j]`` rows (first dimension) of its tensor to rank j, and
+receives, in rank order, what every rank sends it. Without ``splits`` each rank divides its own
+first dimension evenly (ranks' first dimensions may differ, as in Horovod). Horovod's arguments,
+checks and errors; asynchronous and differentiable forms.
+
+It runs on the process set's direct channel (direct.py), not through the tensor queue: the data
+moves in :func:`exchange_rows`, the one function to replace with a queue request.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+import numpy as np
+import torch
+
+import ringcomm
+from ringcomm.torch import autograd, handles
+from ringcomm.torch.errors import HorovodInternalError
+from ringcomm.torch.process_sets import global_process_set, member
+from ringcomm.torch.tensors import checked
+
+
+def exchange_rows(comm: ringcomm.Communicator, tensor: torch.Tensor, send: list) -> tuple:
+    """Sends ``send[j]`` rows of ``tensor`` (from the top) to rank j; returns the rows received,
+    in rank order, and how many came from each rank (an int32 tensor)."""
+    size = comm.size
+    received = comm.alltoall(np.asarray(send, np.int64))
+    # One all-to-all of equal blocks, each padded to the longest any rank sends.
+    longest = int(comm.allreduce(np.array([max(send)], np.int64), op=ringcomm.MAX)[0])
+    rest = tuple(tensor.shape[1:])
+    padded = tensor.new_zeros((size * longest,) + rest)
+    offset = 0
+    for peer, rows in enumerate(send):
+        padded[peer * longest : peer * longest + rows] = tensor[offset : offset + rows]
+        offset += rows
+    exchanged = comm.alltoall(padded)
+    output = torch.cat(
+        [exchanged[peer * longest : peer * longest + int(received[peer])] for peer in range(size)]
+    )
+    return output, torch.as_tensor(received.astype(np.int32))
+
+
+def _rows_to_send(tensor: torch.Tensor, splits, size: int) -> list:
+    """Horovod's checks of ``splits``, and the rows for each rank."""
+    rows = tensor.shape[0]
+    if splits is None:
+        if rows % size != 0:
+            raise ValueError(
+                "splits not provided, but first dimension of tensor is not an even multiple "
+                "of the number of workers."
+            )
+        return [rows // size] * size
+    if splits.dim() > 1:
+        raise ValueError("alltoall expects a 1D splits tensor")
+    if splits.dtype != torch.int32:
+        raise ValueError("alltoall expects splits to contain 32-bit integer elements.")
+    send = [int(s) for s in splits.cpu()]
+    if len(send) != size:
+        raise ValueError("Number of entries in splits does not equal number of workers.")
+    if any(s < 0 for s in send):
+        raise ValueError(f"alltoall: splits must not be negative; got {send}")
+    if sum(send) > rows:
+        raise ValueError("Sum of splits entries is greater than the first dimension of tensor.")
+    return send
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set) -> int:
+    """Starts the all-to-all; synchronize() returns ``(output, received_splits)``, as in
+    Horovod."""
+    target = member(process_set, "Alltoall")
+    tensor = checked(tensor).detach().contiguous()
+    if splits is not None and not isinstance(splits, torch.Tensor):
+        splits = torch.tensor(splits, dtype=torch.int32)
+    if tensor.dim() == 0:
+        # As in Horovod, where the ranks' negotiation fails it: synchronize() raises.
+        failed = concurrent.futures.Future()
+        failed.set_exception(
+            HorovodInternalError(
+                f"alltoall '{name or 'alltoall'}': rank {process_set.rank()} tried to alltoall "
+                "a rank-zero tensor (a 0-d tensor has no first dimension to split)"
+            )
+        )
+        return handles.register([handles.FutureWork(failed)], lambda: failed.result())
+    send = _rows_to_send(tensor, splits, target.size)
+    future = target.direct.submit(lambda comm: exchange_rows(comm, tensor, send))
+    splits_device = splits.device if isinstance(splits, torch.Tensor) else torch.device("cpu")
+
+    def result():
+        output, received = future.result()
+        return output.to(tensor.device), received.to(splits_device)
+
+    return handles.register([handles.FutureWork(future)], result)
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Without ``splits``, the rows received; with them, ``(output, received_splits)``.
+    Differentiable."""
+    return autograd.Alltoall.apply(checked(tensor), splits, name, process_set)

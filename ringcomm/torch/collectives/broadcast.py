@@ -1,0 +1,38 @@
+"""broadcast: the root's tensor on every rank of the set (``root_rank`` is a global rank, as in
+Horovod). New-tensor, in-place (trailing underscore), asynchronous and differentiable forms.
+"""
+
+from __future__ import annotations
+
+from ringcomm.torch import autograd, handles, requests
+from ringcomm.torch.process_sets import global_process_set, member
+from ringcomm.torch.tensors import checked, contiguous_for_in_place
+
+
+def _submit(process_set, tensor, root_rank, name, result) -> int:
+    target = member(process_set, "Broadcast")
+    request = requests.broadcast(
+        tensor, target.root_in_set(root_rank), name or target.default_name("broadcast")
+    )
+    works = requests.submit(target.queue, [request], (tensor,))
+    return handles.register(works, lambda: result)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set) -> int:
+    contiguous_for_in_place(tensor, "broadcast_")
+    return _submit(process_set, tensor.detach(), root_rank, name, tensor)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set) -> int:
+    copy = checked(tensor).detach().clone().contiguous()
+    return _submit(process_set, copy, root_rank, name, copy)
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """A new tensor holding the root's ``tensor``; differentiable."""
+    return autograd.Broadcast.apply(checked(tensor), root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Overwrites ``tensor`` with the root's, in place."""
+    return handles.synchronize(broadcast_async_(tensor, root_rank, name, process_set))
