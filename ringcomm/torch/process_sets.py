@@ -22,7 +22,6 @@ from typing import Optional, Sequence
 
 import ringcomm
 from ringcomm import _core
-from ringcomm.torch.direct import DirectChannel
 
 
 class ProcessSet:
@@ -97,8 +96,7 @@ class Member:
 
     ranks: list  # the set's global ranks, in order
     rank: int  # this rank's index among them
-    queue: "_core.TensorQueue"  # allreduce, allgather, broadcast (named, negotiated)
-    direct: DirectChannel  # reducescatter, alltoall
+    queue: "_core.TensorQueue"  # every collective (named, negotiated)
     comm: Optional[ringcomm.Communicator] = None  # owned: None for the global set's
     unnamed: dict = field(default_factory=lambda: collections.defaultdict(itertools.count))
 
@@ -126,11 +124,10 @@ class Member:
     def shutdown(self) -> None:
         """Closes this rank's queue and communicators for the set (its failures are ignored:
         shutting down is all that is left to do with them)."""
-        for close in (self.direct.shutdown, self.queue.shutdown):
-            try:
-                close()
-            except _core.RingcommError:
-                pass
+        try:
+            self.queue.shutdown()
+        except _core.RingcommError:
+            pass
         if self.comm is not None:
             try:
                 self.comm.shutdown()
@@ -159,14 +156,7 @@ class _Job:
         self.scopes = itertools.count(1)
         scope = f"ringcomm.torch/{session}/set-0/"
         self.sets[0] = _Registration(
-            list(range(main.size)),
-            Member(
-                list(range(main.size)),
-                main.rank,
-                queue,
-                DirectChannel(main, lambda n: self._communicator(f"{scope}direct-{n}/", 0)),
-            ),
-            scope,
+            list(range(main.size)), Member(list(range(main.size)), main.rank, queue), scope
         )
 
     def _communicator(self, scope: str, set_id: int) -> ringcomm.Communicator:
@@ -223,13 +213,7 @@ class _Job:
             comm.shutdown()
             raise
         ranks = self.sets[set_id].ranks
-        return Member(
-            ranks,
-            ranks.index(self.main.rank),
-            queue,
-            DirectChannel(comm, lambda n: self._communicator(f"{scope}direct-{n}/", set_id)),
-            comm,
-        )
+        return Member(ranks, ranks.index(self.main.rank), queue, comm)
 
     def deregister(self, set_id: int) -> None:
         registration = self.sets.pop(set_id)
@@ -306,7 +290,6 @@ def teardown() -> None:
         return
     for set_id in [s for s in _job.sets if s != 0]:
         _job.deregister(set_id)
-    _job.sets[0].member.direct.shutdown()
     for process_set in _handed_out:
         process_set._invalidate()
     _handed_out.clear()

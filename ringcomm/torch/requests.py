@@ -37,6 +37,26 @@ def broadcast(tensor, root, name) -> "_core.TensorRequest":
     )
 
 
+def reducescatter(tensor, op, prescale, postscale, name) -> "_core.TensorRequest":
+    return _core.TensorRequest(
+        _core.TensorOp.reducescatter,
+        name,
+        tensor,
+        shape=list(tensor.shape),
+        reduce_op=as_op(op),
+        prescale=float(prescale),
+        postscale=float(postscale),
+    )
+
+
+def alltoall(tensor, send: list, name) -> "_core.TensorRequest":
+    """``send[j]``: the rows of ``tensor`` (from the top, summing to its first dimension) that
+    go to the set's j-th rank."""
+    return _core.TensorRequest(
+        _core.TensorOp.alltoall, name, tensor, shape=list(tensor.shape), splits=list(send)
+    )
+
+
 class Queued:
     """A submitted request, as handles.poll() / synchronize() see it: it holds the tensors the
     queue reads and writes until the request has completed.
@@ -74,6 +94,12 @@ def submit(queue, requests: list, keepalive: tuple) -> list:
 def gathered_tensor(queued: Queued, like: torch.Tensor) -> torch.Tensor:
     """An all-gather's result: every rank's rows of ``like``, in rank order, on its device (the
     rows were gathered in host memory)."""
+    return rows_tensor(queued, like, sum(queued.work.rows))
+
+
+def rows_tensor(queued: Queued, like: torch.Tensor, rows: int) -> torch.Tensor:
+    """A Work's result (its ``gathered`` bytes) as ``rows`` rows shaped like ``like``'s, on its
+    device: an all-gather's, a reduce-scatter's or an all-to-all's, all in host memory."""
     flat = torch.from_numpy(queued.work.gathered)  # the Work's memory, which it keeps alive
-    rows = flat.view(like.dtype).reshape((sum(queued.work.rows),) + tuple(like.shape[1:]))
-    return rows.to(like.device) if like.device.type != "cpu" else rows
+    result = flat.view(like.dtype).reshape((rows,) + tuple(like.shape[1:]))
+    return result.to(like.device) if like.device.type != "cpu" else result

@@ -5,6 +5,7 @@ after failures. Every check reports a failure; each case runs in this one launch
 
 import os
 import sys
+import time
 import warnings
 
 import torch
@@ -398,19 +399,23 @@ def going_on_after_failures():
         )
     hvd.synchronize(handle)
     if size > 1:
-        # A mismatch on the queue, and one on the direct channel (reducescatter): both local.
+        # Mismatches of an all-gather and of a reducescatter: named at once, on every rank,
+        # naming both ranks; each fails its own request only.
         raises(
             "queue mismatch",
             ringcomm.MismatchError,
             lambda: hvd.allgather(torch.ones(1, 1 + rank), name="mismatch.gather"),
         )
+        started = time.monotonic()
         raises(
-            "direct mismatch",
+            "reducescatter mismatch",
             hvd.HorovodInternalError,
-            lambda: hvd.reducescatter(torch.ones(size, 1 + rank), op=hvd.Sum),
+            lambda: hvd.reducescatter(torch.ones(size, 1 + rank), op=hvd.Sum, name="rs.mismatch"),
+            "rank 1",
         )
+        check("reducescatter mismatch at once", time.monotonic() - started < 10)
     got = hvd.reducescatter(torch.ones(size, 2), op=hvd.Sum)
-    check("direct channel goes on", torch.equal(got, torch.full((1, 2), float(size))), got)
+    check("reducescatter goes on", torch.equal(got, torch.full((1, 2), float(size))), got)
     got = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after.failures")
     check("queue goes on", torch.equal(got, torch.full((2,), float(size))), got)
     # shutdown(); init() always gives a working state.

@@ -3,42 +3,21 @@ receives, in rank order, what every rank sends it. Without ``splits`` each rank 
 first dimension evenly (ranks' first dimensions may differ, as in Horovod). Horovod's arguments,
 checks and errors; asynchronous and differentiable forms.
 
-It runs on the process set's direct channel (direct.py), not through the tensor queue: the data
-moves in :func:`exchange_rows`, the one function to replace with a queue request.
+A named request of the set's tensor queue, as in Horovod: every rank's splits travel with its
+announcement, so the ranks know what each receives without another message, and ranks whose rows
+differ in shape all get a MismatchError at once, naming both.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 
-import numpy as np
 import torch
 
-import ringcomm
-from ringcomm.torch import autograd, handles
+from ringcomm.torch import autograd, handles, requests
 from ringcomm.torch.errors import HorovodInternalError
 from ringcomm.torch.process_sets import global_process_set, member
 from ringcomm.torch.tensors import checked
-
-
-def exchange_rows(comm: ringcomm.Communicator, tensor: torch.Tensor, send: list) -> tuple:
-    """Sends ``send[j]`` rows of ``tensor`` (from the top) to rank j; returns the rows received,
-    in rank order, and how many came from each rank (an int32 tensor)."""
-    size = comm.size
-    received = comm.alltoall(np.asarray(send, np.int64))
-    # One all-to-all of equal blocks, each padded to the longest any rank sends.
-    longest = int(comm.allreduce(np.array([max(send)], np.int64), op=ringcomm.MAX)[0])
-    rest = tuple(tensor.shape[1:])
-    padded = tensor.new_zeros((size * longest,) + rest)
-    offset = 0
-    for peer, rows in enumerate(send):
-        padded[peer * longest : peer * longest + rows] = tensor[offset : offset + rows]
-        offset += rows
-    exchanged = comm.alltoall(padded)
-    output = torch.cat(
-        [exchanged[peer * longest : peer * longest + int(received[peer])] for peer in range(size)]
-    )
-    return output, torch.as_tensor(received.astype(np.int32))
 
 
 def _rows_to_send(tensor: torch.Tensor, splits, size: int) -> list:
@@ -83,14 +62,18 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         )
         return handles.register([handles.FutureWork(failed)], lambda: failed.result())
     send = _rows_to_send(tensor, splits, target.size)
-    future = target.direct.submit(lambda comm: exchange_rows(comm, tensor, send))
+    # Horovod sends the first sum(splits) rows; any after them stay home.
+    sent = tensor[: sum(send)]
+    request = requests.alltoall(sent, send, name or target.default_name("alltoall"))
+    (queued,) = requests.submit(target.queue, [request], (sent,))
     splits_device = splits.device if isinstance(splits, torch.Tensor) else torch.device("cpu")
 
     def result():
-        output, received = future.result()
-        return output.to(tensor.device), received.to(splits_device)
+        received = list(queued.work.rows)
+        output = requests.rows_tensor(queued, sent, sum(received))
+        return output, torch.tensor(received, dtype=torch.int32, device=splits_device)
 
-    return handles.register([handles.FutureWork(future)], result)
+    return handles.register([queued], result)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):

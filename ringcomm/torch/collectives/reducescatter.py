@@ -3,8 +3,8 @@ the first dimension (the first ``rows % size`` ranks one row more, as in Horovod
 grouped and differentiable forms with Horovod's arguments (``prescale_factor``,
 ``postscale_factor``; ops Average and Sum, and beyond Horovod Min, Max and Product).
 
-It runs on the process set's direct channel (direct.py), not through the tensor queue: the data
-moves in :func:`reduce_rows`, the one function to replace with a queue request.
+Named requests of the set's tensor queue, as in Horovod: the ranks agree on the shapes before
+any data moves, so ranks whose tensors differ all get a MismatchError at once, naming both.
 """
 
 from __future__ import annotations
@@ -13,34 +13,14 @@ from typing import Sequence
 
 import torch
 
-import ringcomm
-from ringcomm.torch import autograd, handles
+from ringcomm.torch import autograd, handles, requests
 from ringcomm.torch.compression import Compression
 from ringcomm.torch.process_sets import global_process_set, member
 from ringcomm.torch.reduce_ops import Average
 from ringcomm.torch.tensors import checked
 
 _SCALABLE = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-
-def rows_of(rows: int, size: int, rank: int) -> tuple:
-    """(first row, row count) that ``rank`` keeps of ``rows``."""
-    base, extra = divmod(rows, size)
-    return rank * base + min(rank, extra), base + (1 if rank < extra else 0)
-
-
-def reduce_rows(comm: ringcomm.Communicator, tensor: torch.Tensor, op, prescale, postscale):
-    """This rank's rows of the reduction of ``tensor`` over the ranks of ``comm``."""
-    if prescale != 1.0:
-        tensor = tensor * prescale
-    rows, size = tensor.shape[0], comm.size
-    if rows % size == 0:
-        kept = comm.reduce_scatter(tensor, op=op)
-    else:  # uneven parts: the whole reduction, of which this rank keeps its rows
-        reduced = comm.allreduce(tensor.clone(), op=op)
-        start, count = rows_of(rows, size, comm.rank)
-        kept = reduced[start : start + count].clone()
-    return kept * postscale if postscale != 1.0 else kept
+_CORE_SCALABLE = (torch.float32, torch.float64)
 
 
 def _checked_for_reducescatter(tensor, prescale_factor, postscale_factor) -> torch.Tensor:
@@ -54,19 +34,31 @@ def _checked_for_reducescatter(tensor, prescale_factor, postscale_factor) -> tor
     return tensor
 
 
-def _start(process_set, tensors, op, prescale_factor, postscale_factor) -> handles.FutureWork:
-    """Queues the reductions of ``tensors`` on the set's direct channel; the Work's future holds
-    this rank's rows of each, on each tensor's device."""
+def _start(process_set, tensors, names, op, prescale_factor, postscale_factor) -> tuple:
+    """Submits the reductions of ``tensors`` to the set's queue, in one cycle. Returns the queued
+    requests and what gives, once they completed, this rank's rows of each, on its device."""
     target = member(process_set, "Reducescatter")
     tensors = [_checked_for_reducescatter(t, prescale_factor, postscale_factor) for t in tensors]
-    return handles.FutureWork(
-        target.direct.submit(
-            lambda comm: [
-                reduce_rows(comm, t, op, prescale_factor, postscale_factor).to(t.device)
-                for t in tensors
-            ]
-        )
+    # The core scales float32 and float64 (so that ranks agree on the factors too); 16-bit
+    # floats are scaled here, as Horovod does, in their own precision.
+    in_core = all(t.dtype in _CORE_SCALABLE for t in tensors)
+    if not in_core and prescale_factor != 1.0:
+        tensors = [t * prescale_factor for t in tensors]
+    pre, post = (prescale_factor, postscale_factor) if in_core else (1.0, 1.0)
+    queued = requests.submit(
+        target.queue,
+        [requests.reducescatter(t, op, pre, post, n) for t, n in zip(tensors, names)],
+        tuple(tensors),
     )
+
+    def results() -> list:
+        kept = []
+        for q, t in zip(queued, tensors):
+            rows = requests.rows_tensor(q, t, q.work.rows[target.rank])
+            kept.append(rows if in_core or postscale_factor == 1.0 else rows * postscale_factor)
+        return kept
+
+    return queued, results
 
 
 def grouped_reducescatter_async(
@@ -77,8 +69,10 @@ def grouped_reducescatter_async(
     prescale_factor=1.0,
     postscale_factor=1.0,
 ) -> int:
-    work = _start(process_set, tensors, op, prescale_factor, postscale_factor)
-    return handles.register([work], work.future.result)
+    base = name or member(process_set, "Reducescatter").default_name("grouped_reducescatter")
+    names = [f"{base}.{i}" for i in range(len(tensors))]
+    queued, results = _start(process_set, tensors, names, op, prescale_factor, postscale_factor)
+    return handles.register(queued, results)
 
 
 def reducescatter_async(
@@ -89,8 +83,9 @@ def reducescatter_async(
     prescale_factor=1.0,
     postscale_factor=1.0,
 ) -> int:
-    work = _start(process_set, [tensor], op, prescale_factor, postscale_factor)
-    return handles.register([work], lambda: work.future.result()[0])
+    name = name or member(process_set, "Reducescatter").default_name("reducescatter")
+    queued, results = _start(process_set, [tensor], [name], op, prescale_factor, postscale_factor)
+    return handles.register(queued, lambda: results()[0])
 
 
 def reducescatter(
