@@ -385,14 +385,14 @@ PYBIND11_MODULE(_core, m) {
         ArrayView buffer = viewArray(x, "x", false);
         SendOptions o;
         o.buffer = buffer.data; o.bytes = buffer.count * elementSize(buffer.type); o.peer = peer;
-        o.tag = tag; o.timeout = toMilliseconds(timeout);
+        o.tag = tag; o.type = buffer.type; o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::send, name);
       })
       .def("recv", [](Comm& c, py::handle x, int peer, int tag, double timeout, bool blocking, const std::string& name) {
         ArrayView buffer = viewArray(x, "x", true);
         RecvOptions o;
         o.buffer = buffer.data; o.bytes = buffer.count * elementSize(buffer.type); o.peer = peer;
-        o.tag = tag; o.timeout = toMilliseconds(timeout);
+        o.tag = tag; o.type = buffer.type; o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::recv, name);
       })
       .def("abort", &Comm::abort, py::arg("reason") = "abort() called",

@@ -137,3 +137,21 @@ def test_ranks_in_different_collectives_are_named_at_once(mode, transport, size,
     assert all(r["waited"] < 15 for r in results), results
     assert any(r["error"] == "MismatchError" for r in results), results
     assert all(r["error"] in ("MismatchError", "TransportError") for r in results), results
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_receive_of_another_element_type_is_named(transport):
+    outcomes = run_job(
+        2,
+        "failures.py",
+        ["p2p", "1"],
+        deadline=90,
+        env={"RINGCOMM_TIMEOUT": "60", "RINGCOMM_TRANSPORT": transport},
+    )
+    assert all(o.returncode == 0 and o.result for o in outcomes), [o.describe() for o in outcomes]
+    receiver = outcomes[1].result
+    assert receiver["error"] == "MismatchError", receiver
+    assert "int32" in receiver["message"] and "float32" in receiver["message"], receiver
+    # The sender's send completed; it learns of the failure at its next collective.
+    sender = outcomes[0].result
+    assert sender["error"] and sender["waited"] < 15, sender

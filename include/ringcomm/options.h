@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -142,6 +143,9 @@ struct RINGCOMM_API SendOptions : CommonOptions {
   size_t bytes = 0;
   int peer = 0;
   int tag = 0;
+  // What the bytes are, when known: a receive of another element type is a MismatchError on the
+  // receiving rank (instead of the bits read as the wrong type). None: bytes, unchecked.
+  std::optional<DataType> type;
   void validate(int size, int rank) const;
 };
 
@@ -153,6 +157,7 @@ struct RINGCOMM_API RecvOptions : CommonOptions {
   size_t bytes = 0;
   int peer = 0;  // or kAnySource
   int tag = 0;
+  std::optional<DataType> type;  // as SendOptions::type
   // Where to write the sender's rank before the Work completes (useful with kAnySource).
   int* source = nullptr;
   void validate(int size, int rank) const;

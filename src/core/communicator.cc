@@ -325,7 +325,7 @@ class CommunicatorImpl : public Communicator {
     return enqueuePointToPoint(o, pointToPointLabel("send", o.peer, o.tag, o.bytes),
                                [o](const algorithms::Context& ctx) {
                                  return ctx.transport.postSend(o.peer, o.buffer, o.bytes,
-                                                               MessageTag{userTag(o.tag)});
+                                                               pointToPointTag(o.tag, o.type));
                                });
   }
 
@@ -334,7 +334,7 @@ class CommunicatorImpl : public Communicator {
     device_->refusePointToPoint(o, o.buffer, "recv");
     return enqueuePointToPoint(
         o, pointToPointLabel("recv", o.peer, o.tag, o.bytes), [o](const algorithms::Context& ctx) {
-          const MessageTag tag{userTag(o.tag)};
+          const MessageTag tag = pointToPointTag(o.tag, o.type);
           // A receive from any rank waits here, in its turn, for a sender to show itself.
           const int peer = o.peer == kAnySource ? ctx.transport.waitForAnySender(tag, ctx.op) : o.peer;
           if (o.source != nullptr) *o.source = peer;
@@ -475,6 +475,11 @@ class CommunicatorImpl : public Communicator {
     if (dynamic_cast<const MismatchError*>(&error)) throw MismatchError(what, error.context());
     if (dynamic_cast<const TransportError*>(&error)) throw TransportError(what, error.context());
     throw PeerError(what, error.context());
+  }
+
+  // A send's or receive's tag: the user's, and the element type when the caller gave one.
+  static MessageTag pointToPointTag(int tag, const std::optional<DataType>& type) {
+    return MessageTag{userTag(tag), type ? signatureOf(&*type, nullptr, -1) : 0u};
   }
 
   static OperationLabel pointToPointLabel(const char* what, int peer, int tag, size_t bytes) {

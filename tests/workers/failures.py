@@ -13,6 +13,7 @@ argv: mode victim
   tree      the victim's all-reduce runs the tree schedule, the others' the ring
   fp16      the victim compresses its all-reduce to fp16, the others do not
   longer    the victim's all-reduce has one element more, beyond the first 512 KiB rounds
+  p2p       rank 0 sends int32 to the victim, which receives float32 of the same byte length
 """
 
 import os
@@ -82,6 +83,12 @@ try:
                 comm.allreduce(y, algorithm="ring", compression="fp16" if odd else None)
             else:
                 comm.allreduce(y, algorithm="direct")
+            continue
+        if mode == "p2p" and iteration == 3:
+            if rank == 0:
+                comm.send(np.arange(256, dtype=np.int32), dest=victim)
+            elif rank == victim:
+                comm.recv(np.empty(256, np.float32), source=0)
             continue
         if mode == "root":
             comm.broadcast(x, root=1 if rank == victim and iteration == 3 else 0)

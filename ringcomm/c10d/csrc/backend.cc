@@ -713,6 +713,7 @@ WorkHandle RingcommBackend::send(std::vector<at::Tensor>& tensors, int dstRank, 
                  o.bytes = buffer.nbytes();
                  o.peer = dstRank;
                  o.tag = tag;
+                 o.type = movable(buffer).type;  // a receive of another dtype is named
                  return std::vector<ringcomm::WorkPtr>{communicator_->send(o)};
                });
 }
@@ -741,6 +742,7 @@ WorkHandle RingcommBackend::receive(std::vector<at::Tensor>& tensors, int srcRan
         o.bytes = buffer.nbytes();
         o.peer = srcRank;
         o.tag = tag;
+        o.type = movable(buffer).type;
         o.source = work.sourceSlot();
         return std::vector<ringcomm::WorkPtr>{communicator_->recv(o)};
       },
