@@ -500,3 +500,15 @@ def test_runs_as_ranks_under_a_launcher(tmp_path):
     )
     assert_all_right(json.loads(out.read_text()), ["ringcomm"], 3)
     assert stdout.count("## ringcomm") == 1  # only rank 0 prints
+
+
+def test_background_load_runs_only_inside_its_block():
+    from ringcomm.bench import background_load
+
+    with background_load.running(2) as pids:
+        assert len(pids) == 2
+        for pid in pids:
+            os.kill(pid, 0)  # alive
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

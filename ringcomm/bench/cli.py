@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ringcomm.bench import device as bench_device
-from ringcomm.bench import machine, memory_bandwidth, report
+from ringcomm.bench import background_load, machine, memory_bandwidth, report
 from ringcomm.bench.collectives import COLLECTIVES, REDUCING, limit_busbw
 from ringcomm.bench.dtypes import DTYPES
 from ringcomm.bench.launchers import PEERS, RUNNERS, Outcome
@@ -145,6 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout",
         type=at_least(float, 1.0),
         help="seconds each implementation's run may take (default: from sizes)",
+    )
+    parser.add_argument(
+        "--background-load",
+        type=at_least(int, 0),
+        default=0,
+        metavar="N",
+        help="run N busy-loop processes beside every implementation's ranks (a busy machine)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress messages")
     return parser
@@ -277,7 +284,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             out.print(line)
     out.file.flush()
     outcomes = []
-    with tempfile.TemporaryDirectory(prefix="ringcomm-bench-") as workdir:
+    if args.background_load:
+        out.print(f"background load: {args.background_load} busy-loop processes during every run")
+    with (
+        tempfile.TemporaryDirectory(prefix="ringcomm-bench-") as workdir,
+        background_load.running(args.background_load),
+    ):
         plan_path = Path(workdir) / "plan.json"
         plan.save(plan_path)
         for implementation in ["ringcomm", *args.compare]:

@@ -13,7 +13,8 @@
 // output write, which is the single-host limit of 2pN bytes.
 //
 // Synchronisation is three counters per rank (posted, reduced, done: rounds completed in each
-// phase) that peers poll, spin-then-sleep on the doorbell. A slot is rewritten in round k only
+// phase) that peers poll, spin-then-sleep on the doorbell (a publisher wakes only the peers asleep
+// waiting on it). A slot is rewritten in round k only
 // after every peer is done with round k - kDirectSlots, i.e. has finished reading it.
 //
 // Small vectors skip the reduce-scatter: every rank stages its whole input and reduces the whole
@@ -54,17 +55,16 @@ void DirectGroup::publish(Phase phase, uint64_t value) {
   shm::DirectCounters& own = segments_.counters(rank_);
   shm::PaddedCounter& counter =
       phase == Phase::Posted ? own.posted : phase == Phase::Reduced ? own.reduced : own.done;
-  counter.value.store(value, std::memory_order_release);
-  segments_.ringAllDoorbells();
+  counter.value.store(value, std::memory_order_seq_cst);
+  segments_.ringDoorbellsOfWaiters();
 }
 
 void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
-  auto reached = [&](int peer) {
+  auto counterOf = [&](int peer) -> const std::atomic<uint64_t>& {
     shm::DirectCounters& c = segments_.counters(peer);
-    const shm::PaddedCounter& counter =
-        phase == Phase::Posted ? c.posted : phase == Phase::Reduced ? c.reduced : c.done;
-    return counter.value.load(std::memory_order_acquire) >= value;
+    return (phase == Phase::Posted ? c.posted : phase == Phase::Reduced ? c.reduced : c.done).value;
   };
+  auto reached = [&](int peer) { return counterOf(peer).load(std::memory_order_acquire) >= value; };
   SpinBudget spin(spinCount_, yieldCount_);
   auto lastHealthCheck = Clock::now();
   for (int peer = 0; peer < size_; ++peer) {
@@ -82,9 +82,9 @@ void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
                                        "timed out waiting for rank " + std::to_string(peer) + " " +
                                            what + " (shared-memory direct schedule)");
       }
-      segments_.sleepOnDoorbell(
-          doorbell, std::chrono::duration_cast<std::chrono::microseconds>(
-                        std::min(op.remaining(), kHealthCheckInterval)));
+      segments_.sleepWaitingOn(peer, counterOf(peer), value, doorbell,
+                               std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::min(op.remaining(), kHealthCheckInterval)));
       if (Clock::now() - lastHealthCheck >= kHealthCheckInterval) {
         std::string failure = segments_.peerFailure(peer);
         if (!failure.empty()) raisePeerFailure<TransportError>(op, peer, failure);

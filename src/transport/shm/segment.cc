@@ -224,15 +224,51 @@ uint32_t Segments::doorbellSnapshot() const {
   return header(localRank_).doorbell.load(std::memory_order_acquire);
 }
 
+namespace {
+
+timespec timespecOf(std::chrono::microseconds wait) {
+  return timespec{static_cast<time_t>(wait.count() / 1000000),
+                  static_cast<long>((wait.count() % 1000000) * 1000)};
+}
+
+}  // namespace
+
+void Segments::ringDoorbellsOfWaiters() const {
+  // Sequentially consistent, paired with sleepWaitingOn(): the caller stored its progress before
+  // this, the sleeper registers before it re-reads that progress, so at least one sees the other.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int local = 0; local < localSize(); ++local) {
+    if (local == localRank_) continue;
+    const SegmentHeader& peer = header(local);
+    if (peer.sleepers.load(std::memory_order_seq_cst) == 0) continue;
+    const int32_t waitingOn = peer.waitingOn.load(std::memory_order_seq_cst);
+    if (waitingOn == localRank_ || waitingOn == kWaitingOnAnyone) ringDoorbell(local);
+  }
+}
+
 void Segments::sleepOnDoorbell(uint32_t seen, std::chrono::microseconds maxWait) const {
   SegmentHeader& own = header(localRank_);
+  own.waitingOn.store(kWaitingOnAnyone, std::memory_order_seq_cst);
   own.sleepers.fetch_add(1, std::memory_order_acq_rel);
   if (own.doorbell.load(std::memory_order_acquire) == seen) {
-    timespec timeout{static_cast<time_t>(maxWait.count() / 1000000),
-                     static_cast<long>((maxWait.count() % 1000000) * 1000)};
+    const timespec timeout = timespecOf(maxWait);
     futex(&own.doorbell, FUTEX_WAIT, seen, &timeout);
   }
   own.sleepers.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+void Segments::sleepWaitingOn(int peer, const std::atomic<uint64_t>& counter, uint64_t value,
+                              uint32_t seen, std::chrono::microseconds maxWait) const {
+  SegmentHeader& own = header(localRank_);
+  own.waitingOn.store(peer, std::memory_order_seq_cst);
+  own.sleepers.fetch_add(1, std::memory_order_seq_cst);
+  if (counter.load(std::memory_order_seq_cst) < value &&
+      own.doorbell.load(std::memory_order_acquire) == seen) {
+    const timespec timeout = timespecOf(maxWait);
+    futex(&own.doorbell, FUTEX_WAIT, seen, &timeout);
+  }
+  own.sleepers.fetch_sub(1, std::memory_order_acq_rel);
+  own.waitingOn.store(kWaitingOnAnyone, std::memory_order_relaxed);
 }
 
 std::string Segments::peerFailure(int local) const {
