@@ -10,7 +10,8 @@ unchanged as one process or many:
 
 Each rank trains on its shard of every batch and the gradients are averaged while backward runs:
 by Horovod's DistributedOptimizer (``--api horovod``, the default: ringcomm.torch) or by torch's
-DistributedDataParallel on the "ringcomm" process-group backend (``--api ddp``). Prints loss,
+DistributedDataParallel on the "ringcomm" process-group backend (``--api ddp``; ``--backend gloo``
+runs the same on gloo, to compare). Prints loss,
 accuracy and throughput, and checks at the end that every rank holds the same parameters.
 
 ``--device cuda`` trains on GPUs, one per local rank (ranks share GPUs when there are fewer);
@@ -93,18 +94,43 @@ class HorovodTraining:
         hvd.shutdown()
 
 
-class DdpTraining:
-    """torch.distributed with backend "ringcomm" and DistributedDataParallel."""
+def _rendezvous_through_mpi() -> None:
+    """Under mpirun, the env:// variables another backend (gloo) needs, agreed through MPI.
 
-    def __init__(self):
+    ringcomm's backend finds its ranks under mpirun by itself; gloo reads RANK, WORLD_SIZE,
+    MASTER_ADDR and MASTER_PORT, which mpirun does not set.
+    """
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    address = None
+    if world.Get_rank() == 0:
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            address = (socket.gethostname(), probe.getsockname()[1])
+    host, port = world.bcast(address, root=0)
+    os.environ.update(
+        RANK=str(world.Get_rank()),
+        WORLD_SIZE=str(world.Get_size()),
+        MASTER_ADDR=host,
+        MASTER_PORT=str(port),
+    )
+
+
+class DdpTraining:
+    """torch.distributed and DistributedDataParallel, on the "ringcomm" backend or another."""
+
+    def __init__(self, backend: str):
         if any(name in os.environ for name in _LAUNCHER_VARIABLES):
-            dist.init_process_group("ringcomm")  # env:// (or MPI, under mpirun)
+            if backend != "ringcomm" and "MASTER_ADDR" not in os.environ:
+                _rendezvous_through_mpi()
+            dist.init_process_group(backend)  # env:// (or MPI, ringcomm under mpirun)
         else:
             with socket.socket() as probe:
                 probe.bind(("127.0.0.1", 0))
                 port = probe.getsockname()[1]
             dist.init_process_group(
-                "ringcomm", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1
+                backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1
             )
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -156,12 +182,20 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--compression", choices=("none", "fp16", "bf16"), default="none")
     parser.add_argument("--api", choices=("horovod", "ddp"), default="horovod")
+    parser.add_argument(
+        "--backend",
+        choices=("ringcomm", "gloo"),
+        default="ringcomm",
+        help="the process-group backend of --api ddp (gloo: to compare against)",
+    )
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     args = parser.parse_args()
+    if args.backend != "ringcomm" and args.api != "ddp":
+        parser.error("--backend applies to --api ddp")
 
     torch.set_num_threads(1)  # ranks share the machine's cores
     torch.manual_seed(0)
-    training = HorovodTraining() if args.api == "horovod" else DdpTraining()
+    training = HorovodTraining() if args.api == "horovod" else DdpTraining(args.backend)
     rank, size = training.rank, training.size
     device = choose_device(args.device, training.local_rank)
     (train_x, train_y), (test_x, test_y) = load(seed=0)

@@ -69,3 +69,21 @@ def test_under_torchrun():
         ]
     )
     assert "all 2 ranks" in out
+
+
+def test_ddp_on_gloo_under_mpirun_for_comparison():
+    out = run(
+        [
+            mpirun_or_skip(),
+            "-np",
+            "2",
+            sys.executable,
+            SCRIPT,
+            *ARGS,
+            "--api",
+            "ddp",
+            "--backend",
+            "gloo",
+        ]
+    )
+    assert "all 2 ranks" in out

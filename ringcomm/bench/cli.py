@@ -20,8 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ringcomm.bench import device as bench_device
 from ringcomm.bench import background_load, machine, memory_bandwidth, report
+from ringcomm.bench import device as bench_device
 from ringcomm.bench.collectives import COLLECTIVES, REDUCING, limit_busbw
 from ringcomm.bench.dtypes import DTYPES
 from ringcomm.bench.launchers import PEERS, RUNNERS, Outcome
