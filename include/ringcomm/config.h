@@ -45,8 +45,10 @@ struct RINGCOMM_API Config {
   // the hypervisor time-slice the vCPUs, and bandwidth fell 8x (2 GB/s instead of 17 at 1 MiB)
   // in about half the runs; at 4 ranks on 2 cores the yields hand the core to the peer being
   // waited for (8 B: 24 us with a futex at once, 6-11 us with yields).
+  // RINGCOMM_YIELD_COUNT fixes the yields; by default (-1) they follow the load
+  // (src/common/wait_policy.h): 16 with a core to spare, 1 when runnable threads outnumber cores.
   int spinCount = 0;
-  int yieldCount = 16;
+  int yieldCount = -1;
   // RINGCOMM_SEGMENT_BYTES: pipelining granularity of the ring schedule.
   size_t segmentBytes = 512 * 1024;
   // RINGCOMM_SHM_SLOT_BYTES: bytes a rank stages per round of the direct schedule. Sized so that

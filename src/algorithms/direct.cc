@@ -47,9 +47,9 @@ constexpr std::chrono::milliseconds kHealthCheckInterval{100};
 
 }  // namespace
 
-DirectGroup::DirectGroup(const shm::Segments& segments, int spinCount, int yieldCount)
+DirectGroup::DirectGroup(const shm::Segments& segments, WaitPolicy& waitPolicy)
     : segments_(segments), rank_(segments.localRank()), size_(segments.localSize()),
-      spinCount_(spinCount), yieldCount_(yieldCount) {}
+      waitPolicy_(waitPolicy) {}
 
 void DirectGroup::publish(Phase phase, uint64_t value) {
   shm::DirectCounters& own = segments_.counters(rank_);
@@ -65,7 +65,7 @@ void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
     return (phase == Phase::Posted ? c.posted : phase == Phase::Reduced ? c.reduced : c.done).value;
   };
   auto reached = [&](int peer) { return counterOf(peer).load(std::memory_order_acquire) >= value; };
-  SpinBudget spin(spinCount_, yieldCount_);
+  SpinBudget spin = waitPolicy_.budget();
   auto lastHealthCheck = Clock::now();
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;

@@ -6,6 +6,7 @@
 
 #include "common/deadline.h"
 #include "common/tags.h"
+#include "common/wait_policy.h"
 #include "ringcomm/types.h"
 
 namespace ringcomm::shm {
@@ -17,7 +18,7 @@ namespace ringcomm::algorithms {
 class DirectGroup {
  public:
   // Every rank of the communicator must be in `segments` (one host), local rank == rank.
-  DirectGroup(const shm::Segments& segments, int spinCount, int yieldCount);
+  DirectGroup(const shm::Segments& segments, WaitPolicy& waitPolicy);
 
   void allreduce(const Operation& op, const MessageTag& tag, const void* input, void* output, size_t count,
                  DataType type, ReduceOp op_);
@@ -36,8 +37,7 @@ class DirectGroup {
   const shm::Segments& segments_;
   int rank_;
   int size_;
-  int spinCount_;
-  int yieldCount_;
+  WaitPolicy& waitPolicy_;
   uint64_t round_ = 0;  // rounds ever run on this communicator; the slot is round % 2
 };
 

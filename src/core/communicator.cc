@@ -69,12 +69,12 @@ class CommunicatorImpl : public Communicator {
                    std::shared_ptr<Store> store, std::string listenAddress)
       : rank_(rank), size_(size), config_(std::move(config)), links_(std::move(links)),
         store_(std::move(store)), listenAddress_(std::move(listenAddress)) {
-    const int spins = config_.spinCount;
-    const int yields = config_.yieldCount;
+    waitPolicy_ = std::make_unique<WaitPolicy>(config_.spinCount, config_.yieldCount,
+                                               static_cast<int>(links_.localRanks.size()));
     transport_ = std::make_unique<transport::Transport>(rank_, std::move(links_.streams),
-                                                        links_.segments.get(), spins, yields);
+                                                        links_.segments.get(), *waitPolicy_);
     if (links_.segments && static_cast<int>(links_.localRanks.size()) == size_) {
-      direct_ = std::make_unique<algorithms::DirectGroup>(*links_.segments, spins, yields);
+      direct_ = std::make_unique<algorithms::DirectGroup>(*links_.segments, *waitPolicy_);
     }
     device_ = std::make_unique<DeviceCollectives>(rank_, size_, config_, everyRankOnThisHost());
     engine_ = std::make_unique<engine::Engine>(
@@ -646,6 +646,7 @@ class CommunicatorImpl : public Communicator {
   std::shared_ptr<Store> store_;  // this communicator's prefix of the rendezvous store
   std::string listenAddress_;     // where this rank listened: its duplicates listen there too
   std::atomic<int> duplicates_{0};
+  std::unique_ptr<WaitPolicy> waitPolicy_;  // before the transport and the direct group: theirs
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<algorithms::DirectGroup> direct_;
   std::unique_ptr<DeviceCollectives> device_;  // device buffers; needs no CUDA until used

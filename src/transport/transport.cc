@@ -30,9 +30,8 @@ constexpr std::chrono::milliseconds kMixedPollSlice{1};
 }  // namespace
 
 Transport::Transport(int rank, std::vector<std::unique_ptr<ByteStream>> streams,
-                     const shm::Segments* segments, int spinCount, int yieldCount)
-    : rank_(rank), peers_(streams.size()), segments_(segments), spinCount_(spinCount),
-      yieldCount_(yieldCount) {
+                     const shm::Segments* segments, WaitPolicy& waitPolicy)
+    : rank_(rank), peers_(streams.size()), segments_(segments), waitPolicy_(waitPolicy) {
   for (size_t peer = 0; peer < streams.size(); ++peer) peers_[peer].stream = std::move(streams[peer]);
 }
 
@@ -230,7 +229,7 @@ void Transport::block(uint32_t doorbellSeen, const Operation& op,
 
 template <typename Predicate>
 void Transport::waitUntil(Predicate done, const Operation& op) {
-  SpinBudget spin(spinCount_, yieldCount_);
+  SpinBudget spin = waitPolicy_.budget();
   auto lastHealthCheck = Clock::now();
   while (true) {
     uint32_t doorbell = segments_ != nullptr ? segments_->doorbellSnapshot() : 0;
@@ -285,7 +284,7 @@ bool Transport::peekHeader(int peer, Peer& state, const Operation& op) {
 }
 
 int Transport::waitForAnySender(const MessageTag& tag, const Operation& op) {
-  SpinBudget spin(spinCount_, yieldCount_);
+  SpinBudget spin = waitPolicy_.budget();
   while (true) {
     uint32_t doorbell = segments_ != nullptr ? segments_->doorbellSnapshot() : 0;
     bool moved = progressAll(op);  // sends this rank posted earlier may be what the sender awaits

@@ -17,6 +17,7 @@
 
 #include "common/deadline.h"
 #include "common/tags.h"
+#include "common/wait_policy.h"
 #include "transport/byte_stream.h"
 
 namespace ringcomm::shm {
@@ -43,7 +44,7 @@ class Transport {
 
   // streams[peer] reaches peer (null for this rank). segments: this host's shared memory, or null.
   Transport(int rank, std::vector<std::unique_ptr<ByteStream>> streams,
-            const shm::Segments* segments, int spinCount, int yieldCount);
+            const shm::Segments* segments, WaitPolicy& waitPolicy);
 
   Request postSend(int peer, const void* data, size_t bytes, const MessageTag& tag);
   Request postRecv(int peer, void* data, size_t bytes, const MessageTag& tag);
@@ -102,8 +103,7 @@ class Transport {
   int rank_;
   std::vector<Peer> peers_;
   const shm::Segments* segments_;
-  int spinCount_;
-  int yieldCount_;
+  WaitPolicy& waitPolicy_;
   std::vector<int> active_;  // peers with pending requests
 };
 
