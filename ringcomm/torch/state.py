@@ -55,8 +55,12 @@ def init(comm=None, process_sets=None, *, join_policy: str = "zeros", **kwargs) 
     _sessions += 1
     _comm, _queue, _join_policy = created, queue, policy
     handles.forget_all()
+    # Where the sets' communicators meet: apart from earlier sessions' in the same store; in a
+    # store of its own (an elastic generation's), the same on every rank, new or old.
+    environment = getattr(created, "_environment", None)
+    session = getattr(environment, "scope", "") or _sessions
     try:
-        sets.setup(created, queue, policy, _sessions, process_sets or [])
+        sets.setup(created, queue, policy, session, process_sets or [])
     except BaseException:
         shutdown()
         raise
