@@ -47,9 +47,8 @@ def new_model():
 
 
 hvd.init()
-(workdir / f"pid-{os.environ['RINGCOMM_ELASTIC_HOST']}-{os.environ['RINGCOMM_ELASTIC_SLOT']}").write_text(
-    str(os.getpid())
-)
+me = f"{os.environ['RINGCOMM_ELASTIC_HOST']}-{os.environ['RINGCOMM_ELASTIC_SLOT']}"
+(workdir / f"pid-{me}").write_text(str(os.getpid()))
 model = new_model()
 optimizer = hvd.DistributedOptimizer(
     torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
