@@ -92,6 +92,7 @@ class ElasticDriver:
         self.resets = 0
         self._forwarded = 0
         self._next_discovery = 0.0
+        self._started = time.monotonic()
 
     # ---- the job ----------------------------------------------------------------------------
     def run(self) -> int:
@@ -312,7 +313,8 @@ class ElasticDriver:
 
     def _say(self, message: str, always: bool = False) -> None:
         if always or self.verbose:
-            print(f"ringcomm-run: {message}", file=sys.stderr, flush=True)
+            elapsed = time.monotonic() - self._started
+            print(f"ringcomm-run [{elapsed:.1f} s]: {message}", file=sys.stderr, flush=True)
 
 
 def default_timeout() -> float:

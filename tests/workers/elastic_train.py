@@ -84,8 +84,10 @@ def train(state):
             optimizer.zero_grad()
             torch.nn.functional.mse_loss(state.model(x), y).backward()
             optimizer.step()
-            state.steps.append(hvd.allgather_object(batch))
-            state.sizes.append(hvd.size())
+            # New lists, not append(): a commit keeps references (as Horovod's does), so
+            # restore() brings back the committed lists only if they were not changed in place.
+            state.steps = state.steps + [hvd.allgather_object(batch)]
+            state.sizes = state.sizes + [hvd.size()]
             state.sampler.record_batch(start // BATCH, len(batch))
             state.batch += 1
             if scenario == "kill" and state.batch >= 5:
