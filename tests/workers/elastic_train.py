@@ -9,9 +9,8 @@ and every worker its pid to WORKDIR/pid-<host>-<slot>.
 Scenarios (the discovery script prints WORKDIR/hosts):
   grow-shrink  at batch 4 with 2 ranks rank 0 offers a third slot, and at batch 12 with 3 ranks
                takes it away again; each time the ranks wait for the HostsUpdatedInterrupt.
-  kill         commits every second batch; from batch 5 every step takes 0.3 s, for the test
-               to kill -9 a worker.
-  min-np       at batch 3 rank 0 takes one of two slots away (below --min-np).
+  kill         commits every second batch; from batch 5, while it has 3 ranks, every step
+               takes 0.3 s, for the test to kill -9 a worker.
 
 The final ranks print RESULT lines: rank, size, batches, steps, sizes, parameters, resets.
 """
@@ -90,7 +89,7 @@ def train(state):
             state.sizes = state.sizes + [hvd.size()]
             state.sampler.record_batch(start // BATCH, len(batch))
             state.batch += 1
-            if scenario == "kill" and state.batch >= 5:
+            if scenario == "kill" and state.batch >= 5 and hvd.size() == 3:
                 time.sleep(0.3)
             if scenario != "kill" or state.batch % 2 == 0:
                 state.commit()
@@ -100,8 +99,6 @@ def train(state):
                 wait_for_interrupt("localhost:3\n")
             if scenario == "grow-shrink" and state.batch == 12 and hvd.size() == 3:
                 wait_for_interrupt("localhost:2\n")
-            if scenario == "min-np" and state.batch == 3:
-                wait_for_interrupt("localhost:1\n")
         state.epoch += 1
         state.sampler.set_epoch(state.epoch)
         state.commit()
