@@ -293,8 +293,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for flag in ("min_np", "max_np", "slots_per_host", "elastic_timeout", "reset_limit"):
             if getattr(args, flag) is not None:
                 parser.error(f"--{flag.replace('_', '-')} needs --host-discovery-script")
-        return spawn(args.nranks or default_ranks(), command, grace=args.grace)
-    start = args.nranks or args.min_np or args.max_np
+        nranks = default_ranks() if args.nranks is None else args.nranks
+        return spawn(nranks, command, grace=args.grace)
+    start = next((n for n in (args.nranks, args.min_np, args.max_np) if n is not None), None)
     if start is None:
         parser.error("an elastic job needs -np (or --min-np)")
     try:
@@ -302,8 +303,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             command,
             args.host_discovery_script,
             start_np=start,
-            min_np=args.min_np or start,
-            max_np=args.max_np or start,
+            min_np=start if args.min_np is None else args.min_np,
+            max_np=start if args.max_np is None else args.max_np,
             slots_per_host=args.slots_per_host,
             elastic_timeout=args.elastic_timeout,
             reset_limit=args.reset_limit,
