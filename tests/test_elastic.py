@@ -185,6 +185,45 @@ def test_too_few_slots_for_min_np_fails_the_job_naming_it(tmp_path):
     assert not results
 
 
+def children_of(pid: int, running: str) -> list:
+    """The processes whose parent is ``pid`` and whose command line mentions ``running``."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines())
+            command = (status.parent / "cmdline").read_bytes().decode(errors="replace")
+        except (OSError, ValueError):
+            continue
+        if fields.get("PPid", "").strip() == str(pid) and running in command:
+            found.append(int(status.parent.name))
+    return found
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_reaches_elastic_workers_and_leaves_none_behind(tmp_path):
+    command = [
+        *LAUNCH,
+        "-np",
+        "2",
+        "--grace",
+        "2",
+        "--host-discovery-script",
+        discovery(tmp_path, "localhost:2\n"),
+        str(WORKERS / "elastic_plain.py"),  # no failing host: all-reduces until stopped
+    ]
+    launcher = subprocess.Popen(command, env=worker_env(None), stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while len(children_of(launcher.pid, "elastic_plain")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1)  # past their imports: in their all-reduces
+    workers = children_of(launcher.pid, "elastic_plain")
+    assert len(workers) == 2
+    launcher.send_signal(signal.SIGTERM)
+    assert launcher.wait(timeout=30) == 128 + signal.SIGTERM
+    time.sleep(0.2)
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
+
+
 @pytest.mark.timeout(150)
 def test_torchrun_restart_meets_afresh(tmp_path):
     """torchrun --nnodes=1:2: the first attempt's rank 1 dies, the agent restarts the group,
@@ -322,6 +361,16 @@ def test_check_host_updates_raises_once_per_notice():
     with pytest.raises(HostsUpdatedInterrupt) as mixed:
         state.check_host_updates()
     assert not mixed.value.skip_sync
+
+
+def test_each_generation_has_its_own_data_link_secret():
+    from ringcomm.elastic.protocol import generation_secret
+
+    secret = b"the job's secret"
+    secrets = {generation_secret(secret, g) for g in range(3)}
+    assert len(secrets) == 3 and secret not in secrets
+    assert generation_secret(secret, 1) == generation_secret(secret, 1)
+    assert generation_secret(b"another job", 1) != generation_secret(secret, 1)
 
 
 def test_discovery_parses_host_lines_and_refuses_other_machines(tmp_path):
