@@ -142,7 +142,7 @@ def test_killed_worker_is_blacklisted_and_training_resumes_from_the_commit(tmp_p
     assert sizes[:6] == [3] * 6 and sizes[-1] == 2, sizes
 
 
-def plain_job(tmp_path, flags, timeout=60):
+def plain_job(tmp_path, flags, timeout=60, args=(), env=None):
     """elastic_plain.py (no torch) on localhost:1 and 127.0.0.2:1, whose second worker fails."""
     command = [
         *LAUNCH,
@@ -152,10 +152,11 @@ def plain_job(tmp_path, flags, timeout=60):
         "--host-discovery-script",
         discovery(tmp_path, "localhost:1\n127.0.0.2:1\n"),
         str(WORKERS / "elastic_plain.py"),
+        *args,
     ]
     launcher = subprocess.Popen(
         command,
-        env=worker_env({"RINGCOMM_TIMEOUT": "30"}),
+        env=worker_env({"RINGCOMM_TIMEOUT": "30", **(env or {})}),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -170,6 +171,38 @@ def test_failed_worker_without_torch_goes_on_with_min_np_1(tmp_path):
     assert results == [{"rank": 0, "size": 1, "sum": 1.0}], log[-6000:]
     assert "worker 127.0.0.2:0 (rank 1) exited with status 3" in log
     assert "blacklisting host 127.0.0.2" in log
+
+
+@pytest.mark.timeout(60)
+def test_worker_dead_before_meeting_the_others_is_replaced_by_a_new_generation(tmp_path):
+    status, results, log = plain_job(
+        tmp_path, ["--min-np", "1"], args=["early"], env={"RINGCOMM_TIMEOUT": "3"}
+    )
+    assert status == 0, log[-6000:]
+    assert results == [{"rank": 0, "size": 1, "sum": 1.0}], log[-6000:]
+    assert "generation 1: 1 ranks on localhost:1" in log
+
+
+def test_a_reset_that_fails_to_meet_tries_the_next_generation(monkeypatch):
+    import ringcomm
+    from ringcomm.torch import elastic
+    from ringcomm.torch import state as job
+
+    attempts = []
+
+    def reinit():
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise ringcomm.TimeoutError("rank 1 did not arrive within 3 s")
+
+    monkeypatch.setattr(job, "reinit", reinit)
+    with pytest.warns(UserWarning, match="meeting the next generation failed"):
+        elastic._reset()
+    assert len(attempts) == 3
+    attempts.clear()
+    monkeypatch.setattr(elastic, "_RESET_ATTEMPTS", 2)
+    with pytest.raises(ringcomm.TimeoutError), pytest.warns(UserWarning):
+        elastic._reset()  # gives up after _RESET_ATTEMPTS
 
 
 @pytest.mark.timeout(60)

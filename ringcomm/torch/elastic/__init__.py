@@ -21,7 +21,9 @@ generation of workers (new ranks, new size), the reset callbacks run, the state 
 from __future__ import annotations
 
 import functools
+import warnings
 
+from ringcomm import RingcommError
 from ringcomm.torch import state as job
 from ringcomm.torch.elastic.sampler import ElasticSampler
 from ringcomm.torch.elastic.state import (
@@ -73,8 +75,27 @@ def run(func):
     return wrapper
 
 
+# Consecutive failed attempts to meet the next generation before a reset gives up.
+_RESET_ATTEMPTS = 3
+
+
 def _reset() -> None:
     """A new ringcomm.torch session, with the arguments of the last init() (but no static
-    process sets: their ranks may not exist any more)."""
-    job.shutdown()
-    job.reinit()
+    process sets: their ranks may not exist any more).
+
+    Meeting the next generation fails when one of its workers dies on the way (the others
+    time out after RINGCOMM_TIMEOUT): the survivors then meet the generation after it, which
+    the driver forms without the dead worker. Horovod gives up at the first failure."""
+    for attempt in range(1, _RESET_ATTEMPTS + 1):
+        job.shutdown()
+        try:
+            job.reinit()
+            return
+        except (RingcommError, HorovodInternalError) as error:
+            if attempt == _RESET_ATTEMPTS:
+                raise
+            warnings.warn(
+                f"ringcomm.torch.elastic: meeting the next generation failed ({error}); "
+                "meeting the one after it",
+                stacklevel=2,
+            )
