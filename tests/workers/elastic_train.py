@@ -12,7 +12,8 @@ Scenarios (the discovery script prints WORKDIR/hosts):
   kill         commits every second batch; from batch 5, while it has 3 ranks, every step
                takes 0.3 s, for the test to kill -9 a worker.
 
-The final ranks print RESULT lines: rank, size, batches, steps, sizes, parameters, resets.
+The final ranks print RESULT lines: rank, size, batches, steps (with each one's size and epoch),
+parameters, resets.
 """
 
 import math
@@ -55,7 +56,7 @@ optimizer = hvd.DistributedOptimizer(
 )
 sampler = hvd.elastic.ElasticSampler(list(range(SAMPLES)), shuffle=True, seed=7)
 state = hvd.elastic.TorchState(
-    model, optimizer, sampler=sampler, epoch=0, batch=0, steps=[], sizes=[]
+    model, optimizer, sampler=sampler, epoch=0, batch=0, steps=[], sizes=[], epochs=[]
 )
 resets = []
 state.register_reset_callbacks([lambda: resets.append(hvd.size())])
@@ -87,6 +88,7 @@ def train(state):
             # restore() brings back the committed lists only if they were not changed in place.
             state.steps = state.steps + [hvd.allgather_object(batch)]
             state.sizes = state.sizes + [hvd.size()]
+            state.epochs = state.epochs + [state.epoch]
             state.sampler.record_batch(start // BATCH, len(batch))
             state.batch += 1
             if scenario == "kill" and state.batch >= 5 and hvd.size() == 3:
@@ -112,6 +114,7 @@ report(
         "batches": state.batch,
         "steps": state.steps,
         "sizes": state.sizes,
+        "epochs": state.epochs,
         "parameters": [p.detach().flatten().tolist() for p in model.parameters()],
         "resets": resets,
     }
