@@ -2,7 +2,9 @@
 
 Checked in this order:
   1. ringcomm's own launcher (``ringcomm-run``, ``ringcomm-bench``): RINGCOMM_RANK,
-     RINGCOMM_WORLD_SIZE, RINGCOMM_STORE=host:port (a store the launcher serves).
+     RINGCOMM_WORLD_SIZE, RINGCOMM_STORE=host:port (a store the launcher serves). Under an
+     elastic ``ringcomm-run`` (RINGCOMM_ELASTIC=1), the rank comes from its driver instead, and
+     each init() meets in a generation of its own (ringcomm/elastic/worker.py).
   2. torchrun / torch.distributed's env:// convention: RANK, WORLD_SIZE, MASTER_ADDR,
      MASTER_PORT. Under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) we join that
      store through torch; otherwise rank 0 serves a ringcomm store on MASTER_PORT.
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ringcomm import _core, _secret
+from ringcomm.elastic import worker as elastic_worker
 
 MPI_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
 MPI_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
@@ -40,6 +43,9 @@ class LaunchEnvironment:
     keepalive: list = field(default_factory=list)  # store servers this process hosts
     # Rank 0's host-local secret file, removed once every rank has met (met()).
     secret_file: Optional[Any] = None
+    # Set when ``store`` belongs to this rendezvous alone (an elastic generation's): every
+    # process meets there under this scope, however many communicators it created before.
+    scope: str = ""
 
     def met(self) -> None:
         """Every rank has joined: a secret file rank 0 wrote is no longer needed."""
@@ -226,6 +232,21 @@ def detect(timeout: float, secret: bytes = b"") -> LaunchEnvironment:
     """Rank, size, store and the job's secret; ``secret``: the one the caller already has
     (RINGCOMM_SECRET / RINGCOMM_SECRET_FILE, through Config), or empty."""
     keepalive: list = []
+    if elastic_worker.active():
+        if not secret:
+            raise _secret.missing_secret(
+                "RINGCOMM_ELASTIC is set but RINGCOMM_SECRET is not: ringcomm-run sets both"
+            )
+        slot, store, data_secret, generation = elastic_worker.join(timeout, secret)
+        return LaunchEnvironment(
+            slot.rank,
+            slot.size,
+            store,
+            "ringcomm-elastic",
+            data_secret,
+            keepalive,
+            scope=f"generation-{generation}/",
+        )
     if "RINGCOMM_RANK" in os.environ:
         rank, size = _integer("RINGCOMM_RANK"), _integer("RINGCOMM_WORLD_SIZE")
         host, port = _host_port(os.environ.get("RINGCOMM_STORE", ""), "RINGCOMM_STORE")

@@ -378,6 +378,13 @@ def init(
         config.algorithm = _check_algorithm(algorithm)
     environment = detect(config.timeout, config.secret)
     config.secret = environment.secret
-    core = _core.Communicator.create(environment.store, environment.rank, environment.size, config)
+    if environment.scope:
+        core = _core.Communicator.create_in_scope(
+            environment.store, environment.scope, environment.rank, environment.size, config
+        )
+    else:
+        core = _core.Communicator.create(
+            environment.store, environment.rank, environment.size, config
+        )
     environment.met()
     return Communicator(core, environment)

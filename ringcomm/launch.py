@@ -12,6 +12,13 @@ the failure themselves), and the launcher exits with the failing rank's status.
 SIGTERM, SIGHUP and SIGINT (what timeout, Slurm, Kubernetes and a terminal send) are passed on to
 every rank; ranks still running after the grace period are killed, and the launcher exits with
 128 + the signal's number. It never leaves ranks behind.
+
+Elastic jobs, with Horovod's flags (ringcomm/elastic/driver.py):
+
+    ringcomm-run -np 2 --min-np 1 --max-np 4 --host-discovery-script ./hosts.sh train.py
+
+run between --min-np and --max-np workers on the slots the script prints (``host:slots`` lines,
+every host a name of this machine), re-running it every second.
 """
 
 from __future__ import annotations
@@ -41,6 +48,19 @@ def default_ranks() -> int:
     )
 
 
+def _serve_store(base: dict):
+    """(the job's secret, a store server for the job): the user's secret (RINGCOMM_SECRET /
+    _FILE), or a fresh one in the ranks' environment, which only this user's processes can
+    read; RINGCOMM_STORE tells the ranks where the store is."""
+    secret = base.get("RINGCOMM_SECRET", "").encode() or _core.Config.from_environment().secret
+    if not secret:
+        secret = _secret.new_secret()
+        base["RINGCOMM_SECRET"] = secret.decode()
+    server = _core.TcpStoreServer("127.0.0.1", 0, secret)
+    base["RINGCOMM_STORE"] = f"127.0.0.1:{server.port}"
+    return secret, server
+
+
 def spawn(
     nranks: int, command: Sequence[str], env: Optional[dict] = None, grace: float = _GRACE_SECONDS
 ) -> int:
@@ -48,14 +68,7 @@ def spawn(
     if nranks < 1:
         raise ValueError(f"-np must be at least 1; got {nranks}")
     base = dict(os.environ if env is None else env)
-    # The job's secret: the user's (RINGCOMM_SECRET / _FILE), or a fresh one in the ranks'
-    # environment, which only this user's processes can read.
-    secret = base.get("RINGCOMM_SECRET", "").encode() or _core.Config.from_environment().secret
-    if not secret:
-        secret = _secret.new_secret()
-        base["RINGCOMM_SECRET"] = secret.decode()
-    server = _core.TcpStoreServer("127.0.0.1", 0, secret)
-    base["RINGCOMM_STORE"] = f"127.0.0.1:{server.port}"
+    secret, server = _serve_store(base)
     base["RINGCOMM_WORLD_SIZE"] = str(nranks)
     base["RINGCOMM_LOCAL_WORLD_SIZE"] = str(nranks)
     # torch.distributed's env:// convention, as torchrun sets it (rank 0 serves torch's store).
@@ -84,6 +97,76 @@ def spawn(
             if child.poll() is None:
                 child.kill()
                 child.wait()
+        server.stop()
+
+
+# What a launcher above ours may have set, which an elastic worker must not mistake for its rank.
+_NOT_FOR_ELASTIC_WORKERS = (
+    "RINGCOMM_RANK",
+    "RINGCOMM_WORLD_SIZE",
+    "RINGCOMM_LOCAL_RANK",
+    "RINGCOMM_LOCAL_WORLD_SIZE",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
+
+
+def spawn_elastic(
+    command: Sequence[str],
+    discovery_script: str,
+    start_np: int,
+    min_np: int,
+    max_np: int,
+    slots_per_host: Optional[int] = None,
+    elastic_timeout: Optional[float] = None,
+    reset_limit: Optional[int] = None,
+    cooldown_range: Optional[tuple] = None,
+    env: Optional[dict] = None,
+    grace: float = _GRACE_SECONDS,
+    verbose: bool = False,
+) -> int:
+    """Runs ``command`` as an elastic job (ringcomm/elastic/driver.py); returns its status."""
+    from ringcomm.elastic import discovery, driver
+
+    if not 1 <= min_np <= start_np <= max_np:
+        raise ValueError(
+            f"elastic jobs need 1 <= --min-np <= -np <= --max-np; got --min-np {min_np}, "
+            f"-np {start_np}, --max-np {max_np}"
+        )
+    if cooldown_range is not None:
+        discovery.check_cooldown_range(cooldown_range)
+    base = {
+        k: v
+        for k, v in (os.environ if env is None else env).items()
+        if k not in _NOT_FOR_ELASTIC_WORKERS
+    }
+    secret, server = _serve_store(base)
+    signals = _SignalsToForward()
+    try:
+        store = _core.TcpStore("127.0.0.1", server.port, 30.0, secret)
+        hosts = discovery.HostManager(
+            discovery.HostDiscoveryScript(discovery_script, slots_per_host), cooldown_range
+        )
+        return driver.ElasticDriver(
+            hosts,
+            list(command),
+            base,
+            store,
+            start_np=start_np,
+            min_np=min_np,
+            max_np=max_np,
+            timeout=driver.default_timeout() if elastic_timeout is None else elastic_timeout,
+            reset_limit=reset_limit,
+            grace=grace,
+            signals=signals,
+            verbose=verbose,
+        ).run()
+    finally:
+        signals.restore()
         server.stop()
 
 
@@ -149,8 +232,45 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "-n",
         dest="nranks",
         type=int,
-        default=default_ranks(),
-        help="number of ranks (default: one per core)",
+        default=None,
+        help="number of ranks (default: one per core); elastic: the number to start with",
+    )
+    elastic = parser.add_argument_group(
+        "elastic jobs (Horovod's flags; every discovered host must be this machine)"
+    )
+    elastic.add_argument(
+        "--host-discovery-script",
+        metavar="SCRIPT",
+        help="run elastic: SCRIPT prints the available hosts, one host:slots per line",
+    )
+    elastic.add_argument("--min-np", type=int, help="fewest ranks to run with (default: -np)")
+    elastic.add_argument("--max-np", type=int, help="most ranks to run with (default: -np)")
+    elastic.add_argument(
+        "--slots-per-host",
+        "--slots",
+        dest="slots_per_host",
+        type=int,
+        help="slots of a host the script prints without :slots",
+    )
+    elastic.add_argument(
+        "--elastic-timeout",
+        type=float,
+        help="seconds to wait for --min-np slots before the job fails "
+        f"(default: HOROVOD_ELASTIC_TIMEOUT or {600})",
+    )
+    elastic.add_argument(
+        "--reset-limit", type=int, help="most resets before the job fails (default: none)"
+    )
+    elastic.add_argument(
+        "--blacklist-cooldown-range",
+        type=float,
+        nargs=2,
+        metavar=("MIN", "MAX"),
+        help="seconds a failed host stays blacklisted, doubling from MIN up to MAX "
+        "(default: for ever)",
+    )
+    elastic.add_argument(
+        "--verbose", "-v", action="store_true", help="say what the elastic driver does"
     )
     parser.add_argument(
         "--grace",
@@ -169,7 +289,33 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         command = [sys.executable, *program]
     else:
         parser.error("give a script to run (or -m module)")
-    return spawn(args.nranks, command, grace=args.grace)
+    if args.host_discovery_script is None:
+        for flag in ("min_np", "max_np", "slots_per_host", "elastic_timeout", "reset_limit"):
+            if getattr(args, flag) is not None:
+                parser.error(f"--{flag.replace('_', '-')} needs --host-discovery-script")
+        nranks = default_ranks() if args.nranks is None else args.nranks
+        return spawn(nranks, command, grace=args.grace)
+    start = next((n for n in (args.nranks, args.min_np, args.max_np) if n is not None), None)
+    if start is None:
+        parser.error("an elastic job needs -np (or --min-np)")
+    try:
+        return spawn_elastic(
+            command,
+            args.host_discovery_script,
+            start_np=start,
+            min_np=start if args.min_np is None else args.min_np,
+            max_np=start if args.max_np is None else args.max_np,
+            slots_per_host=args.slots_per_host,
+            elastic_timeout=args.elastic_timeout,
+            reset_limit=args.reset_limit,
+            cooldown_range=tuple(args.blacklist_cooldown_range)
+            if args.blacklist_cooldown_range
+            else None,
+            grace=args.grace,
+            verbose=args.verbose,
+        )
+    except ValueError as error:
+        parser.error(str(error))
 
 
 if __name__ == "__main__":

@@ -23,11 +23,26 @@ BACKEND_NAME = "ringcomm"
 def _create_backend(store, rank: int, size: int, timeout: timedelta):
     from ringcomm.c10d._build import extension
 
+    store = _per_attempt(store)
     secret, path = _job_secret(store, rank, size, timeout)
     backend = extension().RingcommBackend(store, rank, size, timeout, secret)
     if path is not None:  # every rank of the group has met: the file has served its purpose
         _secret.remove_host_secret(path)
     return backend
+
+
+def _per_attempt(store):
+    """Under torchrun, a store of this attempt's own. torchrun's c10d rendezvous hands every
+    attempt of the worker group (each restart) the same store, without a prefix of its own:
+    the keys a restarted group meets under must differ from the failed attempt's, which are
+    still there (its job key would name shared memory that is gone)."""
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt is None:
+        return store
+    import torch.distributed as dist
+
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    return dist.PrefixStore(f"ringcomm/run-{run}/attempt-{attempt}/", store)
 
 
 def _job_secret(store, rank: int, size: int, timeout: timedelta):

@@ -8,6 +8,7 @@ order, agreed on once per cycle and fused, as in Horovod. join() lets ranks that
 take part without data of their own.
 """
 
+from ringcomm.torch import elastic  # Horovod: hvd.elastic
 from ringcomm.torch.build_info import (
     ccl_built,
     cuda_built,

@@ -21,6 +21,17 @@ class HorovodInternalError(RuntimeError):
     """A collective failed (Horovod's name): ranks disagreed, timed out, or a peer went away."""
 
 
+class HostsUpdatedInterrupt(RuntimeError):  # noqa: N818 (Horovod's name)
+    """Elastic training: the driver added or removed hosts. ``state.commit()`` or
+    ``state.check_host_updates()`` raises it on every rank at once; ``hvd.elastic.run`` resets
+    without restoring the committed state. ``skip_sync``: only hosts were removed, so the
+    remaining ranks' state needs no broadcast."""
+
+    def __init__(self, skip_sync: bool):
+        super().__init__(skip_sync)
+        self.skip_sync = skip_sync
+
+
 class NotInitializedError(HorovodInternalError, ValueError):
     """ringcomm.torch has not been initialized (or has been shut down). Horovod raises a
     HorovodInternalError for a collective and a ValueError for ``hvd.rank()`` and the like; this

@@ -145,7 +145,7 @@ class _Registration:
 class _Job:
     """What init() set up: how to create communicators, and the sets registered so far."""
 
-    def __init__(self, main: ringcomm.Communicator, queue, join_policy, session: int, dynamic):
+    def __init__(self, main: ringcomm.Communicator, queue, join_policy, session, dynamic):
         self.main = main
         self.join_policy = join_policy
         self.session = session
@@ -252,7 +252,7 @@ def _global_rank() -> int:
     return _require_job().main.rank
 
 
-def setup(main: ringcomm.Communicator, queue, join_policy, session: int, process_sets) -> None:
+def setup(main: ringcomm.Communicator, queue, join_policy, session, process_sets) -> None:
     """Called by init(): registers the global set and ``process_sets`` (a list of ProcessSet,
     or "dynamic")."""
     global _job

@@ -27,6 +27,7 @@ _queue: Optional["_core.TensorQueue"] = None
 _join_policy = _core.JoinPolicy.zeros
 _sessions = 0  # init() calls that succeeded in this process: each session's store keys differ
 _exit_hook_installed = False
+_last_arguments: dict = {}
 
 
 def init(comm=None, process_sets=None, *, join_policy: str = "zeros", **kwargs) -> None:
@@ -39,9 +40,15 @@ def init(comm=None, process_sets=None, *, join_policy: str = "zeros", **kwargs) 
     ``join_policy``: what a rank that called join() contributes to the others' collectives:
     ``"zeros"`` (Horovod's) or ``"contributors"`` (ringcomm's; README, Horovod section).
     """
-    global _comm, _queue, _join_policy, _sessions, _exit_hook_installed
+    global _comm, _queue, _join_policy, _sessions, _exit_hook_installed, _last_arguments
     if _comm is not None:
         return
+    # What reinit() passes again after an elastic reset: static sets name ranks of the old job.
+    _last_arguments = dict(
+        kwargs,
+        join_policy=join_policy,
+        process_sets="dynamic" if process_sets == "dynamic" else None,
+    )
     policy = _core.parse_join_policy(join_policy)
     created = comm if isinstance(comm, ringcomm.Communicator) else ringcomm.init(**kwargs)
     try:
@@ -55,8 +62,12 @@ def init(comm=None, process_sets=None, *, join_policy: str = "zeros", **kwargs) 
     _sessions += 1
     _comm, _queue, _join_policy = created, queue, policy
     handles.forget_all()
+    # Where the sets' communicators meet: apart from earlier sessions' in the same store; in a
+    # store of its own (an elastic generation's), the same on every rank, new or old.
+    environment = getattr(created, "_environment", None)
+    session = getattr(environment, "scope", "") or _sessions
     try:
-        sets.setup(created, queue, policy, _sessions, process_sets or [])
+        sets.setup(created, queue, policy, session, process_sets or [])
     except BaseException:
         shutdown()
         raise
@@ -65,6 +76,12 @@ def init(comm=None, process_sets=None, *, join_policy: str = "zeros", **kwargs) 
         # would leave the others to find out from a closed connection.
         atexit.register(shutdown)
         _exit_hook_installed = True
+
+
+def reinit() -> None:
+    """init() again with the arguments of the last one, but no static process sets (elastic
+    resets: the job's ranks may have changed)."""
+    init(**_last_arguments)
 
 
 def _check_covers_every_rank(comm, size: int) -> None:

@@ -1,0 +1,101 @@
+"""Elastic training (Horovod's ``hvd.elastic``): training goes on while workers come and go.
+
+    @hvd.elastic.run
+    def train(state):
+        for state.epoch in range(state.epoch, epochs):
+            ...
+            state.commit()
+
+    state = hvd.elastic.TorchState(model, optimizer, epoch=0)
+    train(state)
+
+``run`` synchronizes the state from rank 0, then calls the function. When a collective fails
+(HorovodInternalError: a worker died), every surviving rank restores the last committed
+state; when the driver posts a host change (HostsUpdatedInterrupt, at ``state.commit()`` or
+``state.check_host_updates()``), they keep their state. Either way ringcomm.torch is shut down
+and initialized again, which under an elastic ``ringcomm-run`` meets the driver's next
+generation of workers (new ranks, new size), the reset callbacks run, the state is synchronized
+(new workers get it; skipped when hosts were only removed) and the function is called again.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+from ringcomm import RingcommError
+from ringcomm.torch import state as job
+from ringcomm.torch.elastic.sampler import ElasticSampler
+from ringcomm.torch.elastic.state import (
+    ObjectState,
+    State,
+    TorchState,
+    get_handler_registry,
+    set_handler_registry,
+)
+from ringcomm.torch.errors import HorovodInternalError, HostsUpdatedInterrupt
+
+__all__ = [
+    "ElasticSampler",
+    "HorovodInternalError",
+    "HostsUpdatedInterrupt",
+    "ObjectState",
+    "State",
+    "TorchState",
+    "get_handler_registry",
+    "run",
+    "set_handler_registry",
+]
+
+
+def run(func):
+    """Decorates the training function, whose first argument is a :class:`State`.
+
+    No collective may run between ``hvd.init()`` and the call of the decorated function: new
+    workers synchronize the state there, while the others do it inside the decorator after a
+    reset, and both must run the same collectives.
+    """
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        skip_sync = False
+        while True:
+            try:
+                if not skip_sync:
+                    state.sync()
+                return func(state, *args, **kwargs)
+            except HorovodInternalError:
+                state.restore()
+                skip_sync = False
+            except HostsUpdatedInterrupt as interrupt:
+                skip_sync = interrupt.skip_sync
+            _reset()
+            state.on_reset()
+
+    return wrapper
+
+
+# Consecutive failed attempts to meet the next generation before a reset gives up.
+_RESET_ATTEMPTS = 3
+
+
+def _reset() -> None:
+    """A new ringcomm.torch session, with the arguments of the last init() (but no static
+    process sets: their ranks may not exist any more).
+
+    Meeting the next generation fails when one of its workers dies on the way (the others
+    time out after RINGCOMM_TIMEOUT): the survivors then meet the generation after it, which
+    the driver forms without the dead worker. Horovod gives up at the first failure."""
+    for attempt in range(1, _RESET_ATTEMPTS + 1):
+        job.shutdown()
+        try:
+            job.reinit()
+            return
+        except (RingcommError, HorovodInternalError) as error:
+            if attempt == _RESET_ATTEMPTS:
+                raise
+            warnings.warn(
+                f"ringcomm.torch.elastic: meeting the next generation failed ({error}); "
+                "meeting the one after it",
+                stacklevel=2,
+            )
