@@ -153,7 +153,8 @@ PYBIND11_MODULE(_core, m) {
       .value("bool", DataType::Bool);
   py::enum_<ReduceOp>(m, "ReduceOp")
       .value("SUM", ReduceOp::Sum).value("AVG", ReduceOp::Avg).value("MIN", ReduceOp::Min)
-      .value("MAX", ReduceOp::Max).value("PROD", ReduceOp::Prod);
+      .value("MAX", ReduceOp::Max).value("PROD", ReduceOp::Prod)
+      .value("ADASUM", ReduceOp::Adasum);
   py::enum_<Algorithm>(m, "Algorithm")
       .value("auto", Algorithm::Auto).value("ring", Algorithm::Ring)
       .value("tree", Algorithm::Tree).value("direct", Algorithm::Direct);
