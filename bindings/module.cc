@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "arrays.h"
 #include "dlpack.h"
@@ -285,7 +286,8 @@ PYBIND11_MODULE(_core, m) {
       .def("choose_allreduce_algorithm", &Comm::chooseAllreduceAlgorithm)
       .def("allreduce", [=](Comm& c, py::handle x, py::handle out, ReduceOp op, Algorithm algorithm,
                             double timeout, bool blocking, Compression compression, double prescale,
-                            double postscale, const std::string& name) {
+                            double postscale, const std::string& name,
+                            const std::vector<size_t>& tensorCounts) {
         ArrayView in = viewArray(x, "x", out.is_none());
         ArrayView into = out.is_none() ? in : viewArray(out, "out", true);
         sameType(in, into);
@@ -294,6 +296,7 @@ PYBIND11_MODULE(_core, m) {
         o.input = in.data; o.output = into.data; o.count = in.count; o.type = in.type;
         o.op = op; o.algorithm = algorithm; o.timeout = toMilliseconds(timeout);
         o.compression = compression; o.prescale = prescale; o.postscale = postscale;
+        o.tensorCounts = tensorCounts;
         return launch(c, o, blocking, &Comm::allreduce, name);
       })
       .def("reduce_scatter", [=](Comm& c, py::handle x, py::handle out, ReduceOp op, double timeout,
