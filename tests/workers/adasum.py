@@ -173,29 +173,41 @@ def horovod_forms():
             hvd.allreduce_async(to_torch(v[rank], dtype), op=hvd.Adasum, name=f"async.{dtype}.{i}")
             for i, v in enumerate(many)
         ]
-        for i, (handle, v) in enumerate(zip(handles, many)):
+        for handle, v in zip(handles, many):
             got = to_numpy(hvd.synchronize(handle), dtype)
             close(f"hvd/allreduce_async/{dtype}/{len(v[0])}", got, adasum(v, dtype), dtype)
         grouped = hvd.grouped_allreduce([to_torch(v[rank], dtype) for v in many], op=hvd.Adasum)
         for g, v in zip(grouped, many):
-            close(f"hvd/grouped_allreduce/{dtype}/{len(v[0])}", to_numpy(g, dtype),
-                  adasum(v, dtype), dtype)
+            close(
+                f"hvd/grouped_allreduce/{dtype}/{len(v[0])}",
+                to_numpy(g, dtype),
+                adasum(v, dtype),
+                dtype,
+            )
         in_place = [to_torch(v[rank], dtype) for v in many]
         hvd.grouped_allreduce_(in_place, op=hvd.Adasum)
         for g, v in zip(in_place, many):
-            close(f"hvd/grouped_allreduce_/{dtype}/{len(v[0])}", to_numpy(g, dtype),
-                  adasum(v, dtype), dtype)
+            close(
+                f"hvd/grouped_allreduce_/{dtype}/{len(v[0])}",
+                to_numpy(g, dtype),
+                adasum(v, dtype),
+                dtype,
+            )
     # Compression.fp16: Adasum of the float16 casts, as Horovod does.
     xs = inputs("float32", 257, seed=11)
-    got = hvd.allreduce(to_torch(xs[rank], "float32"), op=hvd.Adasum,
-                        compression=hvd.Compression.fp16)
+    got = hvd.allreduce(
+        to_torch(xs[rank], "float32"), op=hvd.Adasum, compression=hvd.Compression.fp16
+    )
     want = adasum([v.astype(np.float16) for v in xs], "float16").astype(np.float32)
     same_bits("hvd/allreduce/compression fp16", got.numpy(), want)
     # Differentiable: the gradient is the Adasum of the incoming gradients.
     leaf = torch.ones(6, requires_grad=True)
     hvd.allreduce(leaf * (rank + 1), op=hvd.Adasum).sum().backward()
-    check("hvd/allreduce/backward", torch.allclose(leaf.grad, torch.full((6,), float(rank + 1))),
-          leaf.grad)
+    check(
+        "hvd/allreduce/backward",
+        torch.allclose(leaf.grad, torch.full((6,), float(rank + 1))),
+        leaf.grad,
+    )
 
 
 def horovod_refusals():
@@ -228,8 +240,13 @@ def batches(steps, passes):
     """batches[step][r][k]: rank r's k-th micro-batch of a step (every rank makes all of them)."""
     g = torch.Generator().manual_seed(99)
     return [
-        [[(torch.randn(4, 6, generator=g), torch.randn(4, 3, generator=g)) for _ in range(passes)]
-         for _ in range(size)]
+        [
+            [
+                (torch.randn(4, 6, generator=g), torch.randn(4, 3, generator=g))
+                for _ in range(passes)
+            ]
+            for _ in range(size)
+        ]
         for _ in range(steps)
     ]
 
@@ -266,14 +283,18 @@ def optimizer_case(make_optimizer, passes, label, steps=3):
             opts[r].zero_grad()
             local_pass(models[r], data[step][r])
             opts[r].step()
-            deltas.append([(p.detach() - s).numpy() for p, s in zip(models[r].parameters(), shared)])
+            deltas.append(
+                [(p.detach() - s).numpy() for p, s in zip(models[r].parameters(), shared)]
+            )
         for i, s in enumerate(shared):
             flat = [d[i].ravel() for d in deltas]
             s += torch.from_numpy(adasum(flat, "float32").reshape(s.shape))
     for i, (p, s) in enumerate(zip(model.parameters(), shared)):
         # Fused deltas round differently, and the optimizer carries that into later steps.
         close(f"optimizer/{label}/parameter {i}", p.detach().numpy(), s.numpy(), "float32", 100)
-    moved = any(not torch.equal(p, q) for p, q in zip(model.parameters(), make_model().parameters()))
+    moved = any(
+        not torch.equal(p, q) for p, q in zip(model.parameters(), make_model().parameters())
+    )
     check(f"optimizer/{label}/trained", moved)
 
 
@@ -319,8 +340,10 @@ def non_power_of_two():
     except NotImplementedError as error:
         check("optimizer/non-power-of-two/message", str(error) == HOROVOD_SIZE_ERROR, error)
     # The job goes on.
-    check("after the refusals", torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum),
-                                            torch.full((2,), float(size))))
+    check(
+        "after the refusals",
+        torch.equal(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(size))),
+    )
 
 
 if POWER_OF_TWO:
@@ -331,10 +354,18 @@ if POWER_OF_TWO:
     case("core refusals", core_refusals)
     case("horovod forms", horovod_forms)
     case("horovod refusals", horovod_refusals)
-    case("optimizer sgd", lambda: optimizer_case(
-        lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), 1, "sgd momentum"))
-    case("optimizer adam", lambda: optimizer_case(
-        lambda ps: torch.optim.Adam(ps, lr=0.01), 2, "adam, 2 passes per step"))
+    case(
+        "optimizer sgd",
+        lambda: optimizer_case(
+            lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), 1, "sgd momentum"
+        ),
+    )
+    case(
+        "optimizer adam",
+        lambda: optimizer_case(
+            lambda ps: torch.optim.Adam(ps, lr=0.01), 2, "adam, 2 passes per step"
+        ),
+    )
     case("optimizer rules", optimizer_rules)
 else:
     case("non-power-of-two", non_power_of_two)

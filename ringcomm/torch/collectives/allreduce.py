@@ -27,8 +27,14 @@ class Started:
     writes (kept alive until it completes), and ``finish()``, which returns the result.
     ``op`` and ``reduced`` (the tensor the queue reduces) are for submit()'s checks."""
 
-    def __init__(self, request, keepalive: tuple, finish: Callable[[], torch.Tensor], op=None,
-                 reduced: Optional[torch.Tensor] = None):
+    def __init__(
+        self,
+        request,
+        keepalive: tuple,
+        finish: Callable[[], torch.Tensor],
+        op=None,
+        reduced: Optional[torch.Tensor] = None,
+    ):
         self.request, self.keepalive, self.finish = request, keepalive, finish
         self.op, self.reduced = op, reduced
 
