@@ -76,9 +76,9 @@ namespace adasum {
 
 // The element kernels, exposed for the unit tests.
 struct DotAndNorms {
-  double dot = 0.0;     // sum of a[i] * b[i]
-  double aNormSq = 0.0; // sum of a[i] * a[i]
-  double bNormSq = 0.0; // sum of b[i] * b[i]
+  double dot = 0.0;      // sum of a[i] * b[i]
+  double aNormSq = 0.0;  // sum of a[i] * a[i]
+  double bNormSq = 0.0;  // sum of b[i] * b[i]
 };
 DotAndNorms dotAndNorms(const void* a, const void* b, size_t count, DataType type);
 

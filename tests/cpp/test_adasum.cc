@@ -55,7 +55,7 @@ TEST(adasumKernelsFollowHorovod) {
   using algorithms::adasum::coefficient;
   using algorithms::adasum::combine;
   using algorithms::adasum::dotAndNorms;
-  CHECK(coefficient(3.0, 0.0) == 1.0);     // a vector of zeros is added as it is
+  CHECK(coefficient(3.0, 0.0) == 1.0);        // a vector of zeros is added as it is
   CHECK(coefficient(1e-200, 1e-160) == 1.0);  // below sqrt(DBL_MIN): no division
   CHECK(coefficient(2.0, 4.0) == 0.75);
   const float a[3] = {1, 2, 3};
