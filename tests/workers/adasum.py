@@ -23,7 +23,10 @@ import ringcomm  # noqa: E402
 import ringcomm.torch as hvd  # noqa: E402
 
 comm = ringcomm.init()
-hvd.init(comm=comm)
+# Beyond Horovod (global set only): Adasum over a process set whose size is a power of two.
+SETS = {4: [[1, 3], [0, 1, 2]], 2: [[1]]}.get(comm.size, [])
+process_sets = [hvd.ProcessSet(ranks) for ranks in SETS]
+hvd.init(comm=comm, process_sets=process_sets)
 rank, size = hvd.rank(), hvd.size()
 failures = Failures()
 check, case = failures.check, failures.case
@@ -210,6 +213,24 @@ def horovod_forms():
     )
 
 
+def horovod_process_sets():
+    for i, ps in enumerate(process_sets):
+        if not ps.included():
+            continue
+        xs = inputs("float32", 101, seed=40 + i)
+        t = to_torch(xs[rank], "float32")
+        if len(ps.ranks) & (len(ps.ranks) - 1) == 0:
+            got = hvd.allreduce(t, op=hvd.Adasum, process_set=ps)
+            want = adasum([xs[r] for r in ps.ranks], "float32")
+            same_bits(f"hvd/process set {ps.ranks}", got.numpy(), want)
+            continue
+        try:
+            hvd.allreduce(t, op=hvd.Adasum, process_set=ps)
+            check(f"hvd/process set {ps.ranks} refused", False, "no error")
+        except NotImplementedError as error:
+            check(f"hvd/process set {ps.ranks}/message", str(error) == HOROVOD_SIZE_ERROR, error)
+
+
 def horovod_refusals():
     try:
         hvd.allreduce(torch.arange(4), op=hvd.Adasum)
@@ -353,6 +374,7 @@ if POWER_OF_TWO:
     case("core meaning", core_meaning)
     case("core refusals", core_refusals)
     case("horovod forms", horovod_forms)
+    case("horovod process sets", horovod_process_sets)
     case("horovod refusals", horovod_refusals)
     case(
         "optimizer sgd",
