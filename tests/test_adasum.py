@@ -5,9 +5,12 @@ import pytest
 from harness import assert_all_succeeded, run_job
 
 
-@pytest.mark.parametrize("size", [1, 2, 3, 4])
-def test_adasum(size):
-    outcomes = run_job(size, "adasum.py", deadline=300)
+CASES = [(1, "auto"), (2, "auto"), (3, "auto"), (4, "shm"), (4, "tcp")]
+
+
+@pytest.mark.parametrize("size,transport", CASES, ids=[f"{s}ranks-{t}" for s, t in CASES])
+def test_adasum(size, transport):
+    outcomes = run_job(size, "adasum.py", env={"RINGCOMM_TRANSPORT": transport}, deadline=300)
     assert_all_succeeded(outcomes)
     for outcome in outcomes:
         assert outcome.result["failures"] == [], (outcome.rank, outcome.result["failures"])
