@@ -4,7 +4,6 @@
 import pytest
 from harness import assert_all_succeeded, run_job
 
-
 CASES = [(1, "auto"), (2, "auto"), (3, "auto"), (4, "shm"), (4, "tcp")]
 
 
