@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "arrays.h"
 #include "dlpack.h"
@@ -153,7 +154,8 @@ PYBIND11_MODULE(_core, m) {
       .value("bool", DataType::Bool);
   py::enum_<ReduceOp>(m, "ReduceOp")
       .value("SUM", ReduceOp::Sum).value("AVG", ReduceOp::Avg).value("MIN", ReduceOp::Min)
-      .value("MAX", ReduceOp::Max).value("PROD", ReduceOp::Prod);
+      .value("MAX", ReduceOp::Max).value("PROD", ReduceOp::Prod)
+      .value("ADASUM", ReduceOp::Adasum);
   py::enum_<Algorithm>(m, "Algorithm")
       .value("auto", Algorithm::Auto).value("ring", Algorithm::Ring)
       .value("tree", Algorithm::Tree).value("direct", Algorithm::Direct);
@@ -284,7 +286,8 @@ PYBIND11_MODULE(_core, m) {
       .def("choose_allreduce_algorithm", &Comm::chooseAllreduceAlgorithm)
       .def("allreduce", [=](Comm& c, py::handle x, py::handle out, ReduceOp op, Algorithm algorithm,
                             double timeout, bool blocking, Compression compression, double prescale,
-                            double postscale, const std::string& name) {
+                            double postscale, const std::string& name,
+                            const std::vector<size_t>& tensorCounts) {
         ArrayView in = viewArray(x, "x", out.is_none());
         ArrayView into = out.is_none() ? in : viewArray(out, "out", true);
         sameType(in, into);
@@ -293,6 +296,7 @@ PYBIND11_MODULE(_core, m) {
         o.input = in.data; o.output = into.data; o.count = in.count; o.type = in.type;
         o.op = op; o.algorithm = algorithm; o.timeout = toMilliseconds(timeout);
         o.compression = compression; o.prescale = prescale; o.postscale = postscale;
+        o.tensorCounts = tensorCounts;
         return launch(c, o, blocking, &Comm::allreduce, name);
       })
       .def("reduce_scatter", [=](Comm& c, py::handle x, py::handle out, ReduceOp op, double timeout,

@@ -18,7 +18,7 @@ from ringcomm._core import (
     TransportError,
 )
 from ringcomm.communicator import Communicator, Work, init
-from ringcomm.ops import AVG, MAX, MIN, PROD, SUM
+from ringcomm.ops import ADASUM, AVG, MAX, MIN, PROD, SUM
 
 __version__ = "0.1.0"
 
@@ -30,6 +30,7 @@ if "torch" in _sys.modules:
     _register_torch_backend()
 
 __all__ = [
+    "ADASUM",
     "AVG",
     "MAX",
     "MIN",

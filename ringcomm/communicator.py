@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from ringcomm import _core
 from ringcomm._buffers import empty_like, shape_of, split_shape, stacked_shape
@@ -147,6 +147,7 @@ class Communicator:
         prescale: float = 1.0,
         postscale: float = 1.0,
         stream=None,
+        tensor_counts: Sequence[int] = (),
     ):
         """Reduces ``x`` over all ranks into ``out`` (default: ``x`` itself).
 
@@ -154,6 +155,10 @@ class Communicator:
         and are accumulated in float32 at every hop. ``prescale`` multiplies the input first
         (e.g. ``1 / comm.size`` keeps fp16 partial sums from overflowing), ``postscale`` the
         result.
+
+        ``op=ADASUM`` (floating-point types, a power-of-two number of ranks): Horovod's adaptive
+        summation. ``tensor_counts``: ``x`` holds several tensors back to back, of these many
+        elements, each combined with coefficients of its own (a fused Adasum; ADASUM only).
         """
         set_call_stream(stream)
         work = self._core.allreduce(
@@ -167,6 +172,7 @@ class Communicator:
             float(prescale),
             float(postscale),
             name or "",
+            [int(n) for n in tensor_counts],
         )
         result = x if out is None else out
         return self._finish(work, result, (x, out), async_op)

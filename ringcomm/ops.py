@@ -7,6 +7,9 @@ AVG = ReduceOp.AVG  # sum divided by the world size; integer types truncate
 MIN = ReduceOp.MIN
 MAX = ReduceOp.MAX
 PROD = ReduceOp.PROD
+# Horovod's adaptive summation (all-reduce only, floating-point types, a power-of-two number of
+# ranks): pairs of vectors a, b become (1 - a.b/2|a|^2) a + (1 - a.b/2|b|^2) b, up a binary tree.
+ADASUM = ReduceOp.ADASUM
 
 _BY_NAME = {
     "sum": SUM,
@@ -16,6 +19,7 @@ _BY_NAME = {
     "max": MAX,
     "prod": PROD,
     "product": PROD,
+    "adasum": ADASUM,
 }
 
 
@@ -25,5 +29,5 @@ def as_op(op) -> ReduceOp:
     if isinstance(op, str) and op.lower() in _BY_NAME:
         return _BY_NAME[op.lower()]
     raise ValueError(
-        f"op must be one of ringcomm.SUM, AVG, MIN, MAX, PROD (or their names); got {op!r}"
+        f"op must be one of ringcomm.SUM, AVG, MIN, MAX, PROD, ADASUM (or their names); got {op!r}"
     )

@@ -49,6 +49,10 @@ struct RINGCOMM_API AllreduceOptions : CommonOptions {
   // and the result after; 1.0 = untouched. float32 and float64 only.
   double prescale = 1.0;
   double postscale = 1.0;
+  // ReduceOp::Adasum only: the buffer holds several tensors back to back (a fused all-reduce),
+  // each of these many elements, summing to count; each is combined with coefficients of its
+  // own, as if reduced alone. Empty: one tensor of count elements.
+  std::vector<size_t> tensorCounts;
   void validate() const;
 };
 

@@ -33,6 +33,12 @@ enum class ReduceOp : uint8_t {
   Min,
   Max,
   Prod,
+  // Adaptive summation (Maleki et al., "Scaling Distributed Training with Adaptive Summation",
+  // MLSys 2021), as Horovod's op=hvd.Adasum computes it: pairs of vectors a, b combine into
+  // (1 - a.b / 2|a|^2) a + (1 - a.b / 2|b|^2) b, up a binary tree over the ranks
+  // (src/algorithms/adasum.h). A sum for orthogonal vectors, an average for parallel ones. Not
+  // element-wise, so all-reduce only, floating-point types only, and a power-of-two rank count.
+  Adasum,
 };
 
 // Which schedule an all-reduce uses. Auto asks the cost model (src/tuning).

@@ -65,7 +65,7 @@ from ringcomm.torch.process_sets import (
     global_process_set,
     remove_process_set,
 )
-from ringcomm.torch.reduce_ops import Average, Max, Min, Product, Sum
+from ringcomm.torch.reduce_ops import Adasum, Average, Max, Min, Product, Sum
 from ringcomm.torch.state import (
     cross_rank,
     cross_size,

@@ -30,7 +30,7 @@ from ringcomm.torch.collectives import allreduce
 from ringcomm.torch.collectives.sparse import sparse_allreduce_async
 from ringcomm.torch.compression import Compression, is_none, wire_codec
 from ringcomm.torch.process_sets import global_process_set, member
-from ringcomm.torch.reduce_ops import Average
+from ringcomm.torch.reduce_ops import Adasum, Average
 
 # The most recently created DistributedOptimizer of this process: under the 'contributors' join
 # policy, join() makes every replica equal to the last rank to join.
@@ -355,7 +355,8 @@ def DistributedOptimizer(  # noqa: N802 (Horovod's name)
     process_set=global_process_set,
 ):
     """Wraps ``optimizer`` so that step() applies gradients reduced with ``op`` (default: the
-    average) over the process set's ranks."""
+    average) over the process set's ranks; with ``op=Adasum``, the optimizer's own steps
+    combined with Adasum (adasum_optimizer.py)."""
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if num_groups != 0:
@@ -368,6 +369,16 @@ def DistributedOptimizer(  # noqa: N802 (Horovod's name)
             groups = num_groups
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
+    if op == Adasum and state.size() > 1:
+        # Horovod's _DistributedAdasumOptimizer (at one rank, as in Horovod, the plain one).
+        from ringcomm.torch.adasum_optimizer import AdasumOptimizerMixin
+
+        cls = type(optimizer.__class__.__name__, (AdasumOptimizerMixin, optimizer.__class__), {})
+        optimizer.__class__ = cls
+        optimizer._ringcomm_adasum_setup(
+            named_parameters, compression, backward_passes_per_step, process_set
+        )
+        return optimizer
     cls = type(optimizer.__class__.__name__, (DistributedOptimizerMixin, optimizer.__class__), {})
     optimizer.__class__ = cls
     optimizer._ringcomm_setup(

@@ -1,8 +1,11 @@
-"""Horovod's reduction operators (``hvd.Average`` ...) and its deprecated ``average=`` flag."""
+"""Horovod's reduction operators (``hvd.Average`` ...), its deprecated ``average=`` flag, and
+its checks of an Adasum request."""
 
 from __future__ import annotations
 
 import warnings
+
+import torch
 
 import ringcomm
 
@@ -11,6 +14,9 @@ Sum = ringcomm.SUM
 Min = ringcomm.MIN
 Max = ringcomm.MAX
 Product = ringcomm.PROD
+# Adaptive summation (src/algorithms/adasum.h): floating-point tensors, a power-of-two number of
+# ranks in the process set.
+Adasum = ringcomm.ADASUM
 
 
 def resolve_op(op, average):
@@ -30,3 +36,20 @@ def resolve_op(op, average):
         )
         return Average if average else Sum
     return Average
+
+
+_ADASUM_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_adasum(set_size: int, tensors) -> None:
+    """Horovod's refusal of an Adasum all-reduce over a rank count that is not a power of two
+    (the process set's; Horovod takes the global set only), and ringcomm's of integer and bool
+    tensors (Horovod fails those later, in its background thread)."""
+    if set_size & (set_size - 1):
+        raise NotImplementedError("Running Adasum with non-power of 2 ranks is not supported yet.")
+    for tensor in tensors:
+        if tensor.dtype not in _ADASUM_TYPES:
+            raise ValueError(
+                "Adasum reduces floating-point tensors (float16, bfloat16, float32, float64); "
+                f"got {tensor.dtype}"
+            )

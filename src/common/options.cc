@@ -1,6 +1,7 @@
 // validate() of every options struct: the caller's mistakes become InvalidArgument naming the field.
 #include "ringcomm/options.h"
 
+#include <cstddef>
 #include <string>
 #include <utility>
 
@@ -25,6 +26,11 @@ void requireRoot(int root, int size, const char* collective) {
 
 // Avg of bools has no meaning (torch refuses it too): a bool reduction is a logical or / and.
 void requireDefinedReduction(DataType type, ReduceOp op, const char* collective) {
+  // Adasum combines whole vectors (its coefficients come from dot products over every element),
+  // so it has no meaning for a reduction whose ranks each keep a part or for one root alone.
+  if (op == ReduceOp::Adasum && std::string(collective) != "allreduce") {
+    throw InvalidArgument(std::string(collective) + ": op adasum is an all-reduce only");
+  }
   if (type == DataType::Bool && op == ReduceOp::Avg) {
     throw InvalidArgument(std::string(collective) +
                           ": op avg is not defined for bool (sum and max are logical or, prod "
@@ -40,6 +46,41 @@ void requirePeer(int peer, int size, int rank, const char* collective) {
   if (peer == rank) {
     throw InvalidArgument(std::string(collective) + ": peer " + std::to_string(peer) +
                           " is this rank itself");
+  }
+}
+
+// Adasum's own rules (the rank count is the communicator's to check: it must be a power of two).
+void validateAdasum(const AllreduceOptions& o) {
+  if (o.op != ReduceOp::Adasum) {
+    if (!o.tensorCounts.empty()) {
+      throw InvalidArgument(std::string("allreduce: tensorCounts is for op adasum only; got op ") +
+                            toString(o.op));
+    }
+    return;
+  }
+  if (o.type != DataType::Float16 && o.type != DataType::BFloat16 && o.type != DataType::Float32 &&
+      o.type != DataType::Float64) {
+    throw InvalidArgument(
+        std::string("allreduce: op adasum needs floating-point data (float16, bfloat16, float32, "
+                    "float64); got ") +
+        toString(o.type));
+  }
+  if (o.compression != Compression::None) {
+    throw InvalidArgument(std::string("allreduce: op adasum takes no wire compression; got '") +
+                          toString(o.compression) + "'");
+  }
+  if (o.algorithm != Algorithm::Auto) {
+    throw InvalidArgument(std::string("allreduce: op adasum runs its own schedule (vector "
+                                      "halving, distance doubling); got algorithm '") +
+                          toString(o.algorithm) + "'");
+  }
+  if (!o.tensorCounts.empty()) {
+    size_t sum = 0;
+    for (size_t n : o.tensorCounts) sum += n;
+    if (sum != o.count) {
+      throw InvalidArgument("allreduce: tensorCounts sum to " + std::to_string(sum) +
+                            " elements, but count is " + std::to_string(o.count));
+    }
   }
 }
 
@@ -68,6 +109,7 @@ void AllreduceOptions::validate() const {
     throw InvalidArgument(std::string("allreduce: prescale/postscale need float32 or float64 data; got ") +
                           toString(type));
   }
+  validateAdasum(*this);
 }
 
 void ReduceScatterOptions::validate() const {

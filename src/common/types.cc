@@ -47,6 +47,7 @@ const char* toString(ReduceOp op) {
     case ReduceOp::Min: return "min";
     case ReduceOp::Max: return "max";
     case ReduceOp::Prod: return "prod";
+    case ReduceOp::Adasum: return "adasum";
   }
   return "unknown";
 }

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "algorithms/adasum.h"
 #include "algorithms/collectives.h"
 #include "algorithms/direct.h"
 #include "algorithms/ring.h"
@@ -114,6 +115,7 @@ class CommunicatorImpl : public Communicator {
 
   WorkPtr allreduce(const AllreduceOptions& o) override {
     o.validate();
+    if (o.op == ReduceOp::Adasum) return adasumAllreduce(o);
     Algorithm algorithm = o.algorithm;
     // Compression is carried by the ring schedule (validate() refused an explicit other one).
     if (algorithm == Algorithm::Auto && o.compression != Compression::None) algorithm = Algorithm::Ring;
@@ -366,6 +368,26 @@ class CommunicatorImpl : public Communicator {
   }
 
  private:
+  // Adasum has a schedule of its own (src/algorithms/adasum.h), on host memory: device buffers
+  // are staged whole (allreducePath), since its coefficients come from the whole vector.
+  WorkPtr adasumAllreduce(const AllreduceOptions& o) {
+    if (!plan::isPowerOfTwo(size_)) {
+      throw InvalidArgument("allreduce: op adasum needs a power-of-two number of ranks; this "
+                            "communicator has " + std::to_string(size_));
+    }
+    OperationLabel label = labelOf("allreduce", o.count, o.type);
+    label.algorithm = "adasum";
+    label.reduceOp = toString(o.op);
+    if (device::TicketPtr ticket = device_->prepare(o, {o.input, o.output}, "allreduce")) {
+      return allreduceOnDevice(o, Algorithm::Auto, label, std::move(ticket));
+    }
+    return enqueue(CollectiveKind::Allreduce, o, label, signatureOf(&o.type, &o.op, -1),
+                   [this, o](const algorithms::Context& ctx) {
+                     hostAllreduce(ctx, o, Algorithm::Auto);
+                   },
+                   variantOf(Algorithm::Auto, o.compression));
+  }
+
   // The all-reduce on host buffers (or on staged copies of device ones).
   void hostAllreduce(const algorithms::Context& ctx, const AllreduceOptions& o,
                      Algorithm algorithm) {
@@ -381,7 +403,9 @@ class CommunicatorImpl : public Communicator {
       codec::scale(o.output, o.count, o.type, o.prescale);
       input = o.output;
     }
-    if (algorithm == Algorithm::Direct) {
+    if (o.op == ReduceOp::Adasum) {
+      algorithms::adasumAllreduce(ctx, input, o.output, o.count, o.type, o.tensorCounts);
+    } else if (algorithm == Algorithm::Direct) {
       direct_->allreduce(ctx.op, ctx.tag, input, o.output, o.count, o.type, o.op);
     } else {
       algorithms::treeAllreduce(ctx, input, o.output, o.count, o.type, o.op);

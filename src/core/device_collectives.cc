@@ -55,7 +55,9 @@ MemoryPath DeviceCollectives::allreducePath(const AllreduceOptions& o,
   // An empty all-reduce moves nothing: it takes the host path whatever its (maybe null)
   // pointers are, so that ranks agree on the path.
   const bool bothOnDevice = o.count > 0 && ticket.onDevice(o.input) && ticket.onDevice(o.output);
-  if (!bothOnDevice) return MemoryPath::Host;
+  // Adasum's coefficients come from the whole vector: chunks would each get their own, so it is
+  // staged whole and runs its host schedule (src/algorithms/adasum.h).
+  if (!bothOnDevice || o.op == ReduceOp::Adasum) return MemoryPath::Host;
   const bool ipcPossible = size_ > 1 && everyRankOnThisHost_ &&
                            o.compression == Compression::None && o.prescale == 1.0 &&
                            o.postscale == 1.0;

@@ -99,6 +99,7 @@ bool visitOp(ReduceOp op, Visit&& visit) {
     case ReduceOp::Min: visit(detail::MinOp{}); return true;
     case ReduceOp::Max: visit(detail::MaxOp{}); return true;
     case ReduceOp::Prod: visit(detail::ProdOp{}); return true;
+    case ReduceOp::Adasum: return false;  // not element-wise (src/algorithms/adasum.h)
   }
   return false;
 }

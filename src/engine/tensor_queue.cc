@@ -302,6 +302,11 @@ class TensorQueueImpl : public TensorQueue {
         options.prescale = request.prescale;
         options.postscale = request.postscale;
         options.validate();
+        if (request.reduceOp == ReduceOp::Adasum && (size() & (size() - 1)) != 0) {
+          throw InvalidArgument("allreduce '" + request.name + "': op adasum needs a "
+                                "power-of-two number of ranks; this queue has " +
+                                std::to_string(size()));
+        }
         break;
       }
       case TensorOp::Allgather:
@@ -320,6 +325,10 @@ class TensorQueueImpl : public TensorQueue {
         break;
       case TensorOp::Reducescatter: {
         requireRows(request);
+        if (request.reduceOp == ReduceOp::Adasum) {
+          throw InvalidArgument("reducescatter '" + request.name + "': op adasum is an "
+                                "all-reduce only");
+        }
         // The reduction and scaling rules are the all-reduce's.
         AllreduceOptions options;
         options.input = request.input;
@@ -603,6 +612,7 @@ class TensorQueueImpl : public TensorQueue {
       }
       options.input = options.output = fusion_.data();
       options.count = total;
+      options.tensorCounts = adasumTensors(ready, begin, end, options.op);
       comm_->allreduce(options)->wait();
       offset = 0;
       for (size_t i = begin; i < end; ++i) {
@@ -650,6 +660,7 @@ class TensorQueueImpl : public TensorQueue {
       }
       options.input = options.output = fusion;
       options.count = total;
+      options.tensorCounts = adasumTensors(ready, begin, end, options.op);
       comm_->allreduce(options)->wait();
       offset = 0;
       for (size_t i = begin; i < end; ++i) {
@@ -660,6 +671,16 @@ class TensorQueueImpl : public TensorQueue {
       }
     }
     finishRun(device, run);
+  }
+
+  // A fused Adasum combines each tensor with coefficients of its own: the core is told where
+  // each one lies in the fusion buffer.
+  static std::vector<size_t> adasumTensors(const std::vector<ReadyTensor>& ready, size_t begin,
+                                           size_t end, ReduceOp op) {
+    std::vector<size_t> counts;
+    if (op != ReduceOp::Adasum) return counts;
+    for (size_t i = begin; i < end; ++i) counts.push_back(ready[i].reference().count());
+    return counts;
   }
 
   // What this rank, having joined, contributes to a reduction by `op` (JoinPolicy).

@@ -400,6 +400,7 @@ struct Kernels {
       case ReduceOp::Min: return reduceManyForOp<Codecs, MinOp>(dst, srcs, n, count, type);
       case ReduceOp::Max: return reduceManyForOp<Codecs, MaxOp>(dst, srcs, n, count, type);
       case ReduceOp::Prod: return reduceManyForOp<Codecs, ProdOp>(dst, srcs, n, count, type);
+      case ReduceOp::Adasum: return false;  // not element-wise: src/algorithms/adasum.h
     }
     return false;
   }

@@ -140,6 +140,7 @@ double refApply(ReduceOp op, double a, double b) {
     case ReduceOp::Prod: return a * b;
     case ReduceOp::Min: return std::isnan(a) || std::isnan(b) ? nan : (a < b ? a : b);
     case ReduceOp::Max: return std::isnan(a) || std::isnan(b) ? nan : (a > b ? a : b);
+    case ReduceOp::Adasum: break;  // not element-wise
   }
   return nan;
 }
@@ -161,6 +162,7 @@ struct IntTraits {
       case ReduceOp::Prod: return static_cast<T>(ua * ub);
       case ReduceOp::Min: return a < b ? a : b;
       case ReduceOp::Max: return a > b ? a : b;
+      case ReduceOp::Adasum: break;  // not element-wise
     }
     return 0;
   }

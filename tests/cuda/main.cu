@@ -52,6 +52,7 @@ const char* opName(ReduceOp op) {
     case ReduceOp::Min: return "min";
     case ReduceOp::Max: return "max";
     case ReduceOp::Prod: return "prod";
+    case ReduceOp::Adasum: return "adasum";
   }
   return "?";
 }

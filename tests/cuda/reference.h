@@ -112,6 +112,7 @@ inline double apply(ReduceOp op, double a, double b) {
     case ReduceOp::Prod: return a * b;
     case ReduceOp::Min: return std::isnan(a) || std::isnan(b) ? nan : (b < a ? b : a);
     case ReduceOp::Max: return std::isnan(a) || std::isnan(b) ? nan : (b > a ? b : a);
+    case ReduceOp::Adasum: break;  // not element-wise
   }
   return nan;
 }
@@ -177,6 +178,7 @@ struct IntegerModel {
       case ReduceOp::Prod: return static_cast<T>(ua * ub);
       case ReduceOp::Min: return b < a ? b : a;
       case ReduceOp::Max: return b > a ? b : a;
+      case ReduceOp::Adasum: break;  // not element-wise
     }
     return 0;
   }

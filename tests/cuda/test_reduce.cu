@@ -99,6 +99,7 @@ void withOp(ReduceOp op, F&& f) {
     case ReduceOp::Min: return f(cuda::detail::MinOp{});
     case ReduceOp::Max: return f(cuda::detail::MaxOp{});
     case ReduceOp::Prod: return f(cuda::detail::ProdOp{});
+    case ReduceOp::Adasum: return;  // not element-wise
   }
 }
 

@@ -16,7 +16,7 @@ import torch
 from ringcomm.torch import autograd, handles, requests
 from ringcomm.torch.compression import Compression, is_none, wire_codec
 from ringcomm.torch.process_sets import Member, global_process_set, member
-from ringcomm.torch.reduce_ops import Average, Sum, resolve_op
+from ringcomm.torch.reduce_ops import Adasum, Average, Sum, check_adasum, resolve_op
 from ringcomm.torch.tensors import checked, contiguous_for_in_place
 
 _SCALABLE = (torch.float32, torch.float64)
@@ -24,10 +24,19 @@ _SCALABLE = (torch.float32, torch.float64)
 
 class Started:
     """One tensor's all-reduce, ready to submit: the queue request, the tensors it reads and
-    writes (kept alive until it completes), and ``finish()``, which returns the result."""
+    writes (kept alive until it completes), and ``finish()``, which returns the result.
+    ``op`` and ``reduced`` (the tensor the queue reduces) are for submit()'s checks."""
 
-    def __init__(self, request, keepalive: tuple, finish: Callable[[], torch.Tensor]):
+    def __init__(
+        self,
+        request,
+        keepalive: tuple,
+        finish: Callable[[], torch.Tensor],
+        op=None,
+        reduced: Optional[torch.Tensor] = None,
+    ):
         self.request, self.keepalive, self.finish = request, keepalive, finish
+        self.op, self.reduced = op, reduced
 
 
 def start(
@@ -42,6 +51,9 @@ def start(
     """The all-reduce of ``tensor`` (a contiguous CPU or CUDA tensor) into ``tensor`` itself
     (``in_place``) or a new tensor."""
     codec = wire_codec(compression)
+    if op == Adasum:
+        # The wire codecs carry sums: Adasum runs on what the compressor makes, as in Horovod.
+        codec = None
     if codec is None and not is_none(compression):
         return _start_compressed(
             tensor, in_place, op, compression, prescale_factor, postscale_factor, name
@@ -56,11 +68,11 @@ def start(
         request = requests.allreduce(
             narrowed, None, op, codec, prescale_factor, postscale_factor, name
         )
-        return Started(request, (narrowed,), lambda: target.copy_(narrowed))
+        return Started(request, (narrowed,), lambda: target.copy_(narrowed), op, narrowed)
     output = None if in_place else torch.empty_like(tensor)
     request = requests.allreduce(tensor, output, op, codec, prescale_factor, postscale_factor, name)
     result = tensor if in_place else output
-    return Started(request, (tensor, output), lambda: result)
+    return Started(request, (tensor, output), lambda: result, op, tensor)
 
 
 def _start_compressed(tensor, in_place, op, compression, prescale, postscale, name) -> Started:
@@ -76,7 +88,7 @@ def _start_compressed(tensor, in_place, op, compression, prescale, postscale, na
         result = compression.decompress(compressed, context)
         return tensor.copy_(result) if in_place and result is not tensor else result
 
-    return Started(request, (compressed,), finish)
+    return Started(request, (compressed,), finish, op, compressed)
 
 
 def _check_scaling(tensor: torch.Tensor, prescale: float, postscale: float) -> None:
@@ -89,6 +101,9 @@ def _check_scaling(tensor: torch.Tensor, prescale: float, postscale: float) -> N
 def submit(target: Member, started: Sequence[Started], results) -> int:
     """Submits the all-reduces to the set's queue in one cycle; the handle's result is
     ``results([finish, ...])``."""
+    adasum = [s.reduced for s in started if s.op == Adasum]
+    if adasum:
+        check_adasum(target.size, adasum)
     keepalive = tuple(t for s in started for t in s.keepalive if t is not None)
     works = requests.submit(target.queue, [s.request for s in started], keepalive)
     finishes = [s.finish for s in started]
