@@ -381,6 +381,7 @@ def init(
     given_secret = bool(config.secret)
     environment = detect(config.timeout, config.secret)
     config.secret = environment.secret
+    _core.configure_observability(config, environment.rank)  # the rank in the log's prefix
     if _log.enabled(_log.INFO, "INIT"):
         _log.info(
             "INIT",

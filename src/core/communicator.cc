@@ -141,7 +141,8 @@ class CommunicatorImpl : public Communicator {
     }
     if (algorithm == Algorithm::Auto) {
       algorithm = chooseAllreduceAlgorithm(o.count * elementSize(o.type));
-      why = config_.algorithm != Algorithm::Auto ? "RINGCOMM_ALGORITHM" : "the cost model";
+      why = config_.algorithm != Algorithm::Auto ? "forced by RINGCOMM_ALGORITHM"
+                                                 : "chosen by the cost model";
     }
     if (size_ == 1) {
       algorithm = Algorithm::Ring;  // nothing to exchange: every schedule is a copy
@@ -459,7 +460,7 @@ class CommunicatorImpl : public Communicator {
       chunking = "recursive halving/doubling over the whole vector";
     }
     RINGCOMM_LOG(everyCall ? LogLevel::Trace : LogLevel::Info, kLogAlgo,
-                 "allreduce of %zu B (%s%s%s): %s, by %s; %s; TCP model estimates ring %.1f us, "
+                 "allreduce of %zu B (%s%s%s): %s, %s; %s; TCP model estimates ring %.1f us, "
                  "tree %.1f us",
                  bytes, toString(o.type), o.compression != Compression::None ? ", " : "",
                  o.compression != Compression::None ? toString(o.compression) : "",
