@@ -153,7 +153,7 @@ def balanced(events):
 
 def rows(events):
     return {e["args"]["name"]: e["pid"] for e in events
-            if e["name"] == "process_name" and e["pid"] > 0}
+            if e.get("name") == "process_name" and e["pid"] > 0}
 
 
 def test_horovod_timeline_from_init_until_start_timeline_replaced_it(horovod_job):
