@@ -4,7 +4,6 @@
 import json
 import re
 from collections import Counter, defaultdict
-from pathlib import Path
 
 import pytest
 from harness import assert_all_succeeded, run_job
@@ -125,13 +124,29 @@ def test_trace_has_every_rank_and_every_phase(horovod_job):
         process = [e for e in events if e["pid"] == rank and e["name"] == "process_name"]
         assert process and f"rank {rank} (" in process[0]["args"]["name"]
         seen = set(names[rank])
-        for phase in ("allreduce", "allgather", "broadcast", "wait", "reduce", "stage",
-                      "gather", "reduce_scatter", "codec", "copy", "negotiate", "queue",
-                      "fusion_copy_in", "fusion_copy_out", "run", "cycle"):
+        for phase in (
+            "allreduce",
+            "allgather",
+            "broadcast",
+            "wait",
+            "reduce",
+            "stage",
+            "gather",
+            "reduce_scatter",
+            "codec",
+            "copy",
+            "negotiate",
+            "queue",
+            "fusion_copy_in",
+            "fusion_copy_out",
+            "run",
+            "cycle",
+        ):
             assert phase in seen, (rank, phase, sorted(seen))
         assert any(n.startswith("rank ") and n.endswith(" ready") for n in seen)
-        threads = {e["args"]["name"] for e in events
-                   if e["pid"] == rank and e["name"] == "thread_name"}
+        threads = {
+            e["args"]["name"] for e in events if e["pid"] == rank and e["name"] == "thread_name"
+        }
         assert {"engine", "tensor queue", "tensor before.big"} <= threads, threads
     for event in events:
         if event["ph"] == "X":
@@ -152,8 +167,11 @@ def balanced(events):
 
 
 def rows(events):
-    return {e["args"]["name"]: e["pid"] for e in events
-            if e.get("name") == "process_name" and e["pid"] > 0}
+    return {
+        e["args"]["name"]: e["pid"]
+        for e in events
+        if e.get("name") == "process_name" and e["pid"] > 0
+    }
 
 
 def test_horovod_timeline_from_init_until_start_timeline_replaced_it(horovod_job):
@@ -169,12 +187,17 @@ def test_horovod_timeline_from_init_until_start_timeline_replaced_it(horovod_job
     row = [e for e in events if e.get("pid") == names["before.grads.1"] and e["ph"] != "M"]
     sequence = [(e["ph"], e.get("name")) for e in row if e["ph"] != "X"]
     assert sequence == [
-        ("B", "NEGOTIATE_ALLREDUCE"), ("E", None),
+        ("B", "NEGOTIATE_ALLREDUCE"),
+        ("E", None),
         ("B", "ALLREDUCE"),
-        ("B", "QUEUE"), ("E", None),
-        ("B", "MEMCPY_IN_FUSION_BUFFER"), ("E", None),
-        ("B", "RINGCOMM_ALLREDUCE"), ("E", None),
-        ("B", "MEMCPY_OUT_FUSION_BUFFER"), ("E", None),
+        ("B", "QUEUE"),
+        ("E", None),
+        ("B", "MEMCPY_IN_FUSION_BUFFER"),
+        ("E", None),
+        ("B", "RINGCOMM_ALLREDUCE"),
+        ("E", None),
+        ("B", "MEMCPY_OUT_FUSION_BUFFER"),
+        ("E", None),
         ("E", None),
     ], sequence
     ticks = sorted(e["name"] for e in row if e["ph"] == "X")
