@@ -109,6 +109,7 @@ def test_debug_file_per_rank_with_the_prefix(horovod_job):
         assert "[INIT]" in said and "timeout 60.0 s" in said, said
         assert "observability worker started" in said and "launched by ringcomm" in said, said
         assert "[AUTH]" in said and "job secret given" in said, said
+        assert "[QUEUE]" in said and "tensor queue: cycle every 1.000 ms" in said, said
 
 
 def test_trace_has_every_rank_and_every_phase(horovod_job):

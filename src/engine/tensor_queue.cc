@@ -165,6 +165,13 @@ class TensorQueueImpl : public TensorQueue {
         fusionThresholdBytes_(agreeOnSettings(joinPolicy)),
         joinPolicy_(joinPolicy),
         table_(comm_->size(), joinPolicy) {
+    RINGCOMM_LOG(LogLevel::Info, kLogQueue,
+                 "tensor queue: cycle every %.3f ms, fusion up to %zu B (the smallest of the "
+                 "ranks' settings; this rank's: %zu B), join policy '%s', stall warning %.0f s, "
+                 "timeout %.0f s",
+                 config_.cycleTime.count() / 1000.0, fusionThresholdBytes_,
+                 config_.fusionThresholdBytes, toString(joinPolicy_),
+                 config_.stallWarning.count() / 1000.0, config_.timeout.count() / 1000.0);
     // Even one rank, which has nobody to agree with, runs its requests on the thread: an
     // asynchronous request must be in flight when submit() returns, as Horovod's are.
     thread_ = std::thread([this] { loop(); });
@@ -710,6 +717,10 @@ class TensorQueueImpl : public TensorQueue {
     const int64_t runNumber = runs_++;
     const std::vector<const Pending*> run = present(locals);
     const int64_t runStart = traceRunStart(run);
+    if (end - begin > 1) {
+      RINGCOMM_LOG(LogLevel::Trace, kLogQueue, "fusing %zu all-reduces (%s) into one",
+                   end - begin, namesOf(ready, begin, end).c_str());
+    }
     guarded(worksOf(locals), [&] {
       if (end - begin == 1 && locals[0]) {
         options.input = locals[0]->request.input;
