@@ -92,7 +92,8 @@ struct RINGCOMM_API Config {
   // exclude): which parts may log at INFO and TRACE.
   uint32_t logSubsystems = kLogAll;
   // RINGCOMM_DEBUG_FILE: where the log goes instead of stderr; %h, %p and %r become the host
-  // name, the process id and the rank (as NCCL_DEBUG_FILE's %h and %p).
+  // name, the process id and the rank (as NCCL_DEBUG_FILE's %h and %p). With %r, lines written
+  // before the rank is known (none, unless something fails before rendezvous) go to stderr.
   std::string logFile;
   // RINGCOMM_TRACE: a Chrome-trace (Perfetto) file of every collective's phases on every rank,
   // recorded in memory and merged by rank 0 when the communicators shut down. Empty: none.

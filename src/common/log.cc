@@ -62,7 +62,7 @@ std::string expand(const std::string& pattern, const std::string& host, int rank
     } else if (what == 'p') {
       path += std::to_string(getpid());
     } else if (what == 'r') {
-      path += rank >= 0 ? std::to_string(rank) : "norank";
+      path += std::to_string(rank);
     } else {
       path += what == '%' ? "%" : std::string("%") + what;
     }
@@ -73,6 +73,8 @@ std::string expand(const std::string& pattern, const std::string& host, int rank
 // Called with the sink's mutex held.
 FILE* output(Sink& s) {
   if (s.filePattern.empty()) return stderr;
+  // A file named after the rank waits for the rank: the lines before it go to stderr.
+  if (s.rank < 0 && s.filePattern.find("%r") != std::string::npos) return stderr;
   if (!s.fileTried) {
     s.fileTried = true;
     const std::string path = expand(s.filePattern, s.host, s.rank);
