@@ -17,6 +17,7 @@
 #include "dlpack.h"
 #include "tensor_queue.h"
 #include "ringcomm/communicator.h"
+#include "ringcomm/debug.h"
 
 namespace py = pybind11;
 using namespace ringcomm;
@@ -194,7 +195,30 @@ PYBIND11_MODULE(_core, m) {
                     [](Config& c, double seconds) {
                       c.cycleTime = std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
                     })
-      .def_readwrite("fusion_threshold_bytes", &Config::fusionThresholdBytes);
+      .def_readwrite("fusion_threshold_bytes", &Config::fusionThresholdBytes)
+      .def_readwrite("log_level", &Config::logLevel)
+      .def_readwrite("log_subsystems", &Config::logSubsystems)
+      .def_readwrite("log_file", &Config::logFile)
+      .def_readwrite("trace_file", &Config::traceFile)
+      .def_readwrite("trace_max_events", &Config::traceMaxEvents)
+      .def_readwrite("horovod_timeline", &Config::horovodTimeline)
+      .def_readwrite("horovod_timeline_mark_cycles", &Config::horovodTimelineMarkCycles);
+
+  // ---- observability (include/ringcomm/debug.h) ------------------------------------------
+  py::enum_<LogLevel>(m, "LogLevel")
+      .value("NONE", LogLevel::None).value("WARN", LogLevel::Warn)
+      .value("INFO", LogLevel::Info).value("TRACE", LogLevel::Trace);
+  m.def("parse_log_level", &parseLogLevel);
+  m.def("parse_log_subsystems", &parseLogSubsystems);
+  m.def("configure_observability", &configureObservability, py::arg("config"),
+        py::arg("rank") = -1);
+  m.def("log_enabled", &logEnabled, py::arg("level"), py::arg("subsystem"));
+  m.def("log", &logMessage, py::arg("level"), py::arg("subsystem"), py::arg("text"));
+  m.def("start_horovod_timeline", &startHorovodTimeline, py::arg("path"),
+        py::arg("mark_cycles") = false);
+  // Rank 0 renders and writes the file: release the GIL meanwhile.
+  m.def("stop_horovod_timeline", &stopHorovodTimeline, py::call_guard<py::gil_scoped_release>());
+  m.def("horovod_timeline_active", &horovodTimelineActive);
 
   // ---- stores ------------------------------------------------------------------------------
   py::class_<Store, PythonStore, std::shared_ptr<Store>>(m, "Store")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from ringcomm import _core
+from ringcomm import _core, _log
 from ringcomm._buffers import empty_like, shape_of, split_shape, stacked_shape
 from ringcomm._devices import set_call_stream
 from ringcomm._environment import LaunchEnvironment, detect
@@ -382,8 +382,20 @@ def init(
         config.transport = _core.parse_transport(transport)
     if algorithm is not None:
         config.algorithm = _check_algorithm(algorithm)
+    # The log's level and file from here on (the rank joins its prefix once it is known).
+    _core.configure_observability(config)
+    given_secret = bool(config.secret)
     environment = detect(config.timeout, config.secret)
     config.secret = environment.secret
+    _core.configure_observability(config, environment.rank)  # the rank in the log's prefix
+    if _log.enabled(_log.INFO, "INIT"):
+        _log.info(
+            "INIT",
+            f"launched by {environment.launcher}: rank {environment.rank} of {environment.size}",
+        )
+    if _log.enabled(_log.INFO, "AUTH"):
+        source = "given (RINGCOMM_SECRET or _FILE)" if given_secret else "made for this job"
+        _log.info("AUTH", f"job secret {source}, {len(config.secret)} bytes")
     if environment.scope:
         core = _core.Communicator.create_in_scope(
             environment.store, environment.scope, environment.rank, environment.size, config

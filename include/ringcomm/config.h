@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <string>
 
+#include "ringcomm/debug.h"
 #include "ringcomm/export.h"
 #include "ringcomm/types.h"
 
@@ -84,6 +85,28 @@ struct RINGCOMM_API Config {
   // Where the CUDA MPS control daemon keeps its pipes: CUDA's own CUDA_MPS_PIPE_DIRECTORY, read
   // here so that ringcomm looks where the CUDA driver does when it tells whether MPS is running.
   std::string mpsPipeDirectory = "/tmp/nvidia-mps";
+
+  // Observability (include/ringcomm/debug.h, README "Debugging"); the log and the trace are per
+  // process, settled by the first communicator created in it.
+  // RINGCOMM_DEBUG=NONE|WARN|INFO|TRACE: what the log says (WARN: only what to act on).
+  LogLevel logLevel = LogLevel::Warn;
+  // RINGCOMM_DEBUG_SUBSYS=INIT,STORE,AUTH,TRANSPORT,ALGO,CUDA,QUEUE,TRACE (or ALL, or ^LIST to
+  // exclude): which parts may log at INFO and TRACE.
+  uint32_t logSubsystems = kLogAll;
+  // RINGCOMM_DEBUG_FILE: where the log goes instead of stderr; %h, %p and %r become the host
+  // name, the process id and the rank (as NCCL_DEBUG_FILE's %h and %p). With %r, lines written
+  // before the rank is known (none, unless something fails before rendezvous) go to stderr.
+  std::string logFile;
+  // RINGCOMM_TRACE: a Chrome-trace (Perfetto) file of every collective's phases on every rank,
+  // recorded in memory and merged by rank 0 when the communicators shut down. Empty: none.
+  std::string traceFile;
+  // RINGCOMM_TRACE_MAX_EVENTS: events a rank keeps at most (about 150 bytes each); later ones
+  // are counted and dropped, so a long job's memory stays bounded.
+  size_t traceMaxEvents = 1u << 20;
+  // HOROVOD_TIMELINE and HOROVOD_TIMELINE_MARK_CYCLES: ringcomm.torch's init() starts Horovod's
+  // timeline to this file (written by rank 0 at shutdown or stop_timeline()).
+  std::string horovodTimeline;
+  bool horovodTimelineMarkCycles = false;
 
   // Reads RINGCOMM_* over the defaults; throws InvalidArgument naming a malformed variable.
   static Config fromEnvironment();

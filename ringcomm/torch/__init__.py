@@ -78,3 +78,4 @@ from ringcomm.torch.state import (
     size,
 )
 from ringcomm.torch.sync_batch_norm import SyncBatchNorm
+from ringcomm.torch.timeline import start_timeline, stop_timeline

@@ -18,7 +18,7 @@ from typing import Optional
 
 import ringcomm
 from ringcomm import _core
-from ringcomm.torch import handles
+from ringcomm.torch import handles, timeline
 from ringcomm.torch import process_sets as sets
 from ringcomm.torch.errors import NotInitializedError
 
@@ -66,6 +66,7 @@ def init(comm=None, process_sets=None, *, join_policy: str = "zeros", **kwargs) 
     # store of its own (an elastic generation's), the same on every rank, new or old.
     environment = getattr(created, "_environment", None)
     session = getattr(environment, "scope", "") or _sessions
+    timeline.start_from_environment(_core.Config.from_environment())
     try:
         sets.setup(created, queue, policy, session, process_sets or [])
     except BaseException:
@@ -101,6 +102,9 @@ def shutdown() -> None:
     """Closes every queue and communicator of this rank (tells the other ranks' queues too).
     Never raises for what failed before."""
     global _comm, _queue
+    if _comm is not None:
+        # Rank 0 writes the timeline while the queue's events are all in.
+        timeline.stop_at_shutdown()
     sets.teardown()
     if _queue is not None:
         try:

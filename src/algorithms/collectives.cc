@@ -11,6 +11,7 @@
 
 #include "algorithms/plan.h"
 #include "algorithms/ring.h"
+#include "common/trace.h"
 #include "reduce/reduce.h"
 
 namespace ringcomm::algorithms {
@@ -78,14 +79,23 @@ void reduceScatter(const Context& ctx, const ReduceScatterOptions& o) {
   const size_t total = o.count * ctx.size;
   // The ring reduces in place, and the input is the caller's: work on a copy.
   uint8_t* work = ctx.scratch.get(2, total * element);
-  if (total > 0) std::memcpy(work, o.input, total * element);
+  if (total > 0) {
+    trace::Span span(trace::Phase::Copy, "input to scratch");
+    std::memcpy(work, o.input, total * element);
+  }
   ringReduceScatter(ctx, work, equalBlocks(o.count, ctx.size), o.type, o.op);
-  if (o.count > 0) std::memcpy(o.output, work + ctx.rank * o.count * element, o.count * element);
+  if (o.count > 0) {
+    trace::Span span(trace::Phase::Copy, "own block to output");
+    std::memcpy(o.output, work + ctx.rank * o.count * element, o.count * element);
+  }
 }
 
 void allgather(const Context& ctx, const AllgatherOptions& o) {
   uint8_t* own = bytesAt(o.output, ctx.rank * o.count, o.type);
-  if (own != o.input && o.count > 0) std::memmove(own, o.input, o.count * elementSize(o.type));
+  if (own != o.input && o.count > 0) {
+    trace::Span span(trace::Phase::Copy, "input to its place in the output");
+    std::memmove(own, o.input, o.count * elementSize(o.type));
+  }
   ringAllgather(ctx, o.output, equalBlocks(o.count, ctx.size), o.type);
 }
 
@@ -104,7 +114,10 @@ void reduce(const Context& ctx, const ReduceOptions& o) {
   const size_t element = elementSize(o.type);
   const size_t bytes = o.count * element;
   uint8_t* work = ctx.scratch.get(2, bytes);
-  if (bytes > 0) std::memcpy(work, o.input, bytes);
+  if (bytes > 0) {
+    trace::Span span(trace::Phase::Copy, "input to scratch");
+    std::memcpy(work, o.input, bytes);
+  }
   // Reduce-scatter around the ring, then every rank hands its finished block to the root.
   const std::vector<plan::Block> blocks = evenBlocks(o.count, ctx.size);
   ringReduceScatter(ctx, work, blocks, o.type, o.op);

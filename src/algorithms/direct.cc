@@ -33,6 +33,7 @@
 #include "common/failure.h"
 #include "common/spin.h"
 #include "common/tags.h"
+#include "common/trace.h"
 #include "reduce/reduce.h"
 #include "transport/shm/segment.h"
 
@@ -67,6 +68,9 @@ void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
   auto reached = [&](int peer) { return counterOf(peer).load(std::memory_order_acquire) >= value; };
   SpinBudget spin = waitPolicy_.budget();
   auto lastHealthCheck = Clock::now();
+  trace::Span span(trace::Phase::Wait, phase == Phase::Posted    ? "peers staged"
+                                       : phase == Phase::Reduced ? "peers reduced their slices"
+                                                                 : "peers done with the slot");
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     while (true) {
@@ -152,11 +156,15 @@ void DirectGroup::allreduce(const Operation& op, const MessageTag& tag, const vo
 
     stage(round, tag, bytes, count * element, op);
     if (bytes <= kWholeVectorBytes) {
-      std::memcpy(staging, roundIn, bytes);
+      {
+        trace::Span span(trace::Phase::Stage, "into the shared-memory slot");
+        std::memcpy(staging, roundIn, bytes);
+      }
       publish(Phase::Posted, round + 1);
       waitForAll(Phase::Posted, round + 1, op);
       checkDescriptors(round, tag, bytes, count * element, op);
       for (int peer = 0; peer < size_; ++peer) sources[peer] = segments_.slotInput(peer, slot);
+      trace::Span span(trace::Phase::Reduce, "whole vector from every slot");
       reduce::reduceMany(roundOut, sources.data(), size_, n, type, reduceOp);
       reduce::finishAverage(roundOut, n, type, reduceOp, size_);
       publish(Phase::Done, round + 1);
@@ -165,9 +173,12 @@ void DirectGroup::allreduce(const Operation& op, const MessageTag& tag, const vo
 
     // Stage everything but this rank's own slice, which it reads from its input directly.
     const plan::Block own = plan::blockOf(n, size_, rank_);
-    std::memcpy(staging, roundIn, own.offset * element);
     const size_t ownEnd = (own.offset + own.count) * element;
-    std::memcpy(staging + ownEnd, roundIn + ownEnd, bytes - ownEnd);
+    {
+      trace::Span span(trace::Phase::Stage, "into the shared-memory slot");
+      std::memcpy(staging, roundIn, own.offset * element);
+      std::memcpy(staging + ownEnd, roundIn + ownEnd, bytes - ownEnd);
+    }
     publish(Phase::Posted, round + 1);
 
     waitForAll(Phase::Posted, round + 1, op);
@@ -179,12 +190,16 @@ void DirectGroup::allreduce(const Operation& op, const MessageTag& tag, const vo
     for (int peer = 0, next = 1; peer < size_; ++peer) {
       if (peer != rank_) sources[next++] = segments_.slotInput(peer, slot) + at;
     }
-    reduce::reduceMany(roundOut + at, sources.data(), size_, own.count, type, reduceOp);
-    reduce::finishAverage(roundOut + at, own.count, type, reduceOp, size_);
-    std::memcpy(segments_.slotResult(rank_, slot) + at, roundOut + at, own.count * element);
+    {
+      trace::Span span(trace::Phase::Reduce, "this rank's slice");
+      reduce::reduceMany(roundOut + at, sources.data(), size_, own.count, type, reduceOp);
+      reduce::finishAverage(roundOut + at, own.count, type, reduceOp, size_);
+      std::memcpy(segments_.slotResult(rank_, slot) + at, roundOut + at, own.count * element);
+    }
     publish(Phase::Reduced, round + 1);
 
     waitForAll(Phase::Reduced, round + 1, op);
+    trace::Span span(trace::Phase::Gather, "the others' reduced slices");
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
       const plan::Block theirs = plan::blockOf(n, size_, peer);

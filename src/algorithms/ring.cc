@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "codec/codec.h"
+#include "common/trace.h"
 #include "reduce/reduce.h"
 
 namespace ringcomm::algorithms {
@@ -71,6 +72,7 @@ class Wire {
   void send(const Block& segment) {
     uint8_t* data = base_ + segment.offset * ring_.element;
     if (ring_.compressed()) {
+      trace::Span span(trace::Phase::Codec, "encode");
       uint16_t* encoded = wireAt(segment.offset);
       codec::encode(reinterpret_cast<const float*>(data), encoded, segment.count, ring_.compression);
       data = reinterpret_cast<uint8_t*>(encoded);
@@ -94,6 +96,7 @@ class Wire {
   // Makes an arrived wire segment the working buffer's value (all-gather).
   void land(const Block& segment) {
     if (!ring_.compressed()) return;
+    trace::Span span(trace::Phase::Codec, "decode");
     codec::decode(wireAt(segment.offset), reinterpret_cast<float*>(base_ + segment.offset * ring_.element),
                   segment.count, ring_.compression);
   }
@@ -102,9 +105,11 @@ class Wire {
   void reduceInto(const Block& segment, const uint8_t* received, DataType type, ReduceOp op) {
     uint8_t* mine = base_ + segment.offset * ring_.element;
     if (ring_.compressed()) {
+      trace::Span span(trace::Phase::Codec, "decode and accumulate");
       codec::decodeAccumulate(reinterpret_cast<const uint16_t*>(received), reinterpret_cast<float*>(mine),
                               segment.count, ring_.compression);
     } else {
+      trace::Span span(trace::Phase::Reduce);
       reduce::reduceInto(mine, received, segment.count, type, op);
     }
   }
@@ -112,6 +117,7 @@ class Wire {
   // Rounds a block to what the wire carries, so its owner keeps the value everyone receives.
   void roundToWire(const Block& block) {
     if (!ring_.compressed()) return;
+    trace::Span span(trace::Phase::Codec, "round to the wire format");
     float* values = reinterpret_cast<float*>(base_ + block.offset * ring_.element);
     codec::encode(values, wireAt(block.offset), block.count, ring_.compression);
     codec::decode(wireAt(block.offset), values, block.count, ring_.compression);
@@ -149,6 +155,7 @@ std::vector<Block> equalBlocks(size_t perRank, int parts) {
 void ringReduceScatter(const Context& ctx, void* buffer, const std::vector<Block>& blocks,
                        DataType type, ReduceOp op, Compression compression) {
   if (ctx.size == 1) return;
+  trace::Span phase(trace::Phase::ReduceScatter, "ring");
   const Ring ring(ctx, type, compression);
   const int p = ring.size;
   uint8_t* base = static_cast<uint8_t*>(buffer);
@@ -194,6 +201,7 @@ void ringReduceScatter(const Context& ctx, void* buffer, const std::vector<Block
 void ringAllgather(const Context& ctx, void* buffer, const std::vector<Block>& blocks,
                    DataType type, Compression compression) {
   if (ctx.size == 1) return;
+  trace::Span phase(trace::Phase::Gather, "ring");
   const Ring ring(ctx, type, compression);
   const int p = ring.size;
   Wire wire(ctx, ring, static_cast<uint8_t*>(buffer), totalCount(blocks));
@@ -221,7 +229,10 @@ void ringAllgather(const Context& ctx, void* buffer, const std::vector<Block>& b
 void ringAllreduce(const Context& ctx, const void* input, void* output, size_t count,
                    DataType type, ReduceOp op, Compression compression, double prescale,
                    double postscale) {
-  if (input != output) std::memcpy(output, input, count * elementSize(type));
+  if (input != output) {
+    trace::Span span(trace::Phase::Copy, "input to output");
+    std::memcpy(output, input, count * elementSize(type));
+  }
   codec::scale(output, count, type, prescale);
   const std::vector<Block> blocks = evenBlocks(count, ctx.size);
   ringReduceScatter(ctx, output, blocks, type, op, compression);

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "algorithms/plan.h"
+#include "common/trace.h"
 #include "reduce/reduce.h"
 
 namespace ringcomm::algorithms {
@@ -36,20 +37,26 @@ void treeAllreduce(const Context& ctx, const void* input, void* output, size_t c
   if (plan.foldPeer >= 0) {
     auto request = ctx.transport.postRecv(plan.foldPeer, scratch, bytes, ctx.tag);
     ctx.transport.wait(request, ctx.op);
+    trace::Span span(trace::Phase::Reduce, "fold-in");
     reduce::reduceInto(out, scratch, count, type, op);
   }
 
-  for (const plan::TreeStep& step : plan.halving) {
-    ctx.transport.postSend(step.peer, at(step.send), step.send.count * element, ctx.tag);
-    uint8_t* into = scratch + step.keep.offset * element;
-    auto request = ctx.transport.postRecv(step.peer, into, step.keep.count * element, ctx.tag);
-    ctx.transport.wait(request, ctx.op);
-    reduce::reduceInto(at(step.keep), into, step.keep.count, type, op);
+  {
+    trace::Span halving(trace::Phase::ReduceScatter, "recursive halving");
+    for (const plan::TreeStep& step : plan.halving) {
+      ctx.transport.postSend(step.peer, at(step.send), step.send.count * element, ctx.tag);
+      uint8_t* into = scratch + step.keep.offset * element;
+      auto request = ctx.transport.postRecv(step.peer, into, step.keep.count * element, ctx.tag);
+      ctx.transport.wait(request, ctx.op);
+      trace::Span span(trace::Phase::Reduce);
+      reduce::reduceInto(at(step.keep), into, step.keep.count, type, op);
+    }
+    reduce::finishAverage(at(plan.owned), plan.owned.count, type, op, ctx.size);
+    // The halving sends read ranges the doubling receives overwrite: let them drain first.
+    ctx.transport.waitAll(ctx.op);
   }
-  reduce::finishAverage(at(plan.owned), plan.owned.count, type, op, ctx.size);
-  // The halving sends read ranges the doubling receives overwrite: let them drain first.
-  ctx.transport.waitAll(ctx.op);
 
+  trace::Span doubling(trace::Phase::Gather, "recursive doubling");
   for (auto step = plan.halving.rbegin(); step != plan.halving.rend(); ++step) {
     ctx.transport.postSend(step->peer, at(step->keep), step->keep.count * element, ctx.tag);
     ctx.transport.postRecv(step->peer, at(step->send), step->send.count * element, ctx.tag);

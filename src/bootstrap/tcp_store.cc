@@ -22,7 +22,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -39,6 +38,7 @@
 
 #include "auth/handshake.h"
 #include "bootstrap/store_protocol.h"
+#include "common/log.h"
 #include "common/socket.h"
 #include "ringcomm/errors.h"
 #include "ringcomm/store.h"
@@ -597,8 +597,8 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::str
     } catch (const std::exception& error) {
       // Only poll() itself failing gets here. Ending the thread closes every connection, so the
       // clients raise TransportError rather than wait.
-      std::fprintf(stderr, "ringcomm: store server on port %d stopped: %s\n", state->port,
-                   error.what());
+      RINGCOMM_LOG(LogLevel::Warn, kLogStore, "store server on port %d stopped: %s",
+                   state->port, error.what());
     }
   });
 }

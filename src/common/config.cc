@@ -132,6 +132,20 @@ Config Config::fromEnvironment() {
     config.fusionThresholdBytes =
         static_cast<size_t>(parseNumber("RINGCOMM_FUSION_THRESHOLD", v));
   }
+  if (const char* v = variable("RINGCOMM_DEBUG")) config.logLevel = parseLogLevel(v);
+  if (const char* v = variable("RINGCOMM_DEBUG_SUBSYS")) {
+    config.logSubsystems = parseLogSubsystems(v);
+  }
+  if (const char* v = variable("RINGCOMM_DEBUG_FILE")) config.logFile = v;
+  if (const char* v = variable("RINGCOMM_TRACE")) config.traceFile = v;
+  if (const char* v = variable("RINGCOMM_TRACE_MAX_EVENTS")) {
+    config.traceMaxEvents = static_cast<size_t>(parseNumber("RINGCOMM_TRACE_MAX_EVENTS", v));
+  }
+  if (const char* v = variable("HOROVOD_TIMELINE")) config.horovodTimeline = v;
+  if (const char* v = variable("HOROVOD_TIMELINE_MARK_CYCLES")) {
+    const std::string text = v;
+    config.horovodTimelineMarkCycles = !(text == "0" || text == "false" || text == "False");
+  }
   if (config.segmentBytes < 4096) throw InvalidArgument("RINGCOMM_SEGMENT_BYTES must be >= 4096");
   if (config.shmSlotBytes < 4096) throw InvalidArgument("RINGCOMM_SHM_SLOT_BYTES must be >= 4096");
   if (config.shmRingBytes < 4096) throw InvalidArgument("RINGCOMM_SHM_RING_BYTES must be >= 4096");

@@ -5,9 +5,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <functional>
 #include <string>
+
+#include "common/log.h"
 
 namespace ringcomm {
 
@@ -33,7 +34,7 @@ struct OperationLabel {
   int root = -1;
   int peer = -1;                         // send / recv
   int tag = 0;
-  size_t bytes = 0;                      // send / recv
+  size_t bytes = 0;                      // send / recv; a collective's payload (trace)
   int64_t sequence = -1;                 // collective sequence number, -1 if none
   std::string name;                      // the caller's name for the data, if it gave one
 
@@ -93,9 +94,9 @@ struct Operation {
     }
     if (warned || now < stallWarning) return;
     warned = true;
-    std::fprintf(stderr,
-                 "ringcomm: warning: %s on rank %d has waited %.0f s for rank %d; still waiting "
-                 "(the deadline is in %.0f s)\n",
+    RINGCOMM_LOG(LogLevel::Warn, kLogTransport,
+                 "%s on rank %d has waited %.0f s for rank %d; still waiting (the deadline is "
+                 "in %.0f s)",
                  name().c_str(), rank, elapsedSeconds(), peer,
                  std::chrono::duration<double>(deadline - Clock::now()).count());
   }

@@ -13,7 +13,10 @@
 #include <exception>
 #include <functional>
 #include <list>
+#include <map>
 #include <mutex>
+#include <set>
+#include <tuple>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -31,8 +34,10 @@
 #include "codec/codec.h"
 #include "core/device_collectives.h"
 #include "common/failure.h"
+#include "common/log.h"
 #include "common/socket.h"
 #include "common/tags.h"
+#include "common/trace.h"
 #include "engine/engine.h"
 #include "transport/connect.h"
 #include "transport/transport.h"
@@ -52,6 +57,16 @@ constexpr std::chrono::milliseconds kStoreReportWait{500};
 // How long the idle engine waits for a pending send or receive before looking at its queue again:
 // a collective submitted meanwhile waits at most this long to start.
 constexpr std::chrono::milliseconds kPointToPointPollSlice{1};
+// At shutdown, how long rank 0 waits for the other ranks' parts of RINGCOMM_TRACE (at most: the
+// communicator's own timeout when shorter). A rank that died never sends one.
+constexpr std::chrono::milliseconds kTraceGatherWait{30000};
+
+// The power of two at or above `bytes`: the all-reduce's choice is logged once per such bucket.
+size_t sizeBucket(size_t bytes) {
+  size_t bucket = 1;
+  while (bucket < bytes && bucket < (size_t{1} << 62)) bucket <<= 1;
+  return bucket;
+}
 
 OperationLabel labelOf(const char* collective, size_t count, DataType type, bool perRank = false,
                        int root = -1) {
@@ -59,6 +74,7 @@ OperationLabel labelOf(const char* collective, size_t count, DataType type, bool
   label.collective = collective;
   label.count = count;
   label.type = toString(type);
+  label.bytes = count * elementSize(type);  // for the trace (describe() names it for send/recv)
   label.perRank = perRank;
   label.root = root;
   return label;
@@ -80,6 +96,8 @@ class CommunicatorImpl : public Communicator {
     device_ = std::make_unique<DeviceCollectives>(rank_, size_, config_, everyRankOnThisHost());
     engine_ = std::make_unique<engine::Engine>(
         [this](bool mayBlock) { return pollPointToPoint(mayBlock); });
+    traceOwner_ = trace::claimTraceFile();
+    logCreation();
   }
 
   ~CommunicatorImpl() override { shutdown(); }
@@ -117,10 +135,22 @@ class CommunicatorImpl : public Communicator {
     o.validate();
     if (o.op == ReduceOp::Adasum) return adasumAllreduce(o);
     Algorithm algorithm = o.algorithm;
+    const char* why = "asked for by the call";
     // Compression is carried by the ring schedule (validate() refused an explicit other one).
-    if (algorithm == Algorithm::Auto && o.compression != Compression::None) algorithm = Algorithm::Ring;
-    if (algorithm == Algorithm::Auto) algorithm = chooseAllreduceAlgorithm(o.count * elementSize(o.type));
-    if (size_ == 1) algorithm = Algorithm::Ring;  // nothing to exchange: every schedule is a copy
+    if (algorithm == Algorithm::Auto && o.compression != Compression::None) {
+      algorithm = Algorithm::Ring;
+      why = "compression travels with the ring schedule";
+    }
+    if (algorithm == Algorithm::Auto) {
+      algorithm = chooseAllreduceAlgorithm(o.count * elementSize(o.type));
+      why = config_.algorithm != Algorithm::Auto ? "forced by RINGCOMM_ALGORITHM"
+                                                 : "chosen by the cost model";
+    }
+    if (size_ == 1) {
+      algorithm = Algorithm::Ring;  // nothing to exchange: every schedule is a copy
+      why = "one rank: a copy";
+    }
+    if (log::enabled(LogLevel::Info, kLogAlgo)) logAllreduceChoice(o, algorithm, why);
     if (algorithm == Algorithm::Direct && !direct_) {
       throw InvalidArgument(
           "allreduce: algorithm 'direct' needs every rank on this host, connected through shared "
@@ -357,6 +387,11 @@ class CommunicatorImpl : public Communicator {
       shutDown_ = true;
     }
     engine_->stop();  // lets queued work finish (each piece has a deadline)
+    if (traceOwner_) {
+      // Before the streams close: rank 0 serves the store these parts travel through, and
+      // waits for them; the others only hand theirs over.
+      trace::writeTrace(*store_, rank_, size_, std::min(kTraceGatherWait, config_.timeout));
+    }
     markClosed("communicator was shut down on rank " + std::to_string(rank_));
     // The engine's threads are gone: sends and receives still in flight will not complete.
     for (auto& pending : pointToPoint_) {
@@ -386,6 +421,86 @@ class CommunicatorImpl : public Communicator {
                      hostAllreduce(ctx, o, Algorithm::Auto);
                    },
                    variantOf(Algorithm::Auto, o.compression));
+  }
+
+  // What the log says about a new communicator: the configuration in force and how each peer is
+  // reached (the transport's own lines say why).
+  void logCreation() {
+    if (!log::enabled(LogLevel::Info, kLogInit) && !log::enabled(LogLevel::Info, kLogTransport)) {
+      return;
+    }
+    RINGCOMM_LOG(LogLevel::Info, kLogInit,
+                 "communicator: rank %d of %d, host %d of %d (%d local rank(s)); timeout %.1f s, "
+                 "stall warning %.1f s, link timeout %.1f s; transport %s, algorithm %s, "
+                 "segment %zu B, shm slots %zu B, rings %zu B, spin %d, yield %d",
+                 rank_, size_, links_.hostIndex, links_.hostCount, localSize(),
+                 config_.timeout.count() / 1000.0, config_.stallWarning.count() / 1000.0,
+                 config_.linkTimeout.count() / 1000.0, toString(config_.transport),
+                 toString(config_.algorithm), config_.segmentBytes, config_.shmSlotBytes,
+                 config_.shmRingBytes, config_.spinCount, config_.yieldCount);
+    std::map<std::string, std::string> peersByKind;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      std::string& list = peersByKind[transport_->kindOf(peer)];
+      list += (list.empty() ? "" : ",") + std::to_string(peer);
+    }
+    for (const auto& [kind, peers] : peersByKind) {
+      RINGCOMM_LOG(LogLevel::Info, kLogTransport, "%s to rank(s) %s", kind.c_str(),
+                   peers.c_str());
+    }
+    RINGCOMM_LOG(LogLevel::Info, kLogAlgo, "direct shared-memory schedule %s",
+                 direct_ ? "available (every rank on this host, through shared memory)"
+                         : "unavailable (not every rank shares this host's memory)");
+  }
+
+  // The schedule an all-reduce takes, why, and the cost model's estimates: once per size bucket
+  // and schedule at INFO, every call at TRACE.
+  void logAllreduceChoice(const AllreduceOptions& o, Algorithm algorithm, const char* why) {
+    const size_t bytes = o.count * elementSize(o.type);
+    const bool everyCall = log::enabled(LogLevel::Trace, kLogAlgo);
+    {
+      std::lock_guard<std::mutex> lock(stateMutex_);
+      const bool first = loggedChoices_.insert({sizeBucket(bytes), static_cast<int>(algorithm),
+                                                static_cast<int>(o.compression)})
+                             .second;
+      if (!first && !everyCall) return;
+    }
+    const tuning::Estimate estimate =
+        tuning::estimateAllreduce(tuning::Topology{size_, direct_ != nullptr}, bytes);
+    std::string chunking;
+    if (algorithm == Algorithm::Direct) {
+      const size_t slot = links_.segments ? links_.segments->slotBytes() : config_.shmSlotBytes;
+      chunking = std::to_string((bytes + slot - 1) / std::max<size_t>(slot, 1)) +
+                 " round(s) of up to " + std::to_string(slot) + " B";
+    } else if (algorithm == Algorithm::Ring) {
+      const size_t block = (bytes + size_ - 1) / size_;
+      chunking = std::to_string(size_) + " block(s) of ~" + std::to_string(block) + " B in " +
+                 std::to_string((block + config_.segmentBytes - 1) /
+                                std::max<size_t>(config_.segmentBytes, 1)) +
+                 " segment(s) of up to " + std::to_string(config_.segmentBytes) + " B";
+    } else {
+      chunking = "recursive halving/doubling over the whole vector";
+    }
+    RINGCOMM_LOG(everyCall ? LogLevel::Trace : LogLevel::Info, kLogAlgo,
+                 "allreduce of %zu B (%s%s%s): %s, %s; %s; TCP model estimates ring %.1f us, "
+                 "tree %.1f us",
+                 bytes, toString(o.type), o.compression != Compression::None ? ", " : "",
+                 o.compression != Compression::None ? toString(o.compression) : "",
+                 toString(algorithm), why, chunking.c_str(), estimate.ringSeconds * 1e6,
+                 estimate.treeSeconds * 1e6);
+  }
+
+  static void describe(trace::Event& event, const OperationLabel& label) {
+    event.id = label.sequence;
+    event.label = label.name;
+    event.bytes = label.bytes;
+    if (label.algorithm != nullptr) {
+      event.args = std::string("\"algorithm\": \"") + label.algorithm + "\"";
+    }
+    if (label.compression != nullptr) {
+      event.args += std::string(event.args.empty() ? "" : ", ") + "\"compression\": \"" +
+                    label.compression + "\"";
+    }
   }
 
   // The all-reduce on host buffers (or on staged copies of device ones).
@@ -600,6 +715,8 @@ class CommunicatorImpl : public Communicator {
         options.timeout.count() > 0 ? options.timeout : config_.timeout;
     auto task = [this, label = std::move(named), tag, timeout, body = std::move(body)]() {
       throwIfClosed(label);
+      trace::Span span(trace::Phase::Collective, label.collective);
+      if (span.active()) describe(span.event(), label);
       Operation op(label, rank_, timeout, config_.stallWarning);
       bool published = false;
       op.checkPeer = [this, &op, &published](int peer) {
@@ -688,6 +805,8 @@ class CommunicatorImpl : public Communicator {
   std::string closedReason_;
   std::atomic<bool> closed_{false};  // closedReason_ is set: checked on every call without a lock
   bool shutDown_ = false;
+  bool traceOwner_ = false;  // this communicator writes RINGCOMM_TRACE at shutdown
+  std::set<std::tuple<size_t, int, int>> loggedChoices_;  // (size bucket, algorithm, codec)
   std::unique_ptr<engine::Engine> engine_;  // created last, stopped first
 };
 
@@ -715,6 +834,7 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
 std::shared_ptr<Communicator> Communicator::createInScope(std::shared_ptr<Store> store,
                                                           const std::string& scope, int rank,
                                                           int size, const Config& config) {
+  configureObservability(config, rank);
   if (!store) throw InvalidArgument("Communicator::create: store is null");
   if (size < 1) throw InvalidArgument("size must be >= 1; got " + std::to_string(size));
   if (rank < 0 || rank >= size) {

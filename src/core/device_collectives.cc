@@ -1,9 +1,12 @@
 #include "core/device_collectives.h"
 
 #include <cstddef>
+#include <mutex>
 #include <string>
 
 #include "algorithms/collectives.h"
+#include "common/log.h"
+#include "common/trace.h"
 #include "ringcomm/errors.h"
 
 namespace ringcomm {
@@ -64,7 +67,34 @@ MemoryPath DeviceCollectives::allreducePath(const AllreduceOptions& o,
   const bool ipcWanted =
       config_.cudaPath == CudaPath::Ipc ||
       (config_.cudaPath == CudaPath::Auto && o.count * elementSize(o.type) >= kIpcMinBytes);
-  return ipcPossible && ipcWanted ? MemoryPath::DeviceIpc : MemoryPath::DeviceChunked;
+  const MemoryPath path = ipcPossible && ipcWanted ? MemoryPath::DeviceIpc : MemoryPath::DeviceChunked;
+  if (log::enabled(LogLevel::Info, kLogCuda)) {
+    const char* why = path == MemoryPath::DeviceIpc
+                          ? (config_.cudaPath == CudaPath::Ipc ? "RINGCOMM_CUDA_PATH=ipc"
+                                                               : "at or above the IPC threshold")
+                      : size_ == 1              ? "one rank"
+                      : !everyRankOnThisHost_   ? "ranks on other hosts"
+                      : o.compression != Compression::None ? "compression needs the host path"
+                      : o.prescale != 1.0 || o.postscale != 1.0 ? "scaling needs the host path"
+                      : config_.cudaPath == CudaPath::Staged    ? "RINGCOMM_CUDA_PATH=staged"
+                                                                : "below the IPC threshold";
+    logPath(path == MemoryPath::DeviceIpc ? "IPC (peers read each other's device memory)"
+                                          : "staged through pinned host memory in chunks",
+            why, o.count * elementSize(o.type));
+  }
+  return path;
+}
+
+void DeviceCollectives::logPath(const char* path, const char* why, size_t bytes) const {
+  const bool everyCall = log::enabled(LogLevel::Trace, kLogCuda);
+  {
+    std::lock_guard<std::mutex> lock(loggedMutex_);
+    if (!logged_.insert(why).second && !everyCall) return;  // once per reason at INFO
+  }
+  RINGCOMM_LOG(everyCall ? LogLevel::Trace : LogLevel::Info, kLogCuda,
+               "allreduce of %zu B of device memory: %s (%s; IPC from %zu B, "
+               "RINGCOMM_CUDA_PATH=%s)",
+               bytes, path, why, kIpcMinBytes, toString(config_.cudaPath));
 }
 
 void DeviceCollectives::allreduce(const device::TicketPtr& ticket, const algorithms::Context& ctx,

@@ -7,6 +7,9 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "algorithms/context.h"
@@ -55,11 +58,16 @@ class DeviceCollectives {
                  const BroadcastOptions& options);
 
  private:
+  // Logs the path an all-reduce of device memory takes and why (once per reason at INFO).
+  void logPath(const char* path, const char* why, size_t bytes) const;
+
   int rank_;
   int size_;
   Config config_;
   bool everyRankOnThisHost_;
   std::unique_ptr<device::DevicePath> path_;  // needs no CUDA until used
+  mutable std::mutex loggedMutex_;
+  mutable std::set<std::string> logged_;  // the reasons logged so far
 };
 
 }  // namespace ringcomm

@@ -2,6 +2,8 @@
 
 #include <memory>
 
+#include "common/trace.h"
+
 namespace ringcomm::engine {
 namespace {
 
@@ -80,6 +82,7 @@ WorkPtr Engine::enqueue(Item item, bool runInCaller) {
 }
 
 void Engine::loop() {
+  trace::nameThisThread("engine");
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     ++idleThreads_;

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -19,6 +18,8 @@
 #include <utility>
 
 #include "codec/codec.h"
+#include "common/log.h"
+#include "common/trace.h"
 #include "engine/negotiation.h"
 #include "reduce/half.h"
 #include "ringcomm/errors.h"
@@ -125,6 +126,27 @@ std::string rankList(const std::vector<int>& ranks) {
   return text.str();
 }
 
+// Horovod's names of the operations, as its timeline shows them (NEGOTIATE_ALLREDUCE...).
+const char* horovodName(TensorOp op) {
+  switch (op) {
+    case TensorOp::Allreduce:
+      return "ALLREDUCE";
+    case TensorOp::Allgather:
+      return "ALLGATHER";
+    case TensorOp::Broadcast:
+      return "BROADCAST";
+    case TensorOp::Reducescatter:
+      return "REDUCESCATTER";
+    case TensorOp::Alltoall:
+      return "ALLTOALL";
+  }
+  return "OPERATION";
+}
+
+int64_t traceTime(Clock::time_point at) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count();
+}
+
 // "a, b and 3 more": names a fused collective in error messages.
 std::string namesOf(const std::vector<ReadyTensor>& ready, size_t begin, size_t end) {
   std::string text;
@@ -143,6 +165,13 @@ class TensorQueueImpl : public TensorQueue {
         fusionThresholdBytes_(agreeOnSettings(joinPolicy)),
         joinPolicy_(joinPolicy),
         table_(comm_->size(), joinPolicy) {
+    RINGCOMM_LOG(LogLevel::Info, kLogQueue,
+                 "tensor queue: cycle every %.3f ms, fusion up to %zu B (the smallest of the "
+                 "ranks' settings; this rank's: %zu B), join policy '%s', stall warning %.0f s, "
+                 "timeout %.0f s",
+                 config_.cycleTime.count() / 1000.0, fusionThresholdBytes_,
+                 config_.fusionThresholdBytes, toString(joinPolicy_),
+                 config_.stallWarning.count() / 1000.0, config_.timeout.count() / 1000.0);
     // Even one rank, which has nobody to agree with, runs its requests on the thread: an
     // asynchronous request must be in flight when submit() returns, as Horovod's are.
     thread_ = std::thread([this] { loop(); });
@@ -195,6 +224,7 @@ class TensorQueueImpl : public TensorQueue {
       Pending pending;
       pending.work = std::make_shared<TensorWork>();
       pending.submitted = Clock::now();
+      pending.traceId = nextTraceId_++;
       pending.request = std::move(requests[i]);
       pending.ready = std::move(marks[i]);
       works.push_back(pending.work);
@@ -240,6 +270,8 @@ class TensorQueueImpl : public TensorQueue {
     std::shared_ptr<const device::ReadyMark> ready;  // device requests
     TensorWorkPtr work;
     Clock::time_point submitted;
+    int64_t traceId = -1;  // the request's number in the trace
+    int64_t readyAt = -1;  // trace::now() when every rank had it (while tracing)
     bool warned = false;
     bool expiryAnnounced = false;
   };
@@ -384,6 +416,7 @@ class TensorQueueImpl : public TensorQueue {
 
   // ---- the cycle --------------------------------------------------------------------------
   void loop() {
+    trace::nameThisThread("tensor queue");
     auto interval = config_.cycleTime;
     auto last = Clock::now();
     for (;;) {
@@ -417,12 +450,23 @@ class TensorQueueImpl : public TensorQueue {
   // One cycle; false once the queue has closed.
   // `idle`: no rank announced anything and nothing ran (the thread may back off).
   bool cycle(bool* idle) {
+    const int64_t cycleStart = trace::on() ? trace::now() : 0;
     const CycleMessage mine = nextMessage();
     const std::vector<CycleMessage> messages = exchange(mine);
     *idle = std::all_of(messages.begin(), messages.end(), [](const CycleMessage& m) {
       return m.announcements.empty() && !m.join && !m.shutdown && m.expired.empty();
     });
     CycleOutcome outcome = table_.record(messages);
+    if (trace::on()) {
+      traceNegotiation(messages, outcome, cycleStart);
+    } else if (!negotiations_.empty()) {
+      negotiations_.clear();  // tracing stopped: what was noted is of no use any more
+    }
+    if (!outcome.ready.empty() && log::enabled(LogLevel::Trace, kLogQueue)) {
+      RINGCOMM_LOG(LogLevel::Trace, kLogQueue, "cycle: %zu tensor(s) ready on every rank (%s)",
+                   outcome.ready.size(),
+                   namesOf(outcome.ready, 0, outcome.ready.size()).c_str());
+    }
     *idle = *idle && outcome.ready.empty() && !outcome.allJoined;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -442,6 +486,98 @@ class TensorQueueImpl : public TensorQueue {
     }
     warnAboutStalls();
     return true;
+  }
+
+  // The trace's view of negotiation: when each rank's announcement of a name arrived (rank 0's
+  // record of them is Horovod's ticks under NEGOTIATE_ALLREDUCE), and, for the names ready now,
+  // the span from the first announcement (or this rank's submission) to readiness.
+  void traceNegotiation(const std::vector<CycleMessage>& messages, const CycleOutcome& outcome,
+                        int64_t cycleStart) {
+    const int64_t now = trace::now();
+    bool busy = !outcome.ready.empty();
+    for (size_t r = 0; r < messages.size(); ++r) {
+      for (const Announcement& announcement : messages[r].announcements) {
+        Negotiation& negotiation = negotiations_[announcement.name];
+        if (negotiation.marks.empty()) negotiation.first = now;
+        negotiation.marks.emplace_back(static_cast<int>(r), now);
+        busy = true;
+      }
+    }
+    if (busy) trace::instant(trace::Phase::Cycle, cycleStart, trace::Event{});
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const ReadyTensor& ready : outcome.ready) {
+      auto noted = negotiations_.find(ready.name);
+      auto local = pending_.find(ready.name);
+      if (local != pending_.end()) {
+        Pending& pending = local->second;
+        pending.readyAt = now;
+        int64_t start = traceTime(pending.submitted);
+        if (noted != negotiations_.end()) start = std::min(start, noted->second.first);
+        trace::Event event;
+        event.phase = trace::Phase::Negotiate;
+        event.start = start;
+        event.duration = now - start;
+        event.id = pending.traceId;
+        event.label = ready.name;
+        event.detail = horovodName(pending.request.op);
+        trace::record(event);
+        if (noted != negotiations_.end()) {
+          for (const auto& [rank, at] : noted->second.marks) {
+            trace::Event mark;
+            mark.id = pending.traceId;
+            mark.rank = rank;
+            mark.label = ready.name;
+            mark.detail = event.detail;
+            trace::instant(trace::Phase::RankReady, at, std::move(mark));
+          }
+        }
+      }
+      if (noted != negotiations_.end()) negotiations_.erase(noted);
+    }
+  }
+
+  // A run of requests (one collective) begins: each one's time in the queue since it was ready.
+  int64_t traceRunStart(const std::vector<const Pending*>& run) {
+    if (!trace::on()) return -1;
+    const int64_t now = trace::now();
+    for (const Pending* pending : run) {
+      if (pending->readyAt < 0) continue;  // ready before tracing began
+      trace::Event event;
+      event.phase = trace::Phase::Queue;
+      event.start = pending->readyAt;
+      event.duration = now - pending->readyAt;
+      event.id = pending->traceId;
+      event.label = pending->request.name;
+      event.detail = horovodName(pending->request.op);
+      trace::record(std::move(event));
+    }
+    return now;
+  }
+
+  // ... and ended, `run` numbering the collective they shared.
+  void traceRunEnd(const std::vector<const Pending*>& run, int64_t start, int64_t runNumber) {
+    if (start < 0 || !trace::on()) return;
+    const int64_t now = trace::now();
+    for (const Pending* pending : run) {
+      const TensorRequest& request = pending->request;
+      trace::Event event;
+      event.phase = trace::Phase::Tensor;
+      event.start = start;
+      event.duration = now - start;
+      event.id = pending->traceId;
+      event.group = runNumber;
+      event.label = request.name;
+      event.detail = horovodName(request.op);
+      event.bytes = request.count() * elementSize(request.type);
+      std::string shape = "[";
+      for (size_t d = 0; d < request.shape.size(); ++d) {
+        shape += (d ? ", " : "") + std::to_string(request.shape[d]);
+      }
+      event.args = std::string("\"dtype\": \"") + toString(request.type) +
+                   "\", \"shape\": \"" + shape + "]\"";
+      if (run.size() > 1) event.args += ", \"fused\": " + std::to_string(run.size());
+      trace::record(std::move(event));
+    }
   }
 
   // Moves what was submitted since the last cycle into pending_ and announces it.
@@ -587,18 +723,27 @@ class TensorQueueImpl : public TensorQueue {
       return;
     }
     const size_t elementBytes = elementSize(first.type);
+    const int64_t runNumber = runs_++;
+    const std::vector<const Pending*> run = present(locals);
+    const int64_t runStart = traceRunStart(run);
+    if (end - begin > 1) {
+      RINGCOMM_LOG(LogLevel::Trace, kLogQueue, "fusing %zu all-reduces (%s) into one",
+                   end - begin, namesOf(ready, begin, end).c_str());
+    }
     guarded(worksOf(locals), [&] {
       if (end - begin == 1 && locals[0]) {
         options.input = locals[0]->request.input;
         options.output = locals[0]->request.output;
         options.count = first.count();
         comm_->allreduce(options)->wait();
+        traceRunEnd(run, runStart, runNumber);
         return;
       }
       size_t total = 0;
       for (size_t i = begin; i < end; ++i) total += ready[i].reference().count();
       if (fusion_.size() < total * elementBytes) fusion_.resize(total * elementBytes);
       size_t offset = 0;
+      std::optional<trace::Span> copy(std::in_place, trace::Phase::FusionIn);
       for (size_t i = begin; i < end; ++i) {
         const size_t count = ready[i].reference().count();
         uint8_t* at = fusion_.data() + offset;
@@ -610,18 +755,33 @@ class TensorQueueImpl : public TensorQueue {
         }
         offset += count * elementBytes;
       }
+      describeFusion(copy, runNumber, offset, ready, begin, end);
+      copy.reset();
       options.input = options.output = fusion_.data();
       options.count = total;
       options.tensorCounts = adasumTensors(ready, begin, end, options.op);
       comm_->allreduce(options)->wait();
       offset = 0;
+      copy.emplace(trace::Phase::FusionOut);
       for (size_t i = begin; i < end; ++i) {
         const size_t bytes = ready[i].reference().count() * elementBytes;
         const auto& local = locals[i - begin];
         if (local && bytes > 0) std::memcpy(local->request.output, fusion_.data() + offset, bytes);
         offset += bytes;
       }
+      describeFusion(copy, runNumber, offset, ready, begin, end);
+      copy.reset();
+      traceRunEnd(run, runStart, runNumber);
     });
+  }
+
+  // The fusion copy's details in the trace: which run, how many bytes, which tensors.
+  static void describeFusion(std::optional<trace::Span>& copy, int64_t runNumber, size_t bytes,
+                             const std::vector<ReadyTensor>& ready, size_t begin, size_t end) {
+    if (!copy->active()) return;
+    copy->event().group = runNumber;
+    copy->event().bytes = bytes;
+    copy->event().label = namesOf(ready, begin, end);
   }
 
   // The same on device memory: fused in a device buffer on the queue's stream for the run's
@@ -632,6 +792,8 @@ class TensorQueueImpl : public TensorQueue {
     const Announcement& first = ready[begin].reference();
     const std::vector<const Pending*> run = present(locals);
     const int device = runDevice(run);
+    const int64_t runNumber = runs_++;
+    const int64_t runStart = traceRunStart(run);
     options.deviceMemory = true;
     options.stream = device_->beginRun(device, marksOf(run));
     if (end - begin == 1 && locals[0]) {
@@ -646,6 +808,8 @@ class TensorQueueImpl : public TensorQueue {
       auto* fusion = static_cast<uint8_t*>(
           device_->fusionBuffer(device, std::max<size_t>(total * elementBytes, 1)));
       size_t offset = 0;
+      // Device copies are queued on the queue's stream: these spans time the queueing.
+      std::optional<trace::Span> copy(std::in_place, trace::Phase::FusionIn, "device");
       for (size_t i = begin; i < end; ++i) {
         const size_t count = ready[i].reference().count();
         const auto& local = locals[i - begin];
@@ -658,18 +822,24 @@ class TensorQueueImpl : public TensorQueue {
         }
         offset += count * elementBytes;
       }
+      describeFusion(copy, runNumber, offset, ready, begin, end);
+      copy.reset();
       options.input = options.output = fusion;
       options.count = total;
       options.tensorCounts = adasumTensors(ready, begin, end, options.op);
       comm_->allreduce(options)->wait();
       offset = 0;
+      copy.emplace(trace::Phase::FusionOut, "device");
       for (size_t i = begin; i < end; ++i) {
         const size_t bytes = ready[i].reference().count() * elementBytes;
         const auto& local = locals[i - begin];
         if (local) device_->copy(device, local->request.output, fusion + offset, bytes);
         offset += bytes;
       }
+      describeFusion(copy, runNumber, offset, ready, begin, end);
+      copy.reset();
     }
+    traceRunEnd(run, runStart, runNumber);
     finishRun(device, run);
   }
 
@@ -759,6 +929,8 @@ class TensorQueueImpl : public TensorQueue {
     }
     std::vector<uint8_t> gathered(std::max<size_t>(total, 1) * elementSize(reference.type));
     options.output = gathered.data();
+    const int64_t runNumber = runs_++;
+    const int64_t runStart = traceRunStart(present(local));
     guarded(worksOf(local), [&] {
       if (reference.device && local) {
         // The rows are read out of device memory (staged) and gathered in host memory: the
@@ -767,6 +939,7 @@ class TensorQueueImpl : public TensorQueue {
         options.stream = device_->beginRun(local->ready->device(), marksOf(present(local)));
       }
       comm_->alltoallv(options)->wait();
+      traceRunEnd(present(local), runStart, runNumber);
       if (local) {  // before guarded() completes the Work, which lets the caller read these
         gathered.resize(total * elementSize(reference.type));
         local->work->rows = std::move(rows);
@@ -792,6 +965,8 @@ class TensorQueueImpl : public TensorQueue {
     const size_t mine = static_cast<size_t>(parts[rank]) * rowElements;
     const size_t offset = static_cast<size_t>(before) * rowElements * elementBytes;
     std::vector<uint8_t> result(std::max<size_t>(mine, 1) * elementBytes);
+    const int64_t runNumber = runs_++;
+    const int64_t runStart = traceRunStart(present(local));
     guarded(worksOf(local), [&] {
       const TensorRequest& request = local->request;
       const bool even = rows % size == 0;
@@ -849,6 +1024,7 @@ class TensorQueueImpl : public TensorQueue {
         }
       }
       result.resize(mine * elementBytes);
+      traceRunEnd(present(local), runStart, runNumber);
       local->work->rows = std::move(parts);
       local->work->gathered = std::move(result);
     });
@@ -882,12 +1058,15 @@ class TensorQueueImpl : public TensorQueue {
     }
     std::vector<uint8_t> gathered(std::max<size_t>(total, 1) * elementSize(mine.type));
     options.output = gathered.data();
+    const int64_t runNumber = runs_++;
+    const int64_t runStart = traceRunStart(present(local));
     guarded(worksOf(local), [&] {
       if (mine.device) {
         options.deviceMemory = true;  // the rows are staged out of device memory
         options.stream = device_->beginRun(local->ready->device(), marksOf(present(local)));
       }
       comm_->alltoallv(options)->wait();
+      traceRunEnd(present(local), runStart, runNumber);
       gathered.resize(total * elementSize(mine.type));
       local->work->rows = std::move(received);
       local->work->gathered = std::move(gathered);
@@ -905,6 +1084,8 @@ class TensorQueueImpl : public TensorQueue {
     options.runInCaller = true;
     options.name = ready.name;
     const size_t bytes = options.count * elementSize(reference.type);
+    const int64_t runNumber = runs_++;
+    const int64_t runStart = traceRunStart(present(local));
     guarded(worksOf(local), [&] {
       int device = -1;
       if (reference.device) {
@@ -922,6 +1103,7 @@ class TensorQueueImpl : public TensorQueue {
         options.buffer = scratch.data();
       }
       comm_->broadcast(options)->wait();
+      traceRunEnd(present(local), runStart, runNumber);
       if (reference.device) finishRun(device, present(local));
     });
   }
@@ -1004,9 +1186,9 @@ class TensorQueueImpl : public TensorQueue {
       if (pending.warned || now - pending.submitted < config_.stallWarning) continue;
       pending.warned = true;
       const double seconds = std::chrono::duration<double>(now - pending.submitted).count();
-      std::fprintf(stderr,
-                   "ringcomm: rank %d has waited %.0f s for %s '%s': rank(s) %s have not "
-                   "submitted it (still waiting; the timeout fails it)\n",
+      RINGCOMM_LOG(LogLevel::Warn, kLogQueue,
+                   "rank %d has waited %.0f s for %s '%s': rank(s) %s have not submitted it "
+                   "(still waiting; the timeout fails it)",
                    rank(), seconds, toString(pending.request.op), name.c_str(),
                    rankList(table_.missing(name)).c_str());
     }
@@ -1052,6 +1234,15 @@ class TensorQueueImpl : public TensorQueue {
   bool closed_ = false;
   std::exception_ptr closedError_;
   TensorQueueStats stats_;
+
+  // The trace (touched by the queue's thread only, but nextTraceId_ under mutex_).
+  struct Negotiation {
+    int64_t first = 0;                         // trace::now() of the first announcement
+    std::vector<std::pair<int, int64_t>> marks;  // (rank, when its announcement arrived)
+  };
+  std::map<std::string, Negotiation> negotiations_;  // names announced, not yet ready
+  int64_t nextTraceId_ = 0;
+  int64_t runs_ = 0;  // collectives run, numbering them in the trace
 };
 
 }  // namespace

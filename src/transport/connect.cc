@@ -4,7 +4,6 @@
 #include <signal.h>
 
 #include <cerrno>
-#include <cstdio>
 
 #include <algorithm>
 #include <chrono>
@@ -19,6 +18,7 @@
 
 #include "auth/handshake.h"
 #include "common/failure.h"
+#include "common/log.h"
 #include "ringcomm/errors.h"
 #include "transport/shm/segment.h"
 #include "transport/shm/shm_stream.h"
@@ -97,22 +97,25 @@ bool setUpSharedMemory(Store& store, int rank, Links& links, const bootstrap::Re
   const shm::SegmentPlan plan = shm::SegmentPlan::decode(std::string(planBytes.begin(), planBytes.end()));
   if (!plan.fits) {
     if (speaks) {
-      std::fprintf(stderr,
-                   "ringcomm: warning: not enough shared memory for the %zu ranks on this host "
-                   "(%s); they talk over TCP instead. Give /dev/shm more room (docker run "
-                   "--shm-size=1g; a memory-backed emptyDir on Kubernetes)\n",
+      RINGCOMM_LOG(LogLevel::Warn, kLogTransport,
+                   "not enough shared memory for the %zu ranks on this host (%s); they talk over "
+                   "TCP instead. Give /dev/shm more room (docker run --shm-size=1g; a "
+                   "memory-backed emptyDir on Kubernetes)",
                    local.size(), plan.room.c_str());
     }
     return false;
   }
   if (plan.shrunk && speaks) {
-    std::fprintf(stderr,
-                 "ringcomm: warning: %s; using %zu KiB staging slots and %zu KiB rings instead "
-                 "of %zu and %zu, which is slower. Give /dev/shm more room (docker run "
-                 "--shm-size=1g)\n",
+    RINGCOMM_LOG(LogLevel::Warn, kLogTransport,
+                 "%s; using %zu KiB staging slots and %zu KiB rings instead of %zu and %zu, "
+                 "which is slower. Give /dev/shm more room (docker run --shm-size=1g)",
                  plan.room.c_str(), plan.slotBytes >> 10, plan.ringBytes >> 10,
                  config.shmSlotBytes >> 10, config.shmRingBytes >> 10);
   }
+  RINGCOMM_LOG(LogLevel::Info, kLogTransport,
+               "shared memory for the %zu ranks on this host: %zu KiB staging slots, %zu KiB "
+               "rings (%s)",
+               local.size(), plan.slotBytes >> 10, plan.ringBytes >> 10, plan.room.c_str());
 
   links.segments = std::make_unique<shm::Segments>(rendezvous.jobKey, local, localRank,
                                                    plan.slotBytes, plan.ringBytes);
@@ -134,9 +137,9 @@ bool setUpSharedMemory(Store& store, int rank, Links& links, const bootstrap::Re
         links.segments->unlinkOwn();
         links.segments.reset();
         if (speaks) {
-          std::fprintf(stderr,
-                       "ringcomm: warning: rank %d could not create its shared memory (%s); the "
-                       "ranks on this host talk over TCP instead\n",
+          RINGCOMM_LOG(LogLevel::Warn, kLogTransport,
+                       "rank %d could not create its shared memory (%s); the ranks on this host "
+                       "talk over TCP instead",
                        peer, text.c_str());
         }
         return false;
@@ -286,10 +289,16 @@ void setUpTcp(int rank, const std::vector<int>& tcpPeers, Links& links,
     }
   }
   if (refused > 0) {
-    std::fprintf(stderr,
-                 "ringcomm: warning: rank %d dropped %zu connection(s) to its port that did not "
-                 "prove the job's secret (strangers, or ranks of another job)\n",
+    RINGCOMM_LOG(LogLevel::Warn, kLogAuth,
+                 "rank %d dropped %zu connection(s) to its port that did not prove the job's "
+                 "secret (strangers, or ranks of another job)",
                  rank, refused);
+  }
+  if (!tcpPeers.empty()) {
+    RINGCOMM_LOG(LogLevel::Info, kLogAuth,
+                 "%zu TCP link(s) proved the job's secret both ways (HMAC-SHA256 "
+                 "challenge-response, %zu-byte secret) before any payload",
+                 connected.size(), config.secret.size());
   }
   for (auto& [peer, fd] : connected) {
     links.streams[peer] = std::make_unique<TcpStream>(fd.release(), peer, config.socketBufferBytes,
@@ -330,6 +339,20 @@ Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvo
     }
     (sameHost && config.transport != TransportKind::Tcp ? shmPeers : tcpPeers).push_back(peer);
   }
+  if (log::enabled(LogLevel::Info, kLogTransport)) {
+    for (int peer = 0; peer < size; ++peer) {
+      if (peer == rank) continue;
+      const bool sameHost = rendezvous.ranks[peer].hostId == myHost;
+      const char* why = !sameHost ? "another host"
+                        : config.transport == TransportKind::Tcp
+                            ? "same host, but RINGCOMM_TRANSPORT=tcp"
+                            : "same host";
+      RINGCOMM_LOG(LogLevel::Info, kLogTransport, "rank %d (%s:%d): %s (%s)", peer,
+                   rendezvous.ranks[peer].address.c_str(), rendezvous.ranks[peer].port,
+                   sameHost && config.transport != TransportKind::Tcp ? "shared memory" : "TCP",
+                   why);
+    }
+  }
 
   if (!shmPeers.empty() &&
       !setUpSharedMemory(store, rank, links, rendezvous, config, config.timeout)) {
@@ -337,6 +360,9 @@ Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvo
       throw Error("ringcomm: RINGCOMM_TRANSPORT=shm, but the ranks on this host cannot have "
                   "shared memory (see the warning above); use auto or tcp");
     }
+    RINGCOMM_LOG(LogLevel::Info, kLogTransport,
+                 "falling back to TCP for the %zu peer(s) on this host (no shared memory)",
+                 shmPeers.size());
     tcpPeers.insert(tcpPeers.end(), shmPeers.begin(), shmPeers.end());
     std::sort(tcpPeers.begin(), tcpPeers.end());
     shmPeers.clear();

@@ -11,6 +11,7 @@
 #include "common/failure.h"
 #include "common/spin.h"
 #include "common/tags.h"
+#include "common/trace.h"
 #include "ringcomm/errors.h"
 #include "transport/shm/segment.h"
 
@@ -252,6 +253,8 @@ void Transport::waitUntil(Predicate done, const Operation& op) {
 
 void Transport::wait(const Request& request, const Operation& op) {
   if (isDone(request)) return;
+  trace::Span span(trace::Phase::Wait, request.isSend ? "send" : "receive");
+  if (span.active()) span.event().rank = request.peer;
   waitUntil([&] { return isDone(request); }, op);
 }
 
@@ -265,6 +268,7 @@ void Transport::progress(const Operation& op, bool mayBlock, std::chrono::millis
 
 void Transport::waitAll(const Operation& op) {
   if (active_.empty()) return;
+  trace::Span span(trace::Phase::Wait, "sends to complete");
   waitUntil([&] { return active_.empty(); }, op);
 }
 

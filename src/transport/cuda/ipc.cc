@@ -6,12 +6,12 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/log.h"
 #include "cuda/kernels.h"
 #include "ringcomm/errors.h"
 
@@ -358,9 +358,9 @@ bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& pe
         if (records[r].why[0] != '\0') why = "rank " + std::to_string(r) + ": " + records[r].why;
         if (why.empty() && verdicts[r].why[0] != '\0') why = verdicts[r].why;
       }
-      std::fprintf(stderr,
-                   "ringcomm: warning: CUDA IPC is unavailable (%s); all-reduces of device "
-                   "memory go through pinned host memory from now on\n",
+      RINGCOMM_LOG(LogLevel::Warn, kLogCuda,
+                   "CUDA IPC is unavailable (%s); all-reduces of device memory go through "
+                   "pinned host memory from now on",
                    why.empty() ? "no reason given" : why.c_str());
     }
     return false;
@@ -394,12 +394,12 @@ void IpcAllreduce::warnIfSharingWithoutMps(const std::vector<Record>& records) c
   }
   // Said once, by the lowest of the ranks that share this device.
   if (sharing.size() < 2 || sharing.front() != rank_ || mpsRunning(mpsPipeDirectory_)) return;
-  std::fprintf(stderr,
-               "ringcomm: warning: ranks %s share CUDA device %s, and the CUDA MPS daemon is not "
-               "running (no %s/control): the GPU time-slices between their processes, and every "
-               "collective on device memory waits for context switches (about 2 ms per "
-               "all-reduce). Start it before the job with `nvidia-cuda-mps-control -d`, or give "
-               "each rank a GPU of its own.\n",
+  RINGCOMM_LOG(LogLevel::Warn, kLogCuda,
+               "ranks %s share CUDA device %s, and the CUDA MPS daemon is not running (no "
+               "%s/control): the GPU time-slices between their processes, and every collective "
+               "on device memory waits for context switches (about 2 ms per all-reduce). Start "
+               "it before the job with `nvidia-cuda-mps-control -d`, or give each rank a GPU of "
+               "its own.",
                rankList(sharing).c_str(), uuidText(records[rank_].uuid).c_str(),
                mpsPipeDirectory_.c_str());
 }

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <vector>
+
+#include "common/trace.h"
 
 namespace ringcomm::device {
 
@@ -56,6 +59,8 @@ void stageWhole(const CudaTicket& t, const Operation& op, const std::vector<Regi
   }
 
   // The previous collective's copies back out of the arena must be done before it is reused.
+  std::optional<trace::Span> staging;  // ends before the schedule runs on the host copies
+  staging.emplace(trace::Phase::Stage, "device to host");
   waitFor(s.arenaCopiedIn, op, "the previous staging copy to the device");
   uint8_t* arena = s.arena.reserve(std::max<size_t>(arenaBytes, 1));
   bool copied = false;
@@ -70,6 +75,8 @@ void stageWhole(const CudaTicket& t, const Operation& op, const std::vector<Regi
     check(cudaEventRecord(s.arenaCopiedOut, s.copyOut), "cudaEventRecord");
     waitFor(s.arenaCopiedOut, op, "copying device buffers to host memory");
   }
+  if (staging->active()) staging->event().bytes = arenaBytes;
+  staging.reset();
 
   std::vector<void*> host(regions.size(), nullptr);
   for (size_t i = 0; i < regions.size(); ++i) {
@@ -124,10 +131,13 @@ void stagePipelined(const CudaTicket& t, const Operation& op, const void* input,
   }
   for (size_t chunk = 0; chunk < chunks; ++chunk) {
     Slot& slot = s.slots[chunk % kSlots];
-    if (copyIn) {
-      waitFor(slot.copiedOut, op, "copying a chunk to host memory");
-    } else {
-      waitFor(slot.copiedIn, op, "copying a chunk to the device");  // the slot is free
+    {
+      trace::Span staging(trace::Phase::Stage, copyIn ? "chunk device to host" : "free slot");
+      if (copyIn) {
+        waitFor(slot.copiedOut, op, "copying a chunk to host memory");
+      } else {
+        waitFor(slot.copiedIn, op, "copying a chunk to the device");  // the slot is free
+      }
     }
     step(slot.memory.data(), chunk * chunkCount, elementsOf(chunk));
     if (copyOut) {
