@@ -15,6 +15,7 @@
 #include "arrays.h"
 #include "dlpack.h"
 #include "tensor_queue.h"
+#include "ringcomm/build_info.h"
 #include "ringcomm/communicator.h"
 
 namespace py = pybind11;
@@ -192,7 +193,27 @@ PYBIND11_MODULE(_core, m) {
                     [](Config& c, double seconds) {
                       c.cycleTime = std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
                     })
-      .def_readwrite("fusion_threshold_bytes", &Config::fusionThresholdBytes);
+      .def_readwrite("fusion_threshold_bytes", &Config::fusionThresholdBytes)
+      .def_readonly("mps_pipe_directory", &Config::mpsPipeDirectory)
+      .def_static("describe_environment", [] {
+        py::list variables;
+        for (const ConfigVariable& v : Config::describeEnvironment()) {
+          variables.append(py::dict(py::arg("name") = v.name, py::arg("value") = v.value,
+                                    py::arg("source") = v.source, py::arg("error") = v.error));
+        }
+        return variables;
+      });
+
+  // ---- what this build is ------------------------------------------------------------------
+  m.def("build_info", [] {
+    BuildInfo b = buildInfo();
+    return py::dict(py::arg("compiler") = b.compiler, py::arg("cuda") = b.cuda,
+                    py::arg("cuda_architectures") = b.cudaArchitectures,
+                    py::arg("cuda_runtime_version") = b.cudaRuntimeVersion,
+                    py::arg("cuda_driver_version") = b.cudaDriverVersion,
+                    py::arg("reduce_kernels") = b.reduceKernels, py::arg("half_codec") = b.halfCodec);
+  });
+  m.def("mps_running", &mpsRunning, py::arg("pipe_directory"));
 
   // ---- stores ------------------------------------------------------------------------------
   py::class_<Store, PythonStore, std::shared_ptr<Store>>(m, "Store")

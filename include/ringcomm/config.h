@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "ringcomm/export.h"
 #include "ringcomm/types.h"
@@ -20,6 +21,14 @@ constexpr std::chrono::seconds kNoDeadline{100'000'000};
 // anything beyond kNoDeadline mean kNoDeadline.
 RINGCOMM_API std::chrono::milliseconds timeoutFromSeconds(double seconds, const std::string& what,
                                                           bool zeroAllowed);
+
+// One variable Config::fromEnvironment() reads, as `python -m ringcomm info` shows it.
+struct RINGCOMM_API ConfigVariable {
+  std::string name;    // RINGCOMM_TIMEOUT
+  std::string value;   // the value in effect, as text; a secret's is "(set)", never the secret
+  std::string source;  // "default", "environment", or the Horovod variable it came from
+  std::string error;   // why the environment's text was refused (fromEnvironment() throws); or ""
+};
 
 struct RINGCOMM_API Config {
   // Default deadline of every collective and of rendezvous (RINGCOMM_TIMEOUT, seconds).
@@ -85,6 +94,10 @@ struct RINGCOMM_API Config {
 
   // Reads RINGCOMM_* over the defaults; throws InvalidArgument naming a malformed variable.
   static Config fromEnvironment();
+
+  // Every variable fromEnvironment() reads, with the value in effect and where it came from; a
+  // malformed one carries fromEnvironment()'s error instead of throwing.
+  static std::vector<ConfigVariable> describeEnvironment();
 };
 
 }  // namespace ringcomm
