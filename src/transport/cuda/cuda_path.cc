@@ -24,6 +24,12 @@
 #include "transport/cuda/ipc.h"
 #include "transport/cuda/staging.h"
 
+// cmake/cuda.cmake defines it from CMAKE_CUDA_ARCHITECTURES; a compile that does not (a syntax
+// check with another compiler) reports none.
+#ifndef RINGCOMM_CUDA_ARCHITECTURES
+#define RINGCOMM_CUDA_ARCHITECTURES ""
+#endif
+
 namespace ringcomm {
 
 bool builtWithCuda() { return true; }
