@@ -141,7 +141,7 @@ _LAUNCH_VARIABLES = (
 )  # fmt: skip
 
 
-def srun(nodes: list, extra=None, job_id=None, deadline=120):
+def srun(nodes: list, extra=None, job_id=None, deadline=120, worker="slurm_task.py"):
     """Starts one task per entry of ``nodes`` (the node index of each), numbered as srun's block
     distribution numbers them; returns each task's RESULT, by rank."""
     names = [f"node{n:02d}" for n in sorted(set(nodes))]
@@ -171,7 +171,7 @@ def srun(nodes: list, extra=None, job_id=None, deadline=120):
             env["RINGCOMM_HOSTID"] = names[node]  # the core tells hosts apart by this
         tasks.append(
             subprocess.Popen(
-                [sys.executable, str(WORKERS / "slurm_task.py")],
+                [sys.executable, str(WORKERS / worker)],
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -202,6 +202,17 @@ def test_srun_one_node_needs_no_other_variables():
         # One node: the store stays on loopback, on the port derived from the job step.
         assert r["store"].startswith("127.0.0.1:")
         assert not r["secret_file_left"]
+
+
+def test_srun_init_process_group_needs_no_other_variables():
+    pytest.importorskip("torch")
+    outputs = srun([0, 0], worker="slurm_torch_task.py", extra={"OMP_NUM_THREADS": "1"})
+    assert all(code == 0 for code, _, _ in outputs), outputs
+    results = results_of("".join(out for _, out, _ in outputs))
+    assert [(r["rank"], r["local_rank"], r["size"], r["ok"]) for r in results] == [
+        (0, 0, 2, True),
+        (1, 1, 2, True),
+    ]
 
 
 def test_srun_across_nodes_with_a_secret_and_master_addr():
