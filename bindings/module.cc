@@ -195,6 +195,8 @@ PYBIND11_MODULE(_core, m) {
                     })
       .def_readwrite("fusion_threshold_bytes", &Config::fusionThresholdBytes)
       .def_readonly("mps_pipe_directory", &Config::mpsPipeDirectory)
+      .def_readwrite("shm_allreduce_rules", &Config::shmAllreduceRules)
+      .def_readwrite("tcp_allreduce_rules", &Config::tcpAllreduceRules)
       .def_static("describe_environment", [] {
         py::list variables;
         for (const ConfigVariable& v : Config::describeEnvironment()) {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ringcomm import _core
+from ringcomm import _core, _tuning
 from ringcomm._buffers import empty_like, shape_of, split_shape, stacked_shape
 from ringcomm._devices import set_call_stream
 from ringcomm._environment import LaunchEnvironment, detect
@@ -378,6 +378,8 @@ def init(
         config.algorithm = _check_algorithm(algorithm)
     environment = detect(config.timeout, config.secret)
     config.secret = environment.secret
+    if environment.size > 1:  # what `ringcomm-bench tune` measured on this host, if anything
+        _tuning.apply(config, environment.size)
     core = _core.Communicator.create(environment.store, environment.rank, environment.size, config)
     environment.met()
     return Communicator(core, environment)

@@ -597,3 +597,92 @@ def test_runs_as_ranks_under_a_launcher(tmp_path):
     )
     assert_all_right(json.loads(out.read_text()), ["ringcomm"], 3)
     assert stdout.count("## ringcomm") == 1  # only rank 0 prints
+
+
+# ---- tune -------------------------------------------------------------------------------------
+def test_tuning_rules_from_times():
+    from ringcomm import _tuning
+
+    times = {
+        "direct": {8: 2.0, 4096: 10.0, 1 << 20: 500.0},
+        "ring": {8: 5.0, 4096: 8.0, 1 << 20: 300.0},
+        "tree": {8: 3.0, 4096: 9.0, 1 << 20: 400.0},
+    }
+    assert _tuning.rules_from_times(times) == [(8, "direct"), (_tuning.EVERY_SIZE, "ring")]
+    times["tree"][1 << 20] = 100.0
+    assert _tuning.rules_from_times(times) == [
+        (8, "direct"),
+        (4096, "ring"),
+        (_tuning.EVERY_SIZE, "tree"),
+    ]
+
+
+def test_alpha_beta_fit():
+    from ringcomm.bench.tune import fit_alpha_beta
+
+    alpha, bandwidth = fit_alpha_beta({s: 10.0 + s / 1000.0 for s in (8, 1024, 1 << 20)})
+    assert alpha == pytest.approx(10.0) and bandwidth == pytest.approx(1.0)
+
+
+def test_tuning_file_applies_on_its_machine_only(tmp_path, monkeypatch):
+    from ringcomm import _tuning
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = _tuning.path_for(4)
+    rules = [(4096, "ring"), (_tuning.EVERY_SIZE, "tree")]
+    _tuning.write(path, 4, {"shm": {"rules": rules}, "tcp": {"rules": [(1, "tree")]}})
+    assert _tuning.load_rules(4) == {"shm": rules, "tcp": [(1, "tree")]}
+    assert _tuning.load_rules(3) is None  # another world size: no file, no warning
+    document = json.loads(path.read_text())
+    for change, reason in (
+        ({"machine_id": "another"}, "another machine"),
+        ({"ringcomm": "0.0.1"}, "another ringcomm"),
+        ({"created": 0}, "days old"),
+    ):
+        path.write_text(json.dumps(dict(document, **change)))
+        with pytest.warns(UserWarning, match=f"{reason}.*ringcomm-bench tune -np 4"):
+            assert _tuning.load_rules(4) is None
+
+
+def test_auto_follows_the_tuning_file(tmp_path):
+    from harness import assert_all_succeeded, run_job
+
+    from ringcomm import _tuning
+
+    env = {"XDG_CACHE_HOME": str(tmp_path), "RINGCOMM_TRANSPORT": "shm"}
+    rules = [(4096, "tree"), (_tuning.EVERY_SIZE, "ring")]
+    path = tmp_path / "ringcomm" / _tuning.path_for(2).name
+    _tuning.write(path, 2, {"shm": {"rules": rules}})
+    outcomes = run_job(2, "tuned.py", env=env)
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        # The cost model would say direct at both sizes through shared memory.
+        assert outcome.result["chosen"] == ["tree", "ring"] and outcome.result["ok"]
+        assert outcome.result["warnings"] == []
+
+
+@pytest.mark.timeout(200)
+def test_tune_writes_the_file_auto_reads(tmp_path):
+    env_home = {"XDG_CACHE_HOME": str(tmp_path)}
+    command = [sys.executable, "-m", "ringcomm.bench", "tune", "-np", "2", "-b", "8", "-e", "64K"]
+    command += ["-f", "8192", "--min-time", "0.01"]
+    done = subprocess.run(
+        command,
+        env=dict(os.environ, **env_home, PYTHONPATH=str(REPO)),
+        capture_output=True, text=True, timeout=180, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    written = json.loads(next((tmp_path / "ringcomm").glob("tuning-*-p2.json")).read_text())
+    assert written["world_size"] == 2
+    assert {a for _, a in written["transports"]["shm"]["rules"]} <= {"direct", "ring", "tree"}
+    assert {a for _, a in written["transports"]["tcp"]["rules"]} <= {"ring", "tree"}
+    assert set(written["transports"]["shm"]["times_us"]) == {"direct", "ring", "tree"}
+    assert "shm crossovers:" in done.stdout and "tcp: latency" in done.stdout
+
+
+def test_tuning_rules_ignore_noise():
+    from ringcomm import _tuning
+
+    # tree is 5% faster at 128 B: within the margin, ring keeps it.
+    times = {"ring": {8: 5.0, 128: 5.0, 4096: 9.0}, "tree": {8: 9.0, 128: 4.8, 4096: 5.0}}
+    assert _tuning.rules_from_times(times) == [(128, "ring"), (_tuning.EVERY_SIZE, "tree")]

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ringcomm/export.h"
@@ -78,6 +79,15 @@ struct RINGCOMM_API Config {
   std::chrono::microseconds cycleTime{1000};
   // RINGCOMM_FUSION_THRESHOLD (bytes): most bytes of ready all-reduces fused into one; 0 = none.
   size_t fusionThresholdBytes = 128 * 1024 * 1024;
+
+  // Measured all-reduce choices for this host and world size (`ringcomm-bench tune` writes
+  // them, ringcomm.init() reads them: ringcomm/_tuning.py), used by Algorithm::Auto when every
+  // rank is on this host: (most bytes, algorithm) rules sorted by size, the first rule whose
+  // bytes hold the message wins, sizes beyond the last take the last. shm: ranks connected
+  // through shared memory; tcp: through TCP (RINGCOMM_TRANSPORT=tcp). Empty: the cost model
+  // (src/tuning) decides. Not read from the environment.
+  std::vector<std::pair<size_t, Algorithm>> shmAllreduceRules;
+  std::vector<std::pair<size_t, Algorithm>> tcpAllreduceRules;
 
   // RINGCOMM_CUDA_PATH=auto|staged|ipc: how an all-reduce of device buffers travels (types.h).
   CudaPath cudaPath = CudaPath::Auto;

@@ -5,6 +5,7 @@
     ringcomm-bench allreduce --device cuda -b 1M -e 1G -np 4 --compare gloo   # on one GPU
     mpirun -np 4 ringcomm-bench allreduce          # the launcher's ranks run the benchmark
     srun -n 8 ringcomm-bench allreduce             # so do srun's tasks
+    ringcomm-bench tune -np 4                      # measure; algorithm="auto" follows (tune.py)
 
 Started from a shell, the CLI is the parent: it measures memory bandwidth, then launches the
 ranks of ringcomm and of each peer one after another (launchers.py) and prints their tables.
@@ -256,6 +257,11 @@ def _run_as_rank(args, parser, command: str) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["tune"]:
+        from ringcomm.bench import tune
+
+        return tune.main(words[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     command = machine.command_line(argv)
