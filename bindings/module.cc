@@ -16,6 +16,7 @@
 #include "arrays.h"
 #include "dlpack.h"
 #include "tensor_queue.h"
+#include "ringcomm/build_info.h"
 #include "ringcomm/communicator.h"
 #include "ringcomm/debug.h"
 
@@ -202,8 +203,18 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("trace_file", &Config::traceFile)
       .def_readwrite("trace_max_events", &Config::traceMaxEvents)
       .def_readwrite("horovod_timeline", &Config::horovodTimeline)
-      .def_readwrite("horovod_timeline_mark_cycles", &Config::horovodTimelineMarkCycles);
-
+      .def_readwrite("horovod_timeline_mark_cycles", &Config::horovodTimelineMarkCycles)
+      .def_readonly("mps_pipe_directory", &Config::mpsPipeDirectory)
+      .def_readwrite("shm_allreduce_rules", &Config::shmAllreduceRules)
+      .def_readwrite("tcp_allreduce_rules", &Config::tcpAllreduceRules)
+      .def_static("describe_environment", [] {
+        py::list variables;
+        for (const ConfigVariable& v : Config::describeEnvironment()) {
+          variables.append(py::dict(py::arg("name") = v.name, py::arg("value") = v.value,
+                                    py::arg("source") = v.source, py::arg("error") = v.error));
+        }
+        return variables;
+      });
   // ---- observability (include/ringcomm/debug.h) ------------------------------------------
   py::enum_<LogLevel>(m, "LogLevel")
       .value("NONE", LogLevel::None).value("WARN", LogLevel::Warn)
@@ -219,6 +230,17 @@ PYBIND11_MODULE(_core, m) {
   // Rank 0 renders and writes the file: release the GIL meanwhile.
   m.def("stop_horovod_timeline", &stopHorovodTimeline, py::call_guard<py::gil_scoped_release>());
   m.def("horovod_timeline_active", &horovodTimelineActive);
+
+  // ---- what this build is ------------------------------------------------------------------
+  m.def("build_info", [] {
+    BuildInfo b = buildInfo();
+    return py::dict(py::arg("compiler") = b.compiler, py::arg("cuda") = b.cuda,
+                    py::arg("cuda_architectures") = b.cudaArchitectures,
+                    py::arg("cuda_runtime_version") = b.cudaRuntimeVersion,
+                    py::arg("cuda_driver_version") = b.cudaDriverVersion,
+                    py::arg("reduce_kernels") = b.reduceKernels, py::arg("half_codec") = b.halfCodec);
+  });
+  m.def("mps_running", &mpsRunning, py::arg("pipe_directory"));
 
   // ---- stores ------------------------------------------------------------------------------
   py::class_<Store, PythonStore, std::shared_ptr<Store>>(m, "Store")

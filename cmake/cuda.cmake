@@ -65,6 +65,11 @@ if(RINGCOMM_BUILD_CUDA)
       ${PROJECT_SOURCE_DIR}/src/transport/cuda/queue_device.cc
     )
     target_link_libraries(ringcomm_objects PRIVATE ringcomm_cuda_kernels CUDA::cudart)
+    # What `python -m ringcomm info` reports as the kernels' architectures (ringcomm::buildInfo),
+    # comma-separated: a ';' would split the definition in two.
+    string(REPLACE ";" "," RINGCOMM_CUDA_ARCHITECTURE_LIST "${CMAKE_CUDA_ARCHITECTURES}")
+    set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/transport/cuda/cuda_path.cc APPEND PROPERTY
+      COMPILE_DEFINITIONS "RINGCOMM_CUDA_ARCHITECTURES=\"${RINGCOMM_CUDA_ARCHITECTURE_LIST}\"")
   endif()
   if(TARGET ringcomm_core)
     # The CUDA runtime is the toolkit's shared one: let the installed library find it there when

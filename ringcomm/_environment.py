@@ -8,10 +8,13 @@ Checked in this order:
   2. torchrun / torch.distributed's env:// convention: RANK, WORLD_SIZE, MASTER_ADDR,
      MASTER_PORT. Under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) we join that
      store through torch; otherwise rank 0 serves a ringcomm store on MASTER_PORT.
-  3. An MPI launcher (mpirun / mpiexec of MPICH or Open MPI, srun): through mpi4py when it is
-     installed; otherwise rank and size from PMI_RANK/PMI_SIZE or OMPI_COMM_WORLD_RANK/SIZE and the
-     store at MASTER_ADDR:MASTER_PORT (rank 0 serves it).
-  4. Nothing: a single process.
+  3. An MPI launcher (mpirun / mpiexec of MPICH or Open MPI, srun --mpi=pmi2/pmix): through mpi4py
+     when it is installed; otherwise rank and size from PMI_RANK/PMI_SIZE or
+     OMPI_COMM_WORLD_RANK/SIZE and the store at MASTER_ADDR:MASTER_PORT (rank 0 serves it).
+  4. Slurm's srun (a job step's task, ringcomm/_slurm.py): rank, size and local rank from
+     SLURM_PROCID, SLURM_STEP_NUM_TASKS and SLURM_LOCALID; the store on the step's first node, on
+     a port derived from the job and step ids (MASTER_ADDR / MASTER_PORT override them).
+  5. Nothing: a single process.
 
 Each path also settles the job's secret (ringcomm/_secret.py): the caller's if it has one,
 otherwise one made here the launcher's way, before the first connection to the store.
@@ -26,7 +29,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ringcomm import _core, _secret
+from ringcomm import _core, _secret, _slurm
 from ringcomm.elastic import worker as elastic_worker
 
 MPI_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
@@ -73,10 +76,13 @@ def _host_port(text: str, variable: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _serve_or_join(rank: int, host: str, port: int, timeout: float, secret: bytes, keepalive: list):
-    """Rank 0 serves a ringcomm store on host:port, listening on that address only (MASTER_ADDR
-    is rank 0's address; 127.0.0.1 keeps the store off the network); everyone connects to it."""
-    if rank == 0:
+def _serve_or_join(
+    serves: bool, host: str, port: int, timeout: float, secret: bytes, keepalive: list
+):
+    """One process (rank 0; under srun the first task on the first node) serves a ringcomm store
+    on host:port, listening on that address only (MASTER_ADDR is rank 0's address; 127.0.0.1
+    keeps the store off the network); everyone connects to it."""
+    if serves:
         keepalive.append(_core.TcpStoreServer(_bind_address(host), port, secret))
     return _core.TcpStore(host, port, timeout, secret)
 
@@ -90,28 +96,31 @@ def _is_local_address(host: str) -> bool:
         return False
 
 
-def _host_local_secret(rank: int, host: str, port: int, timeout: float):
-    """(secret, file rank 0 wrote or None) for a job whose launcher gives no secure channel: the
-    file is named after the store's address, which every rank knows."""
-    path = _secret.host_file(f"job-{host}-{port}")
-    if rank == 0:
+def _host_local_secret(writes: bool, name: str, host: str, timeout: float):
+    """(secret, file this process wrote or None) for a job whose launcher gives no secure
+    channel: the file is named ``name`` (after the store's address, or the Slurm job step), which
+    every rank knows; the store's server writes it."""
+    path = _secret.host_file(name)
+    if writes:
         return _secret.write_host_secret(path), path
     if not _is_local_address(host):
         raise _secret.missing_secret(f"rank 0 serves the store on {host}, another host")
     return _secret.read_host_secret(path, timeout), None
 
 
-def _join_with_host_secret(rank: int, host: str, port: int, timeout: float, keepalive: list):
-    """The store of an env:// job without a given secret, and the secret. A rank that read a
-    stale file (from an earlier job on the same port) before rank 0 replaced it is refused by
-    the store: it reads the file again until the deadline."""
+def _join_with_host_secret(
+    serves: bool, name: str, host: str, port: int, timeout: float, keepalive: list
+):
+    """The store of a job without a given secret (env://, one-node srun), and the secret. A rank
+    that read a stale file (from an earlier job on the same port) before the server replaced it
+    is refused by the store: it reads the file again until the deadline."""
     deadline = time.monotonic() + timeout
     while True:
-        secret, path = _host_local_secret(rank, host, port, timeout)
+        secret, path = _host_local_secret(serves, name, host, timeout)
         try:
-            return _serve_or_join(rank, host, port, timeout, secret, keepalive), secret, path
+            return _serve_or_join(serves, host, port, timeout, secret, keepalive), secret, path
         except RuntimeError as error:
-            if rank == 0 or "proof" not in str(error) or time.monotonic() > deadline:
+            if serves or "proof" not in str(error) or time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
 
@@ -176,13 +185,38 @@ def _torchrun(timeout: float, secret: bytes, keepalive: list) -> LaunchEnvironme
         # torch's store proves nothing: the data links' secret comes from the user or this host.
         path = None
         if not secret:
-            secret, path = _host_local_secret(rank, host, f"{port}-{restart}", timeout)
+            secret, path = _host_local_secret(
+                rank == 0, f"job-{host}-{port}-{restart}", host, timeout
+            )
         return LaunchEnvironment(rank, size, store, "torchrun", secret, keepalive, path)
     if secret:
-        store = _serve_or_join(rank, host, port, timeout, secret, keepalive)
+        store = _serve_or_join(rank == 0, host, port, timeout, secret, keepalive)
         return LaunchEnvironment(rank, size, store, "env", secret, keepalive)
-    store, secret, path = _join_with_host_secret(rank, host, port, timeout, keepalive)
+    store, secret, path = _join_with_host_secret(
+        rank == 0, f"job-{host}-{port}", host, port, timeout, keepalive
+    )
     return LaunchEnvironment(rank, size, store, "env", secret, keepalive, path)
+
+
+def _srun(timeout: float, secret: bytes, keepalive: list) -> LaunchEnvironment:
+    """A task of ``srun -n N python train.py``. Slurm gives its tasks no secure channel: the
+    secret is the user's (RINGCOMM_SECRET / _FILE, which srun passes on to every node), or, on a
+    one-node step, a file on this host that only this user can read, named after the job step
+    and written by the task that serves the store."""
+    task = _slurm.step()
+    serves, host, port = task.serves_store, task.store_host, task.store_port
+    if secret:
+        store = _serve_or_join(serves, host, port, timeout, secret, keepalive)
+        return LaunchEnvironment(task.rank, task.size, store, "slurm", secret, keepalive)
+    if not task.one_node:
+        raise _secret.missing_secret(
+            f"srun runs this step on {len(task.nodes)} nodes, and Slurm gives their tasks no "
+            "secure channel to share one; export RINGCOMM_SECRET before srun, which passes it on"
+        )
+    store, secret, path = _join_with_host_secret(
+        serves, task.secret_name, host, port, timeout, keepalive
+    )
+    return LaunchEnvironment(task.rank, task.size, store, "slurm", secret, keepalive, path)
 
 
 def _mpi(timeout: float, secret: bytes, keepalive: list) -> LaunchEnvironment:
@@ -222,10 +256,106 @@ def _mpi(timeout: float, secret: bytes, keepalive: list) -> LaunchEnvironment:
         )
     host, port = os.environ["MASTER_ADDR"], _integer("MASTER_PORT")
     if secret:
-        store = _serve_or_join(rank, host, port, timeout, secret, keepalive)
+        store = _serve_or_join(rank == 0, host, port, timeout, secret, keepalive)
         return LaunchEnvironment(rank, size, store, "mpi", secret, keepalive)
-    store, secret, path = _join_with_host_secret(rank, host, port, timeout, keepalive)
+    store, secret, path = _join_with_host_secret(
+        rank == 0, f"job-{host}-{port}", host, port, timeout, keepalive
+    )
     return LaunchEnvironment(rank, size, store, "mpi", secret, keepalive, path)
+
+
+MPI_LOCAL_RANK_VARIABLES = (
+    "MPI_LOCALRANKID",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MV2_COMM_WORLD_LOCAL_RANK",
+)
+MPI_LOCAL_SIZE_VARIABLES = (
+    "MPI_LOCALNRANKS",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "MV2_COMM_WORLD_LOCAL_SIZE",
+)
+
+
+def launcher() -> str:
+    """Which launcher started this process, as detect() decides: "ringcomm", "env" (torchrun
+    or env://), "mpi", "slurm" (srun) or "single". MPI's variables come before Slurm's: mpirun
+    inside an allocation starts its ranks through srun, whose variables then describe mpirun's
+    daemons, not the ranks."""
+    if "RINGCOMM_RANK" in os.environ:
+        return "ringcomm"
+    if all(v in os.environ for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
+        return "env"
+    if _first(MPI_RANK_VARIABLES) is not None:
+        return "mpi"
+    if _slurm.is_step():
+        return "slurm"
+    return "single"
+
+
+@dataclass
+class LaunchIdentity:
+    """What the environment says about this rank, read without meeting anyone (for
+    ``python -m ringcomm info``); None where the launcher does not say."""
+
+    launcher: str
+    rank: Optional[int]
+    size: Optional[int]
+    local_rank: Optional[int]
+    local_size: Optional[int]
+    store: Optional[str]  # host:port of the rendezvous store, when known before meeting
+    host: str = field(default_factory=socket.gethostname)
+
+
+def _optional_integer(names) -> Optional[int]:
+    name = _first(names)
+    return None if name is None else _integer(name)
+
+
+def identify() -> LaunchIdentity:
+    kind = launcher()
+    if kind == "ringcomm":
+        return LaunchIdentity(
+            kind,
+            _integer("RINGCOMM_RANK"),
+            _integer("RINGCOMM_WORLD_SIZE"),
+            _optional_integer(["RINGCOMM_LOCAL_RANK"]),
+            _optional_integer(["RINGCOMM_LOCAL_WORLD_SIZE"]),
+            os.environ.get("RINGCOMM_STORE"),
+        )
+    store = None
+    if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
+        store = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    if kind == "env":
+        agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+        return LaunchIdentity(
+            "torchrun" if agent or "TORCHELASTIC_RUN_ID" in os.environ else "env",
+            _integer("RANK"),
+            _integer("WORLD_SIZE"),
+            _optional_integer(["LOCAL_RANK"]),
+            _optional_integer(["LOCAL_WORLD_SIZE"]),
+            store,
+        )
+    if kind == "mpi":
+        # With mpi4py, rank 0 picks the store's address when the job starts.
+        return LaunchIdentity(
+            kind,
+            _integer(_first(MPI_RANK_VARIABLES)),
+            _optional_integer(MPI_SIZE_VARIABLES),
+            _optional_integer(MPI_LOCAL_RANK_VARIABLES),
+            _optional_integer(MPI_LOCAL_SIZE_VARIABLES),
+            store,
+        )
+    if kind == "slurm":
+        task = _slurm.step()
+        return LaunchIdentity(
+            kind,
+            task.rank,
+            task.size,
+            task.local_rank,
+            task.local_size,
+            f"{task.store_host}:{task.store_port}",
+        )
+    return LaunchIdentity(kind, 0, 1, 0, 1, None)
 
 
 def detect(timeout: float, secret: bytes = b"") -> LaunchEnvironment:
@@ -247,7 +377,8 @@ def detect(timeout: float, secret: bytes = b"") -> LaunchEnvironment:
             keepalive,
             scope=f"generation-{generation}/",
         )
-    if "RINGCOMM_RANK" in os.environ:
+    kind = launcher()
+    if kind == "ringcomm":
         rank, size = _integer("RINGCOMM_RANK"), _integer("RINGCOMM_WORLD_SIZE")
         host, port = _host_port(os.environ.get("RINGCOMM_STORE", ""), "RINGCOMM_STORE")
         if not secret:
@@ -256,10 +387,12 @@ def detect(timeout: float, secret: bytes = b"") -> LaunchEnvironment:
             )
         store = _core.TcpStore(host, port, timeout, secret)
         return LaunchEnvironment(rank, size, store, "ringcomm", secret, keepalive)
-    if all(v in os.environ for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
+    if kind == "env":
         return _torchrun(timeout, secret, keepalive)
-    if _first(MPI_RANK_VARIABLES) is not None:
+    if kind == "mpi":
         return _mpi(timeout, secret, keepalive)
+    if kind == "slurm":
+        return _srun(timeout, secret, keepalive)
     return LaunchEnvironment(
         0, 1, _core.HashStore(), "single", secret or _secret.new_secret(), keepalive
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from ringcomm import _core, _log
+from ringcomm import _core, _log, _tuning
 from ringcomm._buffers import empty_like, shape_of, split_shape, stacked_shape
 from ringcomm._devices import set_call_stream
 from ringcomm._environment import LaunchEnvironment, detect
@@ -396,6 +396,8 @@ def init(
     if _log.enabled(_log.INFO, "AUTH"):
         source = "given (RINGCOMM_SECRET or _FILE)" if given_secret else "made for this job"
         _log.info("AUTH", f"job secret {source}, {len(config.secret)} bytes")
+    if environment.size > 1:  # what `ringcomm-bench tune` measured on this host, if anything
+        _tuning.apply(config, environment.size)
     if environment.scope:
         core = _core.Communicator.create_in_scope(
             environment.store, environment.scope, environment.rank, environment.size, config

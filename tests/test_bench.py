@@ -16,6 +16,7 @@ import pytest
 from ringcomm import _core
 from ringcomm.bench import cli, patterns, table
 from ringcomm.bench.collectives import (
+    COLLECTIVES,
     bandwidths,
     bus_factor,
     element_counts,
@@ -35,6 +36,7 @@ HAVE_PEERS = (
     and find_mpirun() is not None
 )
 needs_peers = pytest.mark.skipif(not HAVE_PEERS, reason="needs torch, mpi4py and mpirun")
+HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
 
 # ---- sizes ------------------------------------------------------------------------------------
@@ -90,6 +92,16 @@ def test_element_counts_follow_nccl_tests():
     c = element_counts("allgather", 8, 4, 4)
     assert (c.in_count, c.out_count, c.nbytes) == (1, 4, 16)
     assert element_counts("broadcast", 3, 8, 2).count == 1
+    # reduce: the per-rank buffer, as allreduce; alltoall: each rank's whole buffer, a multiple
+    # of p elements; gather: the root's output; scatter: the root's input.
+    c = element_counts("reduce", 4096, 4, 3)
+    assert (c.count, c.in_count, c.out_count, c.nbytes) == (1024, 1024, 1024, 4096)
+    c = element_counts("alltoall", 1000, 4, 3)
+    assert (c.count, c.in_count, c.out_count, c.nbytes) == (249, 249, 249, 996)
+    c = element_counts("gather", 4096, 4, 4)
+    assert (c.count, c.in_count, c.out_count, c.nbytes) == (1024, 256, 1024, 4096)
+    c = element_counts("scatter", 4096, 4, 4)
+    assert (c.count, c.in_count, c.out_count, c.nbytes) == (1024, 1024, 256, 4096)
 
 
 def test_bus_bandwidth_factors():
@@ -97,6 +109,11 @@ def test_bus_bandwidth_factors():
     assert bus_factor("allgather", 4) == pytest.approx(0.75)
     assert bus_factor("reduce_scatter", 2) == pytest.approx(0.5)
     assert bus_factor("broadcast", 8) == 1.0
+    # nccl-tests' doc/PERFORMANCE.md: reduce moves size over each link once; alltoall, gather
+    # and scatter move all but a rank's own share.
+    assert bus_factor("reduce", 8) == 1.0
+    for collective in ("alltoall", "gather", "scatter"):
+        assert bus_factor(collective, 4) == pytest.approx(0.75)
     algbw, busbw = bandwidths("allreduce", 2_000_000_000, 1e6, 4)  # 2 GB in 1 s
     assert (algbw, busbw) == (pytest.approx(2.0), pytest.approx(3.0))
     algbw, busbw = bandwidths("allgather", 1_000_000, 500.0, 2)
@@ -111,6 +128,10 @@ def test_single_host_limit(p):
     assert limit_busbw("reduce_scatter", p, b_mem) == limit_busbw("allgather", p, b_mem)
     assert limit_busbw("broadcast", p, b_mem) == pytest.approx(b_mem / p)
     assert limit_busbw("allreduce", p, None) is None
+    assert limit_busbw("reduce", p, b_mem) == pytest.approx(b_mem / (p + 1))
+    assert limit_busbw("alltoall", p, b_mem) == pytest.approx(b_mem * (p - 1) / (2 * p**2))
+    assert limit_busbw("gather", p, b_mem) == pytest.approx(b_mem * (p - 1) / (2 * p))
+    assert limit_busbw("scatter", p, b_mem) == limit_busbw("gather", p, b_mem)
 
 
 # ---- tables and comparison --------------------------------------------------------------------
@@ -252,6 +273,18 @@ class OneRank:
     def broadcast(self, x, root):
         pass
 
+    def reduce(self, x, op, root):
+        pass
+
+    def alltoall(self, x, out):
+        out[:] = x
+
+    def gather(self, x, out, root):
+        out[:] = x
+
+    def scatter(self, x, out, root):
+        out[:] = x
+
     def unsupported(self, collective, dtype, op):
         return "no prod here" if op == "prod" else None
 
@@ -278,7 +311,7 @@ def test_measure_counts_calls():
     assert 3 <= timing.iters <= 1000 and len(calls) == timing.iters + timing.warmup
 
 
-@pytest.mark.parametrize("collective", ["allreduce", "allgather", "reduce_scatter", "broadcast"])
+@pytest.mark.parametrize("collective", COLLECTIVES)
 def test_run_plan_on_one_rank(collective):
     plan = Plan(collective, [8, 4096, 4096 + 2], op="avg", check=True, iters=3, warmup=0)
     report = run_plan(plan, OneRank())
@@ -328,6 +361,47 @@ def test_launched_as_rank():
         {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
     )
     assert not cli.launched_as_rank({"RANK": "0"})
+    srun = {"SLURM_PROCID": "0", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "4"}
+    assert cli.launched_as_rank(srun)
+    assert not cli.launched_as_rank(dict(srun, SLURM_NTASKS="1"))  # srun --pty bash
+    assert not cli.launched_as_rank({"SLURM_PROCID": "0", "SLURM_NTASKS": "4"})  # sbatch
+
+
+def test_run_plan_notes_progress(tmp_path):
+    notes = tmp_path / "progress"
+    run_plan(Plan("allreduce", [8, 4096], iters=1, warmup=0), OneRank(), str(notes))
+    assert json.loads(notes.read_text()) == {"index": 1, "size": 4096, "sizes": 2}
+
+
+def test_progress_display_on_a_terminal_only(tmp_path):
+    import io
+    import time
+
+    from rich.console import Console
+
+    from ringcomm.bench.progress import SweepProgress
+
+    notes = tmp_path / "progress"
+
+    def sweep():
+        for index, size in enumerate((8, 1 << 20)):
+            notes.write_text(json.dumps({"index": index, "size": size, "sizes": 2}))
+            time.sleep(0.5)
+        return "report"
+
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=100)
+    with SweepProgress(True, 2, console) as progress:
+        assert progress.track("gloo", notes, sweep) == "report"
+    assert "gloo: 1 MiB" in screen.getvalue()
+    with SweepProgress(False, 2, console) as progress:
+        assert progress.track("gloo", notes, lambda: 7) == 7
+
+
+def test_plot_without_matplotlib_names_the_extra(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    assert cli.main(["allreduce", "--size", "8", "--plot", "busbw.png"]) == 2
+    assert "pip install 'ringcomm[plot]'" in capsys.readouterr().err
 
 
 # ---- end to end -------------------------------------------------------------------------------
@@ -375,10 +449,18 @@ def test_allreduce_sweep_against_gloo_and_mpi(tmp_path):
             "--check",
             "--compare",
             "gloo,mpi",
-        ],
+        ]
+        + (["--plot", str(tmp_path / "busbw.png")] if HAVE_MATPLOTLIB else []),
         tmp_path,
     )
     assert_all_right(document, ["ringcomm", "gloo", "mpi"], 5)
+    # nccl-tests' closing line, once per implementation.
+    assert stdout.count("# Avg bus bandwidth    : ") == 3
+    average = document["implementations"]["gloo"]["avg_busbw"]
+    rows = document["implementations"]["gloo"]["results"]
+    assert average == pytest.approx(sum(r["busbw"] for r in rows) / len(rows))
+    if HAVE_MATPLOTLIB:
+        assert (tmp_path / "busbw.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert document["nranks"] == 2 and document["memory_bandwidth"]["gbps"] > 0
     comparison = document["comparison"]
     assert [row["size"] for row in comparison] == [8, 64, 512, 4096, 32768]
@@ -423,6 +505,21 @@ def test_other_collectives_on_three_ranks(collective, tmp_path):
         tmp_path,
     )
     assert_all_right(document, ["ringcomm", "gloo", "mpi", "torch-ringcomm"], 3)
+
+
+@needs_peers
+@pytest.mark.timeout(110)
+@pytest.mark.parametrize("collective", ["alltoall", "reduce", "gather", "scatter"])
+def test_alltoall_and_rooted_collectives_against_gloo_and_mpi(collective, tmp_path):
+    # One size that is not a multiple of 3 elements (rounded down for the split ones).
+    stdout, document = run_bench(
+        [collective, "--size", "1000", "-np", "3", "--iters", "3", "--warmup", "1", "--check"]
+        + ["--op", "max", "--compare", "gloo,mpi"] * (collective == "reduce")
+        + ["--compare", "gloo,mpi"] * (collective != "reduce"),
+        tmp_path,
+    )
+    assert_all_right(document, ["ringcomm", "gloo", "mpi"], 1)
+    assert document["limit_formula"] in stdout
 
 
 @needs_peers
@@ -512,3 +609,92 @@ def test_background_load_runs_only_inside_its_block():
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+# ---- tune -------------------------------------------------------------------------------------
+def test_tuning_rules_from_times():
+    from ringcomm import _tuning
+
+    times = {
+        "direct": {8: 2.0, 4096: 10.0, 1 << 20: 500.0},
+        "ring": {8: 5.0, 4096: 8.0, 1 << 20: 300.0},
+        "tree": {8: 3.0, 4096: 9.0, 1 << 20: 400.0},
+    }
+    assert _tuning.rules_from_times(times) == [(8, "direct"), (_tuning.EVERY_SIZE, "ring")]
+    times["tree"][1 << 20] = 100.0
+    assert _tuning.rules_from_times(times) == [
+        (8, "direct"),
+        (4096, "ring"),
+        (_tuning.EVERY_SIZE, "tree"),
+    ]
+
+
+def test_alpha_beta_fit():
+    from ringcomm.bench.tune import fit_alpha_beta
+
+    alpha, bandwidth = fit_alpha_beta({s: 10.0 + s / 1000.0 for s in (8, 1024, 1 << 20)})
+    assert alpha == pytest.approx(10.0) and bandwidth == pytest.approx(1.0)
+
+
+def test_tuning_file_applies_on_its_machine_only(tmp_path, monkeypatch):
+    from ringcomm import _tuning
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = _tuning.path_for(4)
+    rules = [(4096, "ring"), (_tuning.EVERY_SIZE, "tree")]
+    _tuning.write(path, 4, {"shm": {"rules": rules}, "tcp": {"rules": [(1, "tree")]}})
+    assert _tuning.load_rules(4) == {"shm": rules, "tcp": [(1, "tree")]}
+    assert _tuning.load_rules(3) is None  # another world size: no file, no warning
+    document = json.loads(path.read_text())
+    for change, reason in (
+        ({"machine_id": "another"}, "another machine"),
+        ({"ringcomm": "0.0.1"}, "another ringcomm"),
+        ({"created": 0}, "days old"),
+    ):
+        path.write_text(json.dumps(dict(document, **change)))
+        with pytest.warns(UserWarning, match=f"{reason}.*ringcomm-bench tune -np 4"):
+            assert _tuning.load_rules(4) is None
+
+
+def test_auto_follows_the_tuning_file(tmp_path):
+    from harness import assert_all_succeeded, run_job
+
+    from ringcomm import _tuning
+
+    env = {"XDG_CACHE_HOME": str(tmp_path), "RINGCOMM_TRANSPORT": "shm"}
+    rules = [(4096, "tree"), (_tuning.EVERY_SIZE, "ring")]
+    path = tmp_path / "ringcomm" / _tuning.path_for(2).name
+    _tuning.write(path, 2, {"shm": {"rules": rules}})
+    outcomes = run_job(2, "tuned.py", env=env)
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        # The cost model would say direct at both sizes through shared memory.
+        assert outcome.result["chosen"] == ["tree", "ring"] and outcome.result["ok"]
+        assert outcome.result["warnings"] == []
+
+
+@pytest.mark.timeout(200)
+def test_tune_writes_the_file_auto_reads(tmp_path):
+    env_home = {"XDG_CACHE_HOME": str(tmp_path)}
+    command = [sys.executable, "-m", "ringcomm.bench", "tune", "-np", "2", "-b", "8", "-e", "64K"]
+    command += ["-f", "8192", "--min-time", "0.01"]
+    done = subprocess.run(
+        command,
+        env=dict(os.environ, **env_home, PYTHONPATH=str(REPO)),
+        capture_output=True, text=True, timeout=180, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    written = json.loads(next((tmp_path / "ringcomm").glob("tuning-*-p2.json")).read_text())
+    assert written["world_size"] == 2
+    assert {a for _, a in written["transports"]["shm"]["rules"]} <= {"direct", "ring", "tree"}
+    assert {a for _, a in written["transports"]["tcp"]["rules"]} <= {"ring", "tree"}
+    assert set(written["transports"]["shm"]["times_us"]) == {"direct", "ring", "tree"}
+    assert "shm crossovers:" in done.stdout and "tcp: latency" in done.stdout
+
+
+def test_tuning_rules_ignore_noise():
+    from ringcomm import _tuning
+
+    # tree is 5% faster at 128 B: within the margin, ring keeps it.
+    times = {"ring": {8: 5.0, 128: 5.0, 4096: 9.0}, "tree": {8: 9.0, 128: 4.8, 4096: 5.0}}
+    assert _tuning.rules_from_times(times) == [(128, "ring"), (_tuning.EVERY_SIZE, "tree")]

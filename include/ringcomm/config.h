@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ringcomm/debug.h"
 #include "ringcomm/export.h"
@@ -21,6 +23,14 @@ constexpr std::chrono::seconds kNoDeadline{100'000'000};
 // anything beyond kNoDeadline mean kNoDeadline.
 RINGCOMM_API std::chrono::milliseconds timeoutFromSeconds(double seconds, const std::string& what,
                                                           bool zeroAllowed);
+
+// One variable Config::fromEnvironment() reads, as `python -m ringcomm info` shows it.
+struct RINGCOMM_API ConfigVariable {
+  std::string name;    // RINGCOMM_TIMEOUT
+  std::string value;   // the value in effect, as text; a secret's is "(set)", never the secret
+  std::string source;  // "default", "environment", or the Horovod variable it came from
+  std::string error;   // why the environment's text was refused (fromEnvironment() throws); or ""
+};
 
 struct RINGCOMM_API Config {
   // Default deadline of every collective and of rendezvous (RINGCOMM_TIMEOUT, seconds).
@@ -73,6 +83,15 @@ struct RINGCOMM_API Config {
   // RINGCOMM_FUSION_THRESHOLD (bytes): most bytes of ready all-reduces fused into one; 0 = none.
   size_t fusionThresholdBytes = 128 * 1024 * 1024;
 
+  // Measured all-reduce choices for this host and world size (`ringcomm-bench tune` writes
+  // them, ringcomm.init() reads them: ringcomm/_tuning.py), used by Algorithm::Auto when every
+  // rank is on this host: (most bytes, algorithm) rules sorted by size, the first rule whose
+  // bytes hold the message wins, sizes beyond the last take the last. shm: ranks connected
+  // through shared memory; tcp: through TCP (RINGCOMM_TRANSPORT=tcp). Empty: the cost model
+  // (src/tuning) decides. Not read from the environment.
+  std::vector<std::pair<size_t, Algorithm>> shmAllreduceRules;
+  std::vector<std::pair<size_t, Algorithm>> tcpAllreduceRules;
+
   // RINGCOMM_CUDA_PATH=auto|staged|ipc: how an all-reduce of device buffers travels (types.h).
   CudaPath cudaPath = CudaPath::Auto;
   // The job's secret: every store connection and every data link proves knowledge of it (an HMAC
@@ -110,6 +129,10 @@ struct RINGCOMM_API Config {
 
   // Reads RINGCOMM_* over the defaults; throws InvalidArgument naming a malformed variable.
   static Config fromEnvironment();
+
+  // Every variable fromEnvironment() reads, with the value in effect and where it came from; a
+  // malformed one carries fromEnvironment()'s error instead of throwing.
+  static std::vector<ConfigVariable> describeEnvironment();
 };
 
 }  // namespace ringcomm

@@ -4,11 +4,13 @@
     ringcomm-bench allreduce -b 8 -e 256M -f 2 -np 4 --compare gloo,mpi --check
     ringcomm-bench allreduce --device cuda -b 1M -e 1G -np 4 --compare gloo   # on one GPU
     mpirun -np 4 ringcomm-bench allreduce          # the launcher's ranks run the benchmark
+    srun -n 8 ringcomm-bench allreduce             # so do srun's tasks
+    ringcomm-bench tune -np 4                      # measure; algorithm="auto" follows (tune.py)
 
 Started from a shell, the CLI is the parent: it measures memory bandwidth, then launches the
 ranks of ringcomm and of each peer one after another (launchers.py) and prints their tables.
-Started by a launcher (ringcomm-run, torchrun, mpirun), each process is a ringcomm rank and rank
-0 prints; peers are not run then, since they need ranks of their own.
+Started by a launcher (ringcomm-run, torchrun, mpirun, srun), each process is a ringcomm rank and
+rank 0 prints; peers are not run then, since they need ranks of their own.
 """
 
 from __future__ import annotations
@@ -20,13 +22,16 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ringcomm.bench import background_load, machine, memory_bandwidth, report
+from ringcomm import _slurm
+from ringcomm.bench import background_load, machine, memory_bandwidth, plot, report
 from ringcomm.bench import device as bench_device
 from ringcomm.bench.collectives import COLLECTIVES, REDUCING, limit_busbw
 from ringcomm.bench.dtypes import DTYPES
-from ringcomm.bench.launchers import PEERS, RUNNERS, Outcome
+from ringcomm.bench.launchers import PEERS, RUNNERS, Outcome, report_file
 from ringcomm.bench.plan import Plan, run_deadline
+from ringcomm.bench.progress import SweepProgress
 from ringcomm.bench.sizes import parse_size, sweep
+from ringcomm.bench.worker import progress_path
 
 OPS = ("sum", "avg", "min", "max", "prod")
 _DEFAULT_BEGIN, _DEFAULT_END, _DEFAULT_FACTOR = "8", "128M", 4
@@ -142,6 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", metavar="PATH", help="write all results here")
     parser.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="draw busbw against size for ringcomm and every peer, with the single-host limit "
+        "(needs matplotlib: pip install 'ringcomm[plot]')",
+    )
+    parser.add_argument(
         "--timeout",
         type=at_least(float, 1.0),
         help="seconds each implementation's run may take (default: from sizes)",
@@ -153,7 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="run N busy-loop processes beside every implementation's ranks (a busy machine)",
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress messages")
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress display (shown only on a terminal)"
+    )
     return parser
 
 
@@ -189,7 +202,11 @@ def make_plan(args: argparse.Namespace, sizes: list[int], nranks: int) -> Plan:
 
 
 def launched_as_rank(env=os.environ) -> bool:
-    return any(v in env for v in _RANK_VARIABLES) or all(v in env for v in _TORCHRUN_VARIABLES)
+    return (
+        any(v in env for v in _RANK_VARIABLES)
+        or all(v in env for v in _TORCHRUN_VARIABLES)
+        or _slurm.is_step(env)
+    )
 
 
 def _bandwidth(nranks: int, method: Optional[str] = None):
@@ -206,6 +223,8 @@ def _finish(args, command, info, plan, nranks, bandwidth, limit, outcomes, compa
         report.save_json(
             args.json, command, info, plan, nranks, bandwidth, limit, outcomes, comparison
         )
+    if args.plot:
+        plot.plot_busbw(args.plot, outcomes, plan.collective, nranks, limit, command)
     wrong = any((row.get("wrong") or 0) > 0 for o in outcomes for row in o.rows)
     return 1 if wrong or outcomes[0].report is None else 0
 
@@ -245,9 +264,17 @@ def _run_as_rank(args, parser, command: str) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["tune"]:
+        from ringcomm.bench import tune
+
+        return tune.main(words[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     command = machine.command_line(argv)
+    if args.plot and plot.available() is not None:
+        print(f"ringcomm-bench: {plot.available()}", file=sys.stderr)  # before minutes of runs
+        return 2
     if args.device == "cuda":
         if args.collective != "allreduce":
             parser.error("--device cuda measures allreduce only")
@@ -286,16 +313,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     outcomes = []
     if args.background_load:
         out.print(f"background load: {args.background_load} busy-loop processes during every run")
+    live = not args.quiet and progress.file.isatty()
     with (
         tempfile.TemporaryDirectory(prefix="ringcomm-bench-") as workdir,
         background_load.running(args.background_load),
+        SweepProgress(live, len(plan.sizes), progress) as sweep,
     ):
         plan_path = Path(workdir) / "plan.json"
         plan.save(plan_path)
         for implementation in ["ringcomm", *args.compare]:
-            if not args.quiet:
-                progress.print(f"running {implementation} on {nranks} ranks ...")
-            outcome = RUNNERS[implementation](plan, nranks, plan_path, Path(workdir))
+            notes = Path(progress_path(str(report_file(implementation, Path(workdir)))))
+            outcome = sweep.track(
+                implementation,
+                notes,
+                lambda i=implementation: RUNNERS[i](plan, nranks, plan_path, Path(workdir)),
+            )
             report.print_outcome(out, outcome, plan, nranks, info)
             outcomes.append(outcome)
     comparison = report.print_comparison(out, outcomes, limit) if args.compare else None

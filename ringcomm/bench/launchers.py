@@ -71,6 +71,11 @@ def clean_environment() -> dict:
     return env
 
 
+def report_file(implementation: str, workdir: Path) -> Path:
+    """Where rank 0 of ``implementation``'s run writes its report."""
+    return workdir / f"{implementation}.json"
+
+
 def _collect(implementation: str, report_path: Path, status) -> Outcome:
     if status != 0:
         reason = "timed out" if status == "timeout" else f"exit status {status}"
@@ -87,7 +92,7 @@ def _worker_command(module: str, plan_path: Path, report_path: Path) -> list[str
 
 
 def run_ringcomm(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome:
-    report = workdir / "ringcomm.json"
+    report = report_file("ringcomm", workdir)
     command = _worker_command("ringcomm.bench.ringcomm_worker", plan_path, report)
     status = spawn(nranks, command, env=clean_environment())
     return _collect("ringcomm", report, status)
@@ -116,7 +121,7 @@ def run_torch(
 ) -> Outcome:
     if importlib.util.find_spec("torch") is None:
         return Outcome(name, note=f"{name} skipped: torch is not installed (pip install torch)")
-    report = workdir / f"{name}.json"
+    report = report_file(name, workdir)
     base = dict(
         clean_environment(),
         MASTER_ADDR="127.0.0.1",
@@ -164,7 +169,7 @@ def run_mpi(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome:
         )
     if importlib.util.find_spec("mpi4py") is None:
         return Outcome("mpi", note="mpi skipped: mpi4py is not installed (pip install mpi4py)")
-    report = workdir / "mpi.json"
+    report = report_file("mpi", workdir)
     command = [
         mpirun,
         "-np",

@@ -94,7 +94,14 @@ def print_outcome(out: Console, outcome: Outcome, plan: Plan, nranks: int, machi
         out.print(f"note: {outcome.note}")
     if outcome.rows:
         print_table(out, table.results_table(outcome.rows))
+        average = average_busbw(outcome.rows)
+        out.print(f"# Avg bus bandwidth    : {average:g}")
     out.file.flush()
+
+
+def average_busbw(rows: Sequence[dict]) -> float:
+    """nccl-tests' closing line: the mean busbw (GB/s) over every size of the run."""
+    return sum(row["busbw"] for row in rows) / len(rows) if rows else 0.0
 
 
 def busbw_by_size(outcomes: Sequence[Outcome]) -> dict[str, dict[int, float]]:
@@ -132,7 +139,12 @@ def save_json(
         "limit_busbw": limit,
         "limit_formula": limit_formula(plan.collective),
         "implementations": {
-            o.implementation: {"results": o.rows, "note": o.note} for o in outcomes
+            o.implementation: {
+                "results": o.rows,
+                "note": o.note,
+                "avg_busbw": average_busbw(o.rows) if o.rows else None,
+            }
+            for o in outcomes
         },
         "comparison": comparison,
     }

@@ -14,7 +14,7 @@ import ringcomm
 from ringcomm.bench import device as bench_device
 from ringcomm.bench.dtypes import NUMPY_LACKS, numpy_array, torch_tensor
 from ringcomm.bench.plan import Plan
-from ringcomm.bench.worker import finish, run_plan, start
+from ringcomm.bench.worker import finish, progress_path, run_plan, start
 
 _OPS = {
     "sum": ringcomm.SUM,
@@ -73,6 +73,22 @@ class RingcommGroup:
         self.comm.broadcast(x, root=root)
         self._done()
 
+    def reduce(self, x, op: str, root: int) -> None:
+        self.comm.reduce(x, op=_OPS[op], root=root)
+        self._done()
+
+    def alltoall(self, x, out) -> None:
+        self.comm.alltoall(x, out=out)
+        self._done()
+
+    def gather(self, x, out, root: int) -> None:
+        self.comm.gather(x, out=out, root=root)
+        self._done()
+
+    def scatter(self, x, out, root: int) -> None:
+        self.comm.scatter(x, out=out, root=root)
+        self._done()
+
     def unsupported(self, collective: str, dtype: str, op: str) -> Optional[str]:
         if dtype == "bool" and op == "avg":
             return "ringcomm has no avg of bool"
@@ -95,16 +111,19 @@ def connect(plan: Plan) -> "ringcomm.Communicator":
     )
 
 
-def run(plan: Plan, comm: "ringcomm.Communicator") -> Optional[dict]:
+def run(
+    plan: Plan, comm: "ringcomm.Communicator", progress: Optional[str] = None
+) -> Optional[dict]:
     """Runs the plan on ``comm``; the report on rank 0, None on the others."""
-    return run_plan(plan, RingcommGroup(comm, plan.algorithm, plan.compression, plan.device))
+    group = RingcommGroup(comm, plan.algorithm, plan.compression, plan.device)
+    return run_plan(plan, group, progress)
 
 
 def main(argv=None) -> int:
     plan, out = start(argv, __doc__)
     comm = connect(plan)
     try:
-        report = run(plan, comm)
+        report = run(plan, comm, progress_path(out))
     finally:
         comm.shutdown()
     return finish(report, out)

@@ -12,6 +12,7 @@ import argparse
 import faulthandler
 import gc
 import json
+import os
 from typing import Any, Callable, Optional, Protocol
 
 from ringcomm.bench import patterns
@@ -20,7 +21,7 @@ from ringcomm.bench.dtypes import ITEMSIZE
 from ringcomm.bench.plan import Plan
 from ringcomm.bench.timing import measure
 
-_ROOT = 0  # broadcast root
+_ROOT = 0  # the root of broadcast, reduce, gather and scatter
 
 
 class Group(Protocol):
@@ -37,6 +38,10 @@ class Group(Protocol):
     def allgather(self, x, out) -> None: ...
     def reduce_scatter(self, x, out, op: str) -> None: ...
     def broadcast(self, x, root: int) -> None: ...
+    def reduce(self, x, op: str, root: int) -> None: ...  # in place: the root's x gets the result
+    def alltoall(self, x, out) -> None: ...
+    def gather(self, x, out, root: int) -> None: ...  # out: None on ranks other than the root
+    def scatter(self, x, out, root: int) -> None: ...  # x: None on ranks other than the root
     def unsupported(self, collective: str, dtype: str, op: str) -> Optional[str]: ...
     def details(self, collective: str, nbytes: int) -> dict: ...
 
@@ -47,9 +52,16 @@ class _Case:
     def __init__(self, plan: Plan, group: Group, counts: ElementCounts):
         self.plan, self.group, self.counts = plan, group, counts
         self.op = plan.op if plan.collective in REDUCING else "sum"
-        self.x = group.array(counts.in_count, plan.dtype)
-        in_place = plan.collective in ("allreduce", "broadcast")
-        self.out = self.x if in_place else group.array(counts.out_count, plan.dtype)
+        collective, root = plan.collective, group.rank == _ROOT
+        # Only the buffers a rank passes: a scatter's input and a gather's output are the root's.
+        wants_x = collective != "scatter" or root
+        self.x = group.array(counts.in_count, plan.dtype) if wants_x else None
+        if collective in ("allreduce", "broadcast", "reduce"):
+            self.out = self.x  # in place
+        elif collective == "gather" and not root:
+            self.out = None
+        else:
+            self.out = group.array(counts.out_count, plan.dtype)
 
     def call(self) -> Callable[[], None]:
         g, x, out, op = self.group, self.x, self.out, self.plan.op
@@ -58,26 +70,58 @@ class _Case:
             "allgather": lambda: g.allgather(x, out),
             "reduce_scatter": lambda: g.reduce_scatter(x, out, op),
             "broadcast": lambda: g.broadcast(x, _ROOT),
+            "reduce": lambda: g.reduce(x, op, _ROOT),
+            "alltoall": lambda: g.alltoall(x, out),
+            "gather": lambda: g.gather(x, out, _ROOT),
+            "scatter": lambda: g.scatter(x, out, _ROOT),
         }[self.plan.collective]
 
     def fill_inputs(self) -> None:
         rank, p = self.group.rank, self.group.size
+        if self.x is None:
+            return
         if self.plan.collective == "broadcast" and rank != _ROOT:
             patterns.fill(self.x, patterns.sentinel_values())
         else:
-            source = _ROOT if self.plan.collective == "broadcast" else rank
+            source = _ROOT if self.plan.collective in ("broadcast", "scatter") else rank
             patterns.fill(self.x, patterns.input_values(self.op, source, p))
+
+    def mark_outputs(self) -> None:
+        """Before the checked call: a separate output holds what no collective writes, so an
+        element it failed to write counts as wrong."""
+        if self.out is not None and self.out is not self.x:
+            patterns.fill(self.out, patterns.sentinel_values())
 
     def count_wrong(self) -> int:
         rank, p, n = self.group.rank, self.group.size, self.counts.out_count
         collective = self.plan.collective
         if collective == "allreduce":
             return patterns.count_wrong(self.out, patterns.reduced_values(self.op, p))
+        if collective == "reduce":  # the root's buffer only: the others' are scratch
+            if rank != _ROOT:
+                return 0
+            return patterns.count_wrong(self.out, patterns.reduced_values(self.op, p))
         if collective == "reduce_scatter":  # this rank's block of the reduced input
             return patterns.count_wrong(self.out, patterns.reduced_values(self.op, p), rank * n)
         if collective == "broadcast":
             return patterns.count_wrong(self.out, patterns.input_values(self.op, _ROOT, p))
-        block = self.counts.in_count  # allgather: block r of the output is rank r's input
+        if collective == "scatter":  # this rank's block of the root's input
+            root_input = patterns.input_values(self.op, _ROOT, p)
+            return patterns.count_wrong(self.out, root_input, rank * n)
+        if self.out is None:  # gather, not the root
+            return 0
+        block = n // p
+        if collective == "alltoall":
+            # Block r of this rank's output is block `rank` of rank r's input.
+            return sum(
+                patterns.count_wrong(
+                    self.out[r * block : (r + 1) * block],
+                    patterns.input_values(self.op, r, p),
+                    rank * block,
+                )
+                for r in range(p)
+            )
+        # allgather, gather: block r of the output is rank r's input
         return sum(
             patterns.count_wrong(
                 self.out[r * block : (r + 1) * block], patterns.input_values(self.op, r, p)
@@ -94,6 +138,7 @@ def _run_size(plan: Plan, group: Group, counts: ElementCounts) -> dict:
     wrong = None
     if plan.check:
         case.fill_inputs()
+        case.mark_outputs()
         run()
         wrong = int(sum(group.allgather_float(float(case.count_wrong()))))
     algbw, busbw = bandwidths(plan.collective, counts.nbytes, timing.time_us, group.size)
@@ -114,8 +159,23 @@ def _run_size(plan: Plan, group: Group, counts: ElementCounts) -> dict:
     return row
 
 
-def run_plan(plan: Plan, group: Group) -> Optional[dict]:
-    """Runs every size of the plan; returns the report on rank 0 and None on the others."""
+def progress_path(report_path: str) -> str:
+    """Where rank 0 says which size it is on, for the CLI's progress display."""
+    return report_path + ".progress"
+
+
+def _note_progress(path: Optional[str], index: int, nbytes: int, total: int) -> None:
+    if path is None:
+        return
+    partial = f"{path}.{os.getpid()}"
+    with open(partial, "w") as f:
+        json.dump({"index": index, "size": nbytes, "sizes": total}, f)
+    os.replace(partial, path)  # the reader never sees half a file
+
+
+def run_plan(plan: Plan, group: Group, progress: Optional[str] = None) -> Optional[dict]:
+    """Runs every size of the plan; returns the report on rank 0 and None on the others.
+    ``progress``: a file where rank 0 notes each size as it starts it (progress_path())."""
     report = {
         "implementation": group.name,
         "nranks": group.size,
@@ -127,11 +187,13 @@ def run_plan(plan: Plan, group: Group) -> Optional[dict]:
     if reason is not None:
         return dict(report, skipped=reason) if group.rank == 0 else None
     seen, rows = set(), []
-    for nbytes in plan.sizes:
+    for index, nbytes in enumerate(plan.sizes):
         counts = element_counts(plan.collective, nbytes, ITEMSIZE[plan.dtype], group.size)
         if counts.nbytes in seen:  # two requested sizes that round to the same buffers
             continue
         seen.add(counts.nbytes)
+        if group.rank == 0:
+            _note_progress(progress, index, counts.nbytes, len(plan.sizes))
         rows.append(_run_size(plan, group, counts))
         gc.collect()  # free this size's buffers before the next (larger) ones are allocated
     group.barrier()

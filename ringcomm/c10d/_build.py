@@ -13,6 +13,7 @@ import functools
 import hashlib
 import sys
 from pathlib import Path
+from typing import Optional
 
 _SOURCES = ("backend.cc", "sparse.cc", "tensors.cc", "work.cc", "module.cc")
 
@@ -37,6 +38,16 @@ def _build_key(torch_module) -> str:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def built_module(torch_module) -> Optional[Path]:
+    """The backend already compiled for ``torch_module`` (the imported torch), or None; builds
+    nothing (``python -m ringcomm info`` asks)."""
+    from torch.utils import cpp_extension
+
+    name = f"ringcomm_c10d_{_build_key(torch_module)}"
+    build_dir = Path(cpp_extension.get_default_build_root()) / name
+    return next(iter(sorted(build_dir.glob(f"{name}*.so"))), None)
 
 
 @functools.lru_cache(maxsize=None)

@@ -4,8 +4,9 @@ torch's default ``env://`` rendezvous reads those variables, and MPI launchers s
 (PMI_RANK, OMPI_COMM_WORLD_RANK...). No backend hook runs before that rendezvous, so ringcomm wraps
 the ``env`` handler: when an MPI launcher started this process and torch's variables are missing,
 it fills them in — rank and size from the launcher, and a store address that rank 0 picks and
-broadcasts through mpi4py — then hands over to torch's own handler. Anywhere else it changes
-nothing.
+broadcasts through mpi4py — then hands over to torch's own handler. Under Slurm's srun it does the
+same from the step's variables (ringcomm/_slurm.py): torch's store on the step's first node, on
+the port after the one ringcomm's own store would take there. Anywhere else it changes nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import importlib
 import os
 import socket
 
-from ringcomm import _secret
+from ringcomm import _secret, _slurm
 from ringcomm._environment import MPI_RANK_VARIABLES, MPI_SIZE_VARIABLES
 from ringcomm._ports import free_port
 
@@ -26,6 +27,19 @@ def _launched_by_mpi() -> bool:
 def _needs_filling() -> bool:
     wanted = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     return _launched_by_mpi() and not all(name in os.environ for name in wanted)
+
+
+def _fill_from_slurm() -> None:
+    task = _slurm.step()
+    os.environ.setdefault("RANK", str(task.rank))
+    os.environ.setdefault("WORLD_SIZE", str(task.size))
+    os.environ.setdefault("LOCAL_RANK", str(task.local_rank))
+    if task.local_size is not None:
+        os.environ.setdefault("LOCAL_WORLD_SIZE", str(task.local_size))
+    os.environ.setdefault("MASTER_ADDR", task.store_host)
+    # torch's store is served by rank 0 (on the first node, as srun places it); the next port, so
+    # that a script that also calls ringcomm.init() finds that port free for ringcomm's store.
+    os.environ.setdefault("MASTER_PORT", str(task.store_port + 1))
 
 
 def _fill_from_mpi() -> None:
@@ -81,6 +95,8 @@ def install() -> None:
     def env_or_mpi(url, *args, **kwargs):
         if _needs_filling():
             _fill_from_mpi()
+        elif _slurm.is_step() and not all(n in os.environ for n in ("RANK", "WORLD_SIZE")):
+            _fill_from_slurm()
         return original(url, *args, **kwargs)
 
     env_or_mpi.ringcomm_mpi = True

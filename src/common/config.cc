@@ -9,10 +9,12 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <sstream>
 #include <sys/stat.h>
 #include <string>
+#include <vector>
 
 #include "ringcomm/errors.h"
 
@@ -150,6 +152,111 @@ Config Config::fromEnvironment() {
   if (config.shmSlotBytes < 4096) throw InvalidArgument("RINGCOMM_SHM_SLOT_BYTES must be >= 4096");
   if (config.shmRingBytes < 4096) throw InvalidArgument("RINGCOMM_SHM_RING_BYTES must be >= 4096");
   return config;
+}
+
+namespace {
+
+std::string seconds(std::chrono::milliseconds value) {
+  if (value >= kNoDeadline) return "inf";
+  std::ostringstream text;
+  text << static_cast<double>(value.count()) / 1000.0;
+  return text.str();
+}
+
+template <typename Number>
+std::string number(Number value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
+// What describeEnvironment() lists: each variable fromEnvironment() reads (keep the two in step;
+// tests/test_info.py checks that every RINGCOMM_ name in this file is here), the Horovod name it
+// also answers to, and how to print the value in effect.
+struct Described {
+  const char* name;
+  const char* horovodName;
+  std::function<std::string(const Config&)> value;
+};
+
+const std::vector<Described>& describedVariables() {
+  static const std::vector<Described> variables = {
+      {"RINGCOMM_TIMEOUT", nullptr, [](const Config& c) { return seconds(c.timeout); }},
+      {"RINGCOMM_STALL_WARNING", nullptr,
+       [](const Config& c) { return seconds(c.stallWarning); }},
+      {"RINGCOMM_TRANSPORT", nullptr, [](const Config& c) { return toString(c.transport); }},
+      {"RINGCOMM_ALGORITHM", nullptr, [](const Config& c) { return toString(c.algorithm); }},
+      {"RINGCOMM_CUDA_PATH", nullptr, [](const Config& c) { return toString(c.cudaPath); }},
+      {"CUDA_MPS_PIPE_DIRECTORY", nullptr, [](const Config& c) { return c.mpsPipeDirectory; }},
+      {"RINGCOMM_SECRET", nullptr,
+       [](const Config& c) { return std::string(c.secret.empty() ? "" : "(set)"); }},
+      {"RINGCOMM_SECRET_FILE", nullptr,
+       [](const Config&) {
+         const char* path = variable("RINGCOMM_SECRET_FILE");
+         return std::string(path != nullptr ? path : "");
+       }},
+      {"RINGCOMM_SOCKET_IFNAME", nullptr, [](const Config& c) { return c.socketInterface; }},
+      {"RINGCOMM_LISTEN_ADDRESS", nullptr, [](const Config& c) { return c.listenAddress; }},
+      {"RINGCOMM_HOSTID", nullptr, [](const Config& c) { return c.hostId; }},
+      {"RINGCOMM_SPIN_COUNT", nullptr, [](const Config& c) { return number(c.spinCount); }},
+      {"RINGCOMM_YIELD_COUNT", nullptr,
+       [](const Config& c) { return c.yieldCount < 0 ? std::string("auto") : number(c.yieldCount); }},
+      {"RINGCOMM_SEGMENT_BYTES", nullptr, [](const Config& c) { return number(c.segmentBytes); }},
+      {"RINGCOMM_SHM_SLOT_BYTES", nullptr, [](const Config& c) { return number(c.shmSlotBytes); }},
+      {"RINGCOMM_SHM_RING_BYTES", nullptr, [](const Config& c) { return number(c.shmRingBytes); }},
+      {"RINGCOMM_SOCKET_BUFFER_BYTES", nullptr,
+       [](const Config& c) { return number(c.socketBufferBytes); }},
+      {"RINGCOMM_LINK_TIMEOUT", nullptr, [](const Config& c) { return seconds(c.linkTimeout); }},
+      {"RINGCOMM_CYCLE_TIME", "HOROVOD_CYCLE_TIME",  // milliseconds, as the variable says it
+       [](const Config& c) { return number(static_cast<double>(c.cycleTime.count()) / 1000.0); }},
+      {"RINGCOMM_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD",
+       [](const Config& c) { return number(c.fusionThresholdBytes); }},
+      {"RINGCOMM_DEBUG", nullptr, [](const Config& c) { return std::string(toString(c.logLevel)); }},
+      {"RINGCOMM_DEBUG_SUBSYS", nullptr,
+       [](const Config&) {
+         const char* list = variable("RINGCOMM_DEBUG_SUBSYS");
+         return std::string(list != nullptr ? list : "ALL");
+       }},
+      {"RINGCOMM_DEBUG_FILE", nullptr, [](const Config& c) { return c.logFile; }},
+      {"RINGCOMM_TRACE", nullptr, [](const Config& c) { return c.traceFile; }},
+      {"RINGCOMM_TRACE_MAX_EVENTS", nullptr,
+       [](const Config& c) { return number(c.traceMaxEvents); }},
+      {"HOROVOD_TIMELINE", nullptr, [](const Config& c) { return c.horovodTimeline; }},
+      {"HOROVOD_TIMELINE_MARK_CYCLES", nullptr,
+       [](const Config& c) { return std::string(c.horovodTimelineMarkCycles ? "1" : "0"); }},
+  };
+  return variables;
+}
+
+}  // namespace
+
+std::vector<ConfigVariable> Config::describeEnvironment() {
+  Config effective;
+  std::string error;
+  try {
+    effective = fromEnvironment();
+  } catch (const InvalidArgument& refused) {
+    error = refused.what();  // the defaults stand in; the variable it names carries the error
+  }
+  std::vector<ConfigVariable> described;
+  bool errorPlaced = error.empty();
+  for (const Described& d : describedVariables()) {
+    ConfigVariable entry{d.name, d.value(effective), "default", ""};
+    if (const char* raw = variable(d.name)) {
+      entry.source = "environment";
+      if (!error.empty()) entry.value = d.name == std::string("RINGCOMM_SECRET") ? "(set)" : raw;
+    } else if (d.horovodName != nullptr && variable(d.horovodName) != nullptr) {
+      entry.source = d.horovodName;
+      if (!error.empty()) entry.value = variable(d.horovodName);
+    }
+    if (!errorPlaced && error.find(d.name) != std::string::npos) {
+      entry.error = error;
+      errorPlaced = true;
+    }
+    described.push_back(entry);
+  }
+  if (!errorPlaced) described.push_back({"(configuration)", "", "environment", error});
+  return described;
 }
 
 }  // namespace ringcomm

@@ -128,7 +128,9 @@ class CommunicatorImpl : public Communicator {
 
   Algorithm chooseAllreduceAlgorithm(size_t bytes) const override {
     if (config_.algorithm != Algorithm::Auto) return config_.algorithm;
-    return tuning::chooseAllreduce(tuning::Topology{size_, direct_ != nullptr}, bytes);
+    const tuning::Topology topology{size_, direct_ != nullptr, links_.hostCount == 1};
+    return tuning::chooseAllreduce(topology, bytes, config_.shmAllreduceRules,
+                                   config_.tcpAllreduceRules);
   }
 
   WorkPtr allreduce(const AllreduceOptions& o) override {

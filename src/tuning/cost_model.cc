@@ -37,4 +37,22 @@ Algorithm chooseAllreduce(const Topology& topology, size_t bytes) {
   return estimate.treeSeconds < estimate.ringSeconds ? Algorithm::Tree : Algorithm::Ring;
 }
 
+Algorithm chooseAllreduce(const Topology& topology, size_t bytes, const Rules& shmRules,
+                          const Rules& tcpRules) {
+  // Measured on one host: across hosts the links are another network, and each host's rules
+  // could differ while every rank must choose alike.
+  const Rules& rules = topology.directAvailable ? shmRules : tcpRules;
+  if (!topology.singleHost || rules.empty()) return chooseAllreduce(topology, bytes);
+  Algorithm chosen = rules.back().second;
+  for (const auto& [most, algorithm] : rules) {
+    if (bytes <= most) {
+      chosen = algorithm;
+      break;
+    }
+  }
+  const bool fits = chosen != Algorithm::Auto &&
+                    (chosen != Algorithm::Direct || topology.directAvailable);
+  return fits ? chosen : chooseAllreduce(topology, bytes);
+}
+
 }  // namespace ringcomm::tuning

@@ -11,7 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ringcomm.bench.dtypes import NUMPY_LACKS, numpy_array
-from ringcomm.bench.worker import finish, run_plan, start
+from ringcomm.bench.worker import finish, progress_path, run_plan, start
 
 _OPS = {"sum": MPI.SUM, "min": MPI.MIN, "max": MPI.MAX, "prod": MPI.PROD}
 # MPI reduces C bools with its logical operations only (MPICH refuses MPI_SUM on MPI_C_BOOL): the
@@ -53,6 +53,21 @@ class MpiGroup:
     def broadcast(self, x, root: int) -> None:
         self.comm.Bcast(x, root=root)
 
+    def reduce(self, x, op: str, root: int) -> None:
+        if self.rank == root:
+            self.comm.Reduce(MPI.IN_PLACE, x, op=_op_for(x, op), root=root)
+        else:
+            self.comm.Reduce(x, None, op=_op_for(x, op), root=root)
+
+    def alltoall(self, x, out) -> None:
+        self.comm.Alltoall(x, out)
+
+    def gather(self, x, out, root: int) -> None:
+        self.comm.Gather(x, out, root=root)
+
+    def scatter(self, x, out, root: int) -> None:
+        self.comm.Scatter(x, out, root=root)
+
     def unsupported(self, collective: str, dtype: str, op: str) -> Optional[str]:
         if dtype in NUMPY_LACKS:
             return f"mpi4py has no {dtype} buffers"
@@ -66,7 +81,7 @@ class MpiGroup:
 
 def main(argv=None) -> int:
     plan, out = start(argv, __doc__)
-    report = run_plan(plan, MpiGroup(MPI.COMM_WORLD))
+    report = run_plan(plan, MpiGroup(MPI.COMM_WORLD), progress_path(out))
     return finish(report, out)
 
 

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from ringcomm.bench import device as bench_device
 from ringcomm.bench.dtypes import torch_tensor
-from ringcomm.bench.worker import finish, run_plan, start
+from ringcomm.bench.worker import finish, progress_path, run_plan, start
 
 _OPS = {
     "sum": dist.ReduceOp.SUM,
@@ -71,6 +71,25 @@ class TorchGroup:
         dist.broadcast(x, src=root)
         self._done()
 
+    def reduce(self, x, op: str, root: int) -> None:
+        dist.reduce(x, dst=root, op=_OPS[op])
+        self._done()
+
+    def alltoall(self, x, out) -> None:
+        dist.all_to_all_single(out, x)
+        self._done()
+
+    def gather(self, x, out, root: int) -> None:
+        # Into views of one buffer: the blocks land where the other implementations put them.
+        blocks = list(out.chunk(self.size)) if self.rank == root else None
+        dist.gather(x, gather_list=blocks, dst=root)
+        self._done()
+
+    def scatter(self, x, out, root: int) -> None:
+        blocks = list(x.chunk(self.size)) if self.rank == root else None
+        dist.scatter(out, scatter_list=blocks, src=root)
+        self._done()
+
     def unsupported(self, collective: str, dtype: str, op: str) -> Optional[str]:
         if self.name == "gloo" and dtype == "int16":
             return "gloo has no int16 (torch 2.13: 'Invalid scalar type')"
@@ -97,7 +116,7 @@ def main(argv=None) -> int:
     dist.init_process_group(chosen.backend, timeout=timedelta(seconds=plan.op_timeout))
     name = "gloo" if chosen.backend == "gloo" else "torch-ringcomm"
     try:
-        report = run_plan(plan, TorchGroup(name, plan.device))
+        report = run_plan(plan, TorchGroup(name, plan.device), progress_path(out))
     finally:
         dist.destroy_process_group()
     return finish(report, out)

@@ -16,12 +16,19 @@
 #include <utility>
 #include <vector>
 
+#include "ringcomm/build_info.h"
 #include "ringcomm/config.h"
 #include "ringcomm/errors.h"
 #include "transport/cuda/device_path.h"
 #include "transport/cuda/device_state.h"
 #include "transport/cuda/ipc.h"
 #include "transport/cuda/staging.h"
+
+// cmake/cuda.cmake defines it from CMAKE_CUDA_ARCHITECTURES; a compile that does not (a syntax
+// check with another compiler) reports none.
+#ifndef RINGCOMM_CUDA_ARCHITECTURES
+#define RINGCOMM_CUDA_ARCHITECTURES ""
+#endif
 
 namespace ringcomm {
 
@@ -124,6 +131,14 @@ class CudaPath : public DevicePath {
 
 std::unique_ptr<DevicePath> createDevicePath(int rank, int size, const Config& config) {
   return std::make_unique<CudaPath>(rank, size, config);
+}
+
+void describeBuild(BuildInfo& info) {
+  info.cuda = true;
+  // cmake/cuda.cmake passes the architectures the kernels were compiled for.
+  info.cudaArchitectures = RINGCOMM_CUDA_ARCHITECTURES;
+  if (cudaRuntimeGetVersion(&info.cudaRuntimeVersion) != cudaSuccess) info.cudaRuntimeVersion = 0;
+  if (cudaDriverGetVersion(&info.cudaDriverVersion) != cudaSuccess) info.cudaDriverVersion = 0;
 }
 
 }  // namespace device

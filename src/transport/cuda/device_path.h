@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/deadline.h"
+#include "ringcomm/build_info.h"
 #include "ringcomm/config.h"
 #include "ringcomm/types.h"
 
@@ -100,5 +101,9 @@ class DevicePath {
 
 // rank and size of the communicator this serves; config for what the device path reads of it.
 std::unique_ptr<DevicePath> createDevicePath(int rank, int size, const Config& config);
+
+// Fills in the CUDA fields of `info` (architectures, runtime and driver versions); nothing
+// without CUDA.
+void describeBuild(BuildInfo& info);
 
 }  // namespace ringcomm::device

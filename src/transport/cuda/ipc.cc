@@ -1,7 +1,6 @@
 #include "transport/cuda/ipc.h"
 
 #include <cuda.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 
 #include "common/log.h"
 #include "cuda/kernels.h"
+#include "ringcomm/build_info.h"
 #include "ringcomm/errors.h"
 
 namespace ringcomm::device {
@@ -77,13 +77,6 @@ std::string cacheKey(int peer, const Handle& handle) {
   std::string key(reinterpret_cast<const char*>(&peer), sizeof(peer));
   key.append(reinterpret_cast<const char*>(&handle), sizeof(handle));
   return key;
-}
-
-// The MPS control daemon listens on a named pipe, "control", in its pipe directory; clients
-// find it there, so its presence is what "MPS is running" means to them.
-bool mpsRunning(const std::string& directory) {
-  struct stat info {};
-  return stat((directory + "/control").c_str(), &info) == 0 && S_ISFIFO(info.st_mode);
 }
 
 // As nvidia-smi writes it: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.

@@ -66,5 +66,7 @@ std::unique_ptr<DevicePath> createDevicePath(int, int, const Config&) {
   return std::make_unique<NoCuda>();
 }
 
+void describeBuild(BuildInfo& info) { info.cuda = false; }
+
 }  // namespace device
 }  // namespace ringcomm

@@ -1,0 +1,34 @@
+// What this build of the core is, and what it chose on this machine at run time: for
+// `python -m ringcomm info` and bug reports.
+#pragma once
+
+#include <string>
+
+#include "ringcomm/export.h"
+
+namespace ringcomm {
+
+struct RINGCOMM_API BuildInfo {
+  // The C++ compiler that built the core (its __VERSION__).
+  std::string compiler;
+  // RINGCOMM_BUILD_CUDA=ON: collectives take device memory.
+  bool cuda = false;
+  // The CMAKE_CUDA_ARCHITECTURES the kernels were compiled for ("80-real;90"); empty without CUDA.
+  std::string cudaArchitectures;
+  // cudaRuntimeGetVersion() and cudaDriverGetVersion() (1000 * major + 10 * minor); 0 without
+  // CUDA, and the driver's 0 when no driver is installed.
+  int cudaRuntimeVersion = 0;
+  int cudaDriverVersion = 0;
+  // The reduction kernels this CPU runs (src/reduce: "avx2" or "portable").
+  std::string reduceKernels;
+  // The fp16 wire codec this CPU runs (src/codec: "f16c" or "portable").
+  std::string halfCodec;
+};
+
+RINGCOMM_API BuildInfo buildInfo();
+
+// Whether a CUDA MPS control daemon listens in `pipeDirectory` (Config::mpsPipeDirectory): the
+// daemon's named pipe "control" is what CUDA clients look for there.
+RINGCOMM_API bool mpsRunning(const std::string& pipeDirectory);
+
+}  // namespace ringcomm

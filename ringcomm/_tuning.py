@@ -1,0 +1,173 @@
+"""Measured all-reduce choices for this host: the file ``ringcomm-bench tune`` writes and
+``ringcomm.init()`` reads.
+
+One file per host and world size, in ``$XDG_CACHE_HOME/ringcomm`` (``~/.cache/ringcomm``):
+``tuning-<host>-p<size>.json``. It says, for ranks connected through shared memory (shm) and
+through TCP on this host (tcp), which algorithm is fastest up to which message size; the core
+follows it for ``algorithm="auto"`` when every rank is on this host (Config::shmAllreduceRules,
+src/tuning). A file from another machine (another hostname or machine id, as in a shared home
+directory), from another ringcomm, CPU or core count, or older than _STALE_DAYS is ignored with a
+warning: the cost model decides then, as without a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import warnings
+from pathlib import Path
+from typing import Optional
+
+FORMAT = 1
+_STALE_DAYS = 30  # hardware, kernels and neighbours change; re-measure at least this often
+# The last rule's bound: every size (JSON has no infinity; the core takes size_t).
+EVERY_SIZE = (1 << 63) - 1
+_ALGORITHMS = ("ring", "tree", "direct")
+# A new algorithm takes over from the one that won at the size before only where it is more than
+# this much faster: on a shared 2-core VM, repeated sweeps differ by about that much at small
+# sizes, and without the margin the rules flip back and forth between ring and tree on noise.
+_SWITCH_MARGIN = 0.10
+
+
+def directory() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ringcomm"
+
+
+def path_for(world_size: int, host: Optional[str] = None) -> Path:
+    return directory() / f"tuning-{host or socket.gethostname()}-p{world_size}.json"
+
+
+def machine_id() -> str:
+    """What tells this machine from another with the same hostname."""
+    for candidate in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            return Path(candidate).read_text().strip()
+        except OSError:
+            continue
+    return ""
+
+
+def identity() -> dict:
+    """What a tuning file must match to apply here."""
+    import ringcomm
+    from ringcomm import _core
+
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            cpu = next(
+                (line.split(":", 1)[1].strip() for line in cpuinfo if "model name" in line), ""
+            )
+    except OSError:
+        pass
+    return {
+        "host": socket.gethostname(),
+        "machine_id": machine_id(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "ringcomm": ringcomm.__version__,
+        "kernels": _core.build_info()["reduce_kernels"],
+    }
+
+
+def rules_from_times(times: dict) -> list:
+    """{algorithm: {size: time_us}} -> [(most bytes, fastest algorithm), ...]: consecutive sizes
+    with the same winner merge (the previous winner stays unless another beats it by
+    _SWITCH_MARGIN); a size between two measured ones takes the larger one's winner; the last
+    rule holds every larger size."""
+    sizes = sorted({size for by_size in times.values() for size in by_size})
+    rules: list = []
+    for size in sizes:
+        timed = {a: t[size] for a, t in times.items() if size in t and t[size] > 0}
+        if not timed:
+            continue
+        best = min(timed, key=timed.get)
+        if rules and timed.get(rules[-1][1], float("inf")) <= timed[best] * (1 + _SWITCH_MARGIN):
+            best = rules[-1][1]
+        if rules and rules[-1][1] == best:
+            rules[-1] = (size, best)
+        else:
+            rules.append((size, best))
+    if rules:
+        rules[-1] = (EVERY_SIZE, rules[-1][1])
+    return rules
+
+
+def write(path: Path, world_size: int, transports: dict) -> None:
+    """transports: {"shm"|"tcp": {"rules": [...], ...what was measured}}."""
+    document = {
+        "format": FORMAT,
+        "world_size": world_size,
+        "created": time.time(),
+        **identity(),
+        "transports": transports,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    partial.write_text(json.dumps(document, indent=1))
+    os.replace(partial, path)  # a job starting now reads the old file or the new, never half
+
+
+def _problem(document: dict, world_size: int) -> Optional[str]:
+    """Why a tuning file does not apply here, or None."""
+    if document.get("format") != FORMAT or document.get("world_size") != world_size:
+        return "it is in another format or for another world size"
+    here = identity()
+    if (document.get("host"), document.get("machine_id")) != (here["host"], here["machine_id"]):
+        return f"it was measured on another machine ({document.get('host')})"
+    for key, what in (("ringcomm", "ringcomm"), ("cpu", "CPU"), ("cores", "core count"),
+                      ("kernels", "CPU kernels")):  # fmt: skip
+        if document.get(key) != here[key]:
+            return f"it was measured with another {what} ({document.get(key)}, now {here[key]})"
+    age_days = (time.time() - float(document.get("created", 0))) / 86400
+    if age_days > _STALE_DAYS:
+        return f"it is {age_days:.0f} days old (older than {_STALE_DAYS})"
+    return None
+
+
+def load_rules(world_size: int) -> Optional[dict]:
+    """{"shm": rules, "tcp": rules} from this host's file for ``world_size``, or None: no file,
+    or one that does not apply here (with a warning saying why and how to re-measure)."""
+    path = path_for(world_size)
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        warnings.warn(f"ringcomm: ignoring tuning file {path}: {error}", stacklevel=4)
+        return None
+    problem = _problem(document, world_size)
+    if problem is not None:
+        warnings.warn(
+            f"ringcomm: ignoring tuning file {path}: {problem}; re-measure with "
+            f"`ringcomm-bench tune -np {world_size}` (the cost model decides meanwhile)",
+            stacklevel=4,
+        )
+        return None
+    rules = {}
+    for transport in ("shm", "tcp"):
+        entries = document.get("transports", {}).get(transport, {}).get("rules", [])
+        rules[transport] = [
+            (int(most), algorithm) for most, algorithm in entries if algorithm in _ALGORITHMS
+        ]
+    return rules
+
+
+def apply(config, world_size: int) -> None:
+    """Puts this host's measured rules into a _core.Config (when algorithm is auto)."""
+    from ringcomm import _core
+
+    if config.algorithm != _core.Algorithm.auto:
+        return
+    rules = load_rules(world_size)
+    if not rules:
+        return
+
+    def parsed(entries):
+        return [(most, _core.parse_algorithm(algorithm)) for most, algorithm in entries]
+
+    config.shm_allreduce_rules = parsed(rules["shm"])
+    config.tcp_allreduce_rules = parsed(rules["tcp"])
