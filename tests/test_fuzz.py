@@ -19,6 +19,8 @@ SOURCES = [
     "src/bootstrap/tcp_store.cc",
     "src/common/socket.cc",
     "src/common/config.cc",
+    "src/common/log.cc",
+    "src/common/trace.cc",
     "src/common/types.cc",
     "src/auth/sha256.cc",
     "src/auth/handshake.cc",
