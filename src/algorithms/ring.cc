@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "codec/codec.h"
+#include "common/bytes.h"
 #include "reduce/reduce.h"
 
 namespace ringcomm::algorithms {
@@ -221,7 +222,7 @@ void ringAllgather(const Context& ctx, void* buffer, const std::vector<Block>& b
 void ringAllreduce(const Context& ctx, const void* input, void* output, size_t count,
                    DataType type, ReduceOp op, Compression compression, double prescale,
                    double postscale) {
-  if (input != output) std::memcpy(output, input, count * elementSize(type));
+  if (input != output) copyBytes(output, input, count * elementSize(type));
   codec::scale(output, count, type, prescale);
   const std::vector<Block> blocks = evenBlocks(count, ctx.size);
   ringReduceScatter(ctx, output, blocks, type, op, compression);

@@ -29,6 +29,7 @@
 #include "bootstrap/rendezvous.h"
 #include "codec/codec.h"
 #include "core/device_collectives.h"
+#include "common/bytes.h"
 #include "common/failure.h"
 #include "common/socket.h"
 #include "common/tags.h"
@@ -377,7 +378,7 @@ class CommunicatorImpl : public Communicator {
     // The other schedules reduce in place: scale a copy of the input first if asked to.
     const void* input = o.input;
     if (o.prescale != 1.0) {
-      if (o.input != o.output) std::memcpy(o.output, o.input, o.count * elementSize(o.type));
+      if (o.input != o.output) copyBytes(o.output, o.input, o.count * elementSize(o.type));
       codec::scale(o.output, o.count, o.type, o.prescale);
       input = o.output;
     }
