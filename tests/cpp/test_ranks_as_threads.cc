@@ -291,3 +291,80 @@ TEST(ranks_as_threads_abort_is_seen_over_shared_memory) {
 TEST(ranks_as_threads_abort_is_seen_over_tcp) {
   checkAbortIsSeen(TransportKind::Tcp, "threads/abort-tcp/");
 }
+
+// abort() from another thread of the same rank while its engine is in the middle of collectives
+// (a watchdog, a signal handler's thread): the engine's waits and the abort race for the streams
+// and the shared-memory flags. Every rank must end with an error, none may hang.
+void checkAbortFromAnotherThread(TransportKind transport, const std::string& scope) {
+  std::atomic<int> failed{0};
+  runRanks(3, configFor(transport, 20s),
+           [&](int rank, Communicator& comm) {
+             std::vector<float> data(200000, 1.0f);
+             std::thread watchdog;
+             if (rank == 0) {
+               watchdog = std::thread([&comm] {
+                 std::this_thread::sleep_for(50ms);
+                 comm.abort("the watchdog aborts rank 0");
+               });
+             }
+             try {
+               for (int i = 0; i < 100000; ++i) {
+                 AllreduceOptions o;
+                 o.input = data.data();
+                 o.output = data.data();
+                 o.count = data.size();
+                 o.op = ReduceOp::Max;
+                 comm.allreduce(o)->wait();
+               }
+             } catch (const Error&) {
+               ++failed;
+             }
+             if (watchdog.joinable()) watchdog.join();
+           },
+           scope);
+  CHECK_EQ(failed.load(), 3);
+}
+
+TEST(ranks_as_threads_abort_from_another_thread_over_shared_memory) {
+  checkAbortFromAnotherThread(TransportKind::Shm, "threads/watchdog-shm/");
+}
+
+TEST(ranks_as_threads_abort_from_another_thread_over_tcp) {
+  checkAbortFromAnotherThread(TransportKind::Tcp, "threads/watchdog-tcp/");
+}
+
+// Ranks in different collectives: each, after a second of waiting, looks up in the store what its
+// peer runs (from the engine thread, while the caller waits) and names the mismatch.
+TEST(ranks_as_threads_mismatch_is_named) {
+  std::atomic<int> mismatches{0};
+  runRanks(2, configFor(TransportKind::Tcp, 30s),
+           [&](int rank, Communicator& comm) {
+             std::vector<float> input(1000, 1.0f);
+             std::vector<float> output(2000, 0.0f);
+             try {
+               if (rank == 0) {
+                 AllreduceOptions o;
+                 o.input = input.data();
+                 o.output = output.data();
+                 o.count = 1000;
+                 o.algorithm = Algorithm::Ring;
+                 comm.allreduce(o)->wait();
+               } else {
+                 GatherOptions g;
+                 g.input = input.data();
+                 g.output = output.data();
+                 g.count = 1000;
+                 g.root = 1;
+                 comm.gather(g)->wait();
+               }
+               CHECK(false);
+             } catch (const MismatchError& error) {
+               CHECK(std::string(error.what()).find("rank ") != std::string::npos);
+               ++mismatches;
+             } catch (const PeerError&) {
+               // Told by the other rank's abort, having named nothing itself.
+             }
+           },
+           "threads/mismatch/");
+  CHECK(mismatches.load() >= 1);
+}

@@ -14,6 +14,7 @@ Reports: failures, a digest of every result that all ranks hold alike (the test 
 across ranks), the samples, the seconds per collective kind.
 """
 
+import gc
 import hashlib
 import os
 import sys
@@ -99,6 +100,10 @@ def reduced(stack: np.ndarray, dtype: str, op: str):
     """The reduction of the ranks' inputs (rows of `stack`, int64) in the element type."""
     if dtype == "bool":
         return as_array(stack.min(axis=0) if op in LOGICAL_AND else stack.max(axis=0), dtype)
+    if dtype not in INTEGERS:
+        # In floating point: a product with a zero keeps the sign of the others (-0.0), which
+        # int64 arithmetic loses. Still exact: the values are small integers.
+        stack = stack.astype(np.float64)
     exact = {
         "sum": stack.sum,
         "avg": stack.sum,
@@ -214,6 +219,11 @@ sample(COUNT)
 elapsed = time.monotonic() - start
 for comm in comms.values():
     comm.shutdown()
+mapped_after_shutdown = sum("/dev/shm/ringcomm-" in line for line in open("/proc/self/maps"))
+# shutdown() leaves the segments mapped until the communicator itself is released.
+del comm, first
+comms.clear()
+gc.collect()
 with open("/proc/self/maps") as maps:
     left_mapped = sum("/dev/shm/ringcomm-" in line for line in maps)
 report(
@@ -225,6 +235,7 @@ report(
         "samples": samples,
         "seconds": elapsed,
         "by_kind": seconds,
-        "mapped_after_shutdown": left_mapped,
+        "mapped_after_shutdown": mapped_after_shutdown,
+        "mapped_after_release": left_mapped,
     }
 )
