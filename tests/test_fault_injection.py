@@ -257,13 +257,15 @@ def test_lossy_or_corrupting_link_gives_correct_results(hosts, fault):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("down_seconds", [1.0, 8.0], ids=["short-flap", "long-flap"])
-def test_flapping_link_recovers_or_names_a_peer(hosts, down_seconds):
+def test_flapping_link_recovers_or_names_a_peer(hosts, down_seconds, tmp_path):
     """The link goes down and comes back. Shorter than RINGCOMM_LINK_TIMEOUT (4 s here), TCP
     retransmits and every result is exact; longer, the ranks name a peer (the link is dead)."""
     link_timeout = 4.0
 
     def flap():
-        time.sleep(3.0)  # connected and running collectives
+        deadline = time.monotonic() + 90
+        while len(list(tmp_path.iterdir())) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)  # every rank connected and running collectives
         hosts.cut(1)
         time.sleep(down_seconds)
         hosts.mend(1)
@@ -273,7 +275,11 @@ def test_flapping_link_recovers_or_names_a_peer(hosts, down_seconds):
         29641 if down_seconds < link_timeout else 29642,
         1500,
         during=flap,
-        env={"RINGCOMM_LINK_TIMEOUT": str(link_timeout), "RINGCOMM_TIMEOUT": "30"},
+        env={
+            "RINGCOMM_LINK_TIMEOUT": str(link_timeout),
+            "RINGCOMM_TIMEOUT": "30",
+            "SOAK_READY_DIR": str(tmp_path),
+        },
     )
     for result, code, err in results:
         assert result is not None, err[-3000:]

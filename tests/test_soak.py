@@ -13,11 +13,14 @@ import pytest
 from harness import run_job
 
 RANKS = 4
-# Resident memory may grow this much from the end of the warm-up (the first tenth of the run,
-# when NumPy, the allocator's arenas and the communicators' buffers reach their working size) to
-# the end. Leaking a small message's buffer per collective would exceed it in the full run: 10,000
-# x 8 KiB = 80 MiB. Measured growth: docs/reliability.md.
-RSS_TOLERANCE = 24 << 20
+# Anonymous resident memory (the heaps, where a leak shows; sampled after gc and malloc_trim) may
+# grow this much from the end of the warm-up (the first tenth of the run, when NumPy, torch and
+# the communicators' buffers reach their working size) to the end. Leaking a small message's
+# buffer per collective would exceed it in the full run (10,000 x 8 KiB = 80 MiB), and in the CI
+# run too (1,500 x 8 KiB = 12 MiB). Shared memory is reported, not bounded: the segments' pages
+# become resident as larger messages first touch them, up to their fixed size.
+# Measured: docs/reliability.md.
+RSS_TOLERANCE = 8 << 20
 
 
 @pytest.mark.timeout(3600)  # the full soak runs for minutes
@@ -47,12 +50,14 @@ def test_soak_mixed_collectives_stay_correct_and_flat():
         samples = result["samples"]
         warm = next(s for s in samples if s["index"] >= count // 10)
         last = samples[-1]
-        growth = last["rss"] - warm["rss"]
+        growth = last["anon"] - warm["anon"]
         peak = max(s["rss"] for s in samples)
         print(
-            f"rank {result['rank']}: {result['seconds']:.1f} s, RSS {warm['rss'] >> 20} MiB "
-            f"after warm-up, {last['rss'] >> 20} MiB at the end (peak {peak >> 20} MiB, "
-            f"growth {growth / (1 << 20):+.1f} MiB), fds {warm['fds']} -> {last['fds']}, "
+            f"rank {result['rank']}: {result['seconds']:.1f} s, anonymous RSS "
+            f"{warm['anon'] / (1 << 20):.1f} MiB after warm-up, {last['anon'] / (1 << 20):.1f} "
+            f"MiB at the end (growth {growth / (1 << 20):+.1f} MiB); shared "
+            f"{warm['shmem'] >> 20} -> {last['shmem'] >> 20} MiB; total RSS {warm['rss'] >> 20} "
+            f"-> {last['rss'] >> 20} MiB (peak {peak >> 20}); fds {warm['fds']} -> {last['fds']}, "
             f"shm mappings {warm['shm_maps']} -> {last['shm_maps']} "
             f"({result['mapped_after_shutdown']} after shutdown, "
             f"{result['mapped_after_release']} once released); by kind "

@@ -14,6 +14,7 @@ Reports: failures, a digest of every result that all ranks hold alike (the test 
 across ranks), the samples, the seconds per collective kind.
 """
 
+import ctypes
 import gc
 import hashlib
 import os
@@ -128,15 +129,34 @@ seconds: dict[str, float] = {}
 checked = 0
 
 
+try:
+    _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+except (OSError, AttributeError):  # not glibc
+    _malloc_trim = None
+
+
 def sample(index: int) -> None:
-    with open("/proc/self/statm") as statm:
-        rss = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    """Resident memory split as the kernel counts it: anonymous (heaps: where a leak shows),
+    shared (the communicators' segments, resident as their pages are first touched) and file
+    pages. Freed heap memory is handed back first (gc, malloc_trim), so that what remains is
+    memory still in use, not the allocator's fragmentation from messages of varying sizes."""
+    gc.collect()
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+    status = {}
+    with open("/proc/self/status") as file:
+        for line in file:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "RssAnon", "RssShmem", "RssFile"):
+                status[key] = int(value.split()[0]) * 1024
     with open("/proc/self/maps") as maps:
         segments = sum("/dev/shm/ringcomm-" in line for line in maps)
     samples.append(
         {
             "index": index,
-            "rss": rss,
+            "rss": status["VmRSS"],
+            "anon": status["RssAnon"],
+            "shmem": status["RssShmem"],
             "fds": len(os.listdir("/proc/self/fd")),
             "shm_maps": segments,
         }
@@ -208,6 +228,9 @@ start = time.monotonic()
 for index in range(COUNT):
     if index % SAMPLE_EVERY == 0:
         sample(index)
+    if index == 20 and os.environ.get("SOAK_READY_DIR"):
+        # Connected and running: a test may break something now.
+        open(os.path.join(os.environ["SOAK_READY_DIR"], str(rank)), "w").close()
     try:
         run_one(index, rng)
     except Exception:
