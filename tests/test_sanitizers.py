@@ -82,8 +82,7 @@ def test_unit_tests_under_sanitizers(kind):
     clang = sanitizing_clang(kind)
     if not clang:
         message = (
-            f"no clang that links -fsanitize={kind} "
-            "(apt-get install clang-22 libclang-rt-22-dev)"
+            f"no clang that links -fsanitize={kind} (apt-get install clang-22 libclang-rt-22-dev)"
         )
         if os.environ.get("CI") == "true":
             pytest.fail(message)
@@ -112,7 +111,15 @@ def test_unit_tests_under_sanitizers(kind):
     )
     assert configured.returncode == 0, configured.stdout[-3000:] + configured.stderr[-3000:]
     built = subprocess.run(
-        [cmake, "--build", str(build), "--target", "ringcomm_unit_tests", "-j", str(os.cpu_count())],
+        [
+            cmake,
+            "--build",
+            str(build),
+            "--target",
+            "ringcomm_unit_tests",
+            "-j",
+            str(os.cpu_count()),
+        ],
         capture_output=True,
         text=True,
     )

@@ -67,4 +67,3 @@ def test_soak_mixed_collectives_stay_correct_and_flat():
         # Descriptors and mappings: exactly flat once the communicators are up.
         assert {s["fds"] for s in samples} == {samples[0]["fds"]}, samples
         assert {s["shm_maps"] for s in samples} == {samples[0]["shm_maps"]}, samples
-

@@ -49,7 +49,9 @@ PRIMES = [2, 3, 5, 7, 13, 31, 127, 1009, 4099, 65537]
 LARGE = [131071, 262147]  # several ring segments and shared-memory rounds
 
 # One communicator per transport (SOAK_TRANSPORTS, "shm,tcp" by default; "auto" across hosts).
-comms = {t: ringcomm.init(transport=t) for t in os.environ.get("SOAK_TRANSPORTS", "shm,tcp").split(",")}
+comms = {
+    t: ringcomm.init(transport=t) for t in os.environ.get("SOAK_TRANSPORTS", "shm,tcp").split(",")
+}
 first = next(iter(comms.values()))
 rank, size = first.rank, first.size
 for transport, comm in comms.items():
