@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -18,6 +19,7 @@
 #include <optional>
 #include <thread>
 #include <sstream>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -356,13 +358,14 @@ class CommunicatorImpl : public Communicator {
       shutDown_ = true;
     }
     engine_->stop();  // lets queued work finish (each piece has a deadline)
-    markClosed("communicator was shut down on rank " + std::to_string(rank_));
+    const bool healthy = markClosed("communicator was shut down on rank " + std::to_string(rank_));
     // The engine's threads are gone: sends and receives still in flight will not complete.
     for (auto& pending : pointToPoint_) {
       pending.work->complete(std::make_exception_ptr(CommunicatorClosed(
           "ringcomm: " + pending.op.name() + ": the communicator was shut down before it completed")));
     }
     pointToPoint_.clear();
+    if (healthy) warnOfUnreadMessages();
     closeStreams();
   }
 
@@ -388,6 +391,24 @@ class CommunicatorImpl : public Communicator {
       algorithms::treeAllreduce(ctx, input, o.output, o.count, o.type, o.op);
     }
     codec::scale(o.output, o.count, o.type, o.postscale);
+  }
+
+  // A collective in which every rank only sends completes on every rank whatever they believe
+  // it is: two ranks that each name themselves a broadcast's root, or a scatter meeting a gather
+  // at 2 ranks. The next collective's receives catch the stray message (a MismatchError); after
+  // the last one, only its arrival here can, so say so rather than let wrong results pass.
+  void warnOfUnreadMessages() {
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      const std::string unread = transport_->unreadMessageFrom(peer);
+      if (unread.empty()) continue;
+      std::fprintf(stderr,
+                   "ringcomm: warning: rank %d shut down with a message from rank %d that no "
+                   "collective received: %s. The ranks disagreed about a collective in which "
+                   "none waited (every rank a broadcast's root, or a scatter meeting a gather); "
+                   "its results are wrong on some rank\n",
+                   rank_, peer, unread.c_str());
+    }
   }
 
   bool everyRankOnThisHost() const { return static_cast<int>(links_.localRanks.size()) == size_; }
