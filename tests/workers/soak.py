@@ -33,6 +33,9 @@ import ringcomm  # noqa: E402
 COUNT = int(sys.argv[1])
 SEED = int(sys.argv[2])
 SAMPLE_EVERY = max(1, COUNT // 50)
+# SOAK_CONTROL=1: the same loop, inputs and references, with no collective run (each "result" is
+# its reference): what NumPy, torch and the loop itself add to resident memory, for comparison.
+CONTROL = os.environ.get("SOAK_CONTROL") == "1"
 
 INTEGERS = ["int8", "uint8", "int16", "int32", "int64"]
 DTYPES = INTEGERS + ["float16", "bfloat16", "float32", "float64", "bool"]
@@ -182,7 +185,8 @@ def run_one(index: int, rng) -> None:
     name = f"#{index} {kind} {transport} {dtype} {op} {count}"
     started = time.perf_counter()
     if kind == "barrier":
-        comm.barrier(name=name)
+        if not CONTROL:
+            comm.barrier(name=name)
         seconds[kind] = seconds.get(kind, 0.0) + time.perf_counter() - started
         checked += 1
         return
@@ -194,25 +198,27 @@ def run_one(index: int, rng) -> None:
     mine = x.clone() if isinstance(x, torch.Tensor) else x.copy()
     shared = True  # the result is the same on every rank
     if kind == "allreduce":
-        got = comm.allreduce(x, op=OPS[op], algorithm=algorithm, name=name)
+        got = None if CONTROL else comm.allreduce(x, op=OPS[op], algorithm=algorithm, name=name)
         expected = reduced(np.stack(inputs), dtype, op)
     elif kind == "allgather":
-        got = comm.allgather(x, name=name)
+        got = None if CONTROL else comm.allgather(x, name=name)
         expected = as_array(np.concatenate(inputs), dtype)
     elif kind == "broadcast":
-        got = comm.broadcast(x, root=root, name=name)
+        got = None if CONTROL else comm.broadcast(x, root=root, name=name)
         expected = as_array(inputs[root], dtype)
     elif kind == "reduce_scatter":
-        got = comm.reduce_scatter(x, op=OPS[op], name=name)
+        got = None if CONTROL else comm.reduce_scatter(x, op=OPS[op], name=name)
         expected = reduced(np.stack(inputs), dtype, op)[rank * count : (rank + 1) * count]
         shared = False
     else:  # alltoall: block `rank` of every rank's input, in rank order
-        got = comm.alltoall(x, name=name)
+        got = None if CONTROL else comm.alltoall(x, name=name)
         expected = as_array(
             np.concatenate([i[rank * count : (rank + 1) * count] for i in inputs]), dtype
         )
         shared = False
     seconds[kind] = seconds.get(kind, 0.0) + time.perf_counter() - started
+    if CONTROL:
+        got = expected
     if raw(got) != raw(expected):
         a = np.frombuffer(raw(got), np.uint8)
         b = np.frombuffer(raw(expected), np.uint8)
@@ -225,6 +231,27 @@ def run_one(index: int, rng) -> None:
     checked += 1
 
 
+def warm_up() -> None:
+    """Every kind (and schedule) once at the largest size and widest type, on each communicator:
+    the schedules keep scratch buffers at their high-water mark for reuse (algorithms::Scratch),
+    so resident memory steps up the first time a larger message comes. Measured from here, what
+    grows is what leaks."""
+    largest = max(LARGE)
+    for transport, comm in comms.items():
+        if CONTROL:
+            continue
+        x = np.ones(largest * size, np.float64)
+        for algorithm in ["ring", "tree"] + (["direct"] if transport == "shm" else []):
+            comm.allreduce(x, algorithm=algorithm)
+            comm.allreduce(x, out=np.empty_like(x), algorithm=algorithm)
+        comm.allgather(x[:largest])
+        comm.broadcast(x, root=0)
+        comm.reduce_scatter(x)
+        comm.alltoall(x)
+        comm.barrier()
+
+
+warm_up()
 rng = np.random.default_rng(SEED)  # the same draws on every rank
 start = time.monotonic()
 for index in range(COUNT):
