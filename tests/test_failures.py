@@ -155,3 +155,24 @@ def test_receive_of_another_element_type_is_named(transport):
     # The sender's send completed; it learns of the failure at its next collective.
     sender = outcomes[0].result
     assert sender["error"] and sender["waited"] < 15, sender
+
+
+# Ranks that disagree about a collective in which every rank only sends (each names itself a
+# broadcast's root; a scatter meeting a gather at 2 ranks) all complete it: nobody waits, so
+# nothing is checked. A following collective names the stray message; after the last one,
+# shutdown() finds it unread and warns.
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("mode,size", [("broadcast", 3), ("scatter", 2)])
+def test_sender_only_disagreement_is_reported_at_shutdown(mode, size, transport):
+    outcomes = run_job(
+        size,
+        "sender_only.py",
+        [mode],
+        deadline=60,
+        env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport},
+    )
+    assert all(o.returncode == 0 and o.result for o in outcomes), [o.describe() for o in outcomes]
+    warned = [o for o in outcomes if "no collective received" in o.stderr]
+    assert warned, [o.stderr for o in outcomes]
+    for outcome in warned:
+        assert "root" in outcome.stderr or "gather" in outcome.stderr or "scatter" in outcome.stderr

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "algorithms/plan.h"
+#include "common/bytes.h"
 #include "algorithms/ring.h"
 #include "common/trace.h"
 #include "reduce/reduce.h"
@@ -144,10 +145,10 @@ void alltoall(const Context& ctx, const AlltoallOptions& o) {
   // In place needs the outgoing blocks kept aside before incoming ones overwrite them.
   if (in == out && p > 1) {
     uint8_t* copy = ctx.scratch.get(2, blockBytes * p);
-    std::memcpy(copy, in, blockBytes * p);
+    copyBytes(copy, in, blockBytes * p);
     in = copy;
   }
-  std::memmove(out + ctx.rank * blockBytes, in + ctx.rank * blockBytes, blockBytes);
+  moveBytes(out + ctx.rank * blockBytes, in + ctx.rank * blockBytes, blockBytes);
   // Shifted pairing: at distance d talk to r+d and r-d, so no rank is everyone's first target.
   for (int distance = 1; distance < p; ++distance) {
     const int to = (ctx.rank + distance) % p;
@@ -164,8 +165,8 @@ void alltoallv(const Context& ctx, const AlltoallvOptions& o) {
   uint8_t* out = static_cast<uint8_t*>(o.output);
   const int p = ctx.size;
   const int r = ctx.rank;
-  std::memmove(out + o.recvOffsets[r] * element, in + o.sendOffsets[r] * element,
-               o.recvCounts[r] * element);
+  moveBytes(out + o.recvOffsets[r] * element, in + o.sendOffsets[r] * element,
+            o.recvCounts[r] * element);
   // The same shifted pairing as alltoall. A block's length travels in its frame header, so ranks
   // that disagree on a count get a MismatchError rather than misplaced data.
   for (int distance = 1; distance < p; ++distance) {
@@ -185,7 +186,7 @@ void gather(const Context& ctx, const GatherOptions& o) {
     ctx.transport.postSend(o.root, o.input, blockBytes, ctx.tag);
   } else {
     uint8_t* out = static_cast<uint8_t*>(o.output);
-    std::memmove(out + ctx.rank * blockBytes, o.input, blockBytes);
+    moveBytes(out + ctx.rank * blockBytes, o.input, blockBytes);
     for (int peer = 0; peer < ctx.size; ++peer) {
       if (peer != ctx.rank) ctx.transport.postRecv(peer, out + peer * blockBytes, blockBytes, ctx.tag);
     }
@@ -202,7 +203,7 @@ void scatter(const Context& ctx, const ScatterOptions& o) {
     for (int peer = 0; peer < ctx.size; ++peer) {
       if (peer != ctx.rank) ctx.transport.postSend(peer, in + peer * blockBytes, blockBytes, ctx.tag);
     }
-    std::memmove(o.output, in + ctx.rank * blockBytes, blockBytes);
+    moveBytes(o.output, in + ctx.rank * blockBytes, blockBytes);
   }
   ctx.transport.waitAll(ctx.op);
 }

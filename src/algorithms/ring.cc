@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "codec/codec.h"
+#include "common/bytes.h"
 #include "common/trace.h"
 #include "reduce/reduce.h"
 
@@ -231,7 +232,7 @@ void ringAllreduce(const Context& ctx, const void* input, void* output, size_t c
                    double postscale) {
   if (input != output) {
     trace::Span span(trace::Phase::Copy, "input to output");
-    std::memcpy(output, input, count * elementSize(type));
+    copyBytes(output, input, count * elementSize(type));
   }
   codec::scale(output, count, type, prescale);
   const std::vector<Block> blocks = evenBlocks(count, ctx.size);

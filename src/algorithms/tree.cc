@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "algorithms/plan.h"
+#include "common/bytes.h"
 #include "common/trace.h"
 #include "reduce/reduce.h"
 
@@ -20,7 +21,7 @@ void treeAllreduce(const Context& ctx, const void* input, void* output, size_t c
   const size_t element = elementSize(type);
   const size_t bytes = count * element;
   uint8_t* out = static_cast<uint8_t*>(output);
-  if (input != output) std::memcpy(output, input, bytes);
+  if (input != output) copyBytes(output, input, bytes);
   if (ctx.size == 1) return;
 
   const plan::TreePlan plan = plan::planTree(ctx.rank, ctx.size, count);

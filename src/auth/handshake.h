@@ -52,7 +52,9 @@ class Acceptor {
   std::optional<std::pair<Caller, Digest>> check(const uint8_t* reply) const;
 
  private:
-  const std::string& secret_;
+  // A copy: a reference member dangled when an Acceptor outlived the string it was made from
+  // (Acceptor("ours", ...) binds a temporary; ASan found it in tests/cpp/test_auth.cc).
+  std::string secret_;
   Purpose purpose_;
   std::array<uint8_t, kNonceBytes> nonce_;
   std::array<uint8_t, kHelloBytes> hello_;

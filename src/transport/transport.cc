@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
+#include <string>
 #include <utility>
 
 #include "common/failure.h"
@@ -337,6 +339,24 @@ void Transport::blockForAnyIncoming(uint32_t doorbellSeen, const Operation& op) 
   } else {
     sched_yield();
   }
+}
+
+std::string Transport::unreadMessageFrom(int peer) {
+  Peer& state = peers_[peer];
+  if (!state.stream || !state.recvs.empty()) return {};
+  try {
+    if (state.peekedBytes < sizeof(FrameHeader)) {
+      uint8_t* at = reinterpret_cast<uint8_t*>(&state.peeked);
+      state.peekedBytes +=
+          state.stream->readSome(at + state.peekedBytes, sizeof(FrameHeader) - state.peekedBytes);
+    }
+  } catch (const std::exception&) {
+    return {};  // the peer is gone: nothing to read, and shutting down is no time to raise
+  }
+  if (state.peekedBytes < sizeof(FrameHeader) || state.peeked.magic != kFrameMagic) return {};
+  return describeTag(state.peeked.tag) + " (" +
+         describeSignature(state.peeked.signature, state.peeked.variant) + ", " +
+         std::to_string(state.peeked.bytes) + " bytes)";
 }
 
 void Transport::closeStreams() {

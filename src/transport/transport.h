@@ -58,6 +58,13 @@ class Transport {
   // for a peer (for requests left pending between collectives). Raises a peer's failure.
   void progress(const Operation& op, bool mayBlock, std::chrono::milliseconds slice);
 
+  // Once no collective runs any more (at shutdown): a description of the message `peer` sent
+  // that no receive consumed, or "". Only ranks that disagreed about a collective in which no
+  // rank waits leave one behind (every rank a broadcast's root; a scatter meeting a gather at 2
+  // ranks): each only sent, so no receive checked the frame's tag and signature. Non-blocking;
+  // never throws. A message still in flight is not seen.
+  std::string unreadMessageFrom(int peer);
+
   const char* kindOf(int peer) const;
   // Marks every stream closed so peers fail fast; pending requests are dropped. Engine thread only.
   void abort();
