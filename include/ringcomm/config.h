@@ -66,7 +66,8 @@ struct RINGCOMM_API Config {
   // every rank's slots (shm::kDirectSlots of them, input + result) stay in the shared last-level
   // cache. Measured on the 2-core VM (32 MiB L3), 64 MiB all-reduce: 4 x 512 KiB gave 10.6 GB/s
   // busbw at 2 ranks and 5.5 at 4, against 9.2 and 4.3 for 2 x 1 MiB and less for 8 x 256 KiB.
-  size_t shmSlotBytes = 512 * 1024;
+  // 0 (the default): that, or 4 times that when local ranks outnumber the cores (shm::slotBytesFor).
+  size_t shmSlotBytes = 0;
   // RINGCOMM_SHM_RING_BYTES: capacity of each point-to-point shared-memory ring.
   size_t shmRingBytes = 1024 * 1024;
   // RINGCOMM_SOCKET_BUFFER_BYTES: SO_SNDBUF/SO_RCVBUF of TCP connections.

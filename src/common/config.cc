@@ -149,7 +149,9 @@ Config Config::fromEnvironment() {
     config.horovodTimelineMarkCycles = !(text == "0" || text == "false" || text == "False");
   }
   if (config.segmentBytes < 4096) throw InvalidArgument("RINGCOMM_SEGMENT_BYTES must be >= 4096");
-  if (config.shmSlotBytes < 4096) throw InvalidArgument("RINGCOMM_SHM_SLOT_BYTES must be >= 4096");
+  if (config.shmSlotBytes != 0 && config.shmSlotBytes < 4096) {
+    throw InvalidArgument("RINGCOMM_SHM_SLOT_BYTES must be 0 (automatic) or >= 4096");
+  }
   if (config.shmRingBytes < 4096) throw InvalidArgument("RINGCOMM_SHM_RING_BYTES must be >= 4096");
   return config;
 }
@@ -202,7 +204,8 @@ const std::vector<Described>& describedVariables() {
       {"RINGCOMM_YIELD_COUNT", nullptr,
        [](const Config& c) { return c.yieldCount < 0 ? std::string("auto") : number(c.yieldCount); }},
       {"RINGCOMM_SEGMENT_BYTES", nullptr, [](const Config& c) { return number(c.segmentBytes); }},
-      {"RINGCOMM_SHM_SLOT_BYTES", nullptr, [](const Config& c) { return number(c.shmSlotBytes); }},
+      {"RINGCOMM_SHM_SLOT_BYTES", nullptr,
+       [](const Config& c) { return c.shmSlotBytes == 0 ? std::string("auto") : number(c.shmSlotBytes); }},
       {"RINGCOMM_SHM_RING_BYTES", nullptr, [](const Config& c) { return number(c.shmRingBytes); }},
       {"RINGCOMM_SOCKET_BUFFER_BYTES", nullptr,
        [](const Config& c) { return number(c.socketBufferBytes); }},

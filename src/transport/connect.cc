@@ -19,6 +19,7 @@
 #include "auth/handshake.h"
 #include "common/failure.h"
 #include "common/log.h"
+#include "common/wait_policy.h"
 #include "ringcomm/errors.h"
 #include "transport/shm/segment.h"
 #include "transport/shm/shm_stream.h"
@@ -87,8 +88,13 @@ bool setUpSharedMemory(Store& store, int rank, Links& links, const bootstrap::Re
 
   // The plan: the lowest local rank measures /dev/shm and sizes everyone's segments.
   if (speaks) {
-    const shm::SegmentPlan plan = shm::planSegments(static_cast<int>(local.size()),
-                                                    config.shmSlotBytes, config.shmRingBytes);
+    const int localSize = static_cast<int>(local.size());
+    shm::SegmentPlan plan = shm::planSegments(
+        localSize, shm::slotBytesFor(config.shmSlotBytes, localSize, coresAvailable()),
+        config.shmRingBytes);
+    if (config.shmSlotBytes == 0 && plan.shrunk) {  // the larger automatic slots did not fit
+      plan = shm::planSegments(localSize, shm::kDefaultSlotBytes, config.shmRingBytes);
+    }
     const std::string text = plan.encode();
     store.set("shm/plan", Bytes(text.begin(), text.end()));
   }
@@ -110,7 +116,8 @@ bool setUpSharedMemory(Store& store, int rank, Links& links, const bootstrap::Re
                  "%s; using %zu KiB staging slots and %zu KiB rings instead of %zu and %zu, "
                  "which is slower. Give /dev/shm more room (docker run --shm-size=1g)",
                  plan.room.c_str(), plan.slotBytes >> 10, plan.ringBytes >> 10,
-                 config.shmSlotBytes >> 10, config.shmRingBytes >> 10);
+                 (config.shmSlotBytes != 0 ? config.shmSlotBytes : shm::kDefaultSlotBytes) >> 10,
+                 config.shmRingBytes >> 10);
   }
   RINGCOMM_LOG(LogLevel::Info, kLogTransport,
                "shared memory for the %zu ranks on this host: %zu KiB staging slots, %zu KiB "

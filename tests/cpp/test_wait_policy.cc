@@ -1,7 +1,8 @@
-// The waiting policy: a fixed yield count is honoured; chosen by load, more local ranks than
-// cores always count as crowded.
+// How ranks adapt to crowded cores: a fixed yield count is honoured; chosen by load, more local
+// ranks than cores always count as crowded, and then the direct schedule's slots grow.
 #include "check.h"
 #include "common/wait_policy.h"
+#include "transport/shm/segment.h"
 
 using namespace ringcomm;
 
@@ -20,4 +21,10 @@ TEST(moreLocalRanksThanCoresIsCrowded) {
 TEST(theMachineIsReadable) {
   CHECK(coresAvailable() >= 1);
   CHECK(runnableThreads() >= 1);  // this thread is running
+}
+
+TEST(slotsGrowOnlyWhenRanksOutnumberCoresAndNothingIsConfigured) {
+  CHECK_EQ(shm::slotBytesFor(0, 2, 2), shm::kDefaultSlotBytes);
+  CHECK_EQ(shm::slotBytesFor(0, 16, 2), shm::kCrowdedSlotBytes);
+  CHECK_EQ(shm::slotBytesFor(65536, 16, 2), size_t(65536));
 }

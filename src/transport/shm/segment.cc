@@ -65,6 +65,11 @@ SegmentPlan SegmentPlan::decode(const std::string& text) {
   return plan;
 }
 
+size_t slotBytesFor(size_t configured, int localSize, int cores) {
+  if (configured != 0) return configured;
+  return localSize > cores ? kCrowdedSlotBytes : kDefaultSlotBytes;
+}
+
 SegmentPlan planSegments(int localSize, size_t slotBytes, size_t ringBytes) {
   SegmentPlan plan;
   plan.slotBytes = roundUp(slotBytes, kPage);

@@ -89,6 +89,16 @@ struct SegmentPlan {
   static SegmentPlan decode(const std::string& text);
 };
 
+// The direct schedule's staging slot when RINGCOMM_SHM_SLOT_BYTES is not set (0): small enough
+// that every rank's slots stay in the last-level cache (include/ringcomm/config.h) ...
+constexpr size_t kDefaultSlotBytes = 512 * 1024;
+// ... unless local ranks outnumber the cores: then each of a round's three synchronisations waits
+// for ranks to get a core, and fewer, larger rounds win. Measured on the 2-core VM, back to back
+// (bench/RESULTS.md, issue 14): 16 ranks with 4 busy processes, 8 MiB: 0.65-0.72x MPICH with
+// 512 KiB slots, 1.00-1.19x with 2 MiB; 4 ranks quiet, 32 MiB: 1.95 against 2.8-2.9 GB/s busbw.
+constexpr size_t kCrowdedSlotBytes = 4 * kDefaultSlotBytes;
+size_t slotBytesFor(size_t configured, int localSize, int cores);
+
 // Halves the configured slot and ring sizes (down to kSmallestSlotBytes) until localSize segments
 // fit in the free space of /dev/shm.
 SegmentPlan planSegments(int localSize, size_t slotBytes, size_t ringBytes);
