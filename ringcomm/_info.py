@@ -61,6 +61,7 @@ def _version_of(module_name: str) -> Optional[str]:
 def _ringcomm() -> dict:
     import ringcomm
     from ringcomm import _core
+    from ringcomm.bench import machine
 
     return {
         "version": ringcomm.__version__,
@@ -69,7 +70,7 @@ def _ringcomm() -> dict:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "host": socket.gethostname(),
-        "cpu": _cpu_model(),
+        "cpu": machine.cpu_model(),
         "cores": len(os.sched_getaffinity(0))
         if hasattr(os, "sched_getaffinity")
         else os.cpu_count(),
@@ -78,17 +79,6 @@ def _ringcomm() -> dict:
         "mpi4py": _version_of("mpi4py"),
         "rich": _version_of("rich"),
     }
-
-
-def _cpu_model() -> Optional[str]:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
 
 
 def _cuda_version(number: int) -> Optional[str]:
