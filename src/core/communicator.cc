@@ -436,15 +436,20 @@ class CommunicatorImpl : public Communicator {
     if (!log::enabled(LogLevel::Info, kLogInit) && !log::enabled(LogLevel::Info, kLogTransport)) {
       return;
     }
+    const int yields = waitPolicy_->yields();  // before crowded(): it may recheck the load
     RINGCOMM_LOG(LogLevel::Info, kLogInit,
                  "communicator: rank %d of %d, host %d of %d (%d local rank(s)); timeout %.1f s, "
                  "stall warning %.1f s, link timeout %.1f s; transport %s, algorithm %s, "
-                 "segment %zu B, shm slots %zu B, rings %zu B, spin %d, yield %d",
+                 "segment %zu B, shm slots %zu B, rings %zu B, spin %d, yield %d%s",
                  rank_, size_, links_.hostIndex, links_.hostCount, localSize(),
                  config_.timeout.count() / 1000.0, config_.stallWarning.count() / 1000.0,
                  config_.linkTimeout.count() / 1000.0, toString(config_.transport),
-                 toString(config_.algorithm), config_.segmentBytes, config_.shmSlotBytes,
-                 config_.shmRingBytes, config_.spinCount, config_.yieldCount);
+                 toString(config_.algorithm), config_.segmentBytes,
+                 links_.segments ? links_.segments->slotBytes() : config_.shmSlotBytes,
+                 config_.shmRingBytes, config_.spinCount, yields,
+                 config_.yieldCount < 0 ? (waitPolicy_->crowded() ? " (auto: cores crowded)"
+                                                                 : " (auto: a core to spare)")
+                                        : "");
     std::map<std::string, std::string> peersByKind;
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
