@@ -14,6 +14,7 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <string>
 #include <utility>
 
 #include "auth/handshake.h"
@@ -86,7 +87,9 @@ bool setUpSharedMemory(Store& store, int rank, Links& links, const bootstrap::Re
       static_cast<int>(std::find(local.begin(), local.end(), rank) - local.begin());
   const bool speaks = localRank == 0;
 
-  // The plan: the lowest local rank measures /dev/shm and sizes everyone's segments.
+  // The plan: the lowest local rank measures /dev/shm and sizes everyone's segments. One key per
+  // host (named after that rank): hosts with different rank counts or room plan differently.
+  const std::string planKey = "shm/plan/" + std::to_string(local.front());
   if (speaks) {
     const int localSize = static_cast<int>(local.size());
     shm::SegmentPlan plan = shm::planSegments(
@@ -96,10 +99,10 @@ bool setUpSharedMemory(Store& store, int rank, Links& links, const bootstrap::Re
       plan = shm::planSegments(localSize, shm::kDefaultSlotBytes, config.shmRingBytes);
     }
     const std::string text = plan.encode();
-    store.set("shm/plan", Bytes(text.begin(), text.end()));
+    store.set(planKey, Bytes(text.begin(), text.end()));
   }
-  waitWatchingLocalRanks(store, {"shm/plan"}, rank, local, rendezvous, op);
-  const Bytes planBytes = store.get("shm/plan", op.remaining());
+  waitWatchingLocalRanks(store, {planKey}, rank, local, rendezvous, op);
+  const Bytes planBytes = store.get(planKey, op.remaining());
   const shm::SegmentPlan plan = shm::SegmentPlan::decode(std::string(planBytes.begin(), planBytes.end()));
   if (!plan.fits) {
     if (speaks) {
