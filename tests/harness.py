@@ -122,3 +122,31 @@ def run_job(
 def assert_all_succeeded(outcomes: list[RankOutcome]) -> None:
     for outcome in outcomes:
         assert outcome.returncode == 0 and outcome.result is not None, outcome.describe()
+
+
+def start_ranks_on_hosts(
+    hosts, argv: Sequence[str], env: dict, store_address: str, port: int
+) -> list[subprocess.Popen]:
+    """4 ranks of `python argv...`, 2 on each of two network-namespace hosts (ringcomm.bench.netns),
+    meeting at store_address:port through env:// (env carries the job's secret)."""
+    procs = []
+    for rank in range(4):
+        rank_env = worker_env(
+            {
+                "RANK": str(rank),
+                "WORLD_SIZE": "4",
+                "MASTER_ADDR": store_address,
+                "MASTER_PORT": str(port),
+                **env,
+            }
+        )
+        procs.append(
+            subprocess.Popen(
+                hosts.command(rank // 2, [sys.executable, *argv]),
+                env=rank_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    return procs

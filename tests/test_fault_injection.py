@@ -26,7 +26,7 @@ import sys
 import time
 
 import pytest
-from harness import WORKERS, worker_env
+from harness import WORKERS, start_ranks_on_hosts, worker_env
 
 from ringcomm.bench import netns
 
@@ -189,29 +189,13 @@ def clear_netem(hosts) -> None:
 
 def run_across_hosts(hosts, port, count, during=None, env=None):
     """4 ranks (2 per host) of the soak worker over the link; `during` runs while they do."""
-    procs = []
-    for rank in range(4):
-        rank_env = worker_env(
-            {
-                "RANK": str(rank),
-                "WORLD_SIZE": "4",
-                "MASTER_ADDR": f"{SUBNET}.1",
-                "MASTER_PORT": str(port),
-                "SOAK_TRANSPORTS": "auto",
-                **SECRET,
-                **(env or {}),
-            }
-        )
-        argv = [sys.executable, str(WORKERS / "soak.py"), str(count), str(port)]
-        procs.append(
-            subprocess.Popen(
-                hosts.command(rank // 2, argv),
-                env=rank_env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
+    procs = start_ranks_on_hosts(
+        hosts,
+        [str(WORKERS / "soak.py"), str(count), str(port)],
+        {"SOAK_TRANSPORTS": "auto", **SECRET, **(env or {})},
+        f"{SUBNET}.1",
+        port,
+    )
     if during is not None:
         during()
     results = []

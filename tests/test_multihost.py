@@ -8,11 +8,10 @@ the timeout. Needs root and iproute2 (skipped otherwise).
 
 import json
 import subprocess
-import sys
 import time
 
 import pytest
-from harness import WORKERS, worker_env
+from harness import WORKERS, start_ranks_on_hosts
 
 from ringcomm.bench import netns
 
@@ -41,28 +40,7 @@ SECRET = {"RINGCOMM_SECRET": "multihost-test-secret-0123456789abcdef"}
 
 
 def start_ranks(hosts, worker_args, env_extra, port, secret=SECRET):
-    procs = []
-    for rank in range(4):
-        env = worker_env(
-            {
-                "RANK": str(rank),
-                "WORLD_SIZE": "4",
-                "MASTER_ADDR": f"{SUBNET}.1",
-                "MASTER_PORT": str(port),
-                **secret,
-                **env_extra,
-            }
-        )
-        procs.append(
-            subprocess.Popen(
-                hosts.command(rank // 2, [sys.executable, *worker_args]),
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    return procs
+    return start_ranks_on_hosts(hosts, worker_args, {**secret, **env_extra}, f"{SUBNET}.1", port)
 
 
 def collect(procs, deadline):

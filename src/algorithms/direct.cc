@@ -52,20 +52,24 @@ DirectGroup::DirectGroup(const shm::Segments& segments, WaitPolicy& waitPolicy)
     : segments_(segments), rank_(segments.localRank()), size_(segments.localSize()),
       waitPolicy_(waitPolicy) {}
 
+std::atomic<uint64_t>& DirectGroup::counterOf(shm::DirectCounters& counters, Phase phase) {
+  switch (phase) {
+    case Phase::Posted: return counters.posted.value;
+    case Phase::Reduced: return counters.reduced.value;
+    case Phase::Done: break;
+  }
+  return counters.done.value;
+}
+
 void DirectGroup::publish(Phase phase, uint64_t value) {
-  shm::DirectCounters& own = segments_.counters(rank_);
-  shm::PaddedCounter& counter =
-      phase == Phase::Posted ? own.posted : phase == Phase::Reduced ? own.reduced : own.done;
-  counter.value.store(value, std::memory_order_seq_cst);
+  counterOf(segments_.counters(rank_), phase).store(value, std::memory_order_seq_cst);
   segments_.ringDoorbellsOfWaiters();
 }
 
 void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
-  auto counterOf = [&](int peer) -> const std::atomic<uint64_t>& {
-    shm::DirectCounters& c = segments_.counters(peer);
-    return (phase == Phase::Posted ? c.posted : phase == Phase::Reduced ? c.reduced : c.done).value;
+  auto reached = [&](int peer) {
+    return counterOf(segments_.counters(peer), phase).load(std::memory_order_acquire) >= value;
   };
-  auto reached = [&](int peer) { return counterOf(peer).load(std::memory_order_acquire) >= value; };
   SpinBudget spin = waitPolicy_.budget();
   auto lastHealthCheck = Clock::now();
   trace::Span span(trace::Phase::Wait, phase == Phase::Posted    ? "peers staged"
@@ -86,7 +90,7 @@ void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
                                        "timed out waiting for rank " + std::to_string(peer) + " " +
                                            what + " (shared-memory direct schedule)");
       }
-      segments_.sleepWaitingOn(peer, counterOf(peer), value, doorbell,
+      segments_.sleepWaitingOn(peer, counterOf(segments_.counters(peer), phase), value, doorbell,
                                std::chrono::duration_cast<std::chrono::microseconds>(
                                    std::min(op.remaining(), kHealthCheckInterval)));
       if (Clock::now() - lastHealthCheck >= kHealthCheckInterval) {

@@ -1,6 +1,7 @@
 // The direct schedule: all ranks on one host, through shared memory.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -11,6 +12,7 @@
 
 namespace ringcomm::shm {
 class Segments;
+struct DirectCounters;
 }
 
 namespace ringcomm::algorithms {
@@ -26,6 +28,8 @@ class DirectGroup {
 
  private:
   enum class Phase { Posted, Reduced, Done };
+  // A rank's progress counter for `phase`.
+  static std::atomic<uint64_t>& counterOf(shm::DirectCounters& counters, Phase phase);
   // Waits until every peer's counter for `phase` reaches `value`.
   void waitForAll(Phase phase, uint64_t value, const Operation& op);
   void publish(Phase phase, uint64_t value);
