@@ -157,22 +157,44 @@ def test_receive_of_another_element_type_is_named(transport):
     assert sender["error"] and sender["waited"] < 15, sender
 
 
-# Ranks that disagree about a collective in which every rank only sends (each names itself a
-# broadcast's root; a scatter meeting a gather at 2 ranks) all complete it: nobody waits, so
-# nothing is checked. A following collective names the stray message; after the last one,
-# shutdown() finds it unread and warns.
+# Ranks that disagree about a collective in which ranks only send (each names itself a
+# broadcast's root; a scatter meeting a gather at 2 ranks): every receiver acknowledges, so each
+# sender meets the other's data where it waits for the acknowledgement, and raises at once.
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
-@pytest.mark.parametrize("mode,size", [("broadcast", 3), ("scatter", 2)])
-def test_sender_only_disagreement_is_reported_at_shutdown(mode, size, transport):
+@pytest.mark.parametrize(
+    "mode,size",
+    [(["broadcast", "1000"], 2), (["broadcast", "1000"], 3), (["broadcast", "300000"], 3),
+     (["scatter"], 2)],
+    ids=["broadcast-tree-2", "broadcast-tree-3", "broadcast-chain-3", "scatter-gather-2"],
+)
+def test_sender_only_disagreement_is_named_at_once(mode, size, transport):
     outcomes = run_job(
         size,
         "sender_only.py",
-        [mode],
+        mode,
+        deadline=60,
+        env={"RINGCOMM_TIMEOUT": "60", "RINGCOMM_TRANSPORT": transport},
+    )
+    assert all(o.returncode == 0 and o.result for o in outcomes), [o.describe() for o in outcomes]
+    results = [o.result for o in outcomes]
+    assert all(r["error"] in ("MismatchError", "TransportError") for r in results), results
+    assert all(r["waited"] < 15 for r in results), results
+    named = [r for r in results if r["error"] == "MismatchError"]
+    assert named, results
+    expected = "root" if mode[0] == "broadcast" else "gather"
+    assert all(expected in r["message"] for r in named), results
+
+
+# A message nobody receives (a send without its recv, as the last call) can only be found at
+# shutdown(), which warns about it.
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_unreceived_message_is_reported_at_shutdown(transport):
+    outcomes = run_job(
+        2,
+        "sender_only.py",
+        ["unreceived"],
         deadline=60,
         env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport},
     )
     assert all(o.returncode == 0 and o.result for o in outcomes), [o.describe() for o in outcomes]
-    warned = [o for o in outcomes if "no collective received" in o.stderr]
-    assert warned, [o.stderr for o in outcomes]
-    for outcome in warned:
-        assert "root" in outcome.stderr or "gather" in outcome.stderr or "scatter" in outcome.stderr
+    assert "no receive matched" in outcomes[1].stderr, outcomes[1].stderr

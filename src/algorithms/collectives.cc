@@ -3,6 +3,12 @@
 // sent once per hop), a binomial tree for small broadcasts (log2 p latency) and a pipelined chain
 // for large ones, direct exchanges for the personalised collectives (gather, scatter, all-to-all),
 // and a dissemination barrier (log2 p rounds of empty messages).
+//
+// In broadcast, scatter and gather some ranks only send. Each receiver answers the rank it
+// received from with an empty acknowledgement, and senders wait for it: ranks that disagree about
+// the root (each naming itself) then meet each other's data where they wait for the
+// acknowledgement and raise a MismatchError at once, instead of all returning different data.
+// It costs one message latency at the end of these collectives.
 #include "algorithms/collectives.h"
 
 #include <cstdint>
@@ -22,6 +28,15 @@ namespace {
 // moves each byte over each link once and keeps all links busy.
 constexpr size_t kBroadcastTreeBytes = 256 * 1024;
 
+// Tells `sender` that this rank received its first message of the collective and agrees on it.
+void acknowledge(const Context& ctx, int sender) {
+  ctx.transport.postSend(sender, nullptr, 0, acknowledgementOf(ctx.tag));
+}
+
+void expectAcknowledgement(const Context& ctx, int receiver) {
+  ctx.transport.postRecv(receiver, nullptr, 0, acknowledgementOf(ctx.tag));
+}
+
 uint8_t* bytesAt(const void* base, size_t elements, DataType type) {
   return const_cast<uint8_t*>(static_cast<const uint8_t*>(base)) + elements * elementSize(type);
 }
@@ -36,13 +51,16 @@ void broadcastTree(const Context& ctx, uint8_t* buffer, size_t bytes, int root) 
     if (relative & mask) {
       const int parent = (relative - mask + root) % p;
       ctx.transport.wait(ctx.transport.postRecv(parent, buffer, bytes, ctx.tag), ctx.op);
+      acknowledge(ctx, parent);
       break;
     }
     mask <<= 1;
   }
   for (mask >>= 1; mask > 0; mask >>= 1) {
     if (relative + mask < p) {
-      ctx.transport.postSend((relative + mask + root) % p, buffer, bytes, ctx.tag);
+      const int child = (relative + mask + root) % p;
+      ctx.transport.postSend(child, buffer, bytes, ctx.tag);
+      expectAcknowledgement(ctx, child);
     }
   }
   ctx.transport.waitAll(ctx.op);
@@ -65,11 +83,13 @@ void broadcastChain(const Context& ctx, uint8_t* buffer, size_t bytes, int root)
     }
     for (size_t i = 0; i < segments.size(); ++i) {
       ctx.transport.wait(received[i], ctx.op);
+      if (i == 0) acknowledge(ctx, previous);  // the first segment shows it agrees
       if (next >= 0) {
         ctx.transport.postSend(next, buffer + segments[i].offset, segments[i].count, ctx.tag);
       }
     }
   }
+  if (next >= 0) expectAcknowledgement(ctx, next);
   ctx.transport.waitAll(ctx.op);
 }
 
@@ -184,11 +204,20 @@ void gather(const Context& ctx, const GatherOptions& o) {
   const size_t blockBytes = o.count * elementSize(o.type);
   if (ctx.rank != o.root) {
     ctx.transport.postSend(o.root, o.input, blockBytes, ctx.tag);
+    expectAcknowledgement(ctx, o.root);
   } else {
     uint8_t* out = static_cast<uint8_t*>(o.output);
     moveBytes(out + ctx.rank * blockBytes, o.input, blockBytes);
+    std::vector<transport::Transport::Request> received(ctx.size);
     for (int peer = 0; peer < ctx.size; ++peer) {
-      if (peer != ctx.rank) ctx.transport.postRecv(peer, out + peer * blockBytes, blockBytes, ctx.tag);
+      if (peer != ctx.rank) {
+        received[peer] = ctx.transport.postRecv(peer, out + peer * blockBytes, blockBytes, ctx.tag);
+      }
+    }
+    for (int peer = 0; peer < ctx.size; ++peer) {
+      if (peer == ctx.rank) continue;
+      ctx.transport.wait(received[peer], ctx.op);
+      acknowledge(ctx, peer);
     }
   }
   ctx.transport.waitAll(ctx.op);
@@ -197,11 +226,14 @@ void gather(const Context& ctx, const GatherOptions& o) {
 void scatter(const Context& ctx, const ScatterOptions& o) {
   const size_t blockBytes = o.count * elementSize(o.type);
   if (ctx.rank != o.root) {
-    ctx.transport.postRecv(o.root, o.output, blockBytes, ctx.tag);
+    ctx.transport.wait(ctx.transport.postRecv(o.root, o.output, blockBytes, ctx.tag), ctx.op);
+    acknowledge(ctx, o.root);
   } else {
     const uint8_t* in = static_cast<const uint8_t*>(o.input);
     for (int peer = 0; peer < ctx.size; ++peer) {
-      if (peer != ctx.rank) ctx.transport.postSend(peer, in + peer * blockBytes, blockBytes, ctx.tag);
+      if (peer == ctx.rank) continue;
+      ctx.transport.postSend(peer, in + peer * blockBytes, blockBytes, ctx.tag);
+      expectAcknowledgement(ctx, peer);
     }
     moveBytes(o.output, in + ctx.rank * blockBytes, blockBytes);
   }

@@ -55,7 +55,8 @@ inline uint32_t userTag(int tag) { return kUserTagBit | (static_cast<uint32_t>(t
 //   variant:   bits 0-7 algorithm + 1, bits 8-15 compression + 1 (all-reduce only; 0 = none),
 //              bits 16-23 how device buffers travel (MemoryPath; 0 = host buffers). The device
 //              paths cut a collective into chunks or add handshakes of their own, so a rank with
-//              host buffers and one with device buffers in the same collective must not meet.
+//              host buffers and one with device buffers in the same collective must not meet;
+//              bit 24 marks an acknowledgement (see acknowledgementOf).
 struct MessageTag {
   uint32_t id = 0;
   uint32_t signature = 0;
@@ -96,6 +97,16 @@ inline uint32_t withMemoryPath(uint32_t variant, MemoryPath path) {
   return (variant & ~0xff0000u) | (static_cast<uint32_t>(path) << 16);
 }
 
+// A receiver's empty reply to a collective's data: "I am in this collective too, with this root".
+// Broadcast, scatter and gather have ranks that only send; without a reply, ranks that disagree
+// about the root (every rank naming itself) would all complete with different data and nobody
+// told. A sender that waits for the reply meets the other rank's data instead, and names it.
+constexpr uint32_t kAcknowledgementBit = 1u << 24;
+
+inline MessageTag acknowledgementOf(const MessageTag& tag) {
+  return MessageTag{tag.id, tag.signature, tag.variant | kAcknowledgementBit};
+}
+
 inline std::string describeSignature(uint32_t signature, uint32_t variant) {
   std::string text;
   auto add = [&text](const std::string& part) { text += (text.empty() ? "" : ", ") + part; };
@@ -107,6 +118,7 @@ inline std::string describeSignature(uint32_t signature, uint32_t variant) {
     add(std::string("compression ") + toString(static_cast<Compression>(((variant >> 8) & 0xffu) - 1)));
   }
   if ((variant >> 16) & 0xffu) add(toString(static_cast<MemoryPath>((variant >> 16) & 0xffu)));
+  if (variant & kAcknowledgementBit) add("its acknowledgement");
   return text.empty() ? "no details" : text;
 }
 

@@ -540,10 +540,10 @@ class CommunicatorImpl : public Communicator {
     codec::scale(o.output, o.count, o.type, o.postscale);
   }
 
-  // A collective in which every rank only sends completes on every rank whatever they believe
-  // it is: two ranks that each name themselves a broadcast's root, or a scatter meeting a gather
-  // at 2 ranks. The next collective's receives catch the stray message (a MismatchError); after
-  // the last one, only its arrival here can, so say so rather than let wrong results pass.
+  // A message that nothing received: a send whose recv the peer never posted (collectives'
+  // senders wait for an acknowledgement, so a collective cannot leave one behind). The next
+  // receive would catch it (a MismatchError); after the last call only its arrival here can, so
+  // say so rather than let the mistake pass.
   void warnOfUnreadMessages() {
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
@@ -551,9 +551,8 @@ class CommunicatorImpl : public Communicator {
       if (unread.empty()) continue;
       std::fprintf(stderr,
                    "ringcomm: warning: rank %d shut down with a message from rank %d that no "
-                   "collective received: %s. The ranks disagreed about a collective in which "
-                   "none waited (every rank a broadcast's root, or a scatter meeting a gather); "
-                   "its results are wrong on some rank\n",
+                   "receive matched: %s. A send had no matching recv, so the ranks' calls "
+                   "disagreed and some rank's results may be wrong\n",
                    rank_, peer, unread.c_str());
     }
   }

@@ -110,6 +110,43 @@ bool Transport::progressSends(int /*peer*/, Peer& state) {
   return moved;
 }
 
+namespace {
+
+std::string describeFrame(const FrameHeader& frame) {
+  if (frame.variant & kAcknowledgementBit) return "the acknowledgement of " + describeTag(frame.tag);
+  return describeTag(frame.tag) + " with " + std::to_string(frame.bytes) + " bytes";
+}
+
+// Why a frame from `peer` is not the one this rank waits for, in the terms the user called.
+std::string describeMismatch(int peer, const FrameHeader& incoming, const FrameHeader& expected) {
+  const std::string who = "rank " + std::to_string(peer);
+  const bool theyAcknowledge = (incoming.variant & kAcknowledgementBit) != 0;
+  const bool weAwaitAcknowledgement = (expected.variant & kAcknowledgementBit) != 0;
+  if (incoming.tag == expected.tag && theyAcknowledge != weAwaitAcknowledgement &&
+      incoming.signature != expected.signature) {
+    // Both ranks sent where one should have received: they disagree on who is the root.
+    const uint32_t ours = expected.signature;
+    const uint32_t theirs = incoming.signature;
+    return who + " called " + describeTag(incoming.tag) + " with " +
+           describeSignature(theirs, incoming.variant & ~kAcknowledgementBit) +
+           ", but this rank with " + describeSignature(ours, expected.variant & ~kAcknowledgementBit) +
+           (weAwaitAcknowledgement ? " and waited for its acknowledgement"
+                                   : " and waited for its data") +
+           " (ranks must agree on the root)";
+  }
+  if (incoming.tag != expected.tag || incoming.bytes != expected.bytes) {
+    return who + " sent " + describeFrame(incoming) + ", but this rank expected " +
+           describeFrame(expected) +
+           " (ranks called different collectives, or with different sizes)";
+  }
+  return who + " called " + describeTag(incoming.tag) + " with " +
+         describeSignature(incoming.signature, incoming.variant) + ", but this rank with " +
+         describeSignature(expected.signature, expected.variant) +
+         " (ranks must agree on the element type, reduction, root and schedule)";
+}
+
+}  // namespace
+
 bool Transport::progressRecvs(int peer, Peer& state, const Operation& op) {
   bool moved = false;
   while (!state.recvs.empty()) {
@@ -130,21 +167,11 @@ bool Transport::progressRecvs(int peer, Peer& state, const Operation& op) {
         raisePeerFailure<TransportError>(op, peer,
                                          "corrupt frame from rank " + std::to_string(peer));
       }
-      if (incoming.tag != head.header.tag || incoming.bytes != head.header.bytes) {
-        raisePeerFailure<MismatchError>(
-            op, peer,
-            "rank " + std::to_string(peer) + " sent " + describeTag(incoming.tag) + " with " +
-                std::to_string(incoming.bytes) + " bytes, but this rank expected " +
-                describeTag(head.header.tag) + " with " + std::to_string(head.header.bytes) +
-                " bytes (ranks called different collectives, or with different sizes)");
-      }
-      if (incoming.signature != head.header.signature || incoming.variant != head.header.variant) {
-        raisePeerFailure<MismatchError>(
-            op, peer,
-            "rank " + std::to_string(peer) + " called " + describeTag(incoming.tag) + " with " +
-                describeSignature(incoming.signature, incoming.variant) + ", but this rank with " +
-                describeSignature(head.header.signature, head.header.variant) +
-                " (ranks must agree on the element type, reduction, root and schedule)");
+      const bool sameCall = incoming.tag == head.header.tag &&
+                            incoming.signature == head.header.signature &&
+                            incoming.variant == head.header.variant;
+      if (!sameCall || incoming.bytes != head.header.bytes) {
+        raisePeerFailure<MismatchError>(op, peer, describeMismatch(peer, incoming, head.header));
       }
     }
     while (head.moved < head.bytes) {
