@@ -392,7 +392,8 @@ class CommunicatorImpl : public Communicator {
       if (shutDown_) return;
       shutDown_ = true;
     }
-    engine_->stop();  // lets queued work finish (each piece has a deadline)
+    // Lets queued work finish (each piece has a deadline).
+    const bool engineStopped = engine_->stop();
     if (traceOwner_) {
       // Before the streams close: rank 0 serves the store these parts travel through, and
       // waits for them; the others only hand theirs over.
@@ -407,6 +408,13 @@ class CommunicatorImpl : public Communicator {
     pointToPoint_.clear();
     if (healthy) warnOfUnreadMessages();
     closeStreams();
+    // Unmap the shared memory now rather than when the object goes (Python may hold it long
+    // after): nothing touches it once closed, as every call checks that first. Not when a
+    // callback on an engine thread shut down: that thread may still be on its way out of it.
+    if (engineStopped) {
+      direct_.reset();
+      links_.segments.reset();
+    }
   }
 
  private:

@@ -118,8 +118,9 @@ void Engine::loop() {
   }
 }
 
-void Engine::stop() {
+bool Engine::stop() {
   std::vector<std::thread> threads;
+  bool joinedAll = true;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -129,10 +130,12 @@ void Engine::stop() {
   for (auto& thread : threads) {
     if (thread.get_id() == std::this_thread::get_id()) {
       thread.detach();  // stop() from a callback on an engine thread: it exits on its own
+      joinedAll = false;
     } else if (thread.joinable()) {
       thread.join();
     }
   }
+  return joinedAll;
 }
 
 }  // namespace ringcomm::engine

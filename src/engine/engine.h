@@ -49,7 +49,9 @@ class Engine {
   // The task completes the Work itself, later, through the poller (unless it throws).
   WorkPtr submitDeferred(std::function<void(const WorkPtr&)> task);
   // Runs what is queued, then stops the threads; deferred work still pending stays pending.
-  void stop();
+  // False when called on one of the engine's own threads (from a callback): that thread is left
+  // to finish on its own, so what it uses must stay alive.
+  bool stop();
 
  private:
   struct Item {

@@ -1,6 +1,6 @@
 """Collectives whatever room /dev/shm has (tests/test_failures.py runs this in a mount namespace
 with a small /dev/shm): results must be right, and the transport between local ranks says which
-way the job went (shm with smaller slots, or TCP)."""
+way the job went (shm with smaller slots, or TCP). After shutdown() no segment stays mapped."""
 
 import os
 import sys
@@ -29,4 +29,8 @@ comm.broadcast(y, root=size - 1)
 check("broadcast", np.array_equal(y, np.arange(1 << 18) + size - 1))
 transports = sorted({comm.transport_to(peer) for peer in range(size) if peer != rank})
 comm.shutdown()
+# shutdown() unmaps the segments; it does not wait for the object to be released.
+with open("/proc/self/maps") as maps:
+    mapped = [line for line in maps if "/ringcomm-" in line]
+check("segments unmapped at shutdown", not mapped, mapped[:2])
 report({"failures": failures, "transports": transports})
