@@ -207,6 +207,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("mps_pipe_directory", &Config::mpsPipeDirectory)
       .def_readwrite("shm_allreduce_rules", &Config::shmAllreduceRules)
       .def_readwrite("tcp_allreduce_rules", &Config::tcpAllreduceRules)
+      .def_readwrite("tuning_directory", &Config::tuningDirectory)
       .def_static("describe_environment", [] {
         py::list variables;
         for (const ConfigVariable& v : Config::describeEnvironment()) {

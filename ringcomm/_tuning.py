@@ -1,13 +1,14 @@
 """Measured all-reduce choices for this host: the file ``ringcomm-bench tune`` writes and
 ``ringcomm.init()`` reads.
 
-One file per host and world size, in ``$XDG_CACHE_HOME/ringcomm`` (``~/.cache/ringcomm``):
-``tuning-<host>-p<size>.json``. It says, for ranks connected through shared memory (shm) and
-through TCP on this host (tcp), which algorithm is fastest up to which message size; the core
-follows it for ``algorithm="auto"`` when every rank is on this host (Config::shmAllreduceRules,
-src/tuning). A file from another machine (another hostname or machine id, as in a shared home
-directory), from another ringcomm, CPU or core count, or older than _STALE_DAYS is ignored with a
-warning: the cost model decides then, as without a file.
+One file per host and world size, ``tuning-<host>-p<size>.json``, in RINGCOMM_TUNING_DIR (by
+default ``$XDG_CACHE_HOME/ringcomm``, ``~/.cache/ringcomm``; ``off``: no file is read). It says,
+for ranks connected through shared memory (shm) and through TCP on this host (tcp), which
+algorithm is fastest up to which message size; the core follows it for ``algorithm="auto"`` when
+every rank is on this host (Config::shmAllreduceRules, src/tuning). A file from another machine
+(another hostname or machine id, as in a shared home directory), from another ringcomm, CPU or
+core count, or older than _STALE_DAYS is ignored with a warning: the cost model decides then, as
+without a file.
 """
 
 from __future__ import annotations
@@ -31,13 +32,23 @@ _ALGORITHMS = ("ring", "tree", "direct")
 _SWITCH_MARGIN = 0.10
 
 
-def directory() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "ringcomm"
+def directory() -> Optional[Path]:
+    """Where this host's tuning files are (Config::tuningDirectory, RINGCOMM_TUNING_DIR), or None
+    when tuning files are off."""
+    from ringcomm import _core
+
+    found = _core.Config.from_environment().tuning_directory
+    return Path(found) if found else None
 
 
-def path_for(world_size: int, host: Optional[str] = None) -> Path:
-    return directory() / f"tuning-{host or socket.gethostname()}-p{world_size}.json"
+def tuning_file_name(world_size: int, host: Optional[str] = None) -> str:
+    return f"tuning-{host or socket.gethostname()}-p{world_size}.json"
+
+
+def path_for(world_size: int, host: Optional[str] = None) -> Optional[Path]:
+    """This host's tuning file for ``world_size``, or None when tuning files are off."""
+    found = directory()
+    return None if found is None else found / tuning_file_name(world_size, host)
 
 
 def machine_id() -> str:
@@ -130,8 +141,11 @@ def _problem(document: dict, world_size: int) -> Optional[str]:
 
 def load_rules(world_size: int) -> Optional[dict]:
     """{"shm": rules, "tcp": rules} from this host's file for ``world_size``, or None: no file,
-    or one that does not apply here (with a warning saying why and how to re-measure)."""
+    tuning files off, or one that does not apply here (with a warning saying why and how to
+    re-measure)."""
     path = path_for(world_size)
+    if path is None:
+        return None
     try:
         document = json.loads(path.read_text())
     except FileNotFoundError:

@@ -639,7 +639,7 @@ def test_alpha_beta_fit():
 def test_tuning_file_applies_on_its_machine_only(tmp_path, monkeypatch):
     from ringcomm import _tuning
 
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("RINGCOMM_TUNING_DIR", str(tmp_path))
     path = _tuning.path_for(4)
     rules = [(4096, "ring"), (_tuning.EVERY_SIZE, "tree")]
     _tuning.write(path, 4, {"shm": {"rules": rules}, "tcp": {"rules": [(1, "tree")]}})
@@ -661,10 +661,9 @@ def test_auto_follows_the_tuning_file(tmp_path):
 
     from ringcomm import _tuning
 
-    env = {"XDG_CACHE_HOME": str(tmp_path), "RINGCOMM_TRANSPORT": "shm"}
+    env = {"RINGCOMM_TUNING_DIR": str(tmp_path), "RINGCOMM_TRANSPORT": "shm"}
     rules = [(4096, "tree"), (_tuning.EVERY_SIZE, "ring")]
-    path = tmp_path / "ringcomm" / _tuning.path_for(2).name
-    _tuning.write(path, 2, {"shm": {"rules": rules}})
+    _tuning.write(tmp_path / _tuning.tuning_file_name(2), 2, {"shm": {"rules": rules}})
     outcomes = run_job(2, "tuned.py", env=env)
     assert_all_succeeded(outcomes)
     for outcome in outcomes:
@@ -675,7 +674,7 @@ def test_auto_follows_the_tuning_file(tmp_path):
 
 @pytest.mark.timeout(200)
 def test_tune_writes_the_file_auto_reads(tmp_path):
-    env_home = {"XDG_CACHE_HOME": str(tmp_path)}
+    env_home = {"RINGCOMM_TUNING_DIR": str(tmp_path)}
     command = [sys.executable, "-m", "ringcomm.bench", "tune", "-np", "2", "-b", "8", "-e", "64K"]
     command += ["-f", "8192", "--min-time", "0.01"]
     done = subprocess.run(
@@ -684,7 +683,7 @@ def test_tune_writes_the_file_auto_reads(tmp_path):
         capture_output=True, text=True, timeout=180, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    written = json.loads(next((tmp_path / "ringcomm").glob("tuning-*-p2.json")).read_text())
+    written = json.loads(next(tmp_path.glob("tuning-*-p2.json")).read_text())
     assert written["world_size"] == 2
     assert {a for _, a in written["transports"]["shm"]["rules"]} <= {"direct", "ring", "tree"}
     assert {a for _, a in written["transports"]["tcp"]["rules"]} <= {"ring", "tree"}
@@ -698,3 +697,12 @@ def test_tuning_rules_ignore_noise():
     # tree is 5% faster at 128 B: within the margin, ring keeps it.
     times = {"ring": {8: 5.0, 128: 5.0, 4096: 9.0}, "tree": {8: 9.0, 128: 4.8, 4096: 5.0}}
     assert _tuning.rules_from_times(times) == [(128, "ring"), (_tuning.EVERY_SIZE, "tree")]
+
+
+def test_tests_read_no_tuning_file():
+    """conftest.py turns tuning files off for the suite: a user's measurements must not change
+    what algorithm="auto" runs in a test."""
+    from ringcomm import _tuning
+
+    assert os.environ["RINGCOMM_TUNING_DIR"] == "off"
+    assert _tuning.directory() is None and _tuning.load_rules(2) is None

@@ -98,6 +98,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     output = Path(args.output) if args.output else _tuning.path_for(nranks)
+    if output is None:
+        parser.error("tuning files are off (RINGCOMM_TUNING_DIR=off): give --output")
     print(f"# ringcomm-bench tune: {nranks} ranks, all-reduce of float32, {len(sizes)} sizes "
           f"{human(sizes[0])} .. {human(sizes[-1])}")  # fmt: skip
     measured: dict = {}
