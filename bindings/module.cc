@@ -173,6 +173,7 @@ PYBIND11_MODULE(_core, m) {
   // ---- configuration -------------------------------------------------------------------------
   py::class_<Config>(m, "Config")
       .def_static("from_environment", &Config::fromEnvironment)
+      .def("__copy__", [](const Config& c) { return Config(c); })
       .def_property("timeout",
                     [](const Config& c) { return c.timeout.count() / 1000.0; },
                     [](Config& c, double seconds) {

@@ -5,10 +5,11 @@ One file per host and world size, ``tuning-<host>-p<size>.json``, in RINGCOMM_TU
 default ``$XDG_CACHE_HOME/ringcomm``, ``~/.cache/ringcomm``; ``off``: no file is read). It says,
 for ranks connected through shared memory (shm) and through TCP on this host (tcp), which
 algorithm is fastest up to which message size; the core follows it for ``algorithm="auto"`` when
-every rank is on this host (Config::shmAllreduceRules, src/tuning). A file from another machine
-(another hostname or machine id, as in a shared home directory), from another ringcomm, CPU or
-core count, or older than _STALE_DAYS is ignored with a warning: the cost model decides then, as
-without a file.
+every rank is on this host (Config::shmAllreduceRules, src/tuning), in communicators of
+ringcomm.init(), of ringcomm.torch's process sets and of the torch.distributed backend. A file
+from another machine (another hostname or machine id, as in a shared home directory), from
+another ringcomm, CPU or core count, or older than _STALE_DAYS is ignored with a warning: the
+cost model decides then, as without a file.
 """
 
 from __future__ import annotations
@@ -170,15 +171,24 @@ def load_rules(world_size: int) -> Optional[dict]:
     return rules
 
 
-def apply(config, world_size: int) -> None:
-    """Puts this host's measured rules into a _core.Config (when algorithm is auto)."""
+def rules_for(config, world_size: int) -> dict:
+    """{"shm": rules, "tcp": rules} that ``algorithm="auto"`` should follow with ``config`` (a
+    _core.Config) and ``world_size`` ranks: this host's file's, or empty lists (an algorithm is
+    forced, one rank, no file or one that does not apply)."""
     from ringcomm import _core
 
-    if config.algorithm != _core.Algorithm.auto:
-        return
-    rules = load_rules(world_size)
-    if not rules:
-        return
+    none = {"shm": [], "tcp": []}
+    if config.algorithm != _core.Algorithm.auto or world_size < 2:
+        return none
+    return load_rules(world_size) or none
+
+
+def apply(config, world_size: int) -> None:
+    """Puts this host's measured rules into a _core.Config (ringcomm.init(); the torch.distributed
+    backend passes rules_for()'s to its communicator's Config the same way)."""
+    from ringcomm import _core
+
+    rules = rules_for(config, world_size)
 
     def parsed(entries):
         return [(most, _core.parse_algorithm(algorithm)) for most, algorithm in entries]
