@@ -22,11 +22,17 @@ from ringcomm.bench.collectives import (
     element_counts,
     limit_busbw,
 )
-from ringcomm.bench.compare import comparison_rows
+from ringcomm.bench.compare import algorithm_rows, comparison_rows
 from ringcomm.bench.launchers import find_mpirun
 from ringcomm.bench.plan import Plan
 from ringcomm.bench.sizes import parse_size, sweep
-from ringcomm.bench.timing import measure, plan_iterations, split_trials
+from ringcomm.bench.timing import (
+    ROUNDS,
+    measure,
+    measure_interleaved,
+    plan_iterations,
+    split_trials,
+)
 from ringcomm.bench.worker import run_plan
 
 REPO = Path(__file__).resolve().parent.parent
@@ -311,6 +317,58 @@ def test_measure_counts_calls():
     assert 3 <= timing.iters <= 1000 and len(calls) == timing.iters + timing.warmup
 
 
+def test_measure_interleaved_takes_turns():
+    order = []
+    runs = {name: (lambda n=name: order.append(n)) for name in ("auto", "direct", "ring")}
+    timings = measure_interleaved(runs, OneRank(), min_time=0.01, iters=18, warmup=1)
+    assert set(timings) == set(runs)
+    for name, timing in timings.items():
+        assert len(timing.trials_us) == ROUNDS and timing.iters == 2 * ROUNDS
+        assert order.count(name) == timing.warmup + timing.iters  # an untimed call per round
+    # After the warmups, each round runs every variant's loop once, in an order that changes.
+    rounds = [order[3 + i * 9 : 3 + (i + 1) * 9 : 3] for i in range(ROUNDS)]
+    assert all(sorted(r) == ["auto", "direct", "ring"] for r in rounds)
+    assert len({tuple(r) for r in rounds}) > 1
+    adaptive = measure_interleaved(runs, OneRank(), min_time=0.01)
+    assert all(t.iters >= ROUNDS and t.time_us >= 0 for t in adaptive.values())
+
+
+class Variant(OneRank):
+    """A one-rank group that says which variant it is (as ringcomm's algorithms)."""
+
+    def __init__(self, algorithm):
+        super().__init__()
+        self.algorithm = algorithm
+
+    def details(self, collective, nbytes):
+        return {"algorithm": "direct" if self.algorithm == "auto" else self.algorithm}
+
+
+def test_run_plan_with_variants():
+    plan = Plan("allreduce", [8, 4096], check=True, iters=9, warmup=0)
+    variants = {a: Variant(a) for a in ("auto", "direct", "ring")}
+    report = run_plan(plan, variants["auto"], variants=variants)
+    assert report["results"] == report["variants"]["auto"]
+    assert all(r["wrong"] == 0 for rows in report["variants"].values() for r in rows)
+    rows = algorithm_rows(report["variants"])
+    assert [r["size"] for r in rows] == [8, 4096]
+    assert all(r["auto_ran"] == "direct" and r["auto_vs_best"] > 0 for r in rows)
+    cells = table.algorithm_cells(rows[0], list(variants))
+    assert len(cells) == len(table.algorithm_columns(list(variants)))
+
+
+def test_algorithm_rows_name_the_best_forced():
+    def rows(times, ran=None):
+        return [dict({"size": 8, "time_us": times}, **({"algorithm": ran} if ran else {}))]
+
+    variants = {"auto": rows(10.5, "ring"), "direct": rows(20.0), "ring": rows(10.0)}
+    (row,) = algorithm_rows(variants)
+    assert (row["fastest"], row["best_forced"], row["auto_ran"]) == ("ring", "ring", "ring")
+    assert row["auto_vs_best"] == pytest.approx(1.05)
+    (row,) = algorithm_rows({"direct": rows(2.0), "tree": rows(1.0)})  # no auto: no ratio
+    assert row["fastest"] == "tree" and "auto_vs_best" not in row
+
+
 @pytest.mark.parametrize("collective", COLLECTIVES)
 def test_run_plan_on_one_rank(collective):
     plan = Plan(collective, [8, 4096, 4096 + 2], op="avg", check=True, iters=3, warmup=0)
@@ -345,6 +403,11 @@ def test_cli_sizes_and_plan():
     )
     assert cli.requested_sizes(args, parser) == [8, 64, 512, 4096, 32768]
     assert args.nranks == 3 and args.compare == ["gloo", "mpi"]
+    assert args.algorithm == ["auto"]
+    several = parser.parse_args(["allreduce", "--algorithm", "auto,direct,ring,tree,ring"])
+    assert cli.make_plan(several, [8], 2).algorithms == ["auto", "direct", "ring", "tree"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["allreduce", "--algorithm", "auto,fastest"])
     plan = cli.make_plan(args, [8], 3)
     assert plan.op == "sum" and plan.timeout > 0  # --op does not apply to allgather
     with pytest.raises(SystemExit):
@@ -566,6 +629,28 @@ def test_bfloat16_max_skips_mpi_with_a_note(tmp_path):
     assert_all_right(document, ["ringcomm", "gloo"], 1)
     assert "bfloat16" in document["implementations"]["mpi"]["note"]
     assert "note: mpi4py has no bfloat16" in stdout
+
+
+@pytest.mark.timeout(110)
+def test_algorithms_in_turns(tmp_path):
+    """--algorithm auto,direct,ring,tree: every schedule in one set of ranks, each checked, and
+    a table of auto against the best forced one that names what auto ran."""
+    args = ["allreduce", "-b", "8", "-e", "64K", "-f", "64", "-np", "2", "--check"]
+    args += ["--algorithm", "auto,direct,ring,tree", "--min-time", "0.01"]
+    stdout, document = run_bench(args, tmp_path)
+    assert_all_right(document, ["ringcomm"], 3)
+    ringcomm = document["implementations"]["ringcomm"]
+    assert list(ringcomm["variants"]) == ["auto", "direct", "ring", "tree"]
+    for algorithm, rows in ringcomm["variants"].items():
+        assert all(row["wrong"] == 0 and row["time_us"] > 0 for row in rows)
+        if algorithm != "auto":
+            assert {row["algorithm"] for row in rows} == {algorithm}
+    for row in ringcomm["algorithms"]:
+        assert row["auto_ran"] == "direct"  # the cost model's: no tuning file in the tests
+        assert row["auto_vs_best"] > 0
+    assert "auto/best" in stdout and stdout.count("# Avg bus bandwidth    : ") == 4
+    with pytest.raises(AssertionError, match="compression runs the ring"):
+        run_bench(args + ["--compression", "fp16"], tmp_path)
 
 
 @pytest.mark.timeout(110)
