@@ -705,11 +705,12 @@ def test_tuning_rules_from_times():
         "ring": {8: 5.0, 4096: 8.0, 1 << 20: 300.0},
         "tree": {8: 3.0, 4096: 9.0, 1 << 20: 400.0},
     }
-    assert _tuning.rules_from_times(times) == [(8, "direct"), (_tuning.EVERY_SIZE, "ring")]
+    # Bounds where the times, linear between two sizes, cross: 8 + 4088 * 3 / 5 = 2460.8.
+    assert _tuning.rules_from_times(times) == [(2460, "direct"), (_tuning.EVERY_SIZE, "ring")]
     times["tree"][1 << 20] = 100.0
     assert _tuning.rules_from_times(times) == [
-        (8, "direct"),
-        (4096, "ring"),
+        (2460, "direct"),
+        (4096 + (1048576 - 4096) // 201, "ring"),
         (_tuning.EVERY_SIZE, "tree"),
     ]
 
@@ -779,9 +780,23 @@ def test_tune_writes_the_file_auto_reads(tmp_path):
 def test_tuning_rules_ignore_noise():
     from ringcomm import _tuning
 
-    # tree is 5% faster at 128 B: within the margin, ring keeps it.
-    times = {"ring": {8: 5.0, 128: 5.0, 4096: 9.0}, "tree": {8: 9.0, 128: 4.8, 4096: 5.0}}
+    # tree is 2% faster at 128 B: within the margin, ring keeps it.
+    times = {"ring": {8: 5.0, 128: 5.0, 4096: 9.0}, "tree": {8: 9.0, 128: 4.9, 4096: 5.0}}
     assert _tuning.rules_from_times(times) == [(128, "ring"), (_tuning.EVERY_SIZE, "tree")]
+
+
+def test_tuning_rules_cross_between_measured_sizes():
+    from ringcomm import _tuning
+
+    # direct = 10 + s/100, ring = 20 + s/200 (us): equal at 2000 B, between 1 KiB and 4 KiB.
+    times = {
+        a: {s: base + s / per_us for s in (1024, 4096, 16384)}
+        for a, base, per_us in (("direct", 10.0, 100.0), ("ring", 20.0, 200.0))
+    }
+    assert _tuning.rules_from_times(times) == [(2000, "direct"), (_tuning.EVERY_SIZE, "ring")]
+    # The old winner kept on the margin at the smaller size: no crossing in between.
+    times = {"ring": {8: 5.0, 128: 5.0, 4096: 9.0}, "tree": {8: 9.0, 128: 4.9, 4096: 5.0}}
+    assert _tuning.rules_from_times(times)[0] == (128, "ring")
 
 
 def test_tests_read_no_tuning_file():
