@@ -30,6 +30,7 @@ from ringcomm.bench.timing import (
     ROUNDS,
     measure,
     measure_interleaved,
+    paired_times,
     plan_iterations,
     split_trials,
 )
@@ -317,10 +318,18 @@ def test_measure_counts_calls():
     assert 3 <= timing.iters <= 1000 and len(calls) == timing.iters + timing.warmup
 
 
+def test_paired_times():
+    # b is 10% slower than a in every round, and a slow phase of the machine ended one round
+    # later for b than for a: the plain medians would make b 5.5x slower.
+    trials = {"a": [5.0] * 4 + [1.0] * 5, "b": [5.5] * 5 + [1.1] * 4}
+    times = paired_times(trials)
+    assert times["a"] == 1.0 and times["b"] == pytest.approx(1.1)
+
+
 def test_measure_interleaved_takes_turns():
     order = []
     runs = {name: (lambda n=name: order.append(n)) for name in ("auto", "direct", "ring")}
-    timings = measure_interleaved(runs, OneRank(), min_time=0.01, iters=18, warmup=1)
+    timings = measure_interleaved(runs, OneRank(), min_time=0.01, iters=2 * ROUNDS, warmup=1)
     assert set(timings) == set(runs)
     for name, timing in timings.items():
         assert len(timing.trials_us) == ROUNDS and timing.iters == 2 * ROUNDS

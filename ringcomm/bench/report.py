@@ -122,8 +122,9 @@ def print_algorithms(out: Console, variants: dict) -> None:
             "auto ran = the schedule auto chose"
         )
     out.print(
-        f"\n## algorithms in turns: time (us) per call, median of {timing.ROUNDS} rounds in which "
-        f"each runs in turn{note}"
+        f"\n## algorithms in turns: time (us) per call over {timing.ROUNDS} rounds in which each "
+        "runs a loop in turn (the fastest one's median; the others' median ratio to it in the "
+        f"same round, times that){note}"
     )
     print_table(out, table.algorithm_table(algorithm_rows(variants), algorithms))
 

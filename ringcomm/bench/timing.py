@@ -7,7 +7,7 @@ iterations are split into up to _MAX_TRIALS loops ("trials") and the median tria
 
 Several variants of one call (all-reduce schedules) are compared by measure_interleaved(): in one
 set of ranks, in turns, round after round, so that the machine's slow and fast phases fall on
-every variant alike; each variant's time is the median of its rounds.
+every variant alike; each variant's time comes from its ratio to the fastest one, round by round.
 
 Iteration counts must agree across ranks (every call is collective), so the adaptive count is
 derived from the slowest rank's probe time, which all ranks learn through allgather_float.
@@ -37,7 +37,7 @@ _MAX_TRIALS = 5
 # measure_interleaved(): rounds in which every variant runs one short loop (the order changing
 # from round to round), each loop taking about 1/ROUNDS of the variant's --min-time. Unlike
 # measure(), no _MAX_ITERS: a loop's fixed costs must weigh alike on variants of like speed.
-ROUNDS = 9
+ROUNDS = 15
 _MAX_PROBE_ITERS = 1 << 16  # calls in measure_interleaved()'s longest probe loop
 
 
@@ -118,8 +118,12 @@ def measure_interleaved(
     every one runs, after one untimed call, a loop of its share of ``iters`` (or about
     min_time / ROUNDS seconds of calls). The order changes from round to round (a fixed
     shuffle, the same on every rank), so that no variant always follows the same other one: a
-    variant running the same schedule as the one before it would find it warm. A variant's time
-    is the median of its rounds' slowest-rank averages.
+    variant running the same schedule as the one before it would find it warm.
+
+    A variant's time is paired_times()' of its rounds' slowest-rank averages: compared round by
+    round with the fastest variant, so that a slow phase of the machine spanning several rounds
+    weighs on every variant alike (a plain median would take it for one variant and not
+    another, whose rounds it spared in a different order).
 
     Every variant is warm before any is sized, and each is sized by a probe loop grown until it
     lasts a quarter of a round's loop: a loop's time includes the ranks' skew leaving the barrier
@@ -155,12 +159,21 @@ def measure_interleaved(
             runs[name]()  # its own state back in the caches, after another variant's loop
             done[name] += 1
             results[name].append(_timed_loop(runs[name], sync, per_round[name]) * 1e6)
+    times = paired_times(results)
     return {
-        name: Timing(
-            statistics.median(results[name]),
-            results[name],
-            ROUNDS * per_round[name],
-            done[name],
-        )
+        name: Timing(times[name], results[name], ROUNDS * per_round[name], done[name])
         for name in names
+    }
+
+
+def paired_times(trials: dict[str, list[float]]) -> dict[str, float]:
+    """{variant: a time} from times of the same rounds ({variant: [one per round]}): the fastest
+    variant's median (by median), and for each other, that times the median over rounds of its
+    ratio to the fastest one in the same round."""
+    medians = {name: statistics.median(times) for name, times in trials.items()}
+    fastest = min(medians, key=medians.get)
+    return {
+        name: medians[fastest]
+        * statistics.median(mine / theirs for mine, theirs in zip(times, trials[fastest]))
+        for name, times in trials.items()
     }
