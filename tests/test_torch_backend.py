@@ -70,8 +70,9 @@ def test_init_process_group_under_mpirun_needs_no_torch_variables():
 
 
 def test_auto_follows_the_tuning_file(tmp_path):
-    """The backend reads this host's tuning file as ringcomm.init() does, for each group's size
-    (the cost model alone would say direct through shared memory at every size)."""
+    """The backend reads this host's tuning file as ringcomm.init() does, for each group's size,
+    and so do ringcomm.torch's process sets (the cost model alone would say direct through
+    shared memory at every size)."""
     from ringcomm import _tuning
 
     rules = {3: ("tree", "ring"), 2: ("ring", "tree")}  # world size: (up to 4 KiB, beyond)
@@ -82,6 +83,7 @@ def test_auto_follows_the_tuning_file(tmp_path):
     assert_all_succeeded(outcomes)
     for outcome in outcomes:
         assert outcome.result["ok"] and outcome.result["warnings"] == []
-        assert outcome.result["chosen"] == ["tree", "ring"]
+        assert outcome.result["chosen"] == outcome.result["hvd_chosen"] == ["tree", "ring"]
         if outcome.result["rank"] < 2:
             assert outcome.result["pair_chosen"] == ["ring", "tree"]
+            assert outcome.result["hvd_pair_chosen"] == ["ring", "tree"]
