@@ -30,9 +30,9 @@ _ALGORITHMS = ("ring", "tree", "direct")
 # A new algorithm takes over from the one that won at the size before only where it is more than
 # this much faster, so that the rules do not flip back and forth on noise between two algorithms
 # that are equally fast (either is then as good). Timed in turns in one set of ranks (tune does),
-# two runs of the same schedule differ by 1-2% at 2 ranks on the 2-core VM and by up to 6% at 4
-# (bench/RESULTS.md, Issue 13). The margin is also how much slower than the fastest the rules
-# may leave "auto", so it stays below the 5% the issue allows (it was 10%).
+# the same schedule timed twice differs by 1% at 2 ranks on the 2-core VM and by up to 5% at 4
+# and 8 (auto against itself forced: bench/RESULTS.md, Issue 13). The margin is also how much
+# slower than the fastest the rules may leave "auto", so it stays below those 5% (it was 10%).
 _SWITCH_MARGIN = 0.03
 
 

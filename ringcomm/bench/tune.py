@@ -102,8 +102,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(str(error))
     if sizes[-1] < largest:
         # Measured too: the last rule holds every larger size, and a winner found at a quarter of
-        # --maxbytes (-f 4) is a guess at --maxbytes. On the 2-core VM (2 ranks) tree won at
-        # 8 MiB and ring at 16 MiB, by about 10% each (bench/RESULTS.md, Issue 13).
+        # --maxbytes (-f 4) is a guess at --maxbytes. On the 2-core VM, 2 ranks, tree won at
+        # 8 MiB by 6% and ring at 16 MiB by 11% (bench/RESULTS.md, Issue 13).
         sizes.append(largest)
     output = Path(args.output) if args.output else _tuning.path_for(nranks)
     if output is None:
