@@ -173,6 +173,7 @@ PYBIND11_MODULE(_core, m) {
   // ---- configuration -------------------------------------------------------------------------
   py::class_<Config>(m, "Config")
       .def_static("from_environment", &Config::fromEnvironment)
+      .def("__copy__", [](const Config& c) { return Config(c); })
       .def_property("timeout",
                     [](const Config& c) { return c.timeout.count() / 1000.0; },
                     [](Config& c, double seconds) {
@@ -207,6 +208,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("mps_pipe_directory", &Config::mpsPipeDirectory)
       .def_readwrite("shm_allreduce_rules", &Config::shmAllreduceRules)
       .def_readwrite("tcp_allreduce_rules", &Config::tcpAllreduceRules)
+      .def_readwrite("tuning_directory", &Config::tuningDirectory)
       .def_static("describe_environment", [] {
         py::list variables;
         for (const ConfigVariable& v : Config::describeEnvironment()) {

@@ -1,13 +1,15 @@
 """Measured all-reduce choices for this host: the file ``ringcomm-bench tune`` writes and
 ``ringcomm.init()`` reads.
 
-One file per host and world size, in ``$XDG_CACHE_HOME/ringcomm`` (``~/.cache/ringcomm``):
-``tuning-<host>-p<size>.json``. It says, for ranks connected through shared memory (shm) and
-through TCP on this host (tcp), which algorithm is fastest up to which message size; the core
-follows it for ``algorithm="auto"`` when every rank is on this host (Config::shmAllreduceRules,
-src/tuning). A file from another machine (another hostname or machine id, as in a shared home
-directory), from another ringcomm, CPU or core count, or older than _STALE_DAYS is ignored with a
-warning: the cost model decides then, as without a file.
+One file per host and world size, ``tuning-<host>-p<size>.json``, in RINGCOMM_TUNING_DIR (by
+default ``$XDG_CACHE_HOME/ringcomm``, ``~/.cache/ringcomm``; ``off``: no file is read). It says,
+for ranks connected through shared memory (shm) and through TCP on this host (tcp), which
+algorithm is fastest up to which message size; the core follows it for ``algorithm="auto"`` when
+every rank is on this host (Config::shmAllreduceRules, src/tuning), in communicators of
+ringcomm.init(), of ringcomm.torch's process sets and of the torch.distributed backend. A file
+from another machine (another hostname or machine id, as in a shared home directory), from
+another ringcomm, CPU or core count, or older than _STALE_DAYS is ignored with a warning: the
+cost model decides then, as without a file.
 """
 
 from __future__ import annotations
@@ -26,18 +28,31 @@ _STALE_DAYS = 30  # hardware, kernels and neighbours change; re-measure at least
 EVERY_SIZE = (1 << 63) - 1
 _ALGORITHMS = ("ring", "tree", "direct")
 # A new algorithm takes over from the one that won at the size before only where it is more than
-# this much faster: on a shared 2-core VM, repeated sweeps differ by about that much at small
-# sizes, and without the margin the rules flip back and forth between ring and tree on noise.
-_SWITCH_MARGIN = 0.10
+# this much faster, so that the rules do not flip back and forth on noise between two algorithms
+# that are equally fast (either is then as good). Timed in turns in one set of ranks (tune does),
+# the same schedule timed twice differs by 1% at 2 ranks on the 2-core VM and by up to 5% at 4
+# and 8 (auto against itself forced: bench/RESULTS.md, Issue 13). The margin is also how much
+# slower than the fastest the rules may leave "auto", so it stays below those 5% (it was 10%).
+_SWITCH_MARGIN = 0.03
 
 
-def directory() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "ringcomm"
+def directory() -> Optional[Path]:
+    """Where this host's tuning files are (Config::tuningDirectory, RINGCOMM_TUNING_DIR), or None
+    when tuning files are off."""
+    from ringcomm import _core
+
+    found = _core.Config.from_environment().tuning_directory
+    return Path(found) if found else None
 
 
-def path_for(world_size: int, host: Optional[str] = None) -> Path:
-    return directory() / f"tuning-{host or socket.gethostname()}-p{world_size}.json"
+def tuning_file_name(world_size: int, host: Optional[str] = None) -> str:
+    return f"tuning-{host or socket.gethostname()}-p{world_size}.json"
+
+
+def path_for(world_size: int, host: Optional[str] = None) -> Optional[Path]:
+    """This host's tuning file for ``world_size``, or None when tuning files are off."""
+    found = directory()
+    return None if found is None else found / tuning_file_name(world_size, host)
 
 
 def machine_id() -> str:
@@ -74,26 +89,45 @@ def identity() -> dict:
 
 
 def rules_from_times(times: dict) -> list:
-    """{algorithm: {size: time_us}} -> [(most bytes, fastest algorithm), ...]: consecutive sizes
-    with the same winner merge (the previous winner stays unless another beats it by
-    _SWITCH_MARGIN); a size between two measured ones takes the larger one's winner; the last
-    rule holds every larger size."""
-    sizes = sorted({size for by_size in times.values() for size in by_size})
-    rules: list = []
-    for size in sizes:
+    """{algorithm: {size: time_us}} -> [(most bytes, fastest algorithm), ...], sorted by size;
+    the last rule holds every larger size.
+
+    The winner at a measured size is the fastest algorithm there, except that the previous
+    size's winner stays unless another beats it by _SWITCH_MARGIN. Where the winner changes
+    between two measured sizes, the rule's bound is where the two algorithms' times cross, each
+    interpolated linearly in size between the two (time = alpha + size / bandwidth is linear in
+    size); without a crossing in between (the old winner stayed on the margin), the larger size's
+    winner takes over just above the smaller size."""
+    winners = []  # (size, winner, {algorithm: time_us})
+    for size in sorted({size for by_size in times.values() for size in by_size}):
         timed = {a: t[size] for a, t in times.items() if size in t and t[size] > 0}
         if not timed:
             continue
         best = min(timed, key=timed.get)
-        if rules and timed.get(rules[-1][1], float("inf")) <= timed[best] * (1 + _SWITCH_MARGIN):
-            best = rules[-1][1]
-        if rules and rules[-1][1] == best:
-            rules[-1] = (size, best)
-        else:
-            rules.append((size, best))
-    if rules:
-        rules[-1] = (EVERY_SIZE, rules[-1][1])
+        previous = winners[-1][1] if winners else None
+        if previous in timed and timed[previous] <= timed[best] * (1 + _SWITCH_MARGIN):
+            best = previous
+        winners.append((size, best, timed))
+    rules: list = []
+    for here, above in zip(winners, winners[1:]):
+        if here[1] != above[1]:
+            rules.append((_crossing(here, above), here[1]))
+    if winners:
+        rules.append((EVERY_SIZE, winners[-1][1]))
     return rules
+
+
+def _crossing(here: tuple, above: tuple) -> int:
+    """The largest size, from here's up to below above's, at which here's winner is still
+    estimated no slower than above's (rules_from_times)."""
+    (low, old, low_times), (high, new, high_times) = here, above
+    if not all(a in t for a in (old, new) for t in (low_times, high_times)):
+        return low
+    gap_low = low_times[old] - low_times[new]  # < 0: the old winner was faster at low
+    gap_high = high_times[old] - high_times[new]  # > 0: the new one is faster at high
+    if not gap_low < 0 < gap_high:
+        return low
+    return min(high - 1, int(low + (high - low) * -gap_low / (gap_high - gap_low)))
 
 
 def write(path: Path, world_size: int, transports: dict) -> None:
@@ -130,8 +164,11 @@ def _problem(document: dict, world_size: int) -> Optional[str]:
 
 def load_rules(world_size: int) -> Optional[dict]:
     """{"shm": rules, "tcp": rules} from this host's file for ``world_size``, or None: no file,
-    or one that does not apply here (with a warning saying why and how to re-measure)."""
+    tuning files off, or one that does not apply here (with a warning saying why and how to
+    re-measure)."""
     path = path_for(world_size)
+    if path is None:
+        return None
     try:
         document = json.loads(path.read_text())
     except FileNotFoundError:
@@ -156,15 +193,24 @@ def load_rules(world_size: int) -> Optional[dict]:
     return rules
 
 
-def apply(config, world_size: int) -> None:
-    """Puts this host's measured rules into a _core.Config (when algorithm is auto)."""
+def rules_for(config, world_size: int) -> dict:
+    """{"shm": rules, "tcp": rules} that ``algorithm="auto"`` should follow with ``config`` (a
+    _core.Config) and ``world_size`` ranks: this host's file's, or empty lists (an algorithm is
+    forced, one rank, no file or one that does not apply)."""
     from ringcomm import _core
 
-    if config.algorithm != _core.Algorithm.auto:
-        return
-    rules = load_rules(world_size)
-    if not rules:
-        return
+    none = {"shm": [], "tcp": []}
+    if config.algorithm != _core.Algorithm.auto or world_size < 2:
+        return none
+    return load_rules(world_size) or none
+
+
+def apply(config, world_size: int) -> None:
+    """Puts this host's measured rules into a _core.Config (ringcomm.init(); the torch.distributed
+    backend passes rules_for()'s to its communicator's Config the same way)."""
+    from ringcomm import _core
+
+    rules = rules_for(config, world_size)
 
     def parsed(entries):
         return [(most, _core.parse_algorithm(algorithm)) for most, algorithm in entries]

@@ -396,8 +396,7 @@ def init(
     if _log.enabled(_log.INFO, "AUTH"):
         source = "given (RINGCOMM_SECRET or _FILE)" if given_secret else "made for this job"
         _log.info("AUTH", f"job secret {source}, {len(config.secret)} bytes")
-    if environment.size > 1:  # what `ringcomm-bench tune` measured on this host, if anything
-        _tuning.apply(config, environment.size)
+    _tuning.apply(config, environment.size)  # what `ringcomm-bench tune` measured, if anything
     if environment.scope:
         core = _core.Communicator.create_in_scope(
             environment.store, environment.scope, environment.rank, environment.size, config

@@ -1,9 +1,13 @@
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
 # The harness and workers import each other by plain name.
 sys.path.insert(0, str(Path(__file__).parent))
+# No tuning file: algorithm="auto" is the cost model's in every test and every rank it starts,
+# whatever `ringcomm-bench tune` measured on this machine. Tests of tuning set their own directory.
+os.environ["RINGCOMM_TUNING_DIR"] = "off"
 
 
 def pytest_sessionstart(session):

@@ -22,11 +22,18 @@ from ringcomm.bench.collectives import (
     element_counts,
     limit_busbw,
 )
-from ringcomm.bench.compare import comparison_rows
+from ringcomm.bench.compare import algorithm_rows, comparison_rows
 from ringcomm.bench.launchers import find_mpirun
 from ringcomm.bench.plan import Plan
 from ringcomm.bench.sizes import parse_size, sweep
-from ringcomm.bench.timing import measure, plan_iterations, split_trials
+from ringcomm.bench.timing import (
+    ROUNDS,
+    measure,
+    measure_interleaved,
+    paired_times,
+    plan_iterations,
+    split_trials,
+)
 from ringcomm.bench.worker import run_plan
 
 REPO = Path(__file__).resolve().parent.parent
@@ -311,6 +318,66 @@ def test_measure_counts_calls():
     assert 3 <= timing.iters <= 1000 and len(calls) == timing.iters + timing.warmup
 
 
+def test_paired_times():
+    # b is 10% slower than a in every round, and a slow phase of the machine ended one round
+    # later for b than for a: the plain medians would make b 5.5x slower.
+    trials = {"a": [5.0] * 4 + [1.0] * 5, "b": [5.5] * 5 + [1.1] * 4}
+    times = paired_times(trials)
+    assert times["a"] == 1.0 and times["b"] == pytest.approx(1.1)
+
+
+def test_measure_interleaved_takes_turns():
+    order = []
+    runs = {name: (lambda n=name: order.append(n)) for name in ("auto", "direct", "ring")}
+    timings = measure_interleaved(runs, OneRank(), min_time=0.01, iters=2 * ROUNDS, warmup=1)
+    assert set(timings) == set(runs)
+    for name, timing in timings.items():
+        assert len(timing.trials_us) == ROUNDS and timing.iters == 2 * ROUNDS
+        assert order.count(name) == timing.warmup + timing.iters  # an untimed call per round
+    # After the warmups, each round runs every variant's loop once, in an order that changes.
+    rounds = [order[3 + i * 9 : 3 + (i + 1) * 9 : 3] for i in range(ROUNDS)]
+    assert all(sorted(r) == ["auto", "direct", "ring"] for r in rounds)
+    assert len({tuple(r) for r in rounds}) > 1
+    adaptive = measure_interleaved(runs, OneRank(), min_time=0.01)
+    assert all(t.iters >= ROUNDS and t.time_us >= 0 for t in adaptive.values())
+
+
+class Variant(OneRank):
+    """A one-rank group that says which variant it is (as ringcomm's algorithms)."""
+
+    def __init__(self, algorithm):
+        super().__init__()
+        self.algorithm = algorithm
+
+    def details(self, collective, nbytes):
+        return {"algorithm": "direct" if self.algorithm == "auto" else self.algorithm}
+
+
+def test_run_plan_with_variants():
+    plan = Plan("allreduce", [8, 4096], check=True, iters=9, warmup=0)
+    variants = {a: Variant(a) for a in ("auto", "direct", "ring")}
+    report = run_plan(plan, variants["auto"], variants=variants)
+    assert report["results"] == report["variants"]["auto"]
+    assert all(r["wrong"] == 0 for rows in report["variants"].values() for r in rows)
+    rows = algorithm_rows(report["variants"])
+    assert [r["size"] for r in rows] == [8, 4096]
+    assert all(r["auto_ran"] == "direct" and r["auto_vs_best"] > 0 for r in rows)
+    cells = table.algorithm_cells(rows[0], list(variants))
+    assert len(cells) == len(table.algorithm_columns(list(variants)))
+
+
+def test_algorithm_rows_name_the_best_forced():
+    def rows(times, ran=None):
+        return [dict({"size": 8, "time_us": times}, **({"algorithm": ran} if ran else {}))]
+
+    variants = {"auto": rows(10.5, "ring"), "direct": rows(20.0), "ring": rows(10.0)}
+    (row,) = algorithm_rows(variants)
+    assert (row["fastest"], row["best_forced"], row["auto_ran"]) == ("ring", "ring", "ring")
+    assert row["auto_vs_best"] == pytest.approx(1.05)
+    (row,) = algorithm_rows({"direct": rows(2.0), "tree": rows(1.0)})  # no auto: no ratio
+    assert row["fastest"] == "tree" and "auto_vs_best" not in row
+
+
 @pytest.mark.parametrize("collective", COLLECTIVES)
 def test_run_plan_on_one_rank(collective):
     plan = Plan(collective, [8, 4096, 4096 + 2], op="avg", check=True, iters=3, warmup=0)
@@ -345,6 +412,11 @@ def test_cli_sizes_and_plan():
     )
     assert cli.requested_sizes(args, parser) == [8, 64, 512, 4096, 32768]
     assert args.nranks == 3 and args.compare == ["gloo", "mpi"]
+    assert args.algorithm == ["auto"]
+    several = parser.parse_args(["allreduce", "--algorithm", "auto,direct,ring,tree,ring"])
+    assert cli.make_plan(several, [8], 2).algorithms == ["auto", "direct", "ring", "tree"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["allreduce", "--algorithm", "auto,fastest"])
     plan = cli.make_plan(args, [8], 3)
     assert plan.op == "sum" and plan.timeout > 0  # --op does not apply to allgather
     with pytest.raises(SystemExit):
@@ -569,6 +641,28 @@ def test_bfloat16_max_skips_mpi_with_a_note(tmp_path):
 
 
 @pytest.mark.timeout(110)
+def test_algorithms_in_turns(tmp_path):
+    """--algorithm auto,direct,ring,tree: every schedule in one set of ranks, each checked, and
+    a table of auto against the best forced one that names what auto ran."""
+    args = ["allreduce", "-b", "8", "-e", "64K", "-f", "64", "-np", "2", "--check"]
+    args += ["--algorithm", "auto,direct,ring,tree", "--min-time", "0.01"]
+    stdout, document = run_bench(args, tmp_path)
+    assert_all_right(document, ["ringcomm"], 3)
+    ringcomm = document["implementations"]["ringcomm"]
+    assert list(ringcomm["variants"]) == ["auto", "direct", "ring", "tree"]
+    for algorithm, rows in ringcomm["variants"].items():
+        assert all(row["wrong"] == 0 and row["time_us"] > 0 for row in rows)
+        if algorithm != "auto":
+            assert {row["algorithm"] for row in rows} == {algorithm}
+    for row in ringcomm["algorithms"]:
+        assert row["auto_ran"] == "direct"  # the cost model's: no tuning file in the tests
+        assert row["auto_vs_best"] > 0
+    assert "auto/best" in stdout and stdout.count("# Avg bus bandwidth    : ") == 4
+    with pytest.raises(AssertionError, match="compression runs the ring"):
+        run_bench(args + ["--compression", "fp16"], tmp_path)
+
+
+@pytest.mark.timeout(110)
 def test_runs_as_ranks_under_a_launcher(tmp_path):
     out = tmp_path / "out.json"
     stdout = run(
@@ -620,11 +714,12 @@ def test_tuning_rules_from_times():
         "ring": {8: 5.0, 4096: 8.0, 1 << 20: 300.0},
         "tree": {8: 3.0, 4096: 9.0, 1 << 20: 400.0},
     }
-    assert _tuning.rules_from_times(times) == [(8, "direct"), (_tuning.EVERY_SIZE, "ring")]
+    # Bounds where the times, linear between two sizes, cross: 8 + 4088 * 3 / 5 = 2460.8.
+    assert _tuning.rules_from_times(times) == [(2460, "direct"), (_tuning.EVERY_SIZE, "ring")]
     times["tree"][1 << 20] = 100.0
     assert _tuning.rules_from_times(times) == [
-        (8, "direct"),
-        (4096, "ring"),
+        (2460, "direct"),
+        (4096 + (1048576 - 4096) // 201, "ring"),
         (_tuning.EVERY_SIZE, "tree"),
     ]
 
@@ -639,7 +734,7 @@ def test_alpha_beta_fit():
 def test_tuning_file_applies_on_its_machine_only(tmp_path, monkeypatch):
     from ringcomm import _tuning
 
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("RINGCOMM_TUNING_DIR", str(tmp_path))
     path = _tuning.path_for(4)
     rules = [(4096, "ring"), (_tuning.EVERY_SIZE, "tree")]
     _tuning.write(path, 4, {"shm": {"rules": rules}, "tcp": {"rules": [(1, "tree")]}})
@@ -661,10 +756,9 @@ def test_auto_follows_the_tuning_file(tmp_path):
 
     from ringcomm import _tuning
 
-    env = {"XDG_CACHE_HOME": str(tmp_path), "RINGCOMM_TRANSPORT": "shm"}
+    env = {"RINGCOMM_TUNING_DIR": str(tmp_path), "RINGCOMM_TRANSPORT": "shm"}
     rules = [(4096, "tree"), (_tuning.EVERY_SIZE, "ring")]
-    path = tmp_path / "ringcomm" / _tuning.path_for(2).name
-    _tuning.write(path, 2, {"shm": {"rules": rules}})
+    _tuning.write(tmp_path / _tuning.tuning_file_name(2), 2, {"shm": {"rules": rules}})
     outcomes = run_job(2, "tuned.py", env=env)
     assert_all_succeeded(outcomes)
     for outcome in outcomes:
@@ -675,7 +769,7 @@ def test_auto_follows_the_tuning_file(tmp_path):
 
 @pytest.mark.timeout(200)
 def test_tune_writes_the_file_auto_reads(tmp_path):
-    env_home = {"XDG_CACHE_HOME": str(tmp_path)}
+    env_home = {"RINGCOMM_TUNING_DIR": str(tmp_path)}
     command = [sys.executable, "-m", "ringcomm.bench", "tune", "-np", "2", "-b", "8", "-e", "64K"]
     command += ["-f", "8192", "--min-time", "0.01"]
     done = subprocess.run(
@@ -684,7 +778,7 @@ def test_tune_writes_the_file_auto_reads(tmp_path):
         capture_output=True, text=True, timeout=180, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    written = json.loads(next((tmp_path / "ringcomm").glob("tuning-*-p2.json")).read_text())
+    written = json.loads(next(tmp_path.glob("tuning-*-p2.json")).read_text())
     assert written["world_size"] == 2
     assert {a for _, a in written["transports"]["shm"]["rules"]} <= {"direct", "ring", "tree"}
     assert {a for _, a in written["transports"]["tcp"]["rules"]} <= {"ring", "tree"}
@@ -695,6 +789,29 @@ def test_tune_writes_the_file_auto_reads(tmp_path):
 def test_tuning_rules_ignore_noise():
     from ringcomm import _tuning
 
-    # tree is 5% faster at 128 B: within the margin, ring keeps it.
-    times = {"ring": {8: 5.0, 128: 5.0, 4096: 9.0}, "tree": {8: 9.0, 128: 4.8, 4096: 5.0}}
+    # tree is 2% faster at 128 B: within the margin, ring keeps it.
+    times = {"ring": {8: 5.0, 128: 5.0, 4096: 9.0}, "tree": {8: 9.0, 128: 4.9, 4096: 5.0}}
     assert _tuning.rules_from_times(times) == [(128, "ring"), (_tuning.EVERY_SIZE, "tree")]
+
+
+def test_tuning_rules_cross_between_measured_sizes():
+    from ringcomm import _tuning
+
+    # direct = 10 + s/100, ring = 20 + s/200 (us): equal at 2000 B, between 1 KiB and 4 KiB.
+    times = {
+        a: {s: base + s / per_us for s in (1024, 4096, 16384)}
+        for a, base, per_us in (("direct", 10.0, 100.0), ("ring", 20.0, 200.0))
+    }
+    assert _tuning.rules_from_times(times) == [(2000, "direct"), (_tuning.EVERY_SIZE, "ring")]
+    # The old winner kept on the margin at the smaller size: no crossing in between.
+    times = {"ring": {8: 5.0, 128: 5.0, 4096: 9.0}, "tree": {8: 9.0, 128: 4.9, 4096: 5.0}}
+    assert _tuning.rules_from_times(times)[0] == (128, "ring")
+
+
+def test_tests_read_no_tuning_file():
+    """conftest.py turns tuning files off for the suite: a user's measurements must not change
+    what algorithm="auto" runs in a test."""
+    from ringcomm import _tuning
+
+    assert os.environ["RINGCOMM_TUNING_DIR"] == "off"
+    assert _tuning.directory() is None and _tuning.load_rules(2) is None

@@ -43,6 +43,8 @@ def test_json_report_says_where_each_setting_came_from():
     assert rows["RINGCOMM_SEGMENT_BYTES"]["source"] == "default"
     assert rows["RINGCOMM_SECRET"]["value"] == "(set)"
     assert rows["RINGCOMM_TYPO_VARIABLE"]["read_by"].startswith("nothing")
+    tuning = rows["RINGCOMM_TUNING_DIR"]  # conftest.py turns tuning files off for the suite
+    assert (tuning["value"], tuning["source"]) == ("off", "environment")
     build = report["build"]
     assert build["reduce_kernels"] in ("avx2", "portable") and build["cuda"] in (True, False)
     assert build["cuda"] == _core.built_with_cuda()
@@ -94,3 +96,21 @@ def test_rendering_survives_a_failed_probe():
     report["gpus"] = {"error": "RuntimeError: no driver"}
     text = _info.render_plain(report)
     assert "no driver" in text and "## configuration" in text
+
+
+def test_tuning_directory(monkeypatch, tmp_path):
+    """RINGCOMM_TUNING_DIR, else the XDG cache directory's ringcomm/; "off" reads no file."""
+
+    def effective():
+        rows = {row["name"]: row for row in _core.Config.describe_environment()}
+        return _core.Config.from_environment().tuning_directory, rows["RINGCOMM_TUNING_DIR"]
+
+    monkeypatch.delenv("RINGCOMM_TUNING_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    directory, row = effective()
+    assert directory == row["value"] == f"{tmp_path}/ringcomm" and row["source"] == "default"
+    monkeypatch.setenv("RINGCOMM_TUNING_DIR", str(tmp_path / "mine"))
+    assert effective()[0] == str(tmp_path / "mine")
+    monkeypatch.setenv("RINGCOMM_TUNING_DIR", "off")
+    directory, row = effective()
+    assert directory == "" and row["value"] == "off"

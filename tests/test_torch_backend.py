@@ -67,3 +67,23 @@ def test_init_process_group_under_mpirun_needs_no_torch_variables():
     assert results == [{"rank": r, "size": 3, "ok": True} for r in range(3)], (
         done.stdout + done.stderr
     )
+
+
+def test_auto_follows_the_tuning_file(tmp_path):
+    """The backend reads this host's tuning file as ringcomm.init() does, for each group's size,
+    and so do ringcomm.torch's process sets (the cost model alone would say direct through
+    shared memory at every size)."""
+    from ringcomm import _tuning
+
+    rules = {3: ("tree", "ring"), 2: ("ring", "tree")}  # world size: (up to 4 KiB, beyond)
+    for size, (small, large) in rules.items():
+        shm = [(4096, small), (_tuning.EVERY_SIZE, large)]
+        _tuning.write(tmp_path / _tuning.tuning_file_name(size), size, {"shm": {"rules": shm}})
+    outcomes = run_torch_job(3, "torch_tuned.py", env={"RINGCOMM_TUNING_DIR": str(tmp_path)})
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        assert outcome.result["ok"] and outcome.result["warnings"] == []
+        assert outcome.result["chosen"] == outcome.result["hvd_chosen"] == ["tree", "ring"]
+        if outcome.result["rank"] < 2:
+            assert outcome.result["pair_chosen"] == ["ring", "tree"]
+            assert outcome.result["hvd_pair_chosen"] == ["ring", "tree"]

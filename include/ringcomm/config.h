@@ -92,6 +92,11 @@ struct RINGCOMM_API Config {
   // (src/tuning) decides. Not read from the environment.
   std::vector<std::pair<size_t, Algorithm>> shmAllreduceRules;
   std::vector<std::pair<size_t, Algorithm>> tcpAllreduceRules;
+  // RINGCOMM_TUNING_DIR: where those rules' files are (`ringcomm-bench tune` writes, and
+  // ringcomm.init() and the torch.distributed backend read, tuning-<host>-p<size>.json there).
+  // Default $XDG_CACHE_HOME/ringcomm, else ~/.cache/ringcomm; "off" (or "0"): no file is read,
+  // the cost model decides (tests run so, untouched by a user's measurements). Empty: off.
+  std::string tuningDirectory;
 
   // RINGCOMM_CUDA_PATH=auto|staged|ipc: how an all-reduce of device buffers travels (types.h).
   CudaPath cudaPath = CudaPath::Auto;

@@ -34,6 +34,7 @@ from ringcomm.bench.sizes import parse_size, sweep
 from ringcomm.bench.worker import progress_path
 
 OPS = ("sum", "avg", "min", "max", "prod")
+ALGORITHMS = ("auto", "ring", "tree", "direct")
 _DEFAULT_BEGIN, _DEFAULT_END, _DEFAULT_FACTOR = "8", "128M", 4
 # A process is a rank of someone else's job when one of these is set (see ringcomm._environment).
 _RANK_VARIABLES = (
@@ -59,6 +60,17 @@ def _peers(text: str) -> list[str]:
     if unknown:
         raise argparse.ArgumentTypeError(
             f"unknown peer {', '.join(unknown)}; choose from {', '.join(PEERS)}"
+        )
+    return list(dict.fromkeys(names))
+
+
+def _algorithms(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ALGORITHMS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown algorithm {', '.join(unknown) or repr(text)}; choose from "
+            f"{', '.join(ALGORITHMS)}"
         )
     return list(dict.fromkeys(names))
 
@@ -109,9 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--algorithm",
-        choices=("auto", "ring", "tree", "direct"),
-        default="auto",
-        help="ringcomm all-reduce algorithm (default auto: the cost model's)",
+        type=_algorithms,
+        default=["auto"],
+        metavar="auto|ring|tree|direct[,...]",
+        help="ringcomm all-reduce algorithm (default auto: this host's tuning file's, else the "
+        "cost model's); several, as auto,direct,ring,tree, are timed in turns in one set of "
+        "ranks and compared per size (auto/best: auto against the fastest forced one)",
     )
     parser.add_argument("--transport", choices=("auto", "tcp", "shm"), default="auto")
     parser.add_argument(
@@ -193,7 +208,7 @@ def make_plan(args: argparse.Namespace, sizes: list[int], nranks: int) -> Plan:
         iters=args.iters,
         warmup=args.warmup,
         min_time=args.min_time,
-        algorithm=args.algorithm,
+        algorithms=args.algorithm,
         transport=args.transport,
         compression=args.compression,
         device=args.device,
@@ -225,7 +240,12 @@ def _finish(args, command, info, plan, nranks, bandwidth, limit, outcomes, compa
         )
     if args.plot:
         plot.plot_busbw(args.plot, outcomes, plan.collective, nranks, limit, command)
-    wrong = any((row.get("wrong") or 0) > 0 for o in outcomes for row in o.rows)
+    wrong = any(
+        (row.get("wrong") or 0) > 0
+        for o in outcomes
+        for rows in [o.rows, *o.variants.values()]
+        for row in rows
+    )
     return 1 if wrong or outcomes[0].report is None else 0
 
 
@@ -272,6 +292,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     command = machine.command_line(argv)
+    if len(args.algorithm) > 1:
+        if args.collective != "allreduce":
+            parser.error("several algorithms: they are all-reduce schedules; measure allreduce")
+        if args.compression != "none":
+            parser.error("several algorithms: compression runs the ring schedule only")
     if args.plot and plot.available() is not None:
         print(f"ringcomm-bench: {plot.available()}", file=sys.stderr)  # before minutes of runs
         return 2

@@ -34,3 +34,27 @@ def comparison_rows(
             }
         )
     return rows
+
+
+def algorithm_rows(variants: dict[str, list[dict]]) -> list[dict]:
+    """All-reduce schedules timed in turns (worker.run_plan's "variants": {algorithm: rows}) ->
+    one row per size: {"size", "time_us": {algorithm: us}, "fastest", and, when "auto" was timed
+    beside forced ones: "best_forced", "auto_vs_best" (auto's time / the fastest forced one's),
+    "auto_ran" (the schedule auto chose)}."""
+    by_size: dict[int, dict[str, dict]] = {}
+    for algorithm, rows in variants.items():
+        for row in rows:
+            by_size.setdefault(row["size"], {})[algorithm] = row
+    result = []
+    for size in sorted(by_size):
+        cells = by_size[size]
+        times = {a: cells[a]["time_us"] for a in variants if a in cells}
+        entry = {"size": size, "time_us": times, "fastest": min(times, key=times.get)}
+        forced = {a: t for a, t in times.items() if a != "auto"}
+        if "auto" in times and forced:
+            best = min(forced, key=forced.get)
+            entry["best_forced"] = best
+            entry["auto_vs_best"] = ratio(times["auto"], forced[best])
+            entry["auto_ran"] = cells["auto"].get("algorithm")
+        result.append(entry)
+    return result

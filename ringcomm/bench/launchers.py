@@ -64,6 +64,11 @@ class Outcome:
     def rows(self) -> list:
         return (self.report or {}).get("results", [])
 
+    @property
+    def variants(self) -> dict:
+        """{algorithm: rows} when several were compared in turns (worker.run_plan), else {}."""
+        return (self.report or {}).get("variants", {})
+
 
 def clean_environment() -> dict:
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARIABLES}

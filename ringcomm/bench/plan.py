@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 # Deadline for a whole run (all sizes) of one implementation, so that a hung peer cannot stall the
@@ -25,7 +25,9 @@ class Plan:
     iters: Optional[int] = None  # None: adaptive
     warmup: Optional[int] = None  # None: adaptive
     min_time: float = 0.3  # seconds of timed calls per size when adaptive
-    algorithm: str = "auto"  # ringcomm only
+    # ringcomm all-reduce schedules: one, or several timed in turns in one set of ranks
+    # (timing.measure_interleaved), the first one's table being the run's results.
+    algorithms: list[str] = field(default_factory=lambda: ["auto"])
     transport: str = "auto"  # ringcomm only
     compression: str = "none"  # ringcomm all-reduce only: none, fp16, bf16
     device: str = "cpu"  # where the buffers are: cpu, or cuda (device.py)

@@ -8,9 +8,9 @@ from typing import Optional, Sequence
 
 from rich.console import Console
 
-from ringcomm.bench import table
+from ringcomm.bench import table, timing
 from ringcomm.bench.collectives import REDUCING, limit_formula
-from ringcomm.bench.compare import comparison_rows
+from ringcomm.bench.compare import algorithm_rows, comparison_rows
 from ringcomm.bench.launchers import Outcome
 from ringcomm.bench.memory_bandwidth import MemoryBandwidth
 from ringcomm.bench.plan import Plan
@@ -57,6 +57,12 @@ def _sizes(sizes: Sequence[int]) -> str:
     return f"{len(sizes)} sizes {human(min(sizes))} .. {human(max(sizes))}"
 
 
+def _algorithms(plan: Plan) -> str:
+    if len(plan.algorithms) == 1:
+        return plan.algorithms[0]
+    return f"{','.join(plan.algorithms)} (in turns, in one set of ranks)"
+
+
 def header_lines(command: str, machine: dict, plan: Plan, nranks: int) -> list[str]:
     versions = ", ".join(f"{k} {v}" for k, v in machine["versions"].items())
     memory = f", {machine['memory_gib']:.1f} GiB" if machine.get("memory_gib") else ""
@@ -66,7 +72,8 @@ def header_lines(command: str, machine: dict, plan: Plan, nranks: int) -> list[s
         f"# machine: {machine['cpu']}, {machine['cores']} cores{memory}; "
         f"python {machine['python']}; {versions}",
         f"# {plan.collective}: {nranks} ranks on one host, {plan.dtype}{op}, "
-        f"algorithm {plan.algorithm}, transport {plan.transport}, compression {plan.compression}, "
+        f"algorithm {_algorithms(plan)}, transport {plan.transport}, "
+        f"compression {plan.compression}, "
         f"{_sizes(plan.sizes)}",
     ]
 
@@ -87,16 +94,39 @@ def limit_lines(
 
 
 def print_outcome(out: Console, outcome: Outcome, plan: Plan, nranks: int, machine: dict) -> None:
-    out.print(
-        f"\n## {_peer_label(outcome.implementation, machine)}: {plan.collective}, {nranks} ranks"
-    )
+    label = _peer_label(outcome.implementation, machine)
+    title = f"\n## {label}: {plan.collective}, {nranks} ranks"
+    if outcome.note or not outcome.variants:
+        out.print(title)
     if outcome.note:
         out.print(f"note: {outcome.note}")
-    if outcome.rows:
-        print_table(out, table.results_table(outcome.rows))
-        average = average_busbw(outcome.rows)
-        out.print(f"# Avg bus bandwidth    : {average:g}")
+    for algorithm, rows in (outcome.variants or {"": outcome.rows}).items():
+        if not rows:
+            continue
+        if algorithm:
+            out.print(f"{title}, algorithm {algorithm}")
+        print_table(out, table.results_table(rows))
+        out.print(f"# Avg bus bandwidth    : {average_busbw(rows):g}")
+    if outcome.variants:
+        print_algorithms(out, outcome.variants)
     out.file.flush()
+
+
+def print_algorithms(out: Console, variants: dict) -> None:
+    """The schedules timed in turns, side by side: time per size, and auto against the best."""
+    algorithms = list(variants)
+    note = ""
+    if "auto" in algorithms and len(algorithms) > 1:
+        note = (
+            "; auto/best = auto's time / the fastest forced schedule's (< 1.05: within 5%); "
+            "auto ran = the schedule auto chose"
+        )
+    out.print(
+        f"\n## algorithms in turns: time (us) per call over {timing.ROUNDS} rounds in which each "
+        "runs a loop in turn (the fastest one's median; the others' median ratio to it in the "
+        f"same round, times that){note}"
+    )
+    print_table(out, table.algorithm_table(algorithm_rows(variants), algorithms))
 
 
 def average_busbw(rows: Sequence[dict]) -> float:
@@ -143,6 +173,11 @@ def save_json(
                 "results": o.rows,
                 "note": o.note,
                 "avg_busbw": average_busbw(o.rows) if o.rows else None,
+                **(
+                    {"variants": o.variants, "algorithms": algorithm_rows(o.variants)}
+                    if o.variants
+                    else {}
+                ),
             }
             for o in outcomes
         },

@@ -6,6 +6,7 @@ was started by a launcher (mpirun, torchrun, ringcomm-run).
 
 from __future__ import annotations
 
+import copy
 from typing import Optional
 
 import numpy as np
@@ -94,8 +95,15 @@ class RingcommGroup:
             return "ringcomm has no avg of bool"
         return None
 
+    def with_algorithm(self, algorithm: str) -> "RingcommGroup":
+        """This group (the same communicator) running all-reduce with ``algorithm``."""
+        variant = copy.copy(self)
+        variant.algorithm = algorithm
+        return variant
+
     def details(self, collective: str, nbytes: int) -> dict:
-        """Which all-reduce algorithm ran: the forced one, or the cost model's choice."""
+        """Which all-reduce algorithm ran: the forced one, or auto's choice (the tuning file's or
+        the cost model's)."""
         if collective != "allreduce":
             return {}
         if self.compression:
@@ -105,18 +113,22 @@ class RingcommGroup:
 
 
 def connect(plan: Plan) -> "ringcomm.Communicator":
-    """Joins the job this process belongs to, with the plan's transport, algorithm and timeout."""
-    return ringcomm.init(
-        timeout=plan.op_timeout, transport=plan.transport, algorithm=plan.algorithm
-    )
+    """Joins the job this process belongs to, with the plan's transport, algorithm and timeout.
+    With several algorithms each call names its own, and the communicator's stays auto: what
+    auto runs (this host's tuning file, or the cost model) is one of those compared."""
+    algorithm = plan.algorithms[0] if len(plan.algorithms) == 1 else "auto"
+    return ringcomm.init(timeout=plan.op_timeout, transport=plan.transport, algorithm=algorithm)
 
 
 def run(
     plan: Plan, comm: "ringcomm.Communicator", progress: Optional[str] = None
 ) -> Optional[dict]:
     """Runs the plan on ``comm``; the report on rank 0, None on the others."""
-    group = RingcommGroup(comm, plan.algorithm, plan.compression, plan.device)
-    return run_plan(plan, group, progress)
+    group = RingcommGroup(comm, plan.algorithms[0], plan.compression, plan.device)
+    variants = None
+    if len(plan.algorithms) > 1:
+        variants = {a: group.with_algorithm(a) for a in plan.algorithms}
+    return run_plan(plan, group, progress, variants)
 
 
 def main(argv=None) -> int:

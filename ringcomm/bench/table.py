@@ -97,3 +97,29 @@ def comparison_table(
     for row in rows:
         table.add_row(*comparison_cells(row, implementations, has_limit))
     return table
+
+
+def algorithm_columns(algorithms: Sequence[str]) -> list[str]:
+    """compare.algorithm_rows' columns: each schedule's time, the fastest, and auto's standing."""
+    columns = ["size"] + [f"{a} (us)" for a in algorithms] + ["fastest"]
+    if "auto" in algorithms and len(algorithms) > 1:
+        columns += ["best forced", "auto/best", "auto ran"]
+    return columns
+
+
+def algorithm_cells(row: dict, algorithms: Sequence[str]) -> list[str]:
+    times = row["time_us"]
+    cells = [str(row["size"])]
+    cells += [f"{times[a]:.2f}" if a in times else "-" for a in algorithms]
+    cells.append(row["fastest"])
+    if "auto" in algorithms and len(algorithms) > 1:
+        cells += [row.get("best_forced", "-"), format_ratio(row.get("auto_vs_best"))]
+        cells.append(row.get("auto_ran") or "-")
+    return cells
+
+
+def algorithm_table(rows: Iterable[dict], algorithms: Sequence[str]) -> Table:
+    table = markdown_table(algorithm_columns(algorithms))
+    for row in rows:
+        table.add_row(*algorithm_cells(row, algorithms))
+    return table

@@ -5,6 +5,10 @@ takes its average per call; the reported time is the slowest rank's average (a c
 when its last rank is). On shared, oversubscribed machines one loop can be hit by noise, so the
 iterations are split into up to _MAX_TRIALS loops ("trials") and the median trial is reported.
 
+Several variants of one call (all-reduce schedules) are compared by measure_interleaved(): in one
+set of ranks, in turns, round after round, so that the machine's slow and fast phases fall on
+every variant alike; each variant's time comes from its ratio to the fastest one, round by round.
+
 Iteration counts must agree across ranks (every call is collective), so the adaptive count is
 derived from the slowest rank's probe time, which all ranks learn through allgather_float.
 """
@@ -12,6 +16,7 @@ derived from the slowest rank's probe time, which all ranks learn through allgat
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import time
 from dataclasses import dataclass
@@ -29,6 +34,11 @@ _MAX_ITERS = 1000  # and at most: beyond this small sizes gain nothing but run t
 _WARMUP_SHARE = 0.1  # extra warmup, as a share of the time budget
 _MAX_WARMUP = 100
 _MAX_TRIALS = 5
+# measure_interleaved(): rounds in which every variant runs one short loop (the order changing
+# from round to round), each loop taking about 1/ROUNDS of the variant's --min-time. Unlike
+# measure(), no _MAX_ITERS: a loop's fixed costs must weigh alike on variants of like speed.
+ROUNDS = 15
+_MAX_PROBE_ITERS = 1 << 16  # calls in measure_interleaved()'s longest probe loop
 
 
 @dataclass
@@ -95,3 +105,75 @@ def measure(
     trials, per_trial = split_trials(iters)
     results = [_timed_loop(run, sync, per_trial) * 1e6 for _ in range(trials)]
     return Timing(statistics.median(results), results, trials * per_trial, done)
+
+
+def measure_interleaved(
+    runs: dict[str, Callable[[], None]],
+    sync: Sync,
+    min_time: float,
+    iters: Optional[int] = None,
+    warmup: Optional[int] = None,
+) -> dict[str, Timing]:
+    """Times each of ``runs`` (name -> one collective call) in turns: ROUNDS rounds in which
+    every one runs, after one untimed call, a loop of its share of ``iters`` (or about
+    min_time / ROUNDS seconds of calls). The order changes from round to round (a fixed
+    shuffle, the same on every rank), so that no variant always follows the same other one: a
+    variant running the same schedule as the one before it would find it warm.
+
+    A variant's time is paired_times()' of its rounds' slowest-rank averages: compared round by
+    round with the fastest variant, so that a slow phase of the machine spanning several rounds
+    weighs on every variant alike (a plain median would take it for one variant and not
+    another, whose rounds it spared in a different order).
+
+    Every variant is warm before any is sized, and each is sized by a probe loop grown until it
+    lasts a quarter of a round's loop: a loop's time includes the ranks' skew leaving the barrier
+    before it (tens of microseconds on a busy machine), which a two-call probe takes for the
+    calls' own time, and loops of fewer calls than a like variant's would carry more of it."""
+    names = list(runs)
+    done = {}
+    for name in names:
+        count = _PROBE_ITERS if warmup is None else warmup
+        for _ in range(count):
+            runs[name]()
+        done[name] = count
+    per_round = {}
+    for name in names:
+        if iters is not None:
+            per_round[name] = math.ceil(iters / ROUNDS)
+            continue
+        loop_seconds = min_time / ROUNDS
+        calls = _PROBE_ITERS
+        while True:
+            per_call = max(_timed_loop(runs[name], sync, calls), 1e-9)
+            done[name] += calls
+            if per_call * calls >= loop_seconds / 4 or calls >= _MAX_PROBE_ITERS:
+                break
+            calls *= 4
+        per_round[name] = math.ceil(loop_seconds / per_call)
+    results: dict[str, list[float]] = {name: [] for name in names}
+    order = list(names)
+    shuffler = random.Random(len(names))  # the same order on every rank
+    for _ in range(ROUNDS):
+        shuffler.shuffle(order)
+        for name in order:
+            runs[name]()  # its own state back in the caches, after another variant's loop
+            done[name] += 1
+            results[name].append(_timed_loop(runs[name], sync, per_round[name]) * 1e6)
+    times = paired_times(results)
+    return {
+        name: Timing(times[name], results[name], ROUNDS * per_round[name], done[name])
+        for name in names
+    }
+
+
+def paired_times(trials: dict[str, list[float]]) -> dict[str, float]:
+    """{variant: a time} from times of the same rounds ({variant: [one per round]}): the fastest
+    variant's median (by median), and for each other, that times the median over rounds of its
+    ratio to the fastest one in the same round."""
+    medians = {name: statistics.median(times) for name, times in trials.items()}
+    fastest = min(medians, key=medians.get)
+    return {
+        name: medians[fastest]
+        * statistics.median(mine / theirs for mine, theirs in zip(times, trials[fastest]))
+        for name, times in trials.items()
+    }

@@ -3,6 +3,8 @@
 For each size: allocate the buffers (only those the collective needs: in place where it can be),
 fill them with exact-sum inputs, time the collective (timing.py), then, with --check, refill, run
 it once more and count the elements that differ from the expected result, summed over ranks.
+Variants of the collective (ringcomm's all-reduce schedules) share the buffers, are timed in
+turns, and are checked one after another.
 Rank 0 returns the report; the launcher writes it where the parent reads it.
 """
 
@@ -19,7 +21,7 @@ from ringcomm.bench import patterns
 from ringcomm.bench.collectives import REDUCING, ElementCounts, bandwidths, element_counts
 from ringcomm.bench.dtypes import ITEMSIZE
 from ringcomm.bench.plan import Plan
-from ringcomm.bench.timing import measure
+from ringcomm.bench.timing import Timing, measure, measure_interleaved
 
 _ROOT = 0  # the root of broadcast, reduce, gather and scatter
 
@@ -63,8 +65,10 @@ class _Case:
         else:
             self.out = group.array(counts.out_count, plan.dtype)
 
-    def call(self) -> Callable[[], None]:
-        g, x, out, op = self.group, self.x, self.out, self.plan.op
+    def call(self, group: Optional[Group] = None) -> Callable[[], None]:
+        """The collective on this case's buffers, through ``group`` (a variant of the case's
+        group: the same ranks, another algorithm) or the case's own."""
+        g, x, out, op = group or self.group, self.x, self.out, self.plan.op
         return {
             "allreduce": lambda: g.allreduce(x, op),
             "allgather": lambda: g.allgather(x, out),
@@ -130,17 +134,30 @@ class _Case:
         )
 
 
-def _run_size(plan: Plan, group: Group, counts: ElementCounts) -> dict:
+def _run_size(plan: Plan, group: Group, counts: ElementCounts, variants: dict) -> dict:
+    """{variant name: result row} for one size: every variant (a group on the same ranks: an
+    all-reduce schedule) timed on the same buffers, in turns when there are several."""
     case = _Case(plan, group, counts)
-    run = case.call()
     case.fill_inputs()
-    timing = measure(run, group, plan.min_time, plan.iters, plan.warmup)
-    wrong = None
-    if plan.check:
-        case.fill_inputs()
-        case.mark_outputs()
-        run()
-        wrong = int(sum(group.allgather_float(float(case.count_wrong()))))
+    calls = {name: case.call(variant) for name, variant in variants.items()}
+    if len(calls) == 1:
+        ((name, call),) = calls.items()
+        timings = {name: measure(call, group, plan.min_time, plan.iters, plan.warmup)}
+    else:
+        timings = measure_interleaved(calls, group, plan.min_time, plan.iters, plan.warmup)
+    rows = {}
+    for name, variant in variants.items():
+        wrong = None
+        if plan.check:
+            case.fill_inputs()
+            case.mark_outputs()
+            calls[name]()
+            wrong = int(sum(group.allgather_float(float(case.count_wrong()))))
+        rows[name] = _row(plan, variant, counts, timings[name], wrong)
+    return rows
+
+
+def _row(plan: Plan, group: Group, counts: ElementCounts, timing: Timing, wrong) -> dict:
     algbw, busbw = bandwidths(plan.collective, counts.nbytes, timing.time_us, group.size)
     row = {
         "size": counts.nbytes,
@@ -173,9 +190,17 @@ def _note_progress(path: Optional[str], index: int, nbytes: int, total: int) -> 
     os.replace(partial, path)  # the reader never sees half a file
 
 
-def run_plan(plan: Plan, group: Group, progress: Optional[str] = None) -> Optional[dict]:
+def run_plan(
+    plan: Plan,
+    group: Group,
+    progress: Optional[str] = None,
+    variants: Optional[dict] = None,
+) -> Optional[dict]:
     """Runs every size of the plan; returns the report on rank 0 and None on the others.
-    ``progress``: a file where rank 0 notes each size as it starts it (progress_path())."""
+    ``progress``: a file where rank 0 notes each size as it starts it (progress_path()).
+    ``variants``: {name: group}, versions of ``group`` on the same ranks that run the collective
+    differently (ringcomm's all-reduce schedules), compared in turns at each size; the report's
+    "results" are the first one's, and "variants" has every one's."""
     report = {
         "implementation": group.name,
         "nranks": group.size,
@@ -186,7 +211,8 @@ def run_plan(plan: Plan, group: Group, progress: Optional[str] = None) -> Option
     reason = group.unsupported(plan.collective, plan.dtype, plan.op)
     if reason is not None:
         return dict(report, skipped=reason) if group.rank == 0 else None
-    seen, rows = set(), []
+    variants = variants or {group.name: group}
+    seen, rows = set(), {name: [] for name in variants}
     for index, nbytes in enumerate(plan.sizes):
         counts = element_counts(plan.collective, nbytes, ITEMSIZE[plan.dtype], group.size)
         if counts.nbytes in seen:  # two requested sizes that round to the same buffers
@@ -194,10 +220,16 @@ def run_plan(plan: Plan, group: Group, progress: Optional[str] = None) -> Option
         seen.add(counts.nbytes)
         if group.rank == 0:
             _note_progress(progress, index, counts.nbytes, len(plan.sizes))
-        rows.append(_run_size(plan, group, counts))
+        for name, row in _run_size(plan, group, counts, variants).items():
+            rows[name].append(row)
         gc.collect()  # free this size's buffers before the next (larger) ones are allocated
     group.barrier()
-    return dict(report, results=rows) if group.rank == 0 else None
+    if group.rank != 0:
+        return None
+    report["results"] = next(iter(rows.values()))
+    if len(rows) > 1:
+        report["variants"] = rows
+    return report
 
 
 def start(argv=None, description: Optional[str] = None) -> tuple[Plan, str]:

@@ -21,11 +21,16 @@ BACKEND_NAME = "ringcomm"
 
 
 def _create_backend(store, rank: int, size: int, timeout: timedelta):
+    from ringcomm import _core, _tuning
     from ringcomm.c10d._build import extension
 
     store = _per_attempt(store)
     secret, path = _job_secret(store, rank, size, timeout)
-    backend = extension().RingcommBackend(store, rank, size, timeout, secret)
+    # algorithm="auto" follows this host's tuning file, as under ringcomm.init().
+    rules = _tuning.rules_for(_core.Config.from_environment(), size)
+    backend = extension().RingcommBackend(
+        store, rank, size, timeout, secret, rules["shm"], rules["tcp"]
+    )
     if path is not None:  # every rank of the group has met: the file has served its purpose
         _secret.remove_host_secret(path)
     return backend

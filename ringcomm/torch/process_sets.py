@@ -15,13 +15,14 @@ Horovod; results come in the order of the set's ranks.
 from __future__ import annotations
 
 import collections
+import copy
 import itertools
 import os
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import ringcomm
-from ringcomm import _core
+from ringcomm import _core, _tuning
 
 
 class ProcessSet:
@@ -169,12 +170,11 @@ class _Job:
             )
         ranks = self.sets[set_id].ranks if set_id in self.sets else None
         ranks = ranks if ranks is not None else list(range(self.main.size))
+        # The job's configuration, with this host's tuning rules for the set's size.
+        config = copy.copy(self.main._core.config)
+        _tuning.apply(config, len(ranks))
         core = _core.Communicator.create_in_scope(
-            environment.store,
-            scope,
-            ranks.index(self.main.rank),
-            len(ranks),
-            self.main._core.config,
+            environment.store, scope, ranks.index(self.main.rank), len(ranks), config
         )
         return ringcomm.Communicator(core, None)
 

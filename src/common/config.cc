@@ -63,6 +63,13 @@ std::string readSecretFile(const char* path) {
   return secret;
 }
 
+// Config::tuningDirectory when RINGCOMM_TUNING_DIR is not set: the XDG cache directory's.
+std::string defaultTuningDirectory() {
+  if (const char* cache = variable("XDG_CACHE_HOME")) return std::string(cache) + "/ringcomm";
+  if (const char* home = variable("HOME")) return std::string(home) + "/.cache/ringcomm";
+  return "";  // nowhere to look
+}
+
 }  // namespace
 
 std::chrono::milliseconds timeoutFromSeconds(double seconds, const std::string& what,
@@ -142,6 +149,11 @@ Config Config::fromEnvironment() {
   if (const char* v = variable("RINGCOMM_TRACE")) config.traceFile = v;
   if (const char* v = variable("RINGCOMM_TRACE_MAX_EVENTS")) {
     config.traceMaxEvents = static_cast<size_t>(parseNumber("RINGCOMM_TRACE_MAX_EVENTS", v));
+  }
+  config.tuningDirectory = defaultTuningDirectory();
+  if (const char* v = variable("RINGCOMM_TUNING_DIR")) {
+    const std::string text = v;
+    config.tuningDirectory = (text == "off" || text == "0") ? "" : text;
   }
   if (const char* v = variable("HOROVOD_TIMELINE")) config.horovodTimeline = v;
   if (const char* v = variable("HOROVOD_TIMELINE_MARK_CYCLES")) {
@@ -224,6 +236,10 @@ const std::vector<Described>& describedVariables() {
       {"RINGCOMM_TRACE", nullptr, [](const Config& c) { return c.traceFile; }},
       {"RINGCOMM_TRACE_MAX_EVENTS", nullptr,
        [](const Config& c) { return number(c.traceMaxEvents); }},
+      {"RINGCOMM_TUNING_DIR", nullptr,
+       [](const Config& c) {
+         return c.tuningDirectory.empty() ? std::string("off") : c.tuningDirectory;
+       }},
       {"HOROVOD_TIMELINE", nullptr, [](const Config& c) { return c.horovodTimeline; }},
       {"HOROVOD_TIMELINE_MARK_CYCLES", nullptr,
        [](const Config& c) { return std::string(c.horovodTimelineMarkCycles ? "1" : "0"); }},

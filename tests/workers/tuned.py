@@ -1,5 +1,5 @@
-"""init() on a host with a tuning file (XDG_CACHE_HOME): which all-reduce algorithm "auto" picks
-at 8 B and 1 MiB, and that an all-reduce with it is right."""
+"""init() on a host with a tuning file (RINGCOMM_TUNING_DIR): which all-reduce algorithm "auto"
+picks at 8 B and 1 MiB, and that an all-reduce with it is right."""
 
 import os
 import sys

@@ -109,11 +109,13 @@ void requireSameDtype(const std::vector<at::Tensor>& tensors, const char* operat
 
 RingcommBackend::RingcommBackend(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
                                  int size, std::chrono::milliseconds timeout,
-                                 const std::string& secret)
+                                 const std::string& secret, Rules shmRules, Rules tcpRules)
     : ::c10d::Backend(rank, size) {
   Config config = Config::fromEnvironment();
   if (timeout.count() > 0) config.timeout = timeout;
   if (!secret.empty()) config.secret = secret;
+  config.shmAllreduceRules = std::move(shmRules);
+  config.tcpAllreduceRules = std::move(tcpRules);
   // torch gives each process group (and device) a store prefix of its own, so the communicator
   // meets under a fixed scope: ranks outside a subgroup create nothing for it.
   communicator_ = Communicator::createInScope(std::make_shared<TorchStoreAdapter>(store),

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ringcomm/communicator.h"
@@ -26,9 +27,14 @@ namespace ringcomm::c10d_backend {
 
 class RingcommBackend : public ::c10d::Backend {
  public:
+  using Rules = std::vector<std::pair<size_t, Algorithm>>;  // as Config::shmAllreduceRules
+
   // secret: the job's (ringcomm/c10d/__init__.py settles it); empty: RINGCOMM_SECRET's.
+  // shmRules, tcpRules: this host's tuning file's, as ringcomm.init() reads them
+  // (ringcomm/_tuning.py); empty: the cost model decides what "auto" runs.
   RingcommBackend(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
-                  std::chrono::milliseconds timeout, const std::string& secret);
+                  std::chrono::milliseconds timeout, const std::string& secret,
+                  Rules shmRules = {}, Rules tcpRules = {});
   ~RingcommBackend() override;
 
   const std::string getBackendName() const override { return "ringcomm"; }

@@ -1,10 +1,13 @@
 // The Python face of the backend: one constructor, bound as a subclass of torch's Backend so that
 // torch.distributed can hold it in a ProcessGroup.
 #include <pybind11/chrono.h>
+#include <pybind11/stl.h>
 #include <torch/python.h>
 
 #include <chrono>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend.h"
 
@@ -12,11 +15,25 @@ namespace {
 
 using ringcomm::c10d_backend::RingcommBackend;
 
+using NamedRules = std::vector<std::pair<size_t, std::string>>;
+
+// ("most bytes", "ring") pairs, as ringcomm/_tuning.py gives a tuning file's rules.
+RingcommBackend::Rules parsedRules(const NamedRules& named) {
+  RingcommBackend::Rules rules;
+  for (const auto& [most, algorithm] : named) {
+    rules.emplace_back(most, ringcomm::parseAlgorithm(algorithm));
+  }
+  return rules;
+}
+
 c10::intrusive_ptr<RingcommBackend> createBackend(const c10::intrusive_ptr<::c10d::Store>& store,
                                                   int rank, int size,
                                                   std::chrono::milliseconds timeout,
-                                                  const std::string& secret) {
-  return c10::make_intrusive<RingcommBackend>(store, rank, size, timeout, secret);
+                                                  const std::string& secret,
+                                                  const NamedRules& shmRules,
+                                                  const NamedRules& tcpRules) {
+  return c10::make_intrusive<RingcommBackend>(store, rank, size, timeout, secret,
+                                              parsedRules(shmRules), parsedRules(tcpRules));
 }
 
 }  // namespace
@@ -26,18 +43,25 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<RingcommBackend, ::c10d::Backend, c10::intrusive_ptr<RingcommBackend>>(
       m, "RingcommBackend")
       .def(py::init([](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
-                       std::chrono::milliseconds timeout, const py::bytes& secret) {
+                       std::chrono::milliseconds timeout, const py::bytes& secret,
+                       const NamedRules& shmRules, const NamedRules& tcpRules) {
              std::string key = secret;
              py::gil_scoped_release release;
-             return createBackend(store, rank, size, timeout, key);
+             return createBackend(store, rank, size, timeout, key, shmRules, tcpRules);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
-           py::arg("secret"))
+           py::arg("secret"), py::arg("shm_allreduce_rules") = NamedRules{},
+           py::arg("tcp_allreduce_rules") = NamedRules{})
       .def("transport_to",
            [](const RingcommBackend& backend, int peer) {
              return backend.communicator().transportTo(peer);
            })
-      .def_property_readonly("local_size", [](const RingcommBackend& backend) {
-        return backend.communicator().localSize();
+      .def_property_readonly("local_size",
+                             [](const RingcommBackend& backend) {
+                               return backend.communicator().localSize();
+                             })
+      // What algorithm="auto" runs for an all-reduce of `bytes` (as Communicator.choose_algorithm).
+      .def("choose_allreduce_algorithm", [](const RingcommBackend& backend, size_t bytes) {
+        return ringcomm::toString(backend.communicator().chooseAllreduceAlgorithm(bytes));
       });
 }
