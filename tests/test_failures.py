@@ -163,8 +163,12 @@ def test_receive_of_another_element_type_is_named(transport):
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 @pytest.mark.parametrize(
     "mode,size",
-    [(["broadcast", "1000"], 2), (["broadcast", "1000"], 3), (["broadcast", "300000"], 3),
-     (["scatter"], 2)],
+    [
+        (["broadcast", "1000"], 2),
+        (["broadcast", "1000"], 3),
+        (["broadcast", "300000"], 3),
+        (["scatter"], 2),
+    ],
     ids=["broadcast-tree-2", "broadcast-tree-3", "broadcast-chain-3", "scatter-gather-2"],
 )
 def test_sender_only_disagreement_is_named_at_once(mode, size, transport):
