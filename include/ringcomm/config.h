@@ -77,7 +77,7 @@ struct RINGCOMM_API Config {
   size_t shmSlotBytes = 0;
   // RINGCOMM_SHM_CMA=auto|0|1 (CrossMemory): all-reduces of at least RINGCOMM_SHM_CMA_MIN_BYTES
   // on one host read each peer's input and output with process_vm_readv (one copy) instead of
-  // staging them through the slots (src/algorithms/direct_single_copy.cc). 0 (the default): 4 MiB,
+  // staging them through the slots (src/algorithms/direct_single_copy.cc). 0 (the default): 8 MiB,
   // measured on the 2-core VM (shm::kSingleCopyMinBytes). The lowest local rank's value counts.
   CrossMemory shmCrossMemory = CrossMemory::Auto;
   size_t shmCrossMemoryMinBytes = 0;

@@ -117,11 +117,11 @@ size_t slotBytesFor(size_t configured, int localSize, int cores);
 
 // The all-reduce size from which the direct schedule reads peers' buffers directly
 // (src/algorithms/direct_single_copy.cc) when RINGCOMM_SHM_CMA_MIN_BYTES is not set. Measured on
-// the 2-core VM, staged against single copy, back to back (bench/RESULTS.md, issue 14): at 2, 4, 8
-// and 16 ranks single copy loses at 1 MiB (up to 2x: three synchronisations of every rank and a
-// system call per peer and chunk), is even at 4 MiB, and wins from 16 MiB (1.2x at 4 ranks, 2x at
-// 8, 1.6x at 16 and 64 MiB).
-constexpr size_t kSingleCopyMinBytes = 4 << 20;
+// the 2-core VM, staged against single copy, back to back (bench/RESULTS.md, issue 14): at 2 ranks
+// single copy is slower at 2 MiB (350-440 us against 300-325), even at 4 MiB and 2.3x faster at
+// 8 MiB; at 16 ranks slower at 4 MiB (23.4 ms against 15.5-18.7: three synchronisations of every
+// rank per call) and 1.4-1.7x faster at 8 MiB; at 4 and 8 ranks 1.2x and 2x faster at 16 MiB.
+constexpr size_t kSingleCopyMinBytes = 8 << 20;
 
 // Halves the configured slot and ring sizes (down to kSmallestSlotBytes) until localSize segments
 // fit in the free space of /dev/shm.
