@@ -383,7 +383,7 @@ def _sections(report: dict) -> list:
         )
         cross = transports.get("cross_memory", {})
         cross_text = (
-            "yes (large direct all-reduces read peers' buffers in one copy)"
+            "yes (large direct all-reduces reach into peers' buffers: one copy)"
             if cross.get("allowed")
             else f"no ({cross.get('error')}; Yama ptrace_scope {cross.get('yama_ptrace_scope')}):"
             " direct all-reduces stage every size"

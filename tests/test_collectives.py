@@ -44,7 +44,7 @@ def test_collectives_match_numpy_and_agree_across_ranks(size, transport):
     if transport == "shm" and size > 1:
         assert "direct" in outcomes[0].result["algorithms"]
     if single_copy == "on":
-        assert "of 1000 B and more read peers' buffers directly" in outcomes[0].stderr
+        assert "of 1000 B and more read and write peers' buffers" in outcomes[0].stderr
     elif single_copy:
         assert f"cross-memory attach unavailable (RINGCOMM_SHM_CMA=0 on rank {size - 1})" in (
             outcomes[0].stderr

@@ -48,8 +48,10 @@ class DirectGroup {
   // The all-reduce that reads peers' buffers with cross-memory attach (direct_single_copy.cc).
   void allreduceSingleCopy(const Operation& op, const MessageTag& tag, const void* input,
                            void* output, size_t count, DataType type, ReduceOp reduceOp);
-  // Reads `bytes` at `remote` in local peer `peer`'s process into `local`; raises naming the peer.
-  void readPeer(int peer, uint64_t remote, void* local, size_t bytes, const Operation& op);
+  // Reads `bytes` at `remote` in local peer `peer`'s process into `local`, or writes them there;
+  // raises naming the peer.
+  void accessPeer(int peer, bool write, uint64_t remote, void* local, size_t bytes,
+                  const Operation& op);
 
   struct FreeAligned {
     void operator()(uint8_t* p) const { std::free(p); }

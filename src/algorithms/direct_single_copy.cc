@@ -1,4 +1,4 @@
-// The direct schedule's single-copy all-reduce: ranks read each other's buffers directly
+// The direct schedule's single-copy all-reduce: ranks read and write each other's buffers directly
 // (cross-memory attach, src/transport/shm/cross_memory.h) instead of staging them in shared memory.
 //
 // The staged schedule (direct.cc) is bound by memory bandwidth on a busy host: per rank it copies
@@ -6,29 +6,26 @@
 // slot) and copies the p-1 other slices out, about five passes over the vector. Here, in one round
 // of the same counters and descriptors:
 //
-//   posted          each rank describes its collective in its slot descriptor, with the
-//                   addresses of its input and output; peers check the descriptors as the staged
-//                   path does, so ranks that disagree get a MismatchError before a byte is read.
-//   reduce-scatter  rank r owns slice r (plan::blockOf). Chunk by chunk it reads slice r's chunk
-//                   of every peer's input into a landing buffer per peer (in the last-level
-//                   cache), and reduces its own input's chunk and those, in rank order, straight
-//                   into slice r of its output. Only rank r computes slice r, so one order fixes
-//                   the bits on every rank.
-//   reduced         published. Each rank then takes the other slices as their owners publish them
-//                   (whichever is ready first, not in a fixed order, so a rank that has not had a
-//                   core yet holds up only its own slice):
-//   all-gather      rank q's output slice q is read into this rank's output slice q, one copy.
-//   done            published. Before returning, a rank waits until every peer is done: peers read
-//                   its input and output, which the caller may reuse as soon as it returns.
+//   posted   each rank describes its collective in its slot descriptor, with the addresses of its
+//            input and output; peers check the descriptors as the staged path does, so ranks that
+//            disagree get a MismatchError before a byte moves.
+//   reduce   rank r owns slice r (plan::blockOf). Chunk by chunk it reads slice r's chunk of every
+//            peer's input into a landing buffer per peer and reduces its own input's chunk and
+//            those, in rank order, into slice r of its output. Only rank r computes slice r, so
+//            one order fixes the bits on every rank.
+//   push     while the reduced chunk is still in the cache, rank r writes it into every peer's
+//            output (process_vm_writev): the all-gather costs no second read of the result from
+//            memory, and no synchronisation of its own.
+//   done     published. Before returning, a rank waits until every peer is done: peers read its
+//            input and write its output, and the caller may reuse both as soon as it returns.
 //
-// In place (input == output) is safe: in the reduce-scatter peers read only slices q != r of rank
-// r's input while r writes slice r; r writes slice q in the all-gather only after q published
-// "reduced", i.e. after q finished reading r's slice q.
+// In place (input == output) is safe: rank r overwrites chunk c of slice r in peer q's buffer only
+// after reading it itself, and no one else reads slice r of q's input (q reads only slice q).
 //
 // Per rank this moves the input once (S), the own slice once (S/p) and the others' slices once
-// each way (2S(p-1)/p): about 2.75S at p = 4 instead of 5S; the landing buffers stay in the cache.
-// The kernel makes the copies: where it copies slowly (a hypervisor that traps each page's copy),
-// the threshold (shm::kSingleCopyMinBytes, RINGCOMM_SHM_CMA_MIN_BYTES) keeps small vectors staged.
+// (S(p-1)/p, from the cache into the peers' memory): about 2.5S at p = 4 instead of 5S. The
+// kernel makes the copies; where it copies slowly (a hypervisor that traps each page's copy), the
+// threshold (shm::kSingleCopyMinBytes, RINGCOMM_SHM_CMA_MIN_BYTES) keeps small vectors staged.
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -59,16 +56,24 @@ constexpr size_t kLandingAlignment = 4096;
 
 }  // namespace
 
-void DirectGroup::readPeer(int peer, uint64_t remote, void* local, size_t bytes,
-                           const Operation& op) {
-  const int failed = shm::readProcessMemory(segments_.pidOf(peer), remote, local, bytes);
+void DirectGroup::accessPeer(int peer, bool write, uint64_t remote, void* local, size_t bytes,
+                             const Operation& op) {
+  // A peer that failed (a timeout while this rank was slow) may have handed its output back to
+  // its caller: write nothing more into it. It marks itself aborted before its error surfaces.
+  if (write && segments_.header(peer).aborted.load(std::memory_order_acquire) != 0) {
+    raisePeerFailure<TransportError>(op, peer, segments_.peerFailure(peer));
+  }
+  const int pid = segments_.pidOf(peer);
+  const int failed = write ? shm::writeProcessMemory(pid, remote, local, bytes)
+                           : shm::readProcessMemory(pid, remote, local, bytes);
   if (failed == 0) return;
   // A peer that died (ESRCH) or left the collective (EFAULT: its buffer is gone) is named as the
   // staged path names it; anything else says what the kernel said.
   std::string failure = segments_.peerFailure(peer);
   if (failure.empty()) {
-    failure = "reading rank " + std::to_string(peer) + "'s memory (process_vm_readv) failed: " +
-              std::strerror(failed);
+    failure = std::string(write ? "writing" : "reading") + " rank " + std::to_string(peer) +
+              "'s memory (" + (write ? "process_vm_writev" : "process_vm_readv") +
+              ") failed: " + std::strerror(failed);
   }
   raisePeerFailure<TransportError>(op, peer, failure);
 }
@@ -98,50 +103,29 @@ void DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
     if (!peerChunks_) throw std::bad_alloc();
   }
 
-  {
-    trace::Span span(trace::Phase::Reduce, "this rank's slice, reading peers' inputs");
-    const plan::Block own = plan::blockOf(count, size_, rank_);
-    const size_t chunkCount = chunkBytes / element;
-    std::vector<const void*> sources(size_);
-    for (size_t done = 0; done < own.count; done += chunkCount) {
-      const size_t n = std::min(chunkCount, own.count - done);
-      const size_t at = (own.offset + done) * element;
-      // This rank's own contribution first (it may alias the output), then the peers in rank
-      // order.
-      sources[0] = in + at;
-      for (int peer = 0, next = 1; peer < size_; ++peer) {
-        if (peer == rank_) continue;
-        uint8_t* landing = peerChunks_.get() + static_cast<size_t>(next - 1) * chunkBytes;
-        readPeer(peer, descriptors[peer]->input.load(std::memory_order_relaxed) + at, landing,
-                 n * element, op);
-        sources[next++] = landing;
-      }
-      reduce::reduceMany(out + at, sources.data(), size_, n, type, reduceOp);
-      reduce::finishAverage(out + at, n, type, reduceOp, size_);
+  trace::Span span(trace::Phase::Reduce, "this rank's slice, into every peer's output");
+  const plan::Block own = plan::blockOf(count, size_, rank_);
+  const size_t chunkCount = chunkBytes / element;
+  std::vector<const void*> sources(size_);
+  for (size_t done = 0; done < own.count; done += chunkCount) {
+    const size_t n = std::min(chunkCount, own.count - done);
+    const size_t at = (own.offset + done) * element;
+    // This rank's own contribution first (it may alias the output), then the peers in rank order.
+    sources[0] = in + at;
+    for (int peer = 0, next = 1; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      uint8_t* landing = peerChunks_.get() + static_cast<size_t>(next - 1) * chunkBytes;
+      accessPeer(peer, false, descriptors[peer]->input.load(std::memory_order_relaxed) + at,
+                 landing, n * element, op);
+      sources[next++] = landing;
     }
-  }
-  publish(Phase::Reduced, round + 1);
-
-  {
-    trace::Span span(trace::Phase::Gather, "the others' reduced slices, from their outputs");
-    std::vector<int> pending;
-    for (int step = 1; step < size_; ++step) pending.push_back((rank_ + step) % size_);
-    while (!pending.empty()) {
-      // The first peer that has published its slice, or, when none has, wait for the first.
-      auto ready = std::find_if(pending.begin(), pending.end(), [&](int peer) {
-        return counterOf(segments_.counters(peer), Phase::Reduced).load(std::memory_order_acquire) >
-               round;
-      });
-      if (ready == pending.end()) {
-        waitFor(pending.front(), Phase::Reduced, round + 1, op);
-        ready = pending.begin();
-      }
-      const int peer = *ready;
-      pending.erase(ready);
-      const plan::Block slice = plan::blockOf(count, size_, peer);
-      const size_t at = slice.offset * element;
-      readPeer(peer, descriptors[peer]->output.load(std::memory_order_relaxed) + at, out + at,
-               slice.count * element, op);
+    reduce::reduceMany(out + at, sources.data(), size_, n, type, reduceOp);
+    reduce::finishAverage(out + at, n, type, reduceOp, size_);
+    // Starting after this rank, so that the ranks do not all write to rank 0 first.
+    for (int step = 1; step < size_; ++step) {
+      const int peer = (rank_ + step) % size_;
+      accessPeer(peer, true, descriptors[peer]->output.load(std::memory_order_relaxed) + at,
+                 out + at, n * element, op);
     }
   }
   publish(Phase::Done, round + 1);

@@ -177,8 +177,8 @@ bool setUpSharedMemory(Store& store, int rank, Links& links, const bootstrap::Re
     if (speaks && local.size() > 1) {
       if (staged.empty()) {
         RINGCOMM_LOG(LogLevel::Info, kLogTransport,
-                     "direct all-reduces of %zu B and more read peers' buffers directly "
-                     "(cross-memory attach, one copy)",
+                     "direct all-reduces of %zu B and more read and write peers' buffers "
+                     "directly (cross-memory attach, one copy)",
                      links.segments->singleCopyMinBytes());
       } else {
         RINGCOMM_LOG(LogLevel::Info, kLogTransport,

@@ -13,15 +13,16 @@
 
 namespace ringcomm::shm {
 
-// Reads `bytes` at `remote` in process `pid` into `local`, looping over partial reads. Returns 0,
-// or the errno of the read that failed: ESRCH when the process is gone, EFAULT when `remote` is
-// no longer mapped there, EPERM when the kernel forbids it.
+// Reads `bytes` at `remote` in process `pid` into `local` (writes `local` there), looping over
+// partial transfers. Returns 0, or the errno of the call that failed: ESRCH when the process is
+// gone, EFAULT when `remote` is no longer mapped there, EPERM when the kernel forbids it.
 int readProcessMemory(int pid, uint64_t remote, void* local, size_t bytes);
+int writeProcessMemory(int pid, uint64_t remote, const void* local, size_t bytes);
 
-// Whether this process can read process `pid`'s word at `remote` and finds `expected` there
-// (which tells that `pid` really is the peer, not another process of the same number in another
-// PID namespace). Empty when it can, else why not, e.g. "process_vm_readv: Operation not
-// permitted (Yama ptrace_scope is 1)".
+// Whether this process can read and write process `pid`'s word at `remote` and finds `expected`
+// there (which tells that `pid` really is the peer, not another process of the same number in
+// another PID namespace); it writes back the same value. Empty when it can, else why not, e.g.
+// "process_vm_readv: Operation not permitted (Yama ptrace_scope is 1)".
 std::string probeCrossMemory(int pid, uint64_t remote, uint64_t expected);
 
 }  // namespace ringcomm::shm

@@ -117,10 +117,11 @@ size_t slotBytesFor(size_t configured, int localSize, int cores);
 
 // The all-reduce size from which the direct schedule reads peers' buffers directly
 // (src/algorithms/direct_single_copy.cc) when RINGCOMM_SHM_CMA_MIN_BYTES is not set. Measured on
-// the 2-core VM, staged against single copy, back to back (bench/RESULTS.md, issue 14): at 2 ranks
-// single copy is slower at 2 MiB (350-440 us against 300-325), even at 4 MiB and 2.3x faster at
-// 8 MiB; at 16 ranks slower at 4 MiB (23.4 ms against 15.5-18.7: three synchronisations of every
-// rank per call) and 1.4-1.7x faster at 8 MiB; at 4 and 8 ranks 1.2x and 2x faster at 16 MiB.
+// the 2-core VM, staged against single copy, back to back, a busy machine (bench/RESULTS.md, issue
+// 14): at 16 ranks single copy is slower at 4 MiB (22.3-25.0 ms against 14.7-22.8: three
+// synchronisations of every rank per call) and 1.6-2.2x faster at 8 MiB (34.9-39.0 ms against
+// 56.9-85.5); at 4 ranks 1.2-1.7x faster from 4 MiB, slower at 2 MiB; at 2 ranks mixed at 4 MiB,
+// 2-4x faster at 8 MiB.
 constexpr size_t kSingleCopyMinBytes = 8 << 20;
 
 // Halves the configured slot and ring sizes (down to kSmallestSlotBytes) until localSize segments
