@@ -46,13 +46,22 @@ namespace ringcomm::algorithms {
 namespace {
 
 // How much of one peer's slice a rank reads per system call. Each call pins the peer's pages and
-// costs a few microseconds, so larger chunks cost less per byte; the landing buffers, one chunk per
-// peer, then outgrow the L2 cache, which matters less. Measured on the 2-core VM (bench/RESULTS.md,
-// issue 14), 16 ranks at 8 MiB: 0.29, 0.34, 0.47, 0.80 and 0.65 GB/s busbw with 8, 16, 64, 256 and
-// 1024 KiB; 4 ranks at 32 MiB: 1.6, 1.7-2.0, 1.8-2.2, 2.0 and 1.4 GB/s with 16, 64, 256, 1024 and
-// 4096 KiB (a busy machine: the order held, the values moved).
-constexpr size_t kChunkBytes = 256 * 1024;
+// costs a few microseconds, so larger chunks cost less per byte; but the landing buffers, one
+// chunk per peer, and the reduced chunk that is then written to every peer should stay in the
+// cache. Measured on the 2-core VM (bench/RESULTS.md, issue 14), busbw: 4 ranks at 64 MiB 4.4-4.7,
+// 4.7-5.0, 4.6 and 4.2-4.3 GB/s with 128, 256, 512 and 1024 KiB; 16 ranks at 8 MiB 0.89-0.91,
+// 0.84, 0.71-0.79 and 0.63-0.68 GB/s with 64, 128, 256 and 512 KiB; 8 ranks at 16 MiB even from
+// 64 to 256 KiB. So about 1 MiB of landing buffers in all, within these bounds:
+constexpr size_t kLandingBytes = 1 << 20;
+constexpr size_t kSmallestChunkBytes = 64 * 1024;
+constexpr size_t kLargestChunkBytes = 256 * 1024;
 constexpr size_t kLandingAlignment = 4096;
+
+size_t chunkBytesFor(int size) {
+  const size_t chunk = kLandingBytes / static_cast<size_t>(std::max(1, size - 1));
+  return std::clamp(chunk, kSmallestChunkBytes, kLargestChunkBytes) / kLandingAlignment *
+         kLandingAlignment;
+}
 
 }  // namespace
 
@@ -96,7 +105,7 @@ void DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
     descriptors[peer] = &segments_.counters(peer).descriptor[round % shm::kDirectSlots];
   }
 
-  const size_t chunkBytes = kChunkBytes;
+  const size_t chunkBytes = chunkBytesFor(size_);
   if (!peerChunks_) {
     const size_t bytes = chunkBytes * static_cast<size_t>(size_ - 1);  // a multiple of the page
     peerChunks_.reset(static_cast<uint8_t*>(std::aligned_alloc(kLandingAlignment, bytes)));
