@@ -153,8 +153,36 @@ def _transports() -> dict:
         shm.update(available=False, error=str(error))
     return {
         "shm": shm,
+        "cross_memory": _try(_cross_memory),
         "tcp": {"available": True},
         "interfaces": _try(_interfaces),
+    }
+
+
+def _cross_memory() -> dict:
+    """Whether this process may read another of its user's processes' memory (process_vm_readv),
+    as the direct schedule's single-copy path does (RINGCOMM_SHM_CMA): tried on the parent at
+    address 0, which fails with EFAULT where reading is allowed and EPERM where Yama's
+    ptrace_scope or a seccomp profile forbids it. Ranks probe each other again at setup."""
+    import ctypes
+    import errno
+
+    scope = None
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as file:
+            scope = int(file.read().strip())
+    except (OSError, ValueError):
+        pass
+    libc = ctypes.CDLL(None, use_errno=True)
+    iovec = ctypes.c_void_p * 2  # (base, length)
+    buffer = ctypes.create_string_buffer(8)
+    local, remote = iovec(ctypes.addressof(buffer), 8), iovec(0, 8)
+    got = libc.process_vm_readv(os.getppid(), ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    code = ctypes.get_errno() if got < 0 else 0
+    return {
+        "allowed": code in (0, errno.EFAULT),
+        "error": None if code in (0, errno.EFAULT) else os.strerror(code),
+        "yama_ptrace_scope": scope,
     }
 
 
@@ -353,7 +381,16 @@ def _sections(report: dict) -> list:
             if shm.get("available")
             else f"unavailable ({shm.get('error')})"
         )
-        sections.append(("transports", [("shm", shm_text), ("tcp", "yes")]))
+        cross = transports.get("cross_memory", {})
+        cross_text = (
+            "yes (large direct all-reduces reach into peers' buffers: one copy)"
+            if cross.get("allowed")
+            else f"no ({cross.get('error')}; Yama ptrace_scope {cross.get('yama_ptrace_scope')}):"
+            " direct all-reduces stage every size"
+        )
+        sections.append(
+            ("transports", [("shm", shm_text), ("cross-memory attach", cross_text), ("tcp", "yes")])
+        )
         interfaces = transports["interfaces"]
         if isinstance(interfaces, list):
             rows = [

@@ -14,15 +14,28 @@ LARGE_COUNT = {1: 786_433, 2: 786_433, 3: 786_433, 4: 786_433, 5: 262_147, 8: 26
 CASES = [(1, "auto")] + [
     (size, transport) for size in (2, 3, 4, 5, 8) for transport in ("shm", "tcp")
 ]
+# The direct schedule's single-copy path (cross-memory attach) from 1000 bytes on: the 1009-element
+# cases of every dtype and op and the large ones take it, the smaller ones stay staged. At 3 and 5
+# ranks it runs; at 8 one rank turns it off, and every rank must then stage (the same decision
+# everywhere). 2 and 4 ranks keep the default threshold.
+SINGLE_COPY_FROM = {"RINGCOMM_SHM_CMA_MIN_BYTES": "1000"}
+SINGLE_COPY = {3: "on", 5: "on", 8: "off on rank 7"}
+SINGLE_COPY_LOG = {"RINGCOMM_DEBUG": "INFO", "RINGCOMM_DEBUG_SUBSYS": "TRANSPORT"}
 
 
 @pytest.mark.parametrize("size,transport", CASES, ids=[f"{s}ranks-{t}" for s, t in CASES])
 def test_collectives_match_numpy_and_agree_across_ranks(size, transport):
+    env = {"RINGCOMM_TRANSPORT": transport}
+    single_copy = SINGLE_COPY.get(size) if transport == "shm" else None
+    if single_copy:
+        env.update(SINGLE_COPY_FROM, **SINGLE_COPY_LOG)
+    turned_off = {size - 1: {"RINGCOMM_SHM_CMA": "0"}} if single_copy == "off on rank 7" else None
     outcomes = run_job(
         size,
         "collectives.py",
         [str(LARGE_COUNT[size])],
-        env={"RINGCOMM_TRANSPORT": transport},
+        env=env,
+        per_rank_env=turned_off,
         deadline=280,
     )
     assert_all_succeeded(outcomes)
@@ -30,6 +43,12 @@ def test_collectives_match_numpy_and_agree_across_ranks(size, transport):
         assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"][:20])
     if transport == "shm" and size > 1:
         assert "direct" in outcomes[0].result["algorithms"]
+    if single_copy == "on":
+        assert "of 1000 B and more read and write peers' buffers" in outcomes[0].stderr
+    elif single_copy:
+        assert f"cross-memory attach unavailable (RINGCOMM_SHM_CMA=0 on rank {size - 1})" in (
+            outcomes[0].stderr
+        ), outcomes[0].stderr[-2000:]
     reference = outcomes[0].result["digests"]
     for outcome in outcomes[1:]:
         for name, value in outcome.result["digests"].items():

@@ -6,6 +6,16 @@ from harness import run_job
 TIMEOUT = 5.0  # RINGCOMM_TIMEOUT for these jobs
 # Time allowed beyond the timeout: detection runs every 100 ms, plus process start-up on 2 cores.
 SLACK = 10.0
+# The workers' 4 MiB all-reduces through shared memory take the direct schedule's single-copy
+# path (cross-memory attach) with this; without it, the default threshold decides.
+SINGLE_COPY = {"RINGCOMM_SHM_CMA": "1", "RINGCOMM_SHM_CMA_MIN_BYTES": str(1 << 20)}
+
+
+def transport_env(transport: str, single_copy: bool = True) -> dict:
+    env = {"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport}
+    if transport == "shm" and single_copy:
+        env.update(SINGLE_COPY)
+    return env
 
 
 def survivors(outcomes, victim):
@@ -24,7 +34,7 @@ def test_killed_rank_is_named_by_every_survivor(size, transport):
         "failures.py",
         ["kill", str(victim)],
         deadline=60,
-        env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport},
+        env=transport_env(transport, single_copy=size == 4),  # 2 ranks: the staged path
     )
     for result in survivors(outcomes, victim):
         assert result["error"] in ("TransportError", "TimeoutError"), result
@@ -41,11 +51,7 @@ def test_stalled_rank_is_named_within_the_timeout(transport):
         "failures.py",
         ["stall", str(victim)],
         deadline=60,
-        env={
-            "RINGCOMM_TIMEOUT": str(TIMEOUT),
-            "RINGCOMM_TRANSPORT": transport,
-            "RINGCOMM_STALL_WARNING": "1",
-        },
+        env={**transport_env(transport), "RINGCOMM_STALL_WARNING": "1"},
     )
     for result in survivors(outcomes, victim):
         assert result["error"] in ("TimeoutError", "TransportError"), result
@@ -76,7 +82,7 @@ def test_mismatched_sizes_raise_instead_of_hanging(transport):
         "failures.py",
         ["mismatch", "1"],
         deadline=60,
-        env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport},
+        env=transport_env(transport),
     )
     results = [o.result for o in outcomes]
     assert all(o.returncode == 0 and o.result for o in outcomes), [o.describe() for o in outcomes]
@@ -94,7 +100,7 @@ def test_disagreeing_root_or_type_is_named(transport, mode, words):
         "failures.py",
         [mode, "2"],
         deadline=60,
-        env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport},
+        env=transport_env(transport),
     )
     assert all(o.returncode == 0 and o.result for o in outcomes), [o.describe() for o in outcomes]
     results = [o.result for o in outcomes]

@@ -26,6 +26,7 @@ SOURCES = [
     "src/auth/handshake.cc",
     "src/engine/negotiation.cc",
     "src/transport/shm/segment.cc",
+    "src/transport/shm/cross_memory.cc",
 ]
 FLAGS = ["-std=c++17", "-g", "-O1", "-fsanitize=fuzzer,address,undefined"]
 

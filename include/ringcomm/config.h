@@ -32,6 +32,13 @@ struct RINGCOMM_API ConfigVariable {
   std::string error;   // why the environment's text was refused (fromEnvironment() throws); or ""
 };
 
+// RINGCOMM_SHM_CMA: whether the direct schedule may read local peers' buffers directly.
+enum class CrossMemory : uint8_t {
+  Auto,  // when every local rank can (probed at setup); else staged, saying why at INFO
+  Off,   // never: always stage through the shared-memory slots
+  On,    // always from the threshold on; setup fails if a local rank cannot
+};
+
 struct RINGCOMM_API Config {
   // Default deadline of every collective and of rendezvous (RINGCOMM_TIMEOUT, seconds).
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
@@ -68,6 +75,12 @@ struct RINGCOMM_API Config {
   // busbw at 2 ranks and 5.5 at 4, against 9.2 and 4.3 for 2 x 1 MiB and less for 8 x 256 KiB.
   // 0 (the default): that, or 4 times that when local ranks outnumber the cores (shm::slotBytesFor).
   size_t shmSlotBytes = 0;
+  // RINGCOMM_SHM_CMA=auto|0|1 (CrossMemory): all-reduces of at least RINGCOMM_SHM_CMA_MIN_BYTES
+  // on one host read each peer's input and output with process_vm_readv (one copy) instead of
+  // staging them through the slots (src/algorithms/direct_single_copy.cc). 0 (the default): 8 MiB,
+  // measured on the 2-core VM (shm::kSingleCopyMinBytes). The lowest local rank's value counts.
+  CrossMemory shmCrossMemory = CrossMemory::Auto;
+  size_t shmCrossMemoryMinBytes = 0;
   // RINGCOMM_SHM_RING_BYTES: capacity of each point-to-point shared-memory ring.
   size_t shmRingBytes = 1024 * 1024;
   // RINGCOMM_SOCKET_BUFFER_BYTES: SO_SNDBUF/SO_RCVBUF of TCP connections.

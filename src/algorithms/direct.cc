@@ -66,44 +66,55 @@ void DirectGroup::publish(Phase phase, uint64_t value) {
   segments_.ringDoorbellsOfWaiters();
 }
 
+const char* DirectGroup::waitLabel(Phase phase) {
+  return phase == Phase::Posted    ? "peers staged"
+         : phase == Phase::Reduced ? "peers reduced their slices"
+                                   : "peers done with the slot";
+}
+
 void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
-  auto reached = [&](int peer) {
-    return counterOf(segments_.counters(peer), phase).load(std::memory_order_acquire) >= value;
-  };
+  trace::Span span(trace::Phase::Wait, waitLabel(phase));
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer != rank_) awaitPeer(peer, phase, value, op);
+  }
+}
+
+void DirectGroup::waitFor(int peer, Phase phase, uint64_t value, const Operation& op) {
+  if (counterOf(segments_.counters(peer), phase).load(std::memory_order_acquire) >= value) return;
+  trace::Span span(trace::Phase::Wait, waitLabel(phase));
+  awaitPeer(peer, phase, value, op);
+}
+
+void DirectGroup::awaitPeer(int peer, Phase phase, uint64_t value, const Operation& op) {
+  const std::atomic<uint64_t>& counter = counterOf(segments_.counters(peer), phase);
   SpinBudget spin = waitPolicy_.budget();
   auto lastHealthCheck = Clock::now();
-  trace::Span span(trace::Phase::Wait, phase == Phase::Posted    ? "peers staged"
-                                       : phase == Phase::Reduced ? "peers reduced their slices"
-                                                                 : "peers done with the slot");
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    while (true) {
-      uint32_t doorbell = segments_.doorbellSnapshot();
-      if (reached(peer)) break;
-      if (spin.spinAgain()) continue;
-      op.noteWaitingFor(peer);
-      if (op.expired()) {
-        const char* what = phase == Phase::Posted    ? "to stage its input"
-                           : phase == Phase::Reduced ? "to publish its reduced slice"
-                                                     : "to finish reading the previous round";
-        raisePeerFailure<TimeoutError>(op, peer,
-                                       "timed out waiting for rank " + std::to_string(peer) + " " +
-                                           what + " (shared-memory direct schedule)");
-      }
-      segments_.sleepWaitingOn(peer, counterOf(segments_.counters(peer), phase), value, doorbell,
-                               std::chrono::duration_cast<std::chrono::microseconds>(
-                                   std::min(op.remaining(), kHealthCheckInterval)));
-      if (Clock::now() - lastHealthCheck >= kHealthCheckInterval) {
-        std::string failure = segments_.peerFailure(peer);
-        if (!failure.empty()) raisePeerFailure<TransportError>(op, peer, failure);
-        lastHealthCheck = Clock::now();
-      }
+  while (true) {
+    uint32_t doorbell = segments_.doorbellSnapshot();
+    if (counter.load(std::memory_order_acquire) >= value) break;
+    if (spin.spinAgain()) continue;
+    op.noteWaitingFor(peer);
+    if (op.expired()) {
+      const char* what = phase == Phase::Posted    ? "to stage its input"
+                         : phase == Phase::Reduced ? "to publish its reduced slice"
+                                                   : "to finish reading the previous round";
+      raisePeerFailure<TimeoutError>(op, peer,
+                                     "timed out waiting for rank " + std::to_string(peer) + " " +
+                                         what + " (shared-memory direct schedule)");
+    }
+    segments_.sleepWaitingOn(peer, counter, value, doorbell,
+                             std::chrono::duration_cast<std::chrono::microseconds>(
+                                 std::min(op.remaining(), kHealthCheckInterval)));
+    if (Clock::now() - lastHealthCheck >= kHealthCheckInterval) {
+      std::string failure = segments_.peerFailure(peer);
+      if (!failure.empty()) raisePeerFailure<TransportError>(op, peer, failure);
+      lastHealthCheck = Clock::now();
     }
   }
 }
 
 void DirectGroup::stage(uint64_t round, const MessageTag& tag, size_t bytes, size_t total,
-                        const Operation& op) {
+                        const Operation& op, const void* input, const void* output) {
   // The slot of this round was last used kDirectSlots rounds ago: wait until everyone read it.
   if (round >= shm::kDirectSlots) waitForAll(Phase::Done, round - shm::kDirectSlots + 1, op);
   shm::SlotDescriptor& descriptor = segments_.counters(rank_).descriptor[round % shm::kDirectSlots];
@@ -111,6 +122,8 @@ void DirectGroup::stage(uint64_t round, const MessageTag& tag, size_t bytes, siz
   descriptor.bytes.store(bytes, std::memory_order_relaxed);
   descriptor.total.store(total, std::memory_order_relaxed);
   descriptor.signature.store(tag.signature, std::memory_order_relaxed);
+  descriptor.input.store(reinterpret_cast<uintptr_t>(input), std::memory_order_relaxed);
+  descriptor.output.store(reinterpret_cast<uintptr_t>(output), std::memory_order_relaxed);
 }
 
 void DirectGroup::checkDescriptors(uint64_t round, const MessageTag& tag, size_t bytes,
@@ -144,6 +157,10 @@ void DirectGroup::checkDescriptors(uint64_t round, const MessageTag& tag, size_t
 void DirectGroup::allreduce(const Operation& op, const MessageTag& tag, const void* input, void* output,
                             size_t count, DataType type, ReduceOp reduceOp) {
   const size_t element = elementSize(type);
+  if (count * element >= segments_.singleCopyMinBytes()) {
+    allreduceSingleCopy(op, tag, input, output, count, type, reduceOp);
+    return;
+  }
   const size_t roundCount = std::max<size_t>(1, segments_.slotBytes() / element);
   const uint8_t* in = static_cast<const uint8_t*>(input);
   uint8_t* out = static_cast<uint8_t*>(output);

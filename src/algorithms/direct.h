@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 
 #include "common/deadline.h"
 #include "common/tags.h"
@@ -30,19 +32,38 @@ class DirectGroup {
   enum class Phase { Posted, Reduced, Done };
   // A rank's progress counter for `phase`.
   static std::atomic<uint64_t>& counterOf(shm::DirectCounters& counters, Phase phase);
-  // Waits until every peer's counter for `phase` reaches `value`.
+  static const char* waitLabel(Phase phase);  // for the trace
+  // Waits until `peer`'s (every peer's) counter for `phase` reaches `value`.
+  void waitFor(int peer, Phase phase, uint64_t value, const Operation& op);
   void waitForAll(Phase phase, uint64_t value, const Operation& op);
+  void awaitPeer(int peer, Phase phase, uint64_t value, const Operation& op);  // untraced
   void publish(Phase phase, uint64_t value);
+  // Describes this rank's part of `round` for the peers (checkDescriptors); `input` and `output`
+  // are the caller's buffers on the single-copy path, null on the staged one.
   void stage(uint64_t round, const MessageTag& tag, size_t bytes, size_t total,
-             const Operation& op);
+             const Operation& op, const void* input = nullptr, const void* output = nullptr);
   void checkDescriptors(uint64_t round, const MessageTag& tag, size_t bytes, size_t total,
                         const Operation& op);
+
+  // The all-reduce that reads peers' buffers with cross-memory attach (direct_single_copy.cc).
+  void allreduceSingleCopy(const Operation& op, const MessageTag& tag, const void* input,
+                           void* output, size_t count, DataType type, ReduceOp reduceOp);
+  // Reads `bytes` at `remote` in local peer `peer`'s process into `local`, or writes them there;
+  // raises naming the peer.
+  void accessPeer(int peer, bool write, uint64_t remote, void* local, size_t bytes,
+                  const Operation& op);
+
+  struct FreeAligned {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
 
   const shm::Segments& segments_;
   int rank_;
   int size_;
   WaitPolicy& waitPolicy_;
   uint64_t round_ = 0;  // rounds ever run on this communicator; the slot is round % 2
+  // The single-copy path's landing area for peers' chunks, allocated on its first use.
+  std::unique_ptr<uint8_t, FreeAligned> peerChunks_;
 };
 
 }  // namespace ringcomm::algorithms

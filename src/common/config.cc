@@ -70,6 +70,14 @@ std::string defaultTuningDirectory() {
   return "";  // nowhere to look
 }
 
+CrossMemory parseCrossMemory(const char* text) {
+  const std::string value = text;
+  if (value == "auto") return CrossMemory::Auto;
+  if (value == "0") return CrossMemory::Off;
+  if (value == "1") return CrossMemory::On;
+  throw InvalidArgument("RINGCOMM_SHM_CMA must be auto, 0 or 1; got '" + value + "'");
+}
+
 }  // namespace
 
 std::chrono::milliseconds timeoutFromSeconds(double seconds, const std::string& what,
@@ -125,6 +133,11 @@ Config Config::fromEnvironment() {
   }
   if (const char* v = variable("RINGCOMM_SHM_RING_BYTES")) {
     config.shmRingBytes = static_cast<size_t>(parseNumber("RINGCOMM_SHM_RING_BYTES", v));
+  }
+  if (const char* v = variable("RINGCOMM_SHM_CMA")) config.shmCrossMemory = parseCrossMemory(v);
+  if (const char* v = variable("RINGCOMM_SHM_CMA_MIN_BYTES")) {
+    config.shmCrossMemoryMinBytes =
+        static_cast<size_t>(parseNumber("RINGCOMM_SHM_CMA_MIN_BYTES", v));
   }
   if (const char* v = variable("RINGCOMM_SOCKET_BUFFER_BYTES")) {
     config.socketBufferBytes = static_cast<int>(parseNumber("RINGCOMM_SOCKET_BUFFER_BYTES", v));
@@ -219,6 +232,17 @@ const std::vector<Described>& describedVariables() {
       {"RINGCOMM_SHM_SLOT_BYTES", nullptr,
        [](const Config& c) { return c.shmSlotBytes == 0 ? std::string("auto") : number(c.shmSlotBytes); }},
       {"RINGCOMM_SHM_RING_BYTES", nullptr, [](const Config& c) { return number(c.shmRingBytes); }},
+      {"RINGCOMM_SHM_CMA", nullptr,
+       [](const Config& c) {
+         return std::string(c.shmCrossMemory == CrossMemory::Auto  ? "auto"
+                            : c.shmCrossMemory == CrossMemory::Off ? "0"
+                                                                   : "1");
+       }},
+      {"RINGCOMM_SHM_CMA_MIN_BYTES", nullptr,
+       [](const Config& c) {
+         return c.shmCrossMemoryMinBytes == 0 ? std::string("auto")
+                                              : number(c.shmCrossMemoryMinBytes);
+       }},
       {"RINGCOMM_SOCKET_BUFFER_BYTES", nullptr,
        [](const Config& c) { return number(c.socketBufferBytes); }},
       {"RINGCOMM_LINK_TIMEOUT", nullptr, [](const Config& c) { return seconds(c.linkTimeout); }},

@@ -156,8 +156,37 @@ bool setUpSharedMemory(Store& store, int rank, Links& links, const bootstrap::Re
       }
     }
     links.segments->attachPeers();
+    // Every peer's segment is mapped, so its header (pid, token) can be read: probe before
+    // saying "attached", and that synchronisation is the one the decision needs.
+    const std::string cannot = links.segments->probeCrossMemory(
+        config.shmCrossMemory != CrossMemory::Off,
+        config.shmCrossMemoryMinBytes != 0 ? config.shmCrossMemoryMinBytes
+                                           : shm::kSingleCopyMinBytes);
+    if (!cannot.empty() && config.shmCrossMemory != CrossMemory::Off) {
+      RINGCOMM_LOG(LogLevel::Info, kLogTransport, "%s", cannot.c_str());
+    }
     store.set("shm/attached/" + std::to_string(rank), Bytes{1});
     waitWatchingLocalRanks(store, phaseKeys("attached", local), rank, local, rendezvous, op);
+    const std::string staged = links.segments->settleCrossMemory();
+    if (!staged.empty() && config.shmCrossMemory == CrossMemory::On) {
+      throw Error("ringcomm: RINGCOMM_SHM_CMA=1, but the direct schedule cannot read local peers' "
+                  "memory: " + (cannot.empty() ? staged : cannot) +
+                  ". Allow it (Yama: sysctl kernel.yama.ptrace_scope=0; Docker: --cap-add "
+                  "SYS_PTRACE) or set RINGCOMM_SHM_CMA=auto");
+    }
+    if (speaks && local.size() > 1) {
+      if (staged.empty()) {
+        RINGCOMM_LOG(LogLevel::Info, kLogTransport,
+                     "direct all-reduces of %zu B and more read and write peers' buffers "
+                     "directly (cross-memory attach, one copy)",
+                     links.segments->singleCopyMinBytes());
+      } else {
+        RINGCOMM_LOG(LogLevel::Info, kLogTransport,
+                     "cross-memory attach unavailable (%s): direct all-reduces stage every size "
+                     "through shared memory",
+                     staged.c_str());
+      }
+    }
   } catch (...) {
     // A rank that died here cannot unlink its segment: the others do, so nothing is left behind.
     if (links.segments) links.segments->unlinkAll();

@@ -16,12 +16,14 @@
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "ringcomm/errors.h"
+#include "transport/shm/cross_memory.h"
 
 namespace ringcomm::shm {
 namespace {
@@ -156,6 +158,9 @@ void Segments::createOwn() {
   // The file is zero-filled; placement-new documents that the atomics start life here.
   auto* header = new (base) SegmentHeader();
   header->pid = static_cast<int32_t>(getpid());
+  header->token = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}() ^
+                  static_cast<uint64_t>(header->pid);
+  header->tokenAddress = reinterpret_cast<uintptr_t>(&header->token);
   new (bases_[localRank_] + directOffset()) DirectCounters();
   for (int sender = 0; sender < localSize(); ++sender) {
     new (ring(localRank_, sender).header) RingHeader();
@@ -274,6 +279,44 @@ void Segments::sleepWaitingOn(int peer, const std::atomic<uint64_t>& counter, ui
   }
   own.sleepers.fetch_sub(1, std::memory_order_acq_rel);
   own.waitingOn.store(kWaitingOnAnyone, std::memory_order_relaxed);
+}
+
+std::string Segments::probeCrossMemory(bool wanted, size_t minBytes) {
+  SegmentHeader& own = header(localRank_);
+  own.singleCopyMinBytes = minBytes;
+  std::string why;
+  if (!wanted) {
+    why = "RINGCOMM_SHM_CMA=0";
+  } else {
+    for (int local = 0; local < localSize() && why.empty(); ++local) {
+      if (local == localRank_) continue;
+      const SegmentHeader& peer = header(local);
+      const std::string failed = shm::probeCrossMemory(peer.pid, peer.tokenAddress, peer.token);
+      if (!failed.empty()) {
+        why = "rank " + std::to_string(localRanks_[localRank_]) + " cannot read rank " +
+              std::to_string(localRanks_[local]) + "'s memory: " + failed;
+      }
+    }
+  }
+  const CrossMemoryState state = !wanted        ? CrossMemoryState::Disabled
+                                 : why.empty()  ? CrossMemoryState::Usable
+                                                : CrossMemoryState::Refused;
+  own.crossMemory.store(static_cast<uint32_t>(state), std::memory_order_release);
+  return why;
+}
+
+std::string Segments::settleCrossMemory() {
+  singleCopyMinBytes_ = SIZE_MAX;
+  for (int local = 0; local < localSize(); ++local) {
+    const auto state =
+        static_cast<CrossMemoryState>(header(local).crossMemory.load(std::memory_order_acquire));
+    if (state == CrossMemoryState::Usable) continue;
+    const std::string rank = std::to_string(localRanks_[local]);
+    return state == CrossMemoryState::Disabled ? "RINGCOMM_SHM_CMA=0 on rank " + rank
+                                               : "rank " + rank + " cannot read its peers' memory";
+  }
+  singleCopyMinBytes_ = header(0).singleCopyMinBytes;
+  return {};
 }
 
 std::string Segments::peerFailure(int local) const {

@@ -2,7 +2,8 @@
 //
 // Each rank creates one segment (shm_open + mmap) and maps every local peer's. A segment holds:
 //   - a header: the rank's doorbell (a futex word peers bump when they change something this rank
-//     may be waiting for), its pid (so peers can tell it died) and its abort flag and reason;
+//     may be waiting for), its pid (so peers can tell it died), its abort flag and reason, and
+//     what peers need to read its memory directly (cross_memory.h);
 //   - the staging area of the direct schedule: progress counters and two slots of input + result;
 //   - one incoming ring per local peer, for point-to-point traffic (the sender writes `head`, this
 //     rank reads and advances `tail`).
@@ -46,7 +47,18 @@ struct alignas(kCacheLine) SegmentHeader {
   alignas(kCacheLine) std::atomic<uint32_t> aborted{0};
   int32_t pid = 0;
   char abortReason[240] = {};
+  // Cross-memory attach, written once at setup. `token` is a random word and `tokenAddress` its
+  // address in the owner's process: a peer that reads that address through the owner's pid and
+  // finds the token knows the pid reaches this rank (probeCrossMemory()).
+  uint64_t token = 0;
+  uint64_t tokenAddress = 0;
+  // What this rank found when it probed every peer (CrossMemoryState), and, on the lowest local
+  // rank, the all-reduce size from which the direct schedule reads peers' buffers directly.
+  std::atomic<uint32_t> crossMemory{0};
+  uint64_t singleCopyMinBytes = 0;
 };
+
+enum class CrossMemoryState : uint32_t { Unknown, Usable, Disabled, Refused };
 
 // What a rank is staging in a slot of the direct schedule; peers compare it with their own, so
 // that ranks calling different collectives get a MismatchError instead of wrong numbers.
@@ -56,6 +68,10 @@ struct alignas(kCacheLine) SlotDescriptor {
   std::atomic<uint64_t> total{0};  // of the whole collective: ranks whose sizes differ in the
                                    // last round only are caught in the first
   std::atomic<uint32_t> signature{0};  // see MessageTag
+  // The single-copy path: the addresses of the caller's input and output in this rank's process,
+  // which peers read with process_vm_readv. 0 on the staged path.
+  std::atomic<uint64_t> input{0};
+  std::atomic<uint64_t> output{0};
 };
 
 struct DirectCounters {
@@ -98,6 +114,15 @@ constexpr size_t kDefaultSlotBytes = 512 * 1024;
 // 512 KiB slots, 1.00-1.19x with 2 MiB; 4 ranks quiet, 32 MiB: 1.95 against 2.8-2.9 GB/s busbw.
 constexpr size_t kCrowdedSlotBytes = 4 * kDefaultSlotBytes;
 size_t slotBytesFor(size_t configured, int localSize, int cores);
+
+// The all-reduce size from which the direct schedule reads peers' buffers directly
+// (src/algorithms/direct_single_copy.cc) when RINGCOMM_SHM_CMA_MIN_BYTES is not set. Measured on
+// the 2-core VM, staged against single copy, back to back, a busy machine (bench/RESULTS.md, issue
+// 14): at 16 ranks single copy is slower at 4 MiB (22.3-25.0 ms against 14.7-22.8: three
+// synchronisations of every rank per call) and 1.6-2.2x faster at 8 MiB (34.9-39.0 ms against
+// 56.9-85.5); at 4 ranks 1.2-1.7x faster from 4 MiB, slower at 2 MiB; at 2 ranks mixed at 4 MiB,
+// 2-4x faster at 8 MiB.
+constexpr size_t kSingleCopyMinBytes = 8 << 20;
 
 // Halves the configured slot and ring sizes (down to kSmallestSlotBytes) until localSize segments
 // fit in the free space of /dev/shm.
@@ -146,6 +171,19 @@ class Segments {
   void sleepWaitingOn(int peer, const std::atomic<uint64_t>& counter, uint64_t value,
                       uint32_t seen, std::chrono::microseconds maxWait) const;
 
+  // Cross-memory attach, settled at setup in two steps with a synchronisation between them.
+  // probeCrossMemory(), after attachPeers(): this rank tries to read every peer's token and
+  // publishes what it found (and, on the lowest local rank, `minBytes`). Returns why it cannot,
+  // or "" when it can (or is not `wanted` to). settleCrossMemory(), once every local rank has
+  // probed: every rank reads the same headers, so every rank takes the same decision: single
+  // copy when all of them can, from the lowest local rank's threshold. Returns why not, or "".
+  std::string probeCrossMemory(bool wanted, size_t minBytes);
+  std::string settleCrossMemory();
+  // The all-reduce bytes from which the direct schedule reads peers' buffers directly; SIZE_MAX
+  // when it never does.
+  size_t singleCopyMinBytes() const { return singleCopyMinBytes_; }
+  int pidOf(int local) const { return header(local).pid; }
+
   // Empty if local peer `local` is alive and has not aborted; else a description.
   std::string peerFailure(int local) const;
   void markAborted(const std::string& reason);
@@ -164,6 +202,7 @@ class Segments {
   size_t ringBytes_;
   std::vector<uint8_t*> bases_;
   bool unlinked_ = false;
+  size_t singleCopyMinBytes_ = SIZE_MAX;
 };
 
 }  // namespace ringcomm::shm

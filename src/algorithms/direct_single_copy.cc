@@ -1,0 +1,144 @@
+// The direct schedule's single-copy all-reduce: ranks read and write each other's buffers directly
+// (cross-memory attach, src/transport/shm/cross_memory.h) instead of staging them in shared memory.
+//
+// The staged schedule (direct.cc) is bound by memory bandwidth on a busy host: per rank it copies
+// its input into its slot, reads p slices to reduce its own, writes the result twice (output and
+// slot) and copies the p-1 other slices out, about five passes over the vector. Here, in one round
+// of the same counters and descriptors:
+//
+//   posted   each rank describes its collective in its slot descriptor, with the addresses of its
+//            input and output; peers check the descriptors as the staged path does, so ranks that
+//            disagree get a MismatchError before a byte moves.
+//   reduce   rank r owns slice r (plan::blockOf). Chunk by chunk it reads slice r's chunk of every
+//            peer's input into a landing buffer per peer and reduces its own input's chunk and
+//            those, in rank order, into slice r of its output. Only rank r computes slice r, so
+//            one order fixes the bits on every rank.
+//   push     while the reduced chunk is still in the cache, rank r writes it into every peer's
+//            output (process_vm_writev): the all-gather costs no second read of the result from
+//            memory, and no synchronisation of its own.
+//   done     published. Before returning, a rank waits until every peer is done: peers read its
+//            input and write its output, and the caller may reuse both as soon as it returns.
+//
+// In place (input == output) is safe: rank r overwrites chunk c of slice r in peer q's buffer only
+// after reading it itself, and no one else reads slice r of q's input (q reads only slice q).
+//
+// Per rank this moves the input once (S), the own slice once (S/p) and the others' slices once
+// (S(p-1)/p, from the cache into the peers' memory): about 2.5S at p = 4 instead of 5S. The
+// kernel makes the copies; where it copies slowly (a hypervisor that traps each page's copy), the
+// threshold (shm::kSingleCopyMinBytes, RINGCOMM_SHM_CMA_MIN_BYTES) keeps small vectors staged.
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "algorithms/direct.h"
+#include "algorithms/plan.h"
+#include "common/failure.h"
+#include "common/trace.h"
+#include "reduce/reduce.h"
+#include "transport/shm/cross_memory.h"
+#include "transport/shm/segment.h"
+
+namespace ringcomm::algorithms {
+namespace {
+
+// How much of one peer's slice a rank reads per system call. Each call pins the peer's pages and
+// costs a few microseconds, so larger chunks cost less per byte; but the landing buffers, one
+// chunk per peer, and the reduced chunk that is then written to every peer should stay in the
+// cache. Measured on the 2-core VM (bench/RESULTS.md, issue 14), busbw: 4 ranks at 64 MiB 4.4-4.7,
+// 4.7-5.0, 4.6 and 4.2-4.3 GB/s with 128, 256, 512 and 1024 KiB; 16 ranks at 8 MiB 0.89-0.91,
+// 0.84, 0.71-0.79 and 0.63-0.68 GB/s with 64, 128, 256 and 512 KiB; 8 ranks at 16 MiB even from
+// 64 to 256 KiB. So about 1 MiB of landing buffers in all, within these bounds:
+constexpr size_t kLandingBytes = 1 << 20;
+constexpr size_t kSmallestChunkBytes = 64 * 1024;
+constexpr size_t kLargestChunkBytes = 256 * 1024;
+constexpr size_t kLandingAlignment = 4096;
+
+size_t chunkBytesFor(int size) {
+  const size_t chunk = kLandingBytes / static_cast<size_t>(std::max(1, size - 1));
+  return std::clamp(chunk, kSmallestChunkBytes, kLargestChunkBytes) / kLandingAlignment *
+         kLandingAlignment;
+}
+
+}  // namespace
+
+void DirectGroup::accessPeer(int peer, bool write, uint64_t remote, void* local, size_t bytes,
+                             const Operation& op) {
+  // A peer that failed (a timeout while this rank was slow) may have handed its output back to
+  // its caller: write nothing more into it. It marks itself aborted before its error surfaces.
+  if (write && segments_.header(peer).aborted.load(std::memory_order_acquire) != 0) {
+    raisePeerFailure<TransportError>(op, peer, segments_.peerFailure(peer));
+  }
+  const int pid = segments_.pidOf(peer);
+  const int failed = write ? shm::writeProcessMemory(pid, remote, local, bytes)
+                           : shm::readProcessMemory(pid, remote, local, bytes);
+  if (failed == 0) return;
+  // A peer that died (ESRCH) or left the collective (EFAULT: its buffer is gone) is named as the
+  // staged path names it; anything else says what the kernel said.
+  std::string failure = segments_.peerFailure(peer);
+  if (failure.empty()) {
+    failure = std::string(write ? "writing" : "reading") + " rank " + std::to_string(peer) +
+              "'s memory (" + (write ? "process_vm_writev" : "process_vm_readv") +
+              ") failed: " + std::strerror(failed);
+  }
+  raisePeerFailure<TransportError>(op, peer, failure);
+}
+
+void DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag,
+                                      const void* input, void* output, size_t count, DataType type,
+                                      ReduceOp reduceOp) {
+  const size_t element = elementSize(type);
+  const size_t total = count * element;
+  const uint64_t round = round_++;
+  const uint8_t* in = static_cast<const uint8_t*>(input);
+  uint8_t* out = static_cast<uint8_t*>(output);
+
+  stage(round, tag, total, total, op, input, output);
+  publish(Phase::Posted, round + 1);
+  waitForAll(Phase::Posted, round + 1, op);
+  checkDescriptors(round, tag, total, total, op);
+  std::vector<const shm::SlotDescriptor*> descriptors(size_);
+  for (int peer = 0; peer < size_; ++peer) {
+    descriptors[peer] = &segments_.counters(peer).descriptor[round % shm::kDirectSlots];
+  }
+
+  const size_t chunkBytes = chunkBytesFor(size_);
+  if (!peerChunks_) {
+    const size_t bytes = chunkBytes * static_cast<size_t>(size_ - 1);  // a multiple of the page
+    peerChunks_.reset(static_cast<uint8_t*>(std::aligned_alloc(kLandingAlignment, bytes)));
+    if (!peerChunks_) throw std::bad_alloc();
+  }
+
+  trace::Span span(trace::Phase::Reduce, "this rank's slice, into every peer's output");
+  const plan::Block own = plan::blockOf(count, size_, rank_);
+  const size_t chunkCount = chunkBytes / element;
+  std::vector<const void*> sources(size_);
+  for (size_t done = 0; done < own.count; done += chunkCount) {
+    const size_t n = std::min(chunkCount, own.count - done);
+    const size_t at = (own.offset + done) * element;
+    // This rank's own contribution first (it may alias the output), then the peers in rank order.
+    sources[0] = in + at;
+    for (int peer = 0, next = 1; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      uint8_t* landing = peerChunks_.get() + static_cast<size_t>(next - 1) * chunkBytes;
+      accessPeer(peer, false, descriptors[peer]->input.load(std::memory_order_relaxed) + at,
+                 landing, n * element, op);
+      sources[next++] = landing;
+    }
+    reduce::reduceMany(out + at, sources.data(), size_, n, type, reduceOp);
+    reduce::finishAverage(out + at, n, type, reduceOp, size_);
+    // Starting after this rank, so that the ranks do not all write to rank 0 first.
+    for (int step = 1; step < size_; ++step) {
+      const int peer = (rank_ + step) % size_;
+      accessPeer(peer, true, descriptors[peer]->output.load(std::memory_order_relaxed) + at,
+                 out + at, n * element, op);
+    }
+  }
+  publish(Phase::Done, round + 1);
+  waitForAll(Phase::Done, round + 1, op);
+}
+
+}  // namespace ringcomm::algorithms
