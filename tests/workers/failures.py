@@ -33,7 +33,7 @@ rank = int(os.environ.get("RINGCOMM_RANK", os.environ.get("RANK", "0")))
 timeout = float(os.environ.get("RINGCOMM_TIMEOUT", "5"))
 
 if mode == "late" and rank == victim:
-    time.sleep(timeout * 6)
+    time.sleep(timeout * 3)
     sys.exit(0)
 
 started = time.monotonic()
@@ -52,7 +52,7 @@ try:
             if mode == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             if mode == "stall":
-                time.sleep(timeout * 6)
+                time.sleep(timeout * 3)
                 sys.exit(0)
             if mode == "mismatch":
                 x = np.ones((1 << 20) + 1, np.float32)
