@@ -69,22 +69,26 @@ def test_collectives_across_two_hosts(two_hosts):
 
 
 def test_job_across_hosts_without_a_secret_is_refused_naming_the_variable(two_hosts):
+    timeout = 5.0
     procs = start_ranks(
         two_hosts,
         [str(WORKERS / "launched.py")],
-        {"RINGCOMM_TIMEOUT": "5"},
+        {"LAUNCHED_TIMEOUT": str(timeout)},
         29615,
         secret={},
     )
     for rank, proc in enumerate(procs):
         try:
-            _, err = proc.communicate(timeout=60)
+            _, err = proc.communicate(timeout=timeout + 30)
         except subprocess.TimeoutExpired:
             proc.kill()
             _, err = proc.communicate()
         assert proc.returncode != 0, rank
         if rank >= 2:  # on the other host: they cannot read rank 0's host-local secret
             assert "RINGCOMM_SECRET" in err and "another host" in err, err[-2000:]
+        else:  # the refused ranks never arrive; the store's host names one after the timeout
+            assert proc.returncode > 0, (rank, err[-2000:])
+            assert "rank 2" in err or "rank 3" in err or "store" in err, err[-2000:]
 
 
 def test_cut_link_is_reported_by_every_rank(two_hosts):
