@@ -150,3 +150,19 @@ def start_ranks_on_hosts(
             )
         )
     return procs
+
+
+def finish_ranks(procs: Sequence[subprocess.Popen], deadline: float) -> list:
+    """Waits for ranks started by start_ranks_on_hosts until `deadline` (time.monotonic()),
+    killing the late ones: (last RESULT or None, return code, stdout, stderr) per rank."""
+    finished = []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+        result = json.loads(lines[-1][len("RESULT ") :]) if lines else None
+        finished.append((result, proc.returncode, out, err))
+    return finished

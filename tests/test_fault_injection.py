@@ -27,7 +27,7 @@ import sys
 import time
 
 import pytest
-from harness import WORKERS, start_ranks_on_hosts, worker_env
+from harness import WORKERS, finish_ranks, start_ranks_on_hosts, worker_env
 
 from ringcomm.bench import netns
 
@@ -199,19 +199,8 @@ def run_across_hosts(hosts, port, count, during=None, env=None):
     )
     if during is not None:
         during()
-    results = []
-    deadline = time.monotonic() + 150
-    for proc in procs:
-        try:
-            out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-        results.append(
-            (json.loads(lines[-1][len("RESULT ") :]) if lines else None, proc.returncode, err)
-        )
-    return results
+    finished = finish_ranks(procs, time.monotonic() + 150)
+    return [(result, code, err) for result, code, _, err in finished]
 
 
 LINK_FAULTS = {

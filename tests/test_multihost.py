@@ -6,12 +6,11 @@ that reaches the store. Then the link is cut mid-run: every rank must raise, nam
 the timeout. Needs root and iproute2 (skipped otherwise).
 """
 
-import json
 import subprocess
 import time
 
 import pytest
-from harness import WORKERS, start_ranks_on_hosts
+from harness import WORKERS, finish_ranks, start_ranks_on_hosts
 
 from ringcomm.bench import netns
 
@@ -45,15 +44,9 @@ def start_ranks(hosts, worker_args, env_extra, port, secret=SECRET):
 
 def collect(procs, deadline):
     results = []
-    for proc in procs:
-        try:
-            out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-        assert lines, f"rank exited {proc.returncode} without a result\n{out}\n{err}"
-        results.append(json.loads(lines[-1][len("RESULT ") :]))
+    for result, code, out, err in finish_ranks(procs, deadline):
+        assert result is not None, f"rank exited {code} without a result\n{out}\n{err}"
+        results.append(result)
     return results
 
 

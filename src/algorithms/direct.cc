@@ -66,23 +66,13 @@ void DirectGroup::publish(Phase phase, uint64_t value) {
   segments_.ringDoorbellsOfWaiters();
 }
 
-const char* DirectGroup::waitLabel(Phase phase) {
-  return phase == Phase::Posted    ? "peers staged"
-         : phase == Phase::Reduced ? "peers reduced their slices"
-                                   : "peers done with the slot";
-}
-
 void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
-  trace::Span span(trace::Phase::Wait, waitLabel(phase));
+  trace::Span span(trace::Phase::Wait, phase == Phase::Posted    ? "peers staged"
+                                       : phase == Phase::Reduced ? "peers reduced their slices"
+                                                                 : "peers done with the slot");
   for (int peer = 0; peer < size_; ++peer) {
     if (peer != rank_) awaitPeer(peer, phase, value, op);
   }
-}
-
-void DirectGroup::waitFor(int peer, Phase phase, uint64_t value, const Operation& op) {
-  if (counterOf(segments_.counters(peer), phase).load(std::memory_order_acquire) >= value) return;
-  trace::Span span(trace::Phase::Wait, waitLabel(phase));
-  awaitPeer(peer, phase, value, op);
 }
 
 void DirectGroup::awaitPeer(int peer, Phase phase, uint64_t value, const Operation& op) {

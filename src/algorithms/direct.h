@@ -32,11 +32,9 @@ class DirectGroup {
   enum class Phase { Posted, Reduced, Done };
   // A rank's progress counter for `phase`.
   static std::atomic<uint64_t>& counterOf(shm::DirectCounters& counters, Phase phase);
-  static const char* waitLabel(Phase phase);  // for the trace
-  // Waits until `peer`'s (every peer's) counter for `phase` reaches `value`.
-  void waitFor(int peer, Phase phase, uint64_t value, const Operation& op);
+  // Waits until every peer's counter for `phase` reaches `value` (awaitPeer: one peer's).
   void waitForAll(Phase phase, uint64_t value, const Operation& op);
-  void awaitPeer(int peer, Phase phase, uint64_t value, const Operation& op);  // untraced
+  void awaitPeer(int peer, Phase phase, uint64_t value, const Operation& op);
   void publish(Phase phase, uint64_t value);
   // Describes this rank's part of `round` for the peers (checkDescriptors); `input` and `output`
   // are the caller's buffers on the single-copy path, null on the staged one.
@@ -61,7 +59,7 @@ class DirectGroup {
   int rank_;
   int size_;
   WaitPolicy& waitPolicy_;
-  uint64_t round_ = 0;  // rounds ever run on this communicator; the slot is round % 2
+  uint64_t round_ = 0;  // rounds ever run on this communicator; the slot is round % kDirectSlots
   // The single-copy path's landing area for peers' chunks, allocated on its first use.
   std::unique_ptr<uint8_t, FreeAligned> peerChunks_;
 };

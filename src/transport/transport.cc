@@ -125,11 +125,10 @@ std::string describeMismatch(int peer, const FrameHeader& incoming, const FrameH
   if (incoming.tag == expected.tag && theyAcknowledge != weAwaitAcknowledgement &&
       incoming.signature != expected.signature) {
     // Both ranks sent where one should have received: they disagree on who is the root.
-    const uint32_t ours = expected.signature;
-    const uint32_t theirs = incoming.signature;
     return who + " called " + describeTag(incoming.tag) + " with " +
-           describeSignature(theirs, incoming.variant & ~kAcknowledgementBit) +
-           ", but this rank with " + describeSignature(ours, expected.variant & ~kAcknowledgementBit) +
+           describeSignature(incoming.signature, incoming.variant & ~kAcknowledgementBit) +
+           ", but this rank with " +
+           describeSignature(expected.signature, expected.variant & ~kAcknowledgementBit) +
            (weAwaitAcknowledgement ? " and waited for its acknowledgement"
                                    : " and waited for its data") +
            " (ranks must agree on the root)";
