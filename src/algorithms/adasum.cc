@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/bytes.h"
 #include "reduce/half.h"
 #include "ringcomm/errors.h"
 
@@ -183,7 +184,7 @@ void adasumAllreduce(const Context& ctx, const void* input, void* output, size_t
   }
   const size_t element = elementSize(type);
   const size_t bytes = count * element;
-  if (input != output && bytes > 0) std::memcpy(output, input, bytes);
+  if (input != output) copyBytes(output, input, bytes);
   if (ctx.size == 1 || count == 0) return;
 
   uint8_t* out = static_cast<uint8_t*>(output);

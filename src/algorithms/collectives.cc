@@ -102,12 +102,12 @@ void reduceScatter(const Context& ctx, const ReduceScatterOptions& o) {
   uint8_t* work = ctx.scratch.get(2, total * element);
   if (total > 0) {
     trace::Span span(trace::Phase::Copy, "input to scratch");
-    std::memcpy(work, o.input, total * element);
+    copyBytes(work, o.input, total * element);
   }
   ringReduceScatter(ctx, work, equalBlocks(o.count, ctx.size), o.type, o.op);
   if (o.count > 0) {
     trace::Span span(trace::Phase::Copy, "own block to output");
-    std::memcpy(o.output, work + ctx.rank * o.count * element, o.count * element);
+    copyBytes(o.output, work + ctx.rank * o.count * element, o.count * element);
   }
 }
 
@@ -137,7 +137,7 @@ void reduce(const Context& ctx, const ReduceOptions& o) {
   uint8_t* work = ctx.scratch.get(2, bytes);
   if (bytes > 0) {
     trace::Span span(trace::Phase::Copy, "input to scratch");
-    std::memcpy(work, o.input, bytes);
+    copyBytes(work, o.input, bytes);
   }
   // Reduce-scatter around the ring, then every rank hands its finished block to the root.
   const std::vector<plan::Block> blocks = evenBlocks(o.count, ctx.size);
@@ -147,7 +147,7 @@ void reduce(const Context& ctx, const ReduceOptions& o) {
     ctx.transport.postSend(o.root, work + own.offset * element, own.count * element, ctx.tag);
   } else {
     uint8_t* out = static_cast<uint8_t*>(o.output);
-    std::memcpy(out + own.offset * element, work + own.offset * element, own.count * element);
+    copyBytes(out + own.offset * element, work + own.offset * element, own.count * element);
     for (int peer = 0; peer < ctx.size; ++peer) {
       if (peer == ctx.rank) continue;
       const plan::Block& theirs = blocks[peer];

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "algorithms/plan.h"
+#include "common/bytes.h"
 #include "common/failure.h"
 #include "common/spin.h"
 #include "common/tags.h"
@@ -169,7 +170,7 @@ void DirectGroup::allreduce(const Operation& op, const MessageTag& tag, const vo
     if (bytes <= kWholeVectorBytes) {
       {
         trace::Span span(trace::Phase::Stage, "into the shared-memory slot");
-        std::memcpy(staging, roundIn, bytes);
+        copyBytes(staging, roundIn, bytes);
       }
       publish(Phase::Posted, round + 1);
       waitForAll(Phase::Posted, round + 1, op);
@@ -187,8 +188,8 @@ void DirectGroup::allreduce(const Operation& op, const MessageTag& tag, const vo
     const size_t ownEnd = (own.offset + own.count) * element;
     {
       trace::Span span(trace::Phase::Stage, "into the shared-memory slot");
-      std::memcpy(staging, roundIn, own.offset * element);
-      std::memcpy(staging + ownEnd, roundIn + ownEnd, bytes - ownEnd);
+      copyBytes(staging, roundIn, own.offset * element);
+      copyBytes(staging + ownEnd, roundIn + ownEnd, bytes - ownEnd);
     }
     publish(Phase::Posted, round + 1);
 
@@ -205,7 +206,7 @@ void DirectGroup::allreduce(const Operation& op, const MessageTag& tag, const vo
       trace::Span span(trace::Phase::Reduce, "this rank's slice");
       reduce::reduceMany(roundOut + at, sources.data(), size_, own.count, type, reduceOp);
       reduce::finishAverage(roundOut + at, own.count, type, reduceOp, size_);
-      std::memcpy(segments_.slotResult(rank_, slot) + at, roundOut + at, own.count * element);
+      copyBytes(segments_.slotResult(rank_, slot) + at, roundOut + at, own.count * element);
     }
     publish(Phase::Reduced, round + 1);
 
@@ -214,7 +215,7 @@ void DirectGroup::allreduce(const Operation& op, const MessageTag& tag, const vo
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
       const plan::Block theirs = plan::blockOf(n, size_, peer);
-      std::memcpy(roundOut + theirs.offset * element,
+      copyBytes(roundOut + theirs.offset * element,
                   segments_.slotResult(peer, slot) + theirs.offset * element,
                   theirs.count * element);
     }

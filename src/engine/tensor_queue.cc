@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "codec/codec.h"
+#include "common/bytes.h"
 #include "common/log.h"
 #include "common/trace.h"
 #include "engine/negotiation.h"
@@ -749,7 +750,7 @@ class TensorQueueImpl : public TensorQueue {
         uint8_t* at = fusion_.data() + offset;
         const auto& local = locals[i - begin];
         if (local) {
-          if (count > 0) std::memcpy(at, local->request.input, count * elementBytes);
+          copyBytes(at, local->request.input, count * elementBytes);
         } else {
           fillJoined(at, count, first.type, first.reduceOp);
         }
@@ -766,7 +767,7 @@ class TensorQueueImpl : public TensorQueue {
       for (size_t i = begin; i < end; ++i) {
         const size_t bytes = ready[i].reference().count() * elementBytes;
         const auto& local = locals[i - begin];
-        if (local && bytes > 0) std::memcpy(local->request.output, fusion_.data() + offset, bytes);
+        if (local) copyBytes(local->request.output, fusion_.data() + offset, bytes);
         offset += bytes;
       }
       describeFusion(copy, runNumber, offset, ready, begin, end);
@@ -1020,7 +1021,7 @@ class TensorQueueImpl : public TensorQueue {
           std::vector<uint8_t> whole(std::max<size_t>(reference.count(), 1) * elementBytes);
           options.output = whole.data();
           comm_->allreduce(options)->wait();
-          if (mine > 0) std::memcpy(result.data(), whole.data() + offset, mine * elementBytes);
+          copyBytes(result.data(), whole.data() + offset, mine * elementBytes);
         }
       }
       result.resize(mine * elementBytes);

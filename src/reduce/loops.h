@@ -24,6 +24,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "common/bytes.h"
 #include "reduce/dispatch.h"
 #include "reduce/half.h"
 #include "ringcomm/types.h"
@@ -228,7 +229,7 @@ struct SoftwareHalfCodec {
 // --- reduceMany for one element type and operation. ---
 
 inline void copyUnlessSame(void* dst, const void* src, size_t bytes) {
-  if (dst != src) std::memcpy(dst, src, bytes);
+  if (dst != src) copyBytes(dst, src, bytes);
 }
 
 // Up to kMaxFusedSources source pointers for one pass over a block; the unused ones are null.

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include "common/bytes.h"
+
 namespace ringcomm::transport {
 
 ShmStream::ShmStream(const shm::Segments& segments, int peerLocal)
@@ -20,8 +22,8 @@ size_t ShmStream::writeSome(const void* data, size_t bytes) {
   if (n == 0) return 0;
   const size_t at = head % outgoing_.capacity;
   const size_t first = std::min(n, outgoing_.capacity - at);
-  std::memcpy(outgoing_.data + at, data, first);
-  std::memcpy(outgoing_.data, static_cast<const uint8_t*>(data) + first, n - first);
+  copyBytes(outgoing_.data + at, data, first);
+  copyBytes(outgoing_.data, static_cast<const uint8_t*>(data) + first, n - first);
   outgoing_.header->head.value.store(head + n, std::memory_order_release);
   segments_.ringDoorbell(peerLocal_);
   return n;
@@ -34,8 +36,8 @@ size_t ShmStream::readSome(void* data, size_t bytes) {
   if (n == 0) return 0;
   const size_t at = tail % incoming_.capacity;
   const size_t first = std::min(n, incoming_.capacity - at);
-  std::memcpy(data, incoming_.data + at, first);
-  std::memcpy(static_cast<uint8_t*>(data) + first, incoming_.data, n - first);
+  copyBytes(data, incoming_.data + at, first);
+  copyBytes(static_cast<uint8_t*>(data) + first, incoming_.data, n - first);
   incoming_.header->tail.value.store(tail + n, std::memory_order_release);
   segments_.ringDoorbell(peerLocal_);
   return n;
