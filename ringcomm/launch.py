@@ -1,6 +1,7 @@
 """Starts N local ranks of a Python program, like a one-host mpirun, with no MPI needed.
 
     ringcomm-run -np 4 train.py --epochs 3
+    ringcomm-run -np 4 python train.py --epochs 3     # as mpirun and horovodrun take it
     python -m ringcomm.launch -np 4 -m mypackage.worker
 
 The launcher serves the rendezvous store itself and passes its address in RINGCOMM_STORE. It
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -223,6 +225,17 @@ def _supervise(children, grace: float, signals: _SignalsToForward) -> int:
         time.sleep(0.05)
 
 
+def _is_command(first: str) -> bool:
+    """Whether the program's first word names a command (python, a shell script, a binary) rather
+    than a Python script. A script runs under this launcher's Python, as ``ringcomm-run
+    train.py`` always has; ``python train.py`` runs as mpirun would run it."""
+    if first.endswith(".py"):
+        return False
+    if os.path.isfile(first):
+        return os.access(first, os.X_OK)
+    return shutil.which(first) is not None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="ringcomm-run", description="Run N local ranks of a Python program."
@@ -280,13 +293,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         f"({_GRACE_SECONDS:g})",
     )
     parser.add_argument("-m", dest="module", help="run a module, as python -m does")
-    parser.add_argument("program", nargs=argparse.REMAINDER, help="script and its arguments")
+    parser.add_argument(
+        "program",
+        nargs=argparse.REMAINDER,
+        help="a Python script and its arguments (run by this Python), or a command and its "
+        "arguments, as mpirun takes them (python train.py)",
+    )
     args = parser.parse_args(argv)
     if args.module:
         command = [sys.executable, "-m", args.module, *args.program]
     elif args.program:
         program = args.program[1:] if args.program[0] == "--" else args.program
-        command = [sys.executable, *program]
+        command = program if _is_command(program[0]) else [sys.executable, *program]
     else:
         parser.error("give a script to run (or -m module)")
     if args.host_discovery_script is None:

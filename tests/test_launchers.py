@@ -72,6 +72,20 @@ def test_ringcomm_run():
     run([sys.executable, "-m", "ringcomm.launch", "-np", str(NRANKS), str(WORKERS / "launched.py")])
 
 
+def test_ringcomm_run_takes_a_command_as_mpirun_does():
+    run(
+        [
+            sys.executable,
+            "-m",
+            "ringcomm.launch",
+            "-np",
+            str(NRANKS),
+            sys.executable,
+            str(WORKERS / "launched.py"),
+        ]
+    )
+
+
 def test_ringcomm_run_sets_torch_env_rendezvous():
     run(
         [
