@@ -56,10 +56,10 @@ def main() -> None:
         for shift in SHIFTS:
             x = placed(nbytes, shift, rank == 0)
             out = placed(nbytes, shift, rank == 1)
-            ours = algbw(lambda: comm.allreduce(x, out), nbytes, comm.barrier)
+            ours = algbw(lambda x=x, out=out: comm.allreduce(x, out), nbytes, comm.barrier)
             if out[0] != size:
                 raise SystemExit(f"rank {rank}: ringcomm gave {out[0]}, expected {size}")
-            theirs = algbw(lambda: world.Allreduce(x, out), nbytes, world.Barrier)
+            theirs = algbw(lambda x=x, out=out: world.Allreduce(x, out), nbytes, world.Barrier)
             cells.append(f"{ours:.2f} / {theirs:.2f}")
         if rank == 0:
             print(f"| {nbytes} | " + " | ".join(cells) + " |", flush=True)

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from harness import WORKERS, worker_env
+from harness import WORKERS, assert_all_succeeded, run_job, worker_env
 
 
 def _can_unshare() -> bool:
@@ -89,3 +89,29 @@ def test_rank_killed_during_setup_is_named_and_leaves_nothing_behind():
             assert f"rank {victim}" in result["message"], (seconds, result)
             assert result["waited"] < 10 + 10, (seconds, result)
         assert left == [], (seconds, left)
+
+
+@pytest.mark.parametrize("advice", ["1", "0"])
+def test_single_copy_buffers_that_come_back_move_to_huge_pages(advice):
+    outcomes = run_job(
+        2,
+        "huge_pages.py",
+        env={
+            "RINGCOMM_SHM_CMA": "1",
+            "RINGCOMM_SHM_CMA_MIN_BYTES": str(1 << 20),
+            "RINGCOMM_SHM_CMA_HUGE_PAGES": advice,
+        },
+        deadline=60,
+    )
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        result = outcome.result
+        assert result["failures"] == [], result["failures"]
+        if not result["can_collapse"]:
+            pytest.skip("this kernel cannot collapse pages into huge pages (MADV_COLLAPSE)")
+        if result["before"] > 0:
+            pytest.skip("transparent huge pages are 'always' here: the buffer starts huge")
+        if advice == "1":
+            assert result["after"] >= 2048, result  # 6 MiB hold at least two whole huge pages
+        else:
+            assert result["after"] == 0, result

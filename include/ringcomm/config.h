@@ -81,6 +81,10 @@ struct RINGCOMM_API Config {
   // measured on the 2-core VM (shm::kSingleCopyMinBytes). The lowest local rank's value counts.
   CrossMemory shmCrossMemory = CrossMemory::Auto;
   size_t shmCrossMemoryMinBytes = 0;
+  // RINGCOMM_SHM_CMA_HUGE_PAGES=1|0: a buffer that the single-copy all-reduce sees a second time
+  // is collapsed into transparent huge pages, which the kernel's copies pin twice as fast
+  // (src/transport/shm/huge_pages.h). Its bytes and address do not change.
+  bool shmCrossMemoryHugePages = true;
   // RINGCOMM_SHM_RING_BYTES: capacity of each point-to-point shared-memory ring.
   size_t shmRingBytes = 1024 * 1024;
   // RINGCOMM_SOCKET_BUFFER_BYTES: SO_SNDBUF/SO_RCVBUF of TCP connections.

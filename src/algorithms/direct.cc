@@ -49,9 +49,9 @@ constexpr std::chrono::milliseconds kHealthCheckInterval{100};
 
 }  // namespace
 
-DirectGroup::DirectGroup(const shm::Segments& segments, WaitPolicy& waitPolicy)
+DirectGroup::DirectGroup(const shm::Segments& segments, WaitPolicy& waitPolicy, bool hugePages)
     : segments_(segments), rank_(segments.localRank()), size_(segments.localSize()),
-      waitPolicy_(waitPolicy) {}
+      waitPolicy_(waitPolicy), hugePages_(hugePages) {}
 
 std::atomic<uint64_t>& DirectGroup::counterOf(shm::DirectCounters& counters, Phase phase) {
   switch (phase) {

@@ -10,6 +10,7 @@
 #include "common/deadline.h"
 #include "common/tags.h"
 #include "common/wait_policy.h"
+#include "transport/shm/huge_pages.h"
 #include "ringcomm/types.h"
 
 namespace ringcomm::shm {
@@ -22,7 +23,8 @@ namespace ringcomm::algorithms {
 class DirectGroup {
  public:
   // Every rank of the communicator must be in `segments` (one host), local rank == rank.
-  DirectGroup(const shm::Segments& segments, WaitPolicy& waitPolicy);
+  // `hugePages`: collapse buffers that come back into huge pages (shm::HugePageAdvice).
+  DirectGroup(const shm::Segments& segments, WaitPolicy& waitPolicy, bool hugePages);
 
   void allreduce(const Operation& op, const MessageTag& tag, const void* input, void* output, size_t count,
                  DataType type, ReduceOp op_);
@@ -62,6 +64,7 @@ class DirectGroup {
   uint64_t round_ = 0;  // rounds ever run on this communicator; the slot is round % kDirectSlots
   // The single-copy path's landing area for peers' chunks, allocated on its first use.
   std::unique_ptr<uint8_t, FreeAligned> peerChunks_;
+  shm::HugePageAdvice hugePages_;
 };
 
 }  // namespace ringcomm::algorithms

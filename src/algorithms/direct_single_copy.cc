@@ -108,6 +108,9 @@ void DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
   const uint8_t* in = static_cast<const uint8_t*>(input);
   uint8_t* out = static_cast<uint8_t*>(output);
 
+  // Before posting: no peer reads or writes these buffers until this rank has.
+  hugePages_.note(input, total);
+  if (output != input) hugePages_.note(output, total);
   stage(round, tag, total, total, op, input, output);
   publish(Phase::Posted, round + 1);
   waitForAll(Phase::Posted, round + 1, op);

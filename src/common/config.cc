@@ -70,6 +70,13 @@ std::string defaultTuningDirectory() {
   return "";  // nowhere to look
 }
 
+bool parseSwitch(const char* name, const char* text) {
+  const std::string value = text;
+  if (value == "0") return false;
+  if (value == "1") return true;
+  throw InvalidArgument(std::string(name) + " must be 0 or 1; got '" + value + "'");
+}
+
 CrossMemory parseCrossMemory(const char* text) {
   const std::string value = text;
   if (value == "auto") return CrossMemory::Auto;
@@ -138,6 +145,9 @@ Config Config::fromEnvironment() {
   if (const char* v = variable("RINGCOMM_SHM_CMA_MIN_BYTES")) {
     config.shmCrossMemoryMinBytes =
         static_cast<size_t>(parseNumber("RINGCOMM_SHM_CMA_MIN_BYTES", v));
+  }
+  if (const char* v = variable("RINGCOMM_SHM_CMA_HUGE_PAGES")) {
+    config.shmCrossMemoryHugePages = parseSwitch("RINGCOMM_SHM_CMA_HUGE_PAGES", v);
   }
   if (const char* v = variable("RINGCOMM_SOCKET_BUFFER_BYTES")) {
     config.socketBufferBytes = static_cast<int>(parseNumber("RINGCOMM_SOCKET_BUFFER_BYTES", v));
@@ -243,6 +253,8 @@ const std::vector<Described>& describedVariables() {
          return c.shmCrossMemoryMinBytes == 0 ? std::string("auto")
                                               : number(c.shmCrossMemoryMinBytes);
        }},
+      {"RINGCOMM_SHM_CMA_HUGE_PAGES", nullptr,
+       [](const Config& c) { return std::string(c.shmCrossMemoryHugePages ? "1" : "0"); }},
       {"RINGCOMM_SOCKET_BUFFER_BYTES", nullptr,
        [](const Config& c) { return number(c.socketBufferBytes); }},
       {"RINGCOMM_LINK_TIMEOUT", nullptr, [](const Config& c) { return seconds(c.linkTimeout); }},

@@ -1,0 +1,53 @@
+#include "transport/shm/huge_pages.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+
+// Older C libraries' headers lack it; the kernel's value since Linux 6.1.
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+
+namespace ringcomm::shm {
+namespace {
+
+constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+
+void collapse(uintptr_t address, size_t bytes) {
+  const uintptr_t start = (address + kHugePage - 1) / kHugePage * kHugePage;
+  const uintptr_t end = (address + bytes) / kHugePage * kHugePage;
+  if (end <= start) return;
+  void* range = reinterpret_cast<void*>(start);
+  // MADV_HUGEPAGE keeps the range eligible where transparent huge pages are "madvise"; the
+  // collapse is what makes the existing pages huge now.
+  if (madvise(range, end - start, MADV_HUGEPAGE) != 0 ||
+      madvise(range, end - start, MADV_COLLAPSE) != 0) {
+    RINGCOMM_LOG(LogLevel::Info, kLogTransport,
+                 "huge pages for a %zu-byte buffer of the single-copy all-reduce: %s (it stays "
+                 "in small pages)",
+                 bytes, std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+void HugePageAdvice::note(const void* address, size_t bytes) {
+  if (!enabled_ || bytes < kHugePage) return;
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  for (Seen& entry : seen_) {
+    if (entry.address != at || entry.bytes != bytes) continue;
+    if (!entry.collapsed) {
+      collapse(at, bytes);
+      entry.collapsed = true;  // tried once, whether the kernel could or not
+    }
+    return;
+  }
+  seen_[next_] = Seen{at, bytes, false};
+  next_ = (next_ + 1) % kRemembered;
+}
+
+}  // namespace ringcomm::shm
