@@ -225,15 +225,26 @@ def _supervise(children, grace: float, signals: _SignalsToForward) -> int:
         time.sleep(0.05)
 
 
-def _is_command(first: str) -> bool:
-    """Whether the program's first word names a command (python, a shell script, a binary) rather
-    than a Python script. A script runs under this launcher's Python, as ``ringcomm-run
-    train.py`` always has; ``python train.py`` runs as mpirun would run it."""
+def _command_of(program: Sequence[str]) -> list[str]:
+    """What the ranks run: a Python script (``train.py``, or an executable file whose first line
+    names python) under this launcher's Python, as ``ringcomm-run train.py`` always has; a
+    command (``python train.py``, a shell script, a binary) as mpirun would run it."""
+    first, rest = program[0], list(program[1:])
     if first.endswith(".py"):
-        return False
+        return [sys.executable, first, *rest]
     if os.path.isfile(first):
-        return os.access(first, os.X_OK)
-    return shutil.which(first) is not None
+        if not os.access(first, os.X_OK) or _names_python(first):
+            return [sys.executable, first, *rest]
+        return [os.path.abspath(first), *rest]  # Popen looks only on PATH for a bare name
+    if shutil.which(first) is not None:
+        return [first, *rest]
+    return [sys.executable, first, *rest]  # Python says the script is missing
+
+
+def _names_python(path: str) -> bool:
+    with open(path, "rb") as file:
+        first_line = file.readline(256)
+    return first_line.startswith(b"#!") and b"python" in first_line
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -304,7 +315,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         command = [sys.executable, "-m", args.module, *args.program]
     elif args.program:
         program = args.program[1:] if args.program[0] == "--" else args.program
-        command = program if _is_command(program[0]) else [sys.executable, *program]
+        if not program:
+            parser.error("give a script or a command to run after --")
+        command = _command_of(program)
     else:
         parser.error("give a script to run (or -m module)")
     if args.host_discovery_script is None:

@@ -86,6 +86,20 @@ def test_ringcomm_run_takes_a_command_as_mpirun_does():
     )
 
 
+def test_ringcomm_run_tells_a_script_from_a_command(tmp_path, monkeypatch):
+    from ringcomm.launch import _command_of
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train").write_text("#!/usr/bin/env python3\nprint('hi')\n")
+    (tmp_path / "train").chmod(0o755)
+    (tmp_path / "job.sh").write_text("#!/bin/sh\necho hi\n")
+    (tmp_path / "job.sh").chmod(0o755)
+    assert _command_of(["train.py", "-x"]) == [sys.executable, "train.py", "-x"]
+    assert _command_of(["train", "-x"]) == [sys.executable, "train", "-x"]  # a Python script
+    assert _command_of(["job.sh"]) == [str(tmp_path / "job.sh")]  # Popen would not find a bare name
+    assert _command_of(["python3", "train.py"]) == ["python3", "train.py"]
+
+
 def test_ringcomm_run_sets_torch_env_rendezvous():
     run(
         [

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "algorithms/plan.h"
-#include "common/bytes.h"
 #include "algorithms/ring.h"
+#include "common/bytes.h"
 #include "common/trace.h"
 #include "reduce/reduce.h"
 
@@ -115,7 +115,7 @@ void allgather(const Context& ctx, const AllgatherOptions& o) {
   uint8_t* own = bytesAt(o.output, ctx.rank * o.count, o.type);
   if (own != o.input && o.count > 0) {
     trace::Span span(trace::Phase::Copy, "input to its place in the output");
-    std::memmove(own, o.input, o.count * elementSize(o.type));
+    moveBytes(own, o.input, o.count * elementSize(o.type));
   }
   ringAllgather(ctx, o.output, equalBlocks(o.count, ctx.size), o.type);
 }

@@ -59,11 +59,13 @@ constexpr size_t kLargestChunkBytes = 256 * 1024;
 constexpr size_t kLandingAlignment = 4096;
 
 // Where in `area` (page-aligned) a chunk to or from `remote` starts: at the same offset within a
-// cache line, element-aligned. The kernel copies with `rep movsb`, which on AMD Zen runs at a
-// third of its speed or less when the destination lies 1-31 bytes after the source modulo the
-// page (common/bytes.h); numpy's arrays start 16 bytes into a page, so page-aligned landing
-// buffers hit exactly that. Measured with 256 KiB process_vm_readv calls on the 2-core VM:
-// 2.0 GB/s at a distance of 16, 5.5-7.4 GB/s at 0, 32, 64 and -16.
+// cache line, rounded down to `element` (1 for a buffer only the kernel reads). The kernel copies
+// with `rep movsb`, which on AMD Zen runs at a third of its speed or less when the destination
+// lies 1-31 bytes after the source modulo the page (common/bytes.h). A fixed placement hits that
+// for some buffers: a peer's output 16 bytes into a page (numpy's large arrays) written from a
+// page-aligned buffer, or any slice whose offset `at` moves it there. Measured with 256 KiB
+// process_vm_readv calls on the 2-core VM: 2.0 GB/s at a distance of 16, 5.5-7.4 GB/s at 0, 32,
+// 64 and -16.
 uint8_t* alignedLike(uint64_t remote, size_t element, uint8_t* area) {
   const size_t withinLine = static_cast<size_t>(remote % 64) / element * element;
   return area + withinLine;
@@ -108,7 +110,8 @@ void DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
   const uint8_t* in = static_cast<const uint8_t*>(input);
   uint8_t* out = static_cast<uint8_t*>(output);
 
-  // Before posting: no peer reads or writes these buffers until this rank has.
+  // Before posting: every peer finished the previous call (its Done), and none touches these
+  // buffers until this rank has posted them.
   hugePages_.note(input, total);
   if (output != input) hugePages_.note(output, total);
   stage(round, tag, total, total, op, input, output);
@@ -152,14 +155,15 @@ void DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
     reduce::finishAverage(out + at, n, type, reduceOp, size_);
     // Starting after this rank, so that the ranks do not all write to rank 0 first. A peer whose
     // output lies a few bytes after this rank's (modulo the page) gets the chunk from a copy
-    // placed like its output, made once per chunk and placement.
+    // placed exactly like its output (the kernel needs no alignment to read it), remade when the
+    // placement changes from one such peer to the next.
     uint8_t* bounce = nullptr;
     for (int step = 1; step < size_; ++step) {
       const int peer = (rank_ + step) % size_;
       const uint64_t remote = descriptors[peer]->output.load(std::memory_order_relaxed) + at;
       uint8_t* source = out + at;
       if (isShortForwardDistance(reinterpret_cast<const void*>(remote), source)) {
-        uint8_t* placed = alignedLike(remote, element, bounceArea);
+        uint8_t* placed = alignedLike(remote, 1, bounceArea);
         if (placed != bounce) copyBytes(placed, source, n * element);
         source = bounce = placed;
       }

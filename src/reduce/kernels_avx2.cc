@@ -16,6 +16,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "common/bytes.h"
 #include "reduce/dispatch.h"
 #include "reduce/half.h"
 #include "ringcomm/types.h"

@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "common/bytes.h"
 #include "common/failure.h"
 #include "common/spin.h"
 #include "common/tags.h"
@@ -52,7 +53,7 @@ Transport::Request Transport::postSend(int peer, const void* data, size_t bytes,
   if (bytes <= kSmallFrameBytes) {
     pending.smallFrame.resize(sizeof(FrameHeader) + bytes);
     std::memcpy(pending.smallFrame.data(), &pending.header, sizeof(FrameHeader));
-    if (bytes > 0) std::memcpy(pending.smallFrame.data() + sizeof(FrameHeader), data, bytes);
+    copyBytes(pending.smallFrame.data() + sizeof(FrameHeader), data, bytes);
   }
   if (state.sends.empty() && state.recvs.empty()) active_.push_back(peer);
   state.sends.push_back(std::move(pending));

@@ -20,18 +20,19 @@ MADV_COLLAPSE = 25
 HUGE_PAGE = 2 << 20
 
 
-def huge_kilobytes(address: int) -> int:
-    """AnonHugePages of the mapping that holds ``address``, from /proc/self/smaps."""
-    inside = False
+def huge_kilobytes(address: int, length: int) -> int:
+    """AnonHugePages of the mappings that overlap [address, address + length), from
+    /proc/self/smaps (a kernel may split the buffer's mapping where its huge pages begin)."""
+    total, overlapping = 0, False
     with open("/proc/self/smaps") as smaps:
         for line in smaps:
             head = line.split()[0]
             if "-" in head and not head.endswith(":"):
                 start, end = (int(part, 16) for part in head.split("-"))
-                inside = start <= address < end
-            elif inside and head == "AnonHugePages:":
-                return int(line.split()[1])
-    return 0
+                overlapping = start < address + length and address < end
+            elif overlapping and head == "AnonHugePages:":
+                total += int(line.split()[1])
+    return total
 
 
 def kernel_can_collapse() -> bool:
@@ -53,7 +54,7 @@ region = mmap.mmap(-1, count * 4, flags=mmap.MAP_PRIVATE)
 x = np.frombuffer(region, np.float32, count=count)
 address = x.ctypes.data
 x[:] = rank + 1
-before = huge_kilobytes(address)
+before = huge_kilobytes(address, count * 4)
 for call in range(3):
     x[:] = np.arange(count, dtype=np.float32) % 1000 + rank
     comm.allreduce(x)
@@ -64,7 +65,7 @@ report(
         "rank": rank,
         "failures": failures,
         "before": before,
-        "after": huge_kilobytes(address),
+        "after": huge_kilobytes(address, count * 4),
         "can_collapse": kernel_can_collapse(),
     }
 )

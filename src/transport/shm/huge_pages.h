@@ -2,7 +2,7 @@
 //
 // process_vm_readv and process_vm_writev pin the peer's pages one by one. Measured on the 2-core
 // VM, 256 KiB reads ran at 6.4 GB/s from memory in 4 KiB pages and 14 GB/s from 2 MiB pages; a
-// 32 MiB all-reduce of torch tensors at 4 ranks took 15.0 ms, and 10.5 ms once the tensors were
+// 32 MiB all-reduce of torch tensors at 4 ranks took 14.8 ms, and 9.9 ms once the tensors were
 // in huge pages. numpy asks for huge pages for large arrays; torch does not unless
 // THP_MEM_ALLOC_ENABLE=1. So a buffer that comes back (a gradient bucket, a fusion buffer) is
 // collapsed into huge pages (MADV_COLLAPSE, Linux 6.1) the second time it is seen: collapsing
@@ -19,6 +19,7 @@ namespace ringcomm::shm {
 
 class HugePageAdvice {
  public:
+  // Off when `enabled` is false, and from the first time the kernel does not know the collapse.
   explicit HugePageAdvice(bool enabled) : enabled_(enabled) {}
 
   // Notes a buffer of a single-copy all-reduce; the second time the same address and length
@@ -32,7 +33,9 @@ class HugePageAdvice {
     bool collapsed = false;
   };
   // A training loop cycles through a few buffers (buckets, fusion buffers, inputs and outputs).
-  static constexpr size_t kRemembered = 16;
+  // A buffer freed after its collapse and another allocated at the same address and length is
+  // taken for the first, and stays in small pages.
+  static constexpr size_t kRemembered = 64;
 
   bool enabled_;
   std::array<Seen, kRemembered> seen_{};
