@@ -132,7 +132,7 @@ void DirectGroup::checkDescriptors(uint64_t round, const MessageTag& tag, size_t
           "rank " + std::to_string(peer) + " called " + describeTag(tag.id) + " with " +
               describeSignature(theirSignature, 0) + ", but this rank with " +
               describeSignature(tag.signature, 0) +
-              " (ranks must agree on the element type and reduction)");
+              " (ranks must agree on the element type, the reduction and the root)");
     }
     if (theirTag != tag.id || theirBytes != bytes || theirTotal != total) {
       raisePeerFailure<MismatchError>(
@@ -216,11 +216,43 @@ void DirectGroup::allreduce(const Operation& op, const MessageTag& tag, const vo
       if (peer == rank_) continue;
       const plan::Block theirs = plan::blockOf(n, size_, peer);
       copyBytes(roundOut + theirs.offset * element,
-                  segments_.slotResult(peer, slot) + theirs.offset * element,
-                  theirs.count * element);
+                segments_.slotResult(peer, slot) + theirs.offset * element,
+                theirs.count * element);
     }
     publish(Phase::Done, round + 1);
   }
+}
+
+void DirectGroup::broadcast(const Operation& op, const MessageTag& tag, void* buffer,
+                            size_t count, DataType type, int root) {
+  const size_t element = elementSize(type);
+  const size_t roundCount = std::max<size_t>(1, segments_.slotBytes() / element);
+  uint8_t* data = static_cast<uint8_t*>(buffer);
+  // One round even for an empty vector: the ranks still compare what they called.
+  size_t done = 0;
+  do {
+    const size_t n = std::min(roundCount, count - done);
+    const size_t bytes = n * element;
+    const uint64_t round = round_++;
+    const int slot = static_cast<int>(round % shm::kDirectSlots);
+    stage(round, tag, bytes, count * element, op);
+    if (rank_ == root) {
+      trace::Span span(trace::Phase::Stage, "into the shared-memory slot");
+      copyBytes(segments_.slotInput(rank_, slot), data + done * element, bytes);
+    }
+    publish(Phase::Posted, round + 1);
+    // Every rank's descriptor, not only the root's: a rank that names another root is caught by
+    // all of them, the root included, rather than only by itself.
+    waitForAll(Phase::Posted, round + 1, op);
+    checkDescriptors(round, tag, bytes, count * element, op);
+    if (rank_ != root) {
+      trace::Span span(trace::Phase::Gather, "from the root's slot");
+      copyBytes(data + done * element, segments_.slotInput(root, slot), bytes);
+    }
+    // The root's slot is rewritten only once every rank has published this (stage()).
+    publish(Phase::Done, round + 1);
+    done += n;
+  } while (done < count);
 }
 
 void DirectGroup::barrier(const Operation& op, const MessageTag& tag) {

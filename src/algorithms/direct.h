@@ -10,8 +10,8 @@
 #include "common/deadline.h"
 #include "common/tags.h"
 #include "common/wait_policy.h"
-#include "transport/shm/huge_pages.h"
 #include "ringcomm/types.h"
+#include "transport/shm/huge_pages.h"
 
 namespace ringcomm::shm {
 class Segments;
@@ -29,6 +29,10 @@ class DirectGroup {
   void allreduce(const Operation& op, const MessageTag& tag, const void* input, void* output, size_t count,
                  DataType type, ReduceOp op_);
   void barrier(const Operation& op, const MessageTag& tag);
+  // The root stages its buffer in its slot, round by round; the others copy it out. `tag` carries
+  // the root in its signature, so ranks that disagree on it get a MismatchError.
+  void broadcast(const Operation& op, const MessageTag& tag, void* buffer, size_t count,
+                 DataType type, int root);
 
  private:
   enum class Phase { Posted, Reduced, Done };

@@ -226,7 +226,16 @@ class CommunicatorImpl : public Communicator {
       return enqueue(CollectiveKind::Broadcast, o,
                      labelOf("broadcast", o.count, o.type, false, o.root),
                      signatureOf(&o.type, nullptr, o.root),
-                     [o](const algorithms::Context& ctx) { algorithms::broadcast(ctx, o); });
+                     [this, o](const algorithms::Context& ctx) {
+                       // Every rank on this host: one copy into the root's slot and one out of
+                       // it, where the tree and the chain copy twice per hop. Faster at every
+                       // size measured (bench/RESULTS.md, "Broadcast through the slots").
+                       if (direct_) {
+                         direct_->broadcast(ctx.op, ctx.tag, o.buffer, o.count, o.type, o.root);
+                       } else {
+                         algorithms::broadcast(ctx, o);
+                       }
+                     });
     }
     return enqueue(CollectiveKind::Broadcast, o,
                    labelOf("broadcast", o.count, o.type, false, o.root),
