@@ -302,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--device",
         choices=("cpu", "cuda"),
         default="cpu",
-        help="where the model trains: cpu, or cuda (rank r on GPU r % count)",
+        help="where the model trains: cpu, or cuda (rank r on GPU r %% count)",
     )
     parser.add_argument("--json", metavar="PATH", help="also save every result here")
     return parser
