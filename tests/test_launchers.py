@@ -68,22 +68,12 @@ def test_torchrun():
     )
 
 
-def test_ringcomm_run():
-    run([sys.executable, "-m", "ringcomm.launch", "-np", str(NRANKS), str(WORKERS / "launched.py")])
-
-
-def test_ringcomm_run_takes_a_command_as_mpirun_does():
-    run(
-        [
-            sys.executable,
-            "-m",
-            "ringcomm.launch",
-            "-np",
-            str(NRANKS),
-            sys.executable,
-            str(WORKERS / "launched.py"),
-        ]
-    )
+@pytest.mark.parametrize("form", ["script", "command"])
+def test_ringcomm_run(form):
+    program = [str(WORKERS / "launched.py")]
+    if form == "command":  # as mpirun and horovodrun take it: python script.py
+        program = [sys.executable, *program]
+    run([sys.executable, "-m", "ringcomm.launch", "-np", str(NRANKS), *program])
 
 
 def test_ringcomm_run_tells_a_script_from_a_command(tmp_path, monkeypatch):
