@@ -119,6 +119,8 @@ MISMATCHES = [
     ("tree", "tcp", 4, 2),
     ("fp16", "tcp", 2, 1),
     ("longer", "shm", 2, 1),
+    ("bcount", "shm", 3, 1),
+    ("bcount", "tcp", 2, 1),
 ]
 
 

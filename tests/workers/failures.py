@@ -7,6 +7,7 @@ argv: mode victim
   mismatch  the victim calls all-reduce with a different element count
   none      nobody misbehaves: the test breaks something from outside (a network link)
   root      the victim broadcasts from another root than everyone else
+  bcount    the victim broadcasts 1000 elements where the others broadcast the whole vector
   dtype     the victim reduces int32 where the others reduce float32 (same byte count)
   allgather the victim all-gathers where the others all-reduce
   scatter   the victim (the root) scatters where the others gather
@@ -89,6 +90,9 @@ try:
                 comm.send(np.arange(256, dtype=np.int32), dest=victim)
             elif rank == victim:
                 comm.recv(np.empty(256, np.float32), source=0)
+            continue
+        if mode == "bcount" and iteration == 3:
+            comm.broadcast(x[:1000] if odd else x, root=0)
             continue
         if mode == "root":
             comm.broadcast(x, root=1 if rank == victim and iteration == 3 else 0)
