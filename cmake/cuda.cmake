@@ -79,7 +79,7 @@ if(RINGCOMM_BUILD_CUDA)
   endif()
 
   # The tests compare the kernels with the CPU kernels themselves, so those sources are compiled
-  # into the test (they need only headers; the core library is not linked).
+  # into the test with the copy routine they call (the core library is not linked).
   file(GLOB RINGCOMM_CUDA_TEST_SOURCES CONFIGURE_DEPENDS
     ${PROJECT_SOURCE_DIR}/tests/cuda/*.cu
     ${PROJECT_SOURCE_DIR}/tests/cuda/*.cc
@@ -89,6 +89,7 @@ if(RINGCOMM_BUILD_CUDA)
     src/reduce/reduce.cc
     src/reduce/kernels_portable.cc
     src/reduce/kernels_avx2.cc
+    src/common/bytes.cc
     src/codec/codec.cc
     src/codec/codec_f16c.cc
   )
