@@ -132,7 +132,8 @@ void DirectGroup::checkDescriptors(uint64_t round, const MessageTag& tag, size_t
           "rank " + std::to_string(peer) + " called " + describeTag(tag.id) + " with " +
               describeSignature(theirSignature, 0) + ", but this rank with " +
               describeSignature(tag.signature, 0) +
-              " (ranks must agree on the element type, the reduction and the root)");
+              ((tag.signature >> 16) != 0 ? " (ranks must agree on the element type and the root)"
+                                          : " (ranks must agree on the element type and reduction)"));
     }
     if (theirTag != tag.id || theirBytes != bytes || theirTotal != total) {
       raisePeerFailure<MismatchError>(

@@ -123,8 +123,8 @@ void DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
     descriptors[peer] = &segments_.counters(peer).descriptor[round % shm::kDirectSlots];
   }
 
-  // One landing area per peer and one for a copy of the reduced chunk (see alignedLike), each a
-  // page longer than a chunk so that a chunk can start at any offset within a cache line.
+  // One landing area per peer and one for a copy of the reduced chunk placed for a peer (see
+  // alignedLike), each a page longer than a chunk, so that a chunk can start anywhere in a line.
   const size_t chunkBytes = chunkBytesFor(size_);
   const size_t areaBytes = chunkBytes + kLandingAlignment;
   if (!peerChunks_) {

@@ -229,7 +229,8 @@ class CommunicatorImpl : public Communicator {
                      [this, o](const algorithms::Context& ctx) {
                        // Every rank on this host: one copy into the root's slot and one out of
                        // it, where the tree and the chain copy twice per hop. Faster at every
-                       // size measured (bench/RESULTS.md, "Broadcast through the slots").
+                       // size measured (bench/RESULTS.md, "Broadcast through the direct
+                       // schedule's slots").
                        if (direct_) {
                          direct_->broadcast(ctx.op, ctx.tag, o.buffer, o.count, o.type, o.root);
                        } else {
