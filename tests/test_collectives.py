@@ -15,11 +15,14 @@ CASES = [(1, "auto")] + [
     (size, transport) for size in (2, 3, 4, 5, 8) for transport in ("shm", "tcp")
 ]
 # The direct schedule's single-copy path (cross-memory attach) from 1000 bytes on: the 1009-element
-# cases of every dtype and op and the large ones take it, the smaller ones stay staged. At 3 and 5
-# ranks it runs; at 8 one rank turns it off, and every rank must then stage (the same decision
-# everywhere). 2 and 4 ranks keep the default threshold.
+# cases of every dtype and op and the large ones take it, the smaller ones stay staged. At 3 ranks
+# it runs. At 5, pinned to one core (more than 4 ranks a core) with RINGCOMM_SHM_CMA_BUSY_CORES=0,
+# the lowest rank asks every rank to stage those all-reduces instead, call by call, as when other
+# processes take the cores. At 8 one rank turns it off, and every rank must then stage (the same
+# decision everywhere). 2 and 4 ranks keep the default threshold.
 SINGLE_COPY_FROM = {"RINGCOMM_SHM_CMA_MIN_BYTES": "1000"}
-SINGLE_COPY = {3: "on", 5: "on", 8: "off on rank 7"}
+SINGLE_COPY = {3: "on", 5: "staged instead", 8: "off on rank 7"}
+STAGED_INSTEAD = {"PIN_TO_ONE_CORE": "1", "RINGCOMM_SHM_CMA_BUSY_CORES": "0"}
 SINGLE_COPY_LOG = {"RINGCOMM_DEBUG": "INFO", "RINGCOMM_DEBUG_SUBSYS": "TRANSPORT"}
 
 
@@ -29,6 +32,8 @@ def test_collectives_match_numpy_and_agree_across_ranks(size, transport):
     single_copy = SINGLE_COPY.get(size) if transport == "shm" else None
     if single_copy:
         env.update(SINGLE_COPY_FROM, **SINGLE_COPY_LOG)
+    if single_copy == "staged instead":
+        env.update(STAGED_INSTEAD)
     turned_off = {size - 1: {"RINGCOMM_SHM_CMA": "0"}} if single_copy == "off on rank 7" else None
     outcomes = run_job(
         size,
@@ -43,10 +48,14 @@ def test_collectives_match_numpy_and_agree_across_ranks(size, transport):
         assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"][:20])
     if transport == "shm" and size > 1:
         assert "direct" in outcomes[0].result["algorithms"]
-    if single_copy == "on":
-        assert "of 1000 B and more read and write peers' buffers" in outcomes[0].stderr
-    elif single_copy:
+    if single_copy == "off on rank 7":
         assert f"cross-memory attach unavailable (RINGCOMM_SHM_CMA=0 on rank {size - 1})" in (
+            outcomes[0].stderr
+        ), outcomes[0].stderr[-2000:]
+    elif single_copy:
+        assert "of 1000 B and more read and write peers' buffers" in outcomes[0].stderr
+    if single_copy == "staged instead":
+        assert "5 local ranks stage all-reduces of 1000 B and more through shared memory" in (
             outcomes[0].stderr
         ), outcomes[0].stderr[-2000:]
     reference = outcomes[0].result["digests"]

@@ -26,12 +26,15 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/plan.h"
 #include "common/bytes.h"
 #include "common/failure.h"
+#include "common/log.h"
 #include "common/spin.h"
 #include "common/tags.h"
 #include "common/trace.h"
@@ -45,13 +48,48 @@ namespace {
 // Above it, splitting the reduction p ways saves more than the extra synchronisation costs.
 constexpr size_t kWholeVectorBytes = 16 * 1024;
 constexpr std::chrono::milliseconds kHealthCheckInterval{100};
+// From how many local ranks per core a single-copy-sized all-reduce stages through the slots when
+// other processes take the cores. The kernel's copies cost about twice the CPU time per byte of
+// the ranks' own (12 against 18 GB/s from DRAM, 19 against 35 from the cache, one core of the
+// 2-core VM), which decides once the ranks are short of CPU time. Measured there with 4 busy
+// processes (bench/RESULTS.md, issue 14), busbw single-copy against staged: 16 ranks at 8 MiB
+// 0.19-0.21 against 0.24-0.27 GB/s; 8 ranks even; 4 ranks 0.74-0.99 against 0.47-0.83, so the
+// single copy stays below this crowding. Quiet, 16 ranks: 0.69-0.90 against 0.48-0.63.
+constexpr int kStagingRanksPerCore = 4;
 
 
 }  // namespace
 
-DirectGroup::DirectGroup(const shm::Segments& segments, WaitPolicy& waitPolicy, bool hugePages)
+DirectGroup::DirectGroup(const shm::Segments& segments, WaitPolicy& waitPolicy,
+                         const Config& config)
     : segments_(segments), rank_(segments.localRank()), size_(segments.localSize()),
-      waitPolicy_(waitPolicy), hugePages_(hugePages) {}
+      waitPolicy_(waitPolicy), hugePages_(config.shmCrossMemoryHugePages),
+      busyCores_(config.shmCrossMemoryBusyCores) {
+  // The lowest local rank decides for everyone, from its own configuration, as it does the
+  // single-copy threshold (shm::Segments::settleCrossMemory).
+  if (rank_ == 0 && config.shmCrossMemory == CrossMemory::Auto &&
+      size_ > kStagingRanksPerCore * coresAvailable()) {
+    std::vector<int> pids;
+    for (int local = 0; local < size_; ++local) pids.push_back(segments_.pidOf(local));
+    othersCpuUse_ = std::make_unique<OthersCpuUse>(std::move(pids));
+  }
+}
+
+bool DirectGroup::stageInstead() {
+  if (!othersCpuUse_) return false;
+  const double others = othersCpuUse_->cores();
+  const bool instead = others >= busyCores_;
+  if (instead != stagingInstead_) {
+    RINGCOMM_LOG(LogLevel::Info, kLogTransport,
+                 instead ? "other processes used %.2f cores' worth of CPU time: %d local ranks "
+                           "stage all-reduces of %zu B and more through shared memory"
+                         : "other processes used %.2f cores' worth of CPU time: %d local ranks "
+                           "read all-reduces of %zu B and more from each other again",
+                 others, size_, segments_.singleCopyMinBytes());
+    stagingInstead_ = instead;
+  }
+  return instead;
+}
 
 std::atomic<uint64_t>& DirectGroup::counterOf(shm::DirectCounters& counters, Phase phase) {
   switch (phase) {
@@ -105,7 +143,8 @@ void DirectGroup::awaitPeer(int peer, Phase phase, uint64_t value, const Operati
 }
 
 void DirectGroup::stage(uint64_t round, const MessageTag& tag, size_t bytes, size_t total,
-                        const Operation& op, const void* input, const void* output) {
+                        const Operation& op, const void* input, const void* output,
+                        bool stageInstead) {
   // The slot of this round was last used kDirectSlots rounds ago: wait until everyone read it.
   if (round >= shm::kDirectSlots) waitForAll(Phase::Done, round - shm::kDirectSlots + 1, op);
   shm::SlotDescriptor& descriptor = segments_.counters(rank_).descriptor[round % shm::kDirectSlots];
@@ -115,6 +154,7 @@ void DirectGroup::stage(uint64_t round, const MessageTag& tag, size_t bytes, siz
   descriptor.signature.store(tag.signature, std::memory_order_relaxed);
   descriptor.input.store(reinterpret_cast<uintptr_t>(input), std::memory_order_relaxed);
   descriptor.output.store(reinterpret_cast<uintptr_t>(output), std::memory_order_relaxed);
+  descriptor.stageInstead.store(stageInstead ? 1 : 0, std::memory_order_relaxed);
 }
 
 void DirectGroup::checkDescriptors(uint64_t round, const MessageTag& tag, size_t bytes,
@@ -149,8 +189,8 @@ void DirectGroup::checkDescriptors(uint64_t round, const MessageTag& tag, size_t
 void DirectGroup::allreduce(const Operation& op, const MessageTag& tag, const void* input, void* output,
                             size_t count, DataType type, ReduceOp reduceOp) {
   const size_t element = elementSize(type);
-  if (count * element >= segments_.singleCopyMinBytes()) {
-    allreduceSingleCopy(op, tag, input, output, count, type, reduceOp);
+  if (count * element >= segments_.singleCopyMinBytes() &&
+      allreduceSingleCopy(op, tag, input, output, count, type, reduceOp)) {
     return;
   }
   const size_t roundCount = std::max<size_t>(1, segments_.slotBytes() / element);

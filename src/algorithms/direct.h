@@ -7,9 +7,11 @@
 #include <cstdlib>
 #include <memory>
 
+#include "common/cpu_share.h"
 #include "common/deadline.h"
 #include "common/tags.h"
 #include "common/wait_policy.h"
+#include "ringcomm/config.h"
 #include "ringcomm/types.h"
 #include "transport/shm/huge_pages.h"
 
@@ -23,8 +25,9 @@ namespace ringcomm::algorithms {
 class DirectGroup {
  public:
   // Every rank of the communicator must be in `segments` (one host), local rank == rank.
-  // `hugePages`: collapse buffers that come back into huge pages (shm::HugePageAdvice).
-  DirectGroup(const shm::Segments& segments, WaitPolicy& waitPolicy, bool hugePages);
+  // From `config`: whether buffers that come back collapse into huge pages
+  // (shm::HugePageAdvice), and when crowded ranks stage large all-reduces (stageInstead()).
+  DirectGroup(const shm::Segments& segments, WaitPolicy& waitPolicy, const Config& config);
 
   void allreduce(const Operation& op, const MessageTag& tag, const void* input, void* output, size_t count,
                  DataType type, ReduceOp op_);
@@ -45,17 +48,25 @@ class DirectGroup {
   // Describes this rank's part of `round` for the peers (checkDescriptors); `input` and `output`
   // are the caller's buffers on the single-copy path, null on the staged one.
   void stage(uint64_t round, const MessageTag& tag, size_t bytes, size_t total,
-             const Operation& op, const void* input = nullptr, const void* output = nullptr);
+             const Operation& op, const void* input = nullptr, const void* output = nullptr,
+             bool stageInstead = false);
   void checkDescriptors(uint64_t round, const MessageTag& tag, size_t bytes, size_t total,
                         const Operation& op);
 
   // The all-reduce that reads peers' buffers with cross-memory attach (direct_single_copy.cc).
-  void allreduceSingleCopy(const Operation& op, const MessageTag& tag, const void* input,
+  // Returns false, having moved nothing, when the lowest local rank asked every rank to stage
+  // this one through the slots instead (stageInstead()).
+  bool allreduceSingleCopy(const Operation& op, const MessageTag& tag, const void* input,
                            void* output, size_t count, DataType type, ReduceOp reduceOp);
   // Reads `bytes` at `remote` in local peer `peer`'s process into `local`, or writes them there;
   // raises naming the peer.
   void accessPeer(int peer, bool write, uint64_t remote, void* local, size_t bytes,
                   const Operation& op);
+
+  // On the lowest local rank: whether other processes now take enough of the cores that crowded
+  // ranks do better staging a single-copy-sized all-reduce (common/cpu_share.h). Says so in the
+  // log when the answer changes.
+  bool stageInstead();
 
   struct FreeAligned {
     void operator()(uint8_t* p) const { std::free(p); }
@@ -69,6 +80,10 @@ class DirectGroup {
   // The single-copy path's landing area for peers' chunks, allocated on its first use.
   std::unique_ptr<uint8_t, FreeAligned> peerChunks_;
   shm::HugePageAdvice hugePages_;
+  // Only on the lowest local rank, and only where stageInstead() may say yes.
+  std::unique_ptr<OthersCpuUse> othersCpuUse_;
+  double busyCores_;
+  bool stagingInstead_ = false;
 };
 
 }  // namespace ringcomm::algorithms

@@ -101,7 +101,7 @@ void DirectGroup::accessPeer(int peer, bool write, uint64_t remote, void* local,
   raisePeerFailure<TransportError>(op, peer, failure);
 }
 
-void DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag,
+bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag,
                                       const void* input, void* output, size_t count, DataType type,
                                       ReduceOp reduceOp) {
   const size_t element = elementSize(type);
@@ -114,10 +114,17 @@ void DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
   // buffers until this rank has posted them.
   hugePages_.note(input, total);
   if (output != input) hugePages_.note(output, total);
-  stage(round, tag, total, total, op, input, output);
+  stage(round, tag, total, total, op, input, output, rank_ == 0 && stageInstead());
   publish(Phase::Posted, round + 1);
   waitForAll(Phase::Posted, round + 1, op);
   checkDescriptors(round, tag, total, total, op);
+  // Every rank reads the lowest's answer from the same round, so they all take the same path.
+  // This round moved nothing: done with it at once.
+  if (segments_.counters(0).descriptor[round % shm::kDirectSlots].stageInstead.load(
+          std::memory_order_relaxed) != 0) {
+    publish(Phase::Done, round + 1);
+    return false;
+  }
   std::vector<const shm::SlotDescriptor*> descriptors(size_);
   for (int peer = 0; peer < size_; ++peer) {
     descriptors[peer] = &segments_.counters(peer).descriptor[round % shm::kDirectSlots];
@@ -172,6 +179,7 @@ void DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
   }
   publish(Phase::Done, round + 1);
   waitForAll(Phase::Done, round + 1, op);
+  return true;
 }
 
 }  // namespace ringcomm::algorithms

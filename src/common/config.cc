@@ -149,6 +149,9 @@ Config Config::fromEnvironment() {
   if (const char* v = variable("RINGCOMM_SHM_CMA_HUGE_PAGES")) {
     config.shmCrossMemoryHugePages = parseSwitch("RINGCOMM_SHM_CMA_HUGE_PAGES", v);
   }
+  if (const char* v = variable("RINGCOMM_SHM_CMA_BUSY_CORES")) {
+    config.shmCrossMemoryBusyCores = parseNumber("RINGCOMM_SHM_CMA_BUSY_CORES", v);
+  }
   if (const char* v = variable("RINGCOMM_SOCKET_BUFFER_BYTES")) {
     config.socketBufferBytes = static_cast<int>(parseNumber("RINGCOMM_SOCKET_BUFFER_BYTES", v));
   }
@@ -255,6 +258,8 @@ const std::vector<Described>& describedVariables() {
        }},
       {"RINGCOMM_SHM_CMA_HUGE_PAGES", nullptr,
        [](const Config& c) { return std::string(c.shmCrossMemoryHugePages ? "1" : "0"); }},
+      {"RINGCOMM_SHM_CMA_BUSY_CORES", nullptr,
+       [](const Config& c) { return number(c.shmCrossMemoryBusyCores); }},
       {"RINGCOMM_SOCKET_BUFFER_BYTES", nullptr,
        [](const Config& c) { return number(c.socketBufferBytes); }},
       {"RINGCOMM_LINK_TIMEOUT", nullptr, [](const Config& c) { return seconds(c.linkTimeout); }},

@@ -95,8 +95,7 @@ class CommunicatorImpl : public Communicator {
     transport_ = std::make_unique<transport::Transport>(rank_, std::move(links_.streams),
                                                         links_.segments.get(), *waitPolicy_);
     if (links_.segments && static_cast<int>(links_.localRanks.size()) == size_) {
-      direct_ = std::make_unique<algorithms::DirectGroup>(*links_.segments, *waitPolicy_,
-                                                          config_.shmCrossMemoryHugePages);
+      direct_ = std::make_unique<algorithms::DirectGroup>(*links_.segments, *waitPolicy_, config_);
     }
     device_ = std::make_unique<DeviceCollectives>(rank_, size_, config_, everyRankOnThisHost());
     engine_ = std::make_unique<engine::Engine>(

@@ -1,6 +1,15 @@
 // How ranks adapt to crowded cores: a fixed yield count is honoured; chosen by load, more local
-// ranks than cores always count as crowded, and then the direct schedule's slots grow.
+// ranks than cores always count as crowded, and then the direct schedule's slots grow; the CPU
+// time other processes take is told from the job's own.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
 #include "check.h"
+#include "common/cpu_share.h"
 #include "common/wait_policy.h"
 #include "transport/shm/segment.h"
 
@@ -27,4 +36,25 @@ TEST(slotsGrowOnlyWhenRanksOutnumberCoresAndNothingIsConfigured) {
   CHECK_EQ(shm::slotBytesFor(0, 2, 2), shm::kDefaultSlotBytes);
   CHECK_EQ(shm::slotBytesFor(0, 16, 2), shm::kCrowdedSlotBytes);
   CHECK_EQ(shm::slotBytesFor(65536, 16, 2), size_t(65536));
+}
+
+TEST(theCpuTimeOfProcessesOutsideTheJobIsCounted) {
+  const pid_t spinner = fork();
+  if (spinner == 0) {
+    volatile unsigned long spins = 0;  // a loop with a side effect: one the compiler keeps
+    while (true) spins = spins + 1;
+  }
+  CHECK(spinner > 0);
+  // Both windows start and end together: they differ by the spinner's time alone.
+  OthersCpuUse spinnerIsOther({getpid()});
+  OthersCpuUse spinnerIsOwn({getpid(), spinner});
+  CHECK_EQ(spinnerIsOther.cores(), 0.0);  // the first window has not ended
+  std::this_thread::sleep_for(OthersCpuUse::kWindow + std::chrono::milliseconds(300));
+  const double withSpinner = spinnerIsOther.cores();
+  const double withoutSpinner = spinnerIsOwn.cores();
+  kill(spinner, SIGKILL);
+  waitpid(spinner, nullptr, 0);
+  // A spinning process takes close to a core wherever one is free (this test runs alone).
+  CHECK(withSpinner >= 0.5);
+  CHECK(withSpinner - withoutSpinner >= 0.4);
 }

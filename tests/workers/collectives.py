@@ -7,9 +7,12 @@ Each rank reports its failures and a digest of each result; the test compares di
 ranks.
 
 argv: [large_count]  (elements in the "a few MiB" case; 0 skips it)
+env: PIN_TO_ONE_CORE=1 runs every rank on the first core this process may use (ranks crowded
+onto few cores, as the direct schedule counts them at init)
 """
 
 import hashlib
+import os
 import sys
 import traceback
 
@@ -35,6 +38,8 @@ OPS = {
 REDUCE_SCATTER_OPS = {"float32": list(OPS), "int32": list(OPS), "bool": ["sum", "prod"]}
 SMALL_COUNTS = [0, 1, 1009]  # empty, single element, a prime that splits unevenly everywhere
 
+if os.environ.get("PIN_TO_ONE_CORE") == "1":
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 comm = ringcomm.init()
 rank, size = comm.rank, comm.size
 large = int(sys.argv[1]) if len(sys.argv) > 1 else 0

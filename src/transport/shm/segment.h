@@ -72,6 +72,9 @@ struct alignas(kCacheLine) SlotDescriptor {
   // which peers read with process_vm_readv. 0 on the staged path.
   std::atomic<uint64_t> input{0};
   std::atomic<uint64_t> output{0};
+  // Set by the lowest local rank alone, on the single-copy path: other processes take the cores,
+  // so every rank stages this all-reduce through the slots instead (DirectGroup::allreduce).
+  std::atomic<uint32_t> stageInstead{0};
 };
 
 struct DirectCounters {
