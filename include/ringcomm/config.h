@@ -85,9 +85,10 @@ struct RINGCOMM_API Config {
   // is collapsed into transparent huge pages, which the kernel's copies pin twice as fast
   // (src/transport/shm/huge_pages.h). Its bytes and address do not change.
   bool shmCrossMemoryHugePages = true;
-  // RINGCOMM_SHM_CMA_BUSY_CORES: with RINGCOMM_SHM_CMA=auto, when local ranks outnumber the cores
-  // more than 4 to 1 and other processes used at least this many cores' worth of CPU time over the
-  // last half second (common/cpu_share.h), those all-reduces stage through the slots instead: the
+  // RINGCOMM_SHM_CMA_BUSY_CORES: with RINGCOMM_SHM_CMA=auto, when local ranks outnumber their
+  // cores (the union of their affinities) more than 4 to 1 and other processes used at least this
+  // many cores' worth of CPU time there over the last window of half a second or more
+  // (common/cpu_share.h), those all-reduces stage through the slots instead: the
   // kernel's copies cost the ranks about twice the CPU time of their own, which decides when the
   // cores are shared (bench/RESULTS.md, issue 14). 0: always stage when so crowded.
   double shmCrossMemoryBusyCores = 0.5;

@@ -48,8 +48,8 @@ namespace {
 // Above it, splitting the reduction p ways saves more than the extra synchronisation costs.
 constexpr size_t kWholeVectorBytes = 16 * 1024;
 constexpr std::chrono::milliseconds kHealthCheckInterval{100};
-// From how many local ranks per core a single-copy-sized all-reduce stages through the slots when
-// other processes take the cores. The kernel's copies cost about twice the CPU time per byte of
+// Beyond how many local ranks per core a single-copy-sized all-reduce stages through the slots
+// when other processes take the cores. The kernel's copies cost about twice the CPU time per byte of
 // the ranks' own (12 against 18 GB/s from DRAM, 19 against 35 from the cache, one core of the
 // 2-core VM), which decides once the ranks are short of CPU time. Measured there with 4 busy
 // processes (bench/RESULTS.md, issue 14), busbw single-copy against staged: 16 ranks at 8 MiB
@@ -67,12 +67,12 @@ DirectGroup::DirectGroup(const shm::Segments& segments, WaitPolicy& waitPolicy,
       busyCores_(config.shmCrossMemoryBusyCores) {
   // The lowest local rank decides for everyone, from its own configuration, as it does the
   // single-copy threshold (shm::Segments::settleCrossMemory).
-  if (rank_ == 0 && config.shmCrossMemory == CrossMemory::Auto &&
-      size_ > kStagingRanksPerCore * coresAvailable()) {
-    std::vector<int> pids;
-    for (int local = 0; local < size_; ++local) pids.push_back(segments_.pidOf(local));
-    othersCpuUse_ = std::make_unique<OthersCpuUse>(std::move(pids));
-  }
+  if (rank_ != 0 || config.shmCrossMemory != CrossMemory::Auto) return;
+  std::vector<int> pids;
+  for (int local = 0; local < size_; ++local) pids.push_back(segments_.pidOf(local));
+  othersCpuUse_ = std::make_unique<OthersCpuUse>(std::move(pids));
+  // The cores of all local ranks together: ranks bound one to a core are not crowded.
+  if (size_ <= kStagingRanksPerCore * othersCpuUse_->jobCores()) othersCpuUse_.reset();
 }
 
 bool DirectGroup::stageInstead() {

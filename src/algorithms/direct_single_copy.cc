@@ -112,9 +112,14 @@ bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
 
   // Before posting: every peer finished the previous call (its Done), and none touches these
   // buffers until this rank has posted them.
-  hugePages_.note(input, total);
-  if (output != input) hugePages_.note(output, total);
-  stage(round, tag, total, total, op, input, output, rank_ == 0 && stageInstead());
+  // The lowest rank's answer goes out with its descriptor; it need not collapse buffers that
+  // will be staged (the others learn it only once all have posted).
+  const bool askToStage = rank_ == 0 && stageInstead();
+  if (!askToStage) {
+    hugePages_.note(input, total);
+    if (output != input) hugePages_.note(output, total);
+  }
+  stage(round, tag, total, total, op, input, output, askToStage);
   publish(Phase::Posted, round + 1);
   waitForAll(Phase::Posted, round + 1, op);
   checkDescriptors(round, tag, total, total, op);

@@ -1,8 +1,9 @@
 #include "common/cpu_share.h"
 
-#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -11,82 +12,96 @@
 namespace ringcomm {
 namespace {
 
-// Busy ticks of the cores this process may run on: user, nice, system, irq and softirq from
-// their /proc/stat lines (idle, iowait and steal are no process's). Only those cores: in a
-// container limited to a few cores of a large host, the rest of the host's work does not compete.
-// -1 if unreadable.
-long long busyTicksOfOwnCores() {
-  cpu_set_t own;
-  CPU_ZERO(&own);
-  if (sched_getaffinity(0, sizeof(own), &own) != 0) return -1;
+// Busy ticks of `cores`: user, nice, system, irq and softirq from their /proc/stat lines (idle,
+// iowait and steal are no process's). Only those cores: in a container limited to a few cores of
+// a large host, the rest of the host's work does not compete. -1 if unreadable.
+long long busyTicksOf(const cpu_set_t& cores) {
   std::FILE* file = std::fopen("/proc/stat", "r");
   if (file == nullptr) return -1;
   long long busy = 0;
-  int cores = 0;
+  int counted = 0;
   char line[512];
   while (std::fgets(line, sizeof(line), file) != nullptr) {
+    // "cpu3 ...": one core. The machine-wide "cpu  ..." line has no number.
+    if (std::strncmp(line, "cpu", 3) != 0 || !std::isdigit(static_cast<unsigned char>(line[3]))) {
+      continue;
+    }
     int cpu = -1;
     long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0;
-    if (std::sscanf(line, "cpu%d %lld %lld %lld %lld %lld %lld %lld", &cpu, &user, &nice,
+    if (std::sscanf(line + 3, "%d %lld %lld %lld %lld %lld %lld %lld", &cpu, &user, &nice,
                     &system, &idle, &iowait, &irq, &softirq) != 8) {
-      continue;  // the machine-wide "cpu " line, and everything after the cores
+      continue;
     }
-    if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &own)) continue;
+    if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &cores)) continue;
     busy += user + nice + system + irq + softirq;
-    ++cores;
+    ++counted;
   }
   std::fclose(file);
-  return cores > 0 ? busy : -1;
+  return counted > 0 ? busy : -1;
 }
 
-// utime + stime of every thread of `pid` (fields 14 and 15 of /proc/<pid>/stat); 0 for a process
-// that is gone.
+// utime + stime of every thread of `pid` (fields 14 and 15 of /proc/<pid>/stat), or -1 for a
+// process that is gone.
 long long processTicks(int pid) {
   const std::string path = "/proc/" + std::to_string(pid) + "/stat";
   std::FILE* file = std::fopen(path.c_str(), "r");
-  if (file == nullptr) return 0;
+  if (file == nullptr) return -1;
   char text[1024];
   const size_t length = std::fread(text, 1, sizeof(text) - 1, file);
   std::fclose(file);
   text[length] = '\0';
   // The command name (field 2) is in parentheses and may hold spaces or parentheses itself.
   const char* fields = std::strrchr(text, ')');
-  if (fields == nullptr) return 0;
+  if (fields == nullptr) return -1;
   unsigned long long utime = 0, stime = 0;
   // From field 3 (state): skip fields 3 to 13, then read 14 and 15.
-  if (std::sscanf(fields + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
-                  &stime) != 2) {
-    return 0;
+  if (std::sscanf(fields + 1, " %*c %*d %*d %*d %*d %*d %*u %*lu %*lu %*lu %*lu %llu %llu",
+                  &utime, &stime) != 2) {
+    return -1;
   }
   return static_cast<long long>(utime + stime);
 }
 
 }  // namespace
 
-// The first window starts here, so that the first question, often a second or more later (the
-// job's setup), already has an answer.
-OthersCpuUse::OthersCpuUse(std::vector<int> ownPids)
-    : ownPids_(std::move(ownPids)), last_(sample()) {}
+OthersCpuUse::OthersCpuUse(std::vector<int> ownPids) : ownPids_(std::move(ownPids)) {
+  std::sort(ownPids_.begin(), ownPids_.end());
+  ownPids_.erase(std::unique(ownPids_.begin(), ownPids_.end()), ownPids_.end());
+  CPU_ZERO(&jobCores_);
+  for (int pid : ownPids_) {
+    cpu_set_t cores;
+    CPU_ZERO(&cores);
+    if (sched_getaffinity(pid, sizeof(cores), &cores) == 0) CPU_OR(&jobCores_, &jobCores_, &cores);
+  }
+  if (CPU_COUNT(&jobCores_) == 0) sched_getaffinity(0, sizeof(jobCores_), &jobCores_);
+  // The first window starts here, so that the first question, often a second or more later (the
+  // job's setup), already has an answer.
+  last_ = sample(nullptr);
+}
 
-OthersCpuUse::Sample OthersCpuUse::sample() const {
+OthersCpuUse::Sample OthersCpuUse::sample(const Sample* previous) const {
   Sample now;
   now.at = std::chrono::steady_clock::now();
-  now.machineTicks = busyTicksOfOwnCores();
-  for (int pid : ownPids_) now.ownTicks += processTicks(pid);
+  now.coreTicks = busyTicksOf(jobCores_);
+  now.pidTicks.resize(ownPids_.size(), 0);
+  for (size_t i = 0; i < ownPids_.size(); ++i) {
+    const long long ticks = processTicks(ownPids_[i]);
+    now.pidTicks[i] = ticks >= 0 ? ticks : previous != nullptr ? previous->pidTicks[i] : 0;
+  }
   return now;
 }
 
 double OthersCpuUse::cores() {
   const auto now = std::chrono::steady_clock::now();
   if (now - last_.at < kWindow) return cores_;
-  const Sample current = sample();
-  if (current.machineTicks >= 0 && last_.machineTicks >= 0) {
+  const Sample current = sample(&last_);
+  if (current.coreTicks >= 0 && last_.coreTicks >= 0) {
+    long long others = current.coreTicks - last_.coreTicks;
+    for (size_t i = 0; i < ownPids_.size(); ++i) others -= current.pidTicks[i] - last_.pidTicks[i];
     const double seconds = std::chrono::duration<double>(current.at - last_.at).count();
-    const long long others =
-        (current.machineTicks - last_.machineTicks) - (current.ownTicks - last_.ownTicks);
-    // A rank that exited mid-window takes its ticks with it: never below zero.
-    cores_ = others > 0 ? static_cast<double>(others) / static_cast<double>(sysconf(_SC_CLK_TCK)) /
-                              seconds
+    // Ticks are coarse (10 ms): a window can show the job a tick more than its cores had.
+    cores_ = others > 0 ? static_cast<double>(others) /
+                              static_cast<double>(sysconf(_SC_CLK_TCK)) / seconds
                         : 0.0;
   }
   last_ = current;

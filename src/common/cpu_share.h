@@ -1,11 +1,13 @@
-// How much of this process's cores other processes used lately: whether ranks crowded onto few
-// cores also compete with work that is not theirs (a busy laptop, a shared VM).
+// How much of the job's cores other processes used lately: whether ranks crowded onto few cores
+// also compete with work that is not theirs (a busy laptop, a shared VM).
 //
 // Ranks that outnumber the cores keep them busy themselves, so neither the run queue's length
 // (/proc/loadavg) nor CPU pressure tells their own crowding from other work. CPU time does: the
-// busy time of the cores this process may run on (/proc/stat) less the time the ranks' own
+// busy time of the cores the job's processes may run on (/proc/stat) less the time those
 // processes used (/proc/<pid>/stat) is what everything else took there.
 #pragma once
+
+#include <sched.h>
 
 #include <chrono>
 #include <vector>
@@ -14,12 +16,17 @@ namespace ringcomm {
 
 class OthersCpuUse {
  public:
-  // `ownPids`: the processes whose time is the job's own (this host's ranks, this one included).
+  // `ownPids`: the job's processes on this host (its local ranks; repeats are counted once).
+  // Their cores are the union of their affinity masks, read now.
   explicit OthersCpuUse(std::vector<int> ownPids);
 
-  // Cores' worth of CPU time that other processes used over the last window of at least
-  // kWindow (the first starts at construction), measured again once a window has passed since
-  // the last measurement; 0 before the first window ends and where /proc cannot be read.
+  // How many cores the job's processes may run on, together.
+  int jobCores() const { return CPU_COUNT(&jobCores_); }
+
+  // Cores' worth of CPU time that other processes used on the job's cores since the previous
+  // measurement, taken again when at least kWindow has passed since it (the first window starts
+  // at construction); until then the last answer. 0 before the first window ends and where /proc
+  // cannot be read.
   double cores();
 
   static constexpr std::chrono::milliseconds kWindow{500};
@@ -27,12 +34,15 @@ class OthersCpuUse {
  private:
   struct Sample {
     std::chrono::steady_clock::time_point at;
-    long long machineTicks = -1;  // busy clock ticks of this process's cores, or -1
-    long long ownTicks = 0;       // user and system ticks of ownPids
+    long long coreTicks = -1;          // busy clock ticks of the job's cores, or -1 if unreadable
+    std::vector<long long> pidTicks;   // user + system ticks of each of ownPids_
   };
-  Sample sample() const;
+  // `previous`: a process that is gone keeps its ticks from there, so that it neither counts
+  // against the others nor for them.
+  Sample sample(const Sample* previous) const;
 
   std::vector<int> ownPids_;
+  cpu_set_t jobCores_;
   Sample last_;
   double cores_ = 0;
 };

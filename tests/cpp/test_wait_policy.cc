@@ -2,6 +2,7 @@
 // ranks than cores always count as crowded, and then the direct schedule's slots grow; the CPU
 // time other processes take is told from the job's own.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,20 +42,27 @@ TEST(slotsGrowOnlyWhenRanksOutnumberCoresAndNothingIsConfigured) {
 TEST(theCpuTimeOfProcessesOutsideTheJobIsCounted) {
   const pid_t spinner = fork();
   if (spinner == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // gone with the test, whatever happens to it
     volatile unsigned long spins = 0;  // a loop with a side effect: one the compiler keeps
     while (true) spins = spins + 1;
   }
   CHECK(spinner > 0);
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } reaper{spinner};
   // Both windows start and end together: they differ by the spinner's time alone.
   OthersCpuUse spinnerIsOther({getpid()});
-  OthersCpuUse spinnerIsOwn({getpid(), spinner});
+  OthersCpuUse spinnerIsOwn({getpid(), spinner, getpid()});
+  CHECK(spinnerIsOwn.jobCores() >= 1);
   CHECK_EQ(spinnerIsOther.cores(), 0.0);  // the first window has not ended
-  std::this_thread::sleep_for(OthersCpuUse::kWindow + std::chrono::milliseconds(300));
+  std::this_thread::sleep_for(OthersCpuUse::kWindow + std::chrono::milliseconds(500));
   const double withSpinner = spinnerIsOther.cores();
   const double withoutSpinner = spinnerIsOwn.cores();
-  kill(spinner, SIGKILL);
-  waitpid(spinner, nullptr, 0);
-  // A spinning process takes close to a core wherever one is free (this test runs alone).
-  CHECK(withSpinner >= 0.5);
-  CHECK(withSpinner - withoutSpinner >= 0.4);
+  // A spinning process takes most of a core (this test runs alone; loose for a busy machine).
+  CHECK(withSpinner >= 0.3);
+  CHECK(withSpinner - withoutSpinner >= 0.25);
 }

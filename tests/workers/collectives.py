@@ -16,8 +16,12 @@ import os
 import sys
 import traceback
 
-import numpy as np
-import torch
+# Before torch sizes its thread pool by the cores it may use.
+if os.environ.get("PIN_TO_ONE_CORE") == "1":
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
 from report import report  # noqa: E402
@@ -38,8 +42,6 @@ OPS = {
 REDUCE_SCATTER_OPS = {"float32": list(OPS), "int32": list(OPS), "bool": ["sum", "prod"]}
 SMALL_COUNTS = [0, 1, 1009]  # empty, single element, a prime that splits unevenly everywhere
 
-if os.environ.get("PIN_TO_ONE_CORE") == "1":
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 comm = ringcomm.init()
 rank, size = comm.rank, comm.size
 large = int(sys.argv[1]) if len(sys.argv) > 1 else 0
