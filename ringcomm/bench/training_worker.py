@@ -105,6 +105,9 @@ def main() -> None:
     if args.impl == "ringcomm":
         hvd.shutdown()
     else:
+        # DDP holds the process group: released first, gloo's threads end while Python is whole
+        # (left to the interpreter's exit, one may abort the process: examples/train.py).
+        del model, optimizer
         dist.destroy_process_group()
 
 
