@@ -78,7 +78,9 @@ DirectGroup::DirectGroup(const shm::Segments& segments, WaitPolicy& waitPolicy,
 bool DirectGroup::stageInstead() {
   if (!othersCpuUse_) return false;
   const double others = othersCpuUse_->cores();
-  const bool instead = others >= busyCores_;
+  // Back to the single copy only once others use under half the threshold: use that hovers
+  // about it does not flip the path every window.
+  const bool instead = stagingInstead_ ? others >= busyCores_ / 2 : others >= busyCores_;
   if (instead != stagingInstead_) {
     RINGCOMM_LOG(LogLevel::Info, kLogTransport,
                  instead ? "other processes used %.2f cores' worth of CPU time: %d local ranks "
