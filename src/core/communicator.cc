@@ -675,7 +675,8 @@ class CommunicatorImpl : public Communicator {
       if (!reason) {
         if (next != error.context().peer) {
           text += "; rank " + std::to_string(next) +
-                  " recorded no reason: the failure started there (it died, stopped or exited)";
+                  " recorded no reason: the failure started there (it died, stopped, exited or"
+                  " cannot reach the store)";
         }
         break;
       }

@@ -52,6 +52,12 @@ std::string TcpStream::describeFailure(int error) const {
     return "the link to rank " + std::to_string(peer_) + " is dead: no answer from its host for " +
            seconds + " s (RINGCOMM_LINK_TIMEOUT)";
   }
+  // When the user timeout expires after the route or the neighbour vanished, Linux reports the
+  // last ICMP or routing error instead of ETIMEDOUT: the network failed, not the peer.
+  if (error == EHOSTUNREACH || error == ENETUNREACH || error == EHOSTDOWN || error == ENETDOWN) {
+    return "the link to rank " + std::to_string(peer_) + " is dead: its host cannot be reached (" +
+           std::strerror(error) + ")";
+  }
   return "connection to rank " + std::to_string(peer_) + " failed (" + std::strerror(error) +
          "): the peer died or aborted";
 }
