@@ -169,7 +169,7 @@ def test_receive_of_another_element_type_is_named(transport):
 # broadcast's root; a scatter meeting a gather at 2 ranks): over TCP every receiver acknowledges,
 # so each sender meets the other's data where it waits for the acknowledgement, and raises at
 # once (the tree up to 256 KiB, the chain above). Over shared memory a broadcast goes through the
-# direct schedule's slots, where each root compares every rank's descriptor.
+# direct schedule's slots, where every rank compares every rank's descriptor, root included.
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 @pytest.mark.parametrize(
     "mode,size",

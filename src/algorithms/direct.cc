@@ -161,33 +161,30 @@ void DirectGroup::stage(uint64_t round, const MessageTag& tag, size_t bytes, siz
 
 void DirectGroup::checkDescriptors(uint64_t round, const MessageTag& tag, size_t bytes,
                                    size_t total, const Operation& op) {
-  for (int peer = 0; peer < size_; ++peer) checkDescriptorOf(peer, round, tag, bytes, total, op);
-}
-
-void DirectGroup::checkDescriptorOf(int peer, uint64_t round, const MessageTag& tag, size_t bytes,
-                                    size_t total, const Operation& op) {
-  const shm::SlotDescriptor& theirs =
-      segments_.counters(peer).descriptor[round % shm::kDirectSlots];
-  const uint64_t theirTag = theirs.tag.load(std::memory_order_relaxed);
-  const uint64_t theirBytes = theirs.bytes.load(std::memory_order_relaxed);
-  const uint64_t theirTotal = theirs.total.load(std::memory_order_relaxed);
-  const uint32_t theirSignature = theirs.signature.load(std::memory_order_relaxed);
-  if (theirTag == tag.id && theirBytes == bytes && theirSignature != tag.signature) {
-    raisePeerFailure<MismatchError>(
-        op, peer,
-        "rank " + std::to_string(peer) + " called " + describeTag(tag.id) + " with " +
-            describeSignature(theirSignature, 0) + ", but this rank with " +
-            describeSignature(tag.signature, 0) +
-            ((tag.signature >> 16) != 0 ? " (ranks must agree on the element type and the root)"
-                                        : " (ranks must agree on the element type and reduction)"));
-  }
-  if (theirTag != tag.id || theirBytes != bytes || theirTotal != total) {
-    raisePeerFailure<MismatchError>(
-        op, peer,
-        "rank " + std::to_string(peer) + " staged " + describeTag(static_cast<uint32_t>(theirTag)) +
-            " of " + std::to_string(theirTotal) + " bytes, but this rank staged " +
-            describeTag(tag.id) + " of " + std::to_string(total) +
-            " bytes (ranks called different collectives, or with different sizes)");
+  for (int peer = 0; peer < size_; ++peer) {
+    const shm::SlotDescriptor& theirs =
+        segments_.counters(peer).descriptor[round % shm::kDirectSlots];
+    const uint64_t theirTag = theirs.tag.load(std::memory_order_relaxed);
+    const uint64_t theirBytes = theirs.bytes.load(std::memory_order_relaxed);
+    const uint64_t theirTotal = theirs.total.load(std::memory_order_relaxed);
+    const uint32_t theirSignature = theirs.signature.load(std::memory_order_relaxed);
+    if (theirTag == tag.id && theirBytes == bytes && theirSignature != tag.signature) {
+      raisePeerFailure<MismatchError>(
+          op, peer,
+          "rank " + std::to_string(peer) + " called " + describeTag(tag.id) + " with " +
+              describeSignature(theirSignature, 0) + ", but this rank with " +
+              describeSignature(tag.signature, 0) +
+              ((tag.signature >> 16) != 0 ? " (ranks must agree on the element type and the root)"
+                                          : " (ranks must agree on the element type and reduction)"));
+    }
+    if (theirTag != tag.id || theirBytes != bytes || theirTotal != total) {
+      raisePeerFailure<MismatchError>(
+          op, peer,
+          "rank " + std::to_string(peer) + " staged " + describeTag(static_cast<uint32_t>(theirTag)) +
+              " of " + std::to_string(theirTotal) + " bytes, but this rank staged " +
+              describeTag(tag.id) + " of " + std::to_string(total) +
+              " bytes (ranks called different collectives, or with different sizes)");
+    }
   }
 }
 
@@ -287,18 +284,11 @@ void DirectGroup::broadcast(const Operation& op, const MessageTag& tag, void* bu
       copyBytes(segments_.slotInput(rank_, slot), data + done * element, bytes);
     }
     publish(Phase::Posted, round + 1);
-    if (rank_ == root) {
-      // The root compares every rank's descriptor: a rank that names another root, or another
-      // size, is caught here as well as by itself, and two ranks that each name themselves the
-      // root catch each other.
-      waitForAll(Phase::Posted, round + 1, op);
-      checkDescriptors(round, tag, bytes, count * element, op);
-    } else {
-      // A receiver needs only the root's descriptor and data. Waiting for every rank made each
-      // small broadcast a barrier, which at 16 ranks on 2 cores cost a pass of the scheduler
-      // over all of them (bench/RESULTS.md, issue 14).
-      awaitPeer(root, Phase::Posted, round + 1, op);
-      checkDescriptorOf(root, round, tag, bytes, count * element, op);
+    // Every rank's descriptor, not only the root's: a rank that names another root is caught by
+    // all of them, the root included, rather than only by itself.
+    waitForAll(Phase::Posted, round + 1, op);
+    checkDescriptors(round, tag, bytes, count * element, op);
+    if (rank_ != root) {
       trace::Span span(trace::Phase::Gather, "from the root's slot");
       copyBytes(data + done * element, segments_.slotInput(root, slot), bytes);
     }

@@ -50,12 +50,8 @@ class DirectGroup {
   void stage(uint64_t round, const MessageTag& tag, size_t bytes, size_t total,
              const Operation& op, const void* input = nullptr, const void* output = nullptr,
              bool stageInstead = false);
-  // Raises a MismatchError naming the first peer (checkDescriptorOf: `peer`) whose descriptor of
-  // `round` disagrees with this rank's call.
   void checkDescriptors(uint64_t round, const MessageTag& tag, size_t bytes, size_t total,
                         const Operation& op);
-  void checkDescriptorOf(int peer, uint64_t round, const MessageTag& tag, size_t bytes,
-                         size_t total, const Operation& op);
 
   // The all-reduce that reads peers' buffers with cross-memory attach (direct_single_copy.cc).
   // Returns false, having moved nothing, when the lowest local rank asked every rank to stage
