@@ -109,6 +109,20 @@ def test_disagreeing_root_or_type_is_named(transport, mode, words):
     assert named and all(words in r["message"] for r in named), results
 
 
+# Two roots, each with a receiver that agrees with it: through the direct schedule's slots a
+# receiver must not return from the broadcast with its root's data while the other root's group
+# fails; every rank raises in the call itself. (Over TCP such a receiver returns, and learns of
+# the failure at its next collective: the tree's receivers do not wait for the other root.)
+def test_broadcast_with_two_roots_fails_on_every_rank_in_the_call():
+    outcomes = run_job(4, "failures.py", ["splitroot", "0"], deadline=60, env=transport_env("shm"))
+    assert all(o.returncode == 0 and o.result for o in outcomes), [o.describe() for o in outcomes]
+    results = [o.result for o in outcomes]
+    assert all(r["error"] in ("MismatchError", "TransportError") for r in results), results
+    assert all(r["iteration"] == 3 for r in results), results
+    named = [r for r in results if r["error"] == "MismatchError"]
+    assert named and all("root" in r["message"] for r in named), results
+
+
 # Ranks that disagree this way wait for messages the other never sends; each looks up what the
 # other runs after a second of waiting (the store), so the mismatch is named long before the
 # 60 s timeout, on every rank.

@@ -7,6 +7,8 @@ argv: mode victim
   mismatch  the victim calls all-reduce with a different element count
   none      nobody misbehaves: the test breaks something from outside (a network link)
   root      the victim broadcasts from another root than everyone else
+  splitroot the upper half of the ranks broadcasts 8 floats from its first rank, the lower half
+            from rank 0 (each root has receivers that agree with it); the victim is unused
   bcount    the victim broadcasts 1000 elements where the others broadcast the whole vector
   dtype     the victim reduces int32 where the others reduce float32 (same byte count)
   allgather the victim all-gathers where the others all-reduce
@@ -94,6 +96,10 @@ try:
         if mode == "bcount" and iteration == 3:
             comm.broadcast(x[:1000] if odd else x, root=0)
             continue
+        if mode == "splitroot" and iteration == 3:
+            half = size_of(comm) // 2
+            comm.broadcast(np.full(8, rank, np.float32), root=half if rank >= half else 0)
+            continue
         if mode == "root":
             comm.broadcast(x, root=1 if rank == victim and iteration == 3 else 0)
         elif mode == "dtype" and rank == victim and iteration == 3:
@@ -108,6 +114,7 @@ except Exception as error:  # report whatever surfaced, the test judges it
         peer=getattr(error, "peer", None),
         waited=time.monotonic() - failed_at if "failed_at" in dir() else None,
         since_start=time.monotonic() - started,
+        iteration=iteration if "iteration" in dir() else None,
     )
     # After a failure the communicator is poisoned: the next call must fail at once.
     if "comm" in dir():
