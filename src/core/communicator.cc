@@ -675,8 +675,8 @@ class CommunicatorImpl : public Communicator {
       if (!reason) {
         if (next != error.context().peer) {
           text += "; rank " + std::to_string(next) +
-                  " recorded no reason: the failure started there (it died, stopped, exited or"
-                  " cannot reach the store)";
+                  " recorded no reason: the failure may have started there (it died, stopped or"
+                  " exited, cannot reach the store, or has not failed yet)";
         }
         break;
       }

@@ -52,14 +52,16 @@ std::string TcpStream::describeFailure(int error) const {
     return "the link to rank " + std::to_string(peer_) + " is dead: no answer from its host for " +
            seconds + " s (RINGCOMM_LINK_TIMEOUT)";
   }
-  // When the user timeout expires after the route or the neighbour vanished, Linux reports the
-  // last ICMP or routing error instead of ETIMEDOUT: the network failed, not the peer.
-  if (error == EHOSTUNREACH || error == ENETUNREACH || error == EHOSTDOWN || error == ENETDOWN) {
-    return "the link to rank " + std::to_string(peer_) + " is dead: its host cannot be reached (" +
-           std::strerror(error) + ")";
+  // Only a reset comes from the peer's kernel: its process died or closed the connection.
+  if (error == ECONNRESET || error == EPIPE) {
+    return "connection to rank " + std::to_string(peer_) + " failed (" + std::strerror(error) +
+           "): the peer died or aborted";
   }
-  return "connection to rank " + std::to_string(peer_) + " failed (" + std::strerror(error) +
-         "): the peer died or aborted";
+  // When the link timeout ends a connection after ICMP or routing errors, Linux reports the
+  // last of them instead of ETIMEDOUT: no route to the host or its network, a port refused (a
+  // REJECT rule), a prohibited route. A host that crashed or lost power gives these too, so
+  // this says the link is dead, not whose fault it is.
+  return "the link to rank " + std::to_string(peer_) + " is dead (" + std::strerror(error) + ")";
 }
 
 TcpStream::~TcpStream() {
