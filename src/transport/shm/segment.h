@@ -4,7 +4,8 @@
 //   - a header: the rank's doorbell (a futex word peers bump when they change something this rank
 //     may be waiting for), its pid (so peers can tell it died), its abort flag and reason, and
 //     what peers need to read its memory directly (cross_memory.h);
-//   - the staging area of the direct schedule: progress counters and two slots of input + result;
+//   - the staging area of the direct schedule: progress counters and kDirectSlots slots of
+//     input + result;
 //   - one incoming ring per local peer, for point-to-point traffic (the sender writes `head`, this
 //     rank reads and advances `tail`).
 // Segment names are unlinked as soon as every local rank has mapped them, so a crash leaks nothing.
