@@ -1,6 +1,7 @@
 // ringcomm._core: type conversion, the GIL released around every blocking call, and C++ errors
 // turned into Python exceptions in one place. No logic: that lives in src/ and ringcomm/.
 #include <pybind11/chrono.h>
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -19,6 +20,7 @@
 #include "ringcomm/build_info.h"
 #include "ringcomm/communicator.h"
 #include "ringcomm/debug.h"
+#include "ringcomm/shared_memory.h"
 
 namespace py = pybind11;
 using namespace ringcomm;
@@ -458,6 +460,15 @@ PYBIND11_MODULE(_core, m) {
     ArrayView view = viewArray(obj, name, writable);
     return py::make_tuple(reinterpret_cast<uintptr_t>(view.data), view.count, view.type);
   }, py::arg("obj"), py::arg("name") = "x", py::arg("writable") = false);
+
+  // ringcomm.empty(): bytes that local peers can map (include/ringcomm/shared_memory.h), freed
+  // when the last array viewing them goes.
+  m.def("shared_buffer", [](size_t bytes) {
+    void* address = allocateSharedMemory(bytes);
+    py::capsule owner(address, [](void* p) { freeSharedMemory(p); });
+    return py::array_t<uint8_t>({static_cast<py::ssize_t>(bytes)}, {py::ssize_t{1}},
+                                static_cast<uint8_t*>(address), owner);
+  }, py::arg("bytes"));
 
   m.def("read_dlpack", [](const py::capsule& capsule) {
     bindings::DlpackView v = bindings::readDlpack(capsule);

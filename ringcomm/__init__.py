@@ -19,6 +19,7 @@ from ringcomm._core import (
 )
 from ringcomm.communicator import Communicator, Work, init
 from ringcomm.ops import ADASUM, AVG, MAX, MIN, PROD, SUM
+from ringcomm.shared_arrays import empty, zeros
 
 __version__ = "0.1.0"
 
@@ -45,4 +46,6 @@ __all__ = [
     "TransportError",
     "MismatchError",
     "CommunicatorClosed",
+    "empty",
+    "zeros",
 ]

@@ -120,6 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
         "accumulation (float32 sum/avg; runs the ring schedule)",
     )
     parser.add_argument(
+        "--memory",
+        choices=("private", "shared"),
+        default="private",
+        help="ringcomm's CPU buffers: private (numpy/torch, as the peers') or shared "
+        "(ringcomm.empty: memory the local ranks map, read and written without the kernel's "
+        "copies)",
+    )
+    parser.add_argument(
         "--algorithm",
         type=_algorithms,
         default=["auto"],
@@ -212,6 +220,7 @@ def make_plan(args: argparse.Namespace, sizes: list[int], nranks: int) -> Plan:
         transport=args.transport,
         compression=args.compression,
         device=args.device,
+        memory=args.memory,
         timeout=args.timeout or run_deadline(sizes, nranks),
     )
 

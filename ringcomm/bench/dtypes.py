@@ -28,3 +28,14 @@ def torch_tensor(count: int, dtype: str):
     import torch
 
     return torch.empty(count, dtype=getattr(torch, dtype))
+
+
+def shared_array(count: int, dtype: str):
+    """A buffer in memory the local ranks can map (ringcomm.empty); bfloat16 as a torch view."""
+    import ringcomm
+
+    if dtype in NUMPY_LACKS:
+        import torch
+
+        return torch.from_numpy(ringcomm.empty(count, np.int16)).view(getattr(torch, dtype))
+    return ringcomm.empty(count, dtype)

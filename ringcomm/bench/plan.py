@@ -31,6 +31,7 @@ class Plan:
     transport: str = "auto"  # ringcomm only
     compression: str = "none"  # ringcomm all-reduce only: none, fp16, bf16
     device: str = "cpu"  # where the buffers are: cpu, or cuda (device.py)
+    memory: str = "private"  # ringcomm's CPU buffers: private, or shared (ringcomm.empty)
     op_timeout: float = 120.0  # seconds one collective may take before it fails
     timeout: float = 600.0  # seconds a whole run may take before its ranks exit
 

@@ -73,7 +73,7 @@ def header_lines(command: str, machine: dict, plan: Plan, nranks: int) -> list[s
         f"python {machine['python']}; {versions}",
         f"# {plan.collective}: {nranks} ranks on one host, {plan.dtype}{op}, "
         f"algorithm {_algorithms(plan)}, transport {plan.transport}, "
-        f"compression {plan.compression}, "
+        f"compression {plan.compression}, memory {plan.memory}, "
         f"{_sizes(plan.sizes)}",
     ]
 

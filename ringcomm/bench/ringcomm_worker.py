@@ -13,7 +13,7 @@ import numpy as np
 
 import ringcomm
 from ringcomm.bench import device as bench_device
-from ringcomm.bench.dtypes import NUMPY_LACKS, numpy_array, torch_tensor
+from ringcomm.bench.dtypes import NUMPY_LACKS, numpy_array, shared_array, torch_tensor
 from ringcomm.bench.plan import Plan
 from ringcomm.bench.worker import finish, progress_path, run_plan, start
 
@@ -35,11 +35,13 @@ class RingcommGroup:
         algorithm: str,
         compression: str = "none",
         device: str = "cpu",
+        memory: str = "private",
     ):
         self.comm, self.algorithm = comm, algorithm
         self.compression = None if compression == "none" else compression
         self.rank, self.size = comm.rank, comm.size
         self.cuda = device == "cuda"
+        self.shared_memory = memory == "shared"
         if self.cuda:
             bench_device.use_rank_device(comm.local_rank)
 
@@ -52,6 +54,8 @@ class RingcommGroup:
     def array(self, count: int, dtype: str):
         if self.cuda:
             return bench_device.tensor(count, dtype)
+        if self.shared_memory:
+            return shared_array(count, dtype)
         return torch_tensor(count, dtype) if dtype in NUMPY_LACKS else numpy_array(count, dtype)
 
     def _done(self) -> None:
@@ -124,7 +128,7 @@ def run(
     plan: Plan, comm: "ringcomm.Communicator", progress: Optional[str] = None
 ) -> Optional[dict]:
     """Runs the plan on ``comm``; the report on rank 0, None on the others."""
-    group = RingcommGroup(comm, plan.algorithms[0], plan.compression, plan.device)
+    group = RingcommGroup(comm, plan.algorithms[0], plan.compression, plan.device, plan.memory)
     variants = None
     if len(plan.algorithms) > 1:
         variants = {a: group.with_algorithm(a) for a in plan.algorithms}

@@ -14,6 +14,7 @@
 #include "ringcomm/config.h"
 #include "ringcomm/types.h"
 #include "transport/shm/huge_pages.h"
+#include "transport/shm/shared_buffers.h"
 
 namespace ringcomm::shm {
 class Segments;
@@ -58,6 +59,9 @@ class DirectGroup {
   // this one through the slots instead (stageInstead()).
   bool allreduceSingleCopy(const Operation& op, const MessageTag& tag, const void* input,
                            void* output, size_t count, DataType type, ReduceOp reduceOp);
+  // Copies `bytes` into local peer `peer`'s output, mapped here at `to`, unless it has failed.
+  void writeMappedPeer(int peer, uint8_t* to, const uint8_t* from, size_t bytes,
+                       const Operation& op);
   // Reads `bytes` at `remote` in local peer `peer`'s process into `local`, or writes them there;
   // raises naming the peer.
   void accessPeer(int peer, bool write, uint64_t remote, void* local, size_t bytes,
@@ -80,6 +84,8 @@ class DirectGroup {
   // The single-copy path's landing area for peers' chunks, allocated on its first use.
   std::unique_ptr<uint8_t, FreeAligned> peerChunks_;
   shm::HugePageAdvice hugePages_;
+  // Peers' buffers allocated through ringcomm.empty(), mapped here by the single-copy path.
+  shm::PeerBufferMappings peerBuffers_;
   // Only on the lowest local rank, and only where stageInstead() may say yes.
   std::unique_ptr<OthersCpuUse> othersCpuUse_;
   double busyCores_;

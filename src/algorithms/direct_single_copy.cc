@@ -22,6 +22,12 @@
 // In place (input == output) is safe: rank r overwrites chunk c of slice r in peer q's buffer only
 // after reading it itself, and no one else reads slice r of q's input (q reads only slice q).
 //
+// A peer whose input and output lie in buffers from ringcomm.empty() (shared_buffers.h), which
+// this rank maps, is read and written with loads and stores instead: the kernel's copies cost
+// about twice the CPU time per byte, and 4 ranks on 2 cores are bound by them (bench/RESULTS.md,
+// "Shared buffers"). The schedule is the same; a rank may map some peers and copy with the
+// kernel for others.
+//
 // Per rank this moves the input once (S), the own slice once (S/p) and the others' slices once
 // (S(p-1)/p, from the cache into the peers' memory): about 2.5S at p = 4 instead of 5S. The
 // kernel makes the copies; where it copies slowly (a hypervisor that traps each page's copy), the
@@ -42,6 +48,7 @@
 #include "reduce/reduce.h"
 #include "transport/shm/cross_memory.h"
 #include "transport/shm/segment.h"
+#include "transport/shm/shared_buffers.h"
 
 namespace ringcomm::algorithms {
 namespace {
@@ -101,6 +108,15 @@ void DirectGroup::accessPeer(int peer, bool write, uint64_t remote, void* local,
   raisePeerFailure<TransportError>(op, peer, failure);
 }
 
+void DirectGroup::writeMappedPeer(int peer, uint8_t* to, const uint8_t* from, size_t bytes,
+                                  const Operation& op) {
+  // As accessPeer(): a peer that failed may have handed its output back to its caller.
+  if (segments_.header(peer).aborted.load(std::memory_order_acquire) != 0) {
+    raisePeerFailure<TransportError>(op, peer, segments_.peerFailure(peer));
+  }
+  copyBytes(to, from, bytes);
+}
+
 bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag,
                                       const void* input, void* output, size_t count, DataType type,
                                       ReduceOp reduceOp) {
@@ -114,8 +130,11 @@ bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
   // buffers until this rank has posted them.
   // The lowest rank's answer goes out with its descriptor; it need not collapse buffers that
   // will be staged (the others learn it only once all have posted).
-  const bool askToStage = rank_ == 0 && stageInstead();
-  if (!askToStage) {
+  // Buffers from ringcomm.empty() are moved with loads and stores, which staging would not beat
+  // however busy the cores, and they are shared memory, which the collapse does not concern.
+  const bool shared = shm::findSharedBuffer(input, total) && shm::findSharedBuffer(output, total);
+  const bool askToStage = rank_ == 0 && !shared && stageInstead();
+  if (!askToStage && !shared) {
     hugePages_.note(input, total);
     if (output != input) hugePages_.note(output, total);
   }
@@ -146,6 +165,23 @@ bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
   }
   uint8_t* const bounceArea = peerChunks_.get() + static_cast<size_t>(size_ - 1) * areaBytes;
 
+  // Peers whose input and output both lie in buffers they allocated through ringcomm.empty()
+  // and this rank can map: read and written with loads and stores, not the kernel's copies.
+  std::vector<const uint8_t*> mappedInput(size_, nullptr);
+  std::vector<uint8_t*> mappedOutput(size_, nullptr);
+  for (int peer = 0; peer < size_; ++peer) {
+    const shm::SlotDescriptor& theirs = *descriptors[peer];
+    if (peer == rank_ || theirs.sharedInput.serial == 0 || theirs.sharedOutput.serial == 0) {
+      continue;
+    }
+    const int pid = segments_.pidOf(peer);
+    const uint8_t* inputBase = peerBuffers_.map(peer, pid, theirs.sharedInput);
+    uint8_t* outputBase = inputBase ? peerBuffers_.map(peer, pid, theirs.sharedOutput) : nullptr;
+    if (outputBase == nullptr) continue;
+    mappedInput[peer] = inputBase + theirs.sharedInput.offset;
+    mappedOutput[peer] = outputBase + theirs.sharedOutput.offset;
+  }
+
   trace::Span span(trace::Phase::Reduce, "this rank's slice, into every peer's output");
   const plan::Block own = plan::blockOf(count, size_, rank_);
   const size_t chunkCount = chunkBytes / element;
@@ -157,6 +193,10 @@ bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
     sources[0] = in + at;
     for (int peer = 0, next = 1; peer < size_; ++peer) {
       if (peer == rank_) continue;
+      if (mappedInput[peer] != nullptr) {
+        sources[next++] = mappedInput[peer] + at;
+        continue;
+      }
       const uint64_t remote = descriptors[peer]->input.load(std::memory_order_relaxed) + at;
       uint8_t* landing = alignedLike(remote, element,
                                      peerChunks_.get() + static_cast<size_t>(next - 1) * areaBytes);
@@ -172,6 +212,10 @@ bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
     uint8_t* bounce = nullptr;
     for (int step = 1; step < size_; ++step) {
       const int peer = (rank_ + step) % size_;
+      if (mappedOutput[peer] != nullptr) {
+        writeMappedPeer(peer, mappedOutput[peer] + at, out + at, n * element, op);
+        continue;
+      }
       const uint64_t remote = descriptors[peer]->output.load(std::memory_order_relaxed) + at;
       uint8_t* source = out + at;
       if (isShortForwardDistance(reinterpret_cast<const void*>(remote), source)) {

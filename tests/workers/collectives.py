@@ -8,7 +8,8 @@ ranks.
 
 argv: [large_count]  (elements in the "a few MiB" case; 0 skips it)
 env: PIN_TO_ONE_CORE=1 runs every rank on the first core this process may use (ranks crowded
-onto few cores, as the direct schedule counts them at init)
+onto few cores, as the direct schedule counts them at init); SHARED_ARRAYS=1 allocates every
+input and output through ringcomm.empty (memory local peers map)
 """
 
 import hashlib
@@ -65,11 +66,33 @@ def values(r: int, count: int, dtype: str, op: str) -> np.ndarray:
     return v if dtype == "uint8" else v - 5
 
 
+SHARED_ARRAYS = os.environ.get("SHARED_ARRAYS") == "1"
+
+
 def as_array(v: np.ndarray, dtype: str):
-    """NumPy for every dtype NumPy has; torch (through DLPack) for bfloat16."""
+    """NumPy for every dtype NumPy has; torch (through DLPack) for bfloat16. With SHARED_ARRAYS,
+    in memory from ringcomm.empty."""
     if dtype == "bfloat16":
-        return torch.from_numpy(v.astype(np.float32)).to(torch.bfloat16)
+        t = torch.from_numpy(v.astype(np.float32)).to(torch.bfloat16)
+        if SHARED_ARRAYS:
+            shared = torch.from_numpy(ringcomm.empty(len(v), np.int16)).view(torch.bfloat16)
+            shared.copy_(t)
+            return shared
+        return t
+    if SHARED_ARRAYS:
+        shared = ringcomm.empty(len(v), dtype)
+        shared[:] = v.astype(dtype)
+        return shared
     return v.astype(dtype)
+
+
+def full_like(x: np.ndarray, value) -> np.ndarray:
+    """np.full_like, in memory from ringcomm.empty with SHARED_ARRAYS."""
+    if not SHARED_ARRAYS:
+        return np.full_like(x, value)
+    out = ringcomm.empty(x.shape, x.dtype)
+    out.fill(value)
+    return out
 
 
 def to_float64(a) -> np.ndarray:
@@ -166,7 +189,7 @@ def allreduce_cases() -> None:
         def out_of_place(algorithm=algorithm, name=name):
             x = as_array(values(rank, 1009, "float32", "sum"), "float32")
             keep = x.copy()
-            out = np.full_like(x, np.nan)
+            out = full_like(x, np.nan)
             comm.allreduce(x, out=out, algorithm=algorithm)
             check(name, out, reference(1009, "float32", "sum"))
             if not np.array_equal(x, keep):

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "transport/shm/shared_buffers.h"
+
 namespace ringcomm::shm {
 
 constexpr size_t kCacheLine = 64;
@@ -76,6 +78,10 @@ struct alignas(kCacheLine) SlotDescriptor {
   // Set by the lowest local rank alone, on the single-copy path: other processes take the cores,
   // so every rank stages this all-reduce through the slots instead (DirectGroup::allreduce).
   std::atomic<uint32_t> stageInstead{0};
+  // The single-copy path: where the input and output lie in buffers that peers can map
+  // (shared_buffers.h); serial 0 where they do not. Written before Posted, read after it.
+  SharedLocation sharedInput;
+  SharedLocation sharedOutput;
 };
 
 struct DirectCounters {

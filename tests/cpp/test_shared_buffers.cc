@@ -1,0 +1,59 @@
+// Buffers from ringcomm::allocateSharedMemory: found by any address inside them, mapped by a peer
+// (here this process itself, through its own pidfd) so that writes through either address meet,
+// and a descriptor naming anything else is refused.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "check.h"
+#include "ringcomm/shared_memory.h"
+#include "transport/shm/shared_buffers.h"
+
+using namespace ringcomm;
+
+TEST(sharedBuffersAreFoundByAnyRangeInside) {
+  auto* buffer = static_cast<uint8_t*>(allocateSharedMemory(1 << 20));
+  const auto inside = shm::findSharedBuffer(buffer + 4096, 100);
+  CHECK(inside.has_value());
+  CHECK_EQ(inside->offset, uint64_t{4096});
+  CHECK_EQ(inside->bytes, uint64_t{1} << 20);
+  CHECK(inside->serial != 0);
+  CHECK(!shm::findSharedBuffer(buffer + (1 << 20) - 10, 11).has_value());  // runs past its end
+  int local = 0;
+  CHECK(!shm::findSharedBuffer(&local, sizeof(local)).has_value());
+  freeSharedMemory(buffer);
+  CHECK(!shm::findSharedBuffer(buffer, 1).has_value());
+}
+
+TEST(aPeerMapsTheSameMemory) {
+  auto* buffer = static_cast<uint8_t*>(allocateSharedMemory(3 * 4096));
+  const shm::SharedLocation location = *shm::findSharedBuffer(buffer, 1);
+  {
+    shm::PeerBufferMappings mappings;
+    uint8_t* mapped = mappings.map(1, getpid(), location);
+    CHECK(mapped != nullptr && mapped != buffer);
+    mapped[5000] = 42;
+    CHECK_EQ(int{buffer[5000]}, 42);
+    CHECK(mappings.map(1, getpid(), location) == mapped);  // kept
+  }
+  freeSharedMemory(buffer);
+}
+
+TEST(aDescriptorOfAnotherFileIsRefused) {
+  auto* buffer = static_cast<uint8_t*>(allocateSharedMemory(4096));
+  shm::SharedLocation forged = *shm::findSharedBuffer(buffer, 1);
+  const int other = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+  CHECK(other >= 0);
+  forged.fd = other;
+  forged.bytes = static_cast<uint64_t>(lseek(other, 0, SEEK_END));
+  shm::PeerBufferMappings mappings;
+  CHECK(mappings.map(1, getpid(), forged) == nullptr);
+  close(other);
+  shm::PeerBufferMappings sizes;
+  shm::SharedLocation wrongSize = *shm::findSharedBuffer(buffer, 1);
+  wrongSize.bytes += 4096;
+  CHECK(sizes.map(1, getpid(), wrongSize) == nullptr);
+  freeSharedMemory(buffer);
+}
