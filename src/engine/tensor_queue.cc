@@ -25,6 +25,7 @@
 #include "reduce/half.h"
 #include "ringcomm/errors.h"
 #include "transport/cuda/queue_device.h"
+#include "transport/shm/shared_buffers.h"
 
 namespace ringcomm {
 
@@ -742,12 +743,12 @@ class TensorQueueImpl : public TensorQueue {
       }
       size_t total = 0;
       for (size_t i = begin; i < end; ++i) total += ready[i].reference().count();
-      if (fusion_.size() < total * elementBytes) fusion_.resize(total * elementBytes);
+      uint8_t* const fusion = fusion_.reserve(total * elementBytes);
       size_t offset = 0;
       std::optional<trace::Span> copy(std::in_place, trace::Phase::FusionIn);
       for (size_t i = begin; i < end; ++i) {
         const size_t count = ready[i].reference().count();
-        uint8_t* at = fusion_.data() + offset;
+        uint8_t* at = fusion + offset;
         const auto& local = locals[i - begin];
         if (local) {
           copyBytes(at, local->request.input, count * elementBytes);
@@ -758,7 +759,7 @@ class TensorQueueImpl : public TensorQueue {
       }
       describeFusion(copy, runNumber, offset, ready, begin, end);
       copy.reset();
-      options.input = options.output = fusion_.data();
+      options.input = options.output = fusion;
       options.count = total;
       options.tensorCounts = adasumTensors(ready, begin, end, options.op);
       comm_->allreduce(options)->wait();
@@ -767,7 +768,7 @@ class TensorQueueImpl : public TensorQueue {
       for (size_t i = begin; i < end; ++i) {
         const size_t bytes = ready[i].reference().count() * elementBytes;
         const auto& local = locals[i - begin];
-        if (local) copyBytes(local->request.output, fusion_.data() + offset, bytes);
+        if (local) copyBytes(local->request.output, fusion + offset, bytes);
         offset += bytes;
       }
       describeFusion(copy, runNumber, offset, ready, begin, end);
@@ -1219,7 +1220,9 @@ class TensorQueueImpl : public TensorQueue {
   const size_t fusionThresholdBytes_;  // agreed by every rank at creation
   const JoinPolicy joinPolicy_;        // the same on every rank (checked at creation)
   ReadinessTable table_;         // touched by the queue's thread only
-  std::vector<uint8_t> fusion_;  // the fusion buffer, grown to the largest fused run
+  // The fusion buffer, grown to the largest fused run; in memory local peers map, so large fused
+  // all-reduces on one host move with loads and stores (shm::SharedBytes).
+  shm::SharedBytes fusion_;
   std::unique_ptr<device::QueueDevice> device_ = device::createQueueDevice();
   std::thread thread_;
 

@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <new>
 #include <string>
 #include <system_error>
 
@@ -111,6 +113,36 @@ std::optional<SharedLocation> findSharedBuffer(const void* address, size_t bytes
   const auto& [start, buffer] = *std::prev(after);
   if (at + bytes > start + buffer.bytes) return std::nullopt;
   return SharedLocation{buffer.fd, buffer.serial, at - start, buffer.bytes};
+}
+
+SharedBytes::~SharedBytes() { release(); }
+
+void SharedBytes::release() {
+  if (shared_) {
+    freeSharedMemory(data_);
+  } else {
+    std::free(data_);
+  }
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+uint8_t* SharedBytes::reserve(size_t bytes) {
+  if (bytes <= bytes_ && data_ != nullptr) return data_;
+  release();
+  try {
+    data_ = static_cast<uint8_t*>(allocateSharedMemory(bytes));
+    shared_ = true;
+  } catch (const std::system_error& error) {
+    // A sandbox that forbids memfd_create: ordinary memory, which peers copy with the kernel.
+    RINGCOMM_LOG(LogLevel::Info, kLogTransport, "a %zu-byte buffer in ordinary memory: %s",
+                 bytes, error.what());
+    data_ = static_cast<uint8_t*>(std::malloc(std::max<size_t>(bytes, 1)));
+    if (data_ == nullptr) throw std::bad_alloc();
+    shared_ = false;
+  }
+  bytes_ = bytes;
+  return data_;
 }
 
 PeerBufferMappings::~PeerBufferMappings() {

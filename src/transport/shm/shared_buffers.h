@@ -34,6 +34,27 @@ struct SharedLocation {
 // The shared buffer holding all of [address, address + bytes), if one does.
 std::optional<SharedLocation> findSharedBuffer(const void* address, size_t bytes);
 
+// A buffer that grows to the largest size asked of it, in shared memory where the kernel allows
+// it (else ordinary memory): the tensor queue's fusion buffer, which every rank's fused
+// all-reduces then read and write directly on the single-copy path.
+class SharedBytes {
+ public:
+  SharedBytes() = default;
+  SharedBytes(const SharedBytes&) = delete;
+  SharedBytes& operator=(const SharedBytes&) = delete;
+  ~SharedBytes();
+
+  // At least `bytes` long from now on; the contents are not kept.
+  uint8_t* reserve(size_t bytes);
+
+ private:
+  void release();
+
+  uint8_t* data_ = nullptr;
+  size_t bytes_ = 0;
+  bool shared_ = false;
+};
+
 // A rank's mappings of its peers' shared buffers, the most recent first. Peers free and allocate
 // buffers; a mapping keeps the memory alive, so only the last few per peer are kept.
 class PeerBufferMappings {
