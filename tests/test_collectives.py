@@ -71,6 +71,23 @@ def test_collectives_match_numpy_and_agree_across_ranks(size, transport):
         ), outcomes[0].stderr[-2000:]
 
 
+@pytest.mark.parametrize("size", [4, 5])
+def test_two_hosts_mix_shared_memory_and_tcp(size):
+    # RINGCOMM_HOSTID makes ranks 0..1 one "host" and the rest another: shared memory within each,
+    # TCP between them, one progress loop driving both.
+    hosts = {rank: {"RINGCOMM_HOSTID": "host-a" if rank < 2 else "host-b"} for rank in range(size)}
+    outcomes = run_job(size, "collectives.py", ["65537"], per_rank_env=hosts, deadline=280)
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"][:20])
+        assert "direct" not in outcome.result["algorithms"]
+        transports = outcome.result["transports"]
+        for peer, kind in enumerate(transports):
+            same_host = (peer < 2) == (outcome.rank < 2)
+            expected = "self" if peer == outcome.rank else ("shm" if same_host else "tcp")
+            assert kind == expected, (outcome.rank, transports)
+
+
 # Inputs and outputs from ringcomm.empty (memory local peers map): the single-copy path reads and
 # writes them with loads and stores. At 4 ranks all are shared; at 3 rank 2's are private, so the
 # others reach it with the kernel's copies while it maps theirs, within each call.
@@ -79,6 +96,10 @@ def test_collectives_on_shared_arrays(size, private_rank):
     env = {"RINGCOMM_TRANSPORT": "shm", "SHARED_ARRAYS": "1", **SINGLE_COPY_FROM, **SINGLE_COPY_LOG}
     private = {private_rank: {"SHARED_ARRAYS": "0"}} if private_rank is not None else None
     outcomes = run_cases(size, env, private)
+    if any("shared buffer failed" in o.stderr for o in outcomes):
+        # pidfd_getfd refused (a seccomp profile, a kernel before 5.6): the results above came
+        # through the kernel's copies.
+        pytest.skip("this machine refuses pidfd_getfd: only the fallback was checked")
     for outcome in outcomes:
         # Every rank maps its peers' shared buffers; nobody the private rank's.
         assert "shared buffer of rank" in outcome.stderr, outcome.stderr[-2000:]

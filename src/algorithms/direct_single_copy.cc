@@ -130,10 +130,9 @@ bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
   // buffers until this rank has posted them.
   // The lowest rank's answer goes out with its descriptor; it need not collapse buffers that
   // will be staged (the others learn it only once all have posted).
-  // Buffers from ringcomm.empty() are moved with loads and stores, which staging would not beat
-  // however busy the cores, and they are shared memory, which the collapse does not concern.
+  // Buffers from ringcomm.empty() are shared memory, which the collapse does not concern.
   const bool shared = shm::findSharedBuffer(input, total) && shm::findSharedBuffer(output, total);
-  const bool askToStage = rank_ == 0 && !shared && stageInstead();
+  const bool askToStage = rank_ == 0 && stageInstead();
   if (!askToStage && !shared) {
     hugePages_.note(input, total);
     if (output != input) hugePages_.note(output, total);
@@ -171,9 +170,11 @@ bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
   std::vector<uint8_t*> mappedOutput(size_, nullptr);
   for (int peer = 0; peer < size_; ++peer) {
     const shm::SlotDescriptor& theirs = *descriptors[peer];
-    if (peer == rank_ || theirs.sharedInput.serial == 0 || theirs.sharedOutput.serial == 0) {
-      continue;
-    }
+    const auto covers = [total](const shm::SharedLocation& location) {
+      return location.serial != 0 && location.offset <= location.bytes &&
+             total <= location.bytes - location.offset;
+    };
+    if (peer == rank_ || !covers(theirs.sharedInput) || !covers(theirs.sharedOutput)) continue;
     const int pid = segments_.pidOf(peer);
     const uint8_t* inputBase = peerBuffers_.map(peer, pid, theirs.sharedInput);
     uint8_t* outputBase = inputBase ? peerBuffers_.map(peer, pid, theirs.sharedOutput) : nullptr;

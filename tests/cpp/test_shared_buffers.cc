@@ -55,5 +55,13 @@ TEST(aDescriptorOfAnotherFileIsRefused) {
   shm::SharedLocation wrongSize = *shm::findSharedBuffer(buffer, 1);
   wrongSize.bytes += 4096;
   CHECK(sizes.map(1, getpid(), wrongSize) == nullptr);
+  // Another buffer of the same size, under this one's serial.
+  auto* another = static_cast<uint8_t*>(allocateSharedMemory(4096));
+  shm::SharedLocation swapped = *shm::findSharedBuffer(buffer, 1);
+  swapped.fd = shm::findSharedBuffer(another, 1)->fd;
+  shm::PeerBufferMappings serials;
+  CHECK(serials.map(1, getpid(), swapped) == nullptr);
+  CHECK(serials.map(2, getpid(), *shm::findSharedBuffer(another, 1)) != nullptr);  // per peer
+  freeSharedMemory(another);
   freeSharedMemory(buffer);
 }

@@ -42,17 +42,19 @@ std::mutex ownMutex;
 std::map<uintptr_t, OwnBuffer> ownBuffers;
 uint64_t nextSerial = 1;
 
-constexpr char kMemfdName[] = "ringcomm-buffer";
+// The memfd of buffer `serial`: "/memfd:ringcomm-buffer-7 (deleted)" in /proc.
+std::string memfdName(uint64_t serial) { return "ringcomm-buffer-" + std::to_string(serial); }
 
-// Whether `fd` is a memfd that allocateSharedMemory() created ("/memfd:ringcomm-buffer
-// (deleted)" in /proc): a descriptor naming another of the peer's files is refused.
-bool isOurMemfd(int fd) {
+// Whether `fd` is the memfd that allocateSharedMemory() created for buffer `serial`: a
+// descriptor naming another of the peer's files, or another of its buffers, is refused.
+bool isOurMemfd(int fd, uint64_t serial) {
   char link[128];
   const std::string path = "/proc/self/fd/" + std::to_string(fd);
   const ssize_t length = readlink(path.c_str(), link, sizeof(link) - 1);
   if (length <= 0) return false;
   const std::string target(link, static_cast<size_t>(length));
-  return target.rfind(std::string("/memfd:") + kMemfdName, 0) == 0;
+  const std::string expected = "/memfd:" + memfdName(serial);
+  return target == expected || target == expected + " (deleted)";
 }
 
 }  // namespace
@@ -64,7 +66,13 @@ namespace ringcomm {
 void* allocateSharedMemory(size_t bytes) {
   using namespace shm;
   bytes = std::max<size_t>(bytes, 1);
-  const int fd = static_cast<int>(syscall(SYS_memfd_create, kMemfdName, MFD_CLOEXEC));
+  uint64_t serial = 0;
+  {
+    std::lock_guard<std::mutex> lock(ownMutex);
+    serial = nextSerial++;
+  }
+  const int fd =
+      static_cast<int>(syscall(SYS_memfd_create, memfdName(serial).c_str(), MFD_CLOEXEC));
   if (fd < 0) throw std::system_error(errno, std::generic_category(), "memfd_create");
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     const int failed = errno;
@@ -83,7 +91,7 @@ void* allocateSharedMemory(size_t bytes) {
   // for the peers that read it. Advice only.
   madvise(address, bytes, MADV_HUGEPAGE);
   std::lock_guard<std::mutex> lock(ownMutex);
-  ownBuffers[reinterpret_cast<uintptr_t>(address)] = OwnBuffer{bytes, fd, nextSerial++};
+  ownBuffers[reinterpret_cast<uintptr_t>(address)] = OwnBuffer{bytes, fd, serial};
   return address;
 }
 
@@ -155,7 +163,7 @@ uint8_t* PeerBufferMappings::map(int peer, pid_t pid, const SharedLocation& loca
     mappings_.splice(mappings_.begin(), mappings_, it);
     return it->base;
   }
-  if (refused_) return nullptr;
+  if (refused_.count(peer) != 0) return nullptr;
   // The owner holds the buffer for the whole collective, so its descriptor is still that
   // buffer's; the size check guards against anything else.
   const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
@@ -170,7 +178,7 @@ uint8_t* PeerBufferMappings::map(int peer, pid_t pid, const SharedLocation& loca
   if (fd >= 0 && fstat(fd, &status) != 0) {
     failed = errno;
   } else if (fd >= 0 && (static_cast<uint64_t>(status.st_size) != location.bytes ||
-                         !isOurMemfd(fd))) {
+                         !isOurMemfd(fd, location.serial))) {
     failed = EINVAL;  // not a buffer of ours: never map (and write into) anything else
   } else if (fd >= 0) {
     base = mmap(nullptr, location.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -182,7 +190,7 @@ uint8_t* PeerBufferMappings::map(int peer, pid_t pid, const SharedLocation& loca
                  "mapping rank %d's shared buffer failed (%s): its all-reduces copy with the "
                  "kernel instead",
                  peer, std::strerror(failed));
-    refused_ = true;
+    refused_.insert(peer);
     return nullptr;
   }
   RINGCOMM_LOG(LogLevel::Info, kLogTransport,

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <set>
 #include <optional>
 
 namespace ringcomm::shm {
@@ -65,7 +66,8 @@ class PeerBufferMappings {
   ~PeerBufferMappings();
 
   // The start of `location` (the owner's buffer) mapped into this process, or null when it cannot
-  // be mapped (a kernel without pidfd_getfd, a refusal): the caller then copies with the kernel.
+  // be mapped (a kernel without pidfd_getfd, a seccomp profile that forbids it, as Docker's does
+  // without CAP_SYS_PTRACE): the caller then copies with the kernel, for that peer from then on.
   uint8_t* map(int peer, pid_t pid, const SharedLocation& location);
 
  private:
@@ -77,7 +79,7 @@ class PeerBufferMappings {
   };
   static constexpr size_t kKeptPerPeer = 8;
   std::list<Mapping> mappings_;
-  bool refused_ = false;  // once mapping failed, not asked again
+  std::set<int> refused_;  // peers whose buffers could not be mapped: not asked again
 };
 
 }  // namespace ringcomm::shm
