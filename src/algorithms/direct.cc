@@ -157,12 +157,13 @@ void DirectGroup::stage(uint64_t round, const MessageTag& tag, size_t bytes, siz
   descriptor.input.store(reinterpret_cast<uintptr_t>(input), std::memory_order_relaxed);
   descriptor.output.store(reinterpret_cast<uintptr_t>(output), std::memory_order_relaxed);
   descriptor.stageInstead.store(stageInstead ? 1 : 0, std::memory_order_relaxed);
-  descriptor.sharedInput = shm::SharedLocation{};
-  descriptor.sharedOutput = shm::SharedLocation{};
-  if (input != nullptr) {
-    descriptor.sharedInput = shm::findSharedBuffer(input, total).value_or(shm::SharedLocation{});
-    descriptor.sharedOutput = shm::findSharedBuffer(output, total).value_or(shm::SharedLocation{});
-  }
+  // Only the single-copy path passes buffers; the staged rounds skip the lookup's lock.
+  const auto sharedLocation = [total](const void* buffer) {
+    if (buffer == nullptr) return shm::SharedLocation{};
+    return shm::findSharedBuffer(buffer, total).value_or(shm::SharedLocation{});
+  };
+  descriptor.sharedInput = sharedLocation(input);
+  descriptor.sharedOutput = sharedLocation(output);
 }
 
 void DirectGroup::checkDescriptors(uint64_t round, const MessageTag& tag, size_t bytes,

@@ -59,6 +59,8 @@ class DirectGroup {
   // this one through the slots instead (stageInstead()).
   bool allreduceSingleCopy(const Operation& op, const MessageTag& tag, const void* input,
                            void* output, size_t count, DataType type, ReduceOp reduceOp);
+  // Raises naming `peer` if it has failed: its output may be its caller's again.
+  void raiseIfAborted(int peer, const Operation& op);
   // Copies `bytes` into local peer `peer`'s output, mapped here at `to`, unless it has failed.
   void writeMappedPeer(int peer, uint8_t* to, const uint8_t* from, size_t bytes,
                        const Operation& op);

@@ -78,6 +78,12 @@ uint8_t* alignedLike(uint64_t remote, size_t element, uint8_t* area) {
   return area + withinLine;
 }
 
+// Whether a peer's shared buffer holds all `bytes` of the call from the offset it names.
+bool covers(const shm::SharedLocation& location, size_t bytes) {
+  return location.serial != 0 && location.offset <= location.bytes &&
+         bytes <= location.bytes - location.offset;
+}
+
 size_t chunkBytesFor(int size) {
   const size_t chunk = kLandingBytes / static_cast<size_t>(std::max(1, size - 1));
   return std::clamp(chunk, kSmallestChunkBytes, kLargestChunkBytes) / kLandingAlignment *
@@ -88,11 +94,7 @@ size_t chunkBytesFor(int size) {
 
 void DirectGroup::accessPeer(int peer, bool write, uint64_t remote, void* local, size_t bytes,
                              const Operation& op) {
-  // A peer that failed (a timeout while this rank was slow) may have handed its output back to
-  // its caller: write nothing more into it. It marks itself aborted before its error surfaces.
-  if (write && segments_.header(peer).aborted.load(std::memory_order_acquire) != 0) {
-    raisePeerFailure<TransportError>(op, peer, segments_.peerFailure(peer));
-  }
+  if (write) raiseIfAborted(peer, op);
   const int pid = segments_.pidOf(peer);
   const int failed = write ? shm::writeProcessMemory(pid, remote, local, bytes)
                            : shm::readProcessMemory(pid, remote, local, bytes);
@@ -108,12 +110,17 @@ void DirectGroup::accessPeer(int peer, bool write, uint64_t remote, void* local,
   raisePeerFailure<TransportError>(op, peer, failure);
 }
 
-void DirectGroup::writeMappedPeer(int peer, uint8_t* to, const uint8_t* from, size_t bytes,
-                                  const Operation& op) {
-  // As accessPeer(): a peer that failed may have handed its output back to its caller.
+void DirectGroup::raiseIfAborted(int peer, const Operation& op) {
+  // A peer that failed (a timeout while this rank was slow) may have handed its output back to
+  // its caller: write nothing more into it. It marks itself aborted before its error surfaces.
   if (segments_.header(peer).aborted.load(std::memory_order_acquire) != 0) {
     raisePeerFailure<TransportError>(op, peer, segments_.peerFailure(peer));
   }
+}
+
+void DirectGroup::writeMappedPeer(int peer, uint8_t* to, const uint8_t* from, size_t bytes,
+                                  const Operation& op) {
+  raiseIfAborted(peer, op);
   copyBytes(to, from, bytes);
 }
 
@@ -130,14 +137,15 @@ bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
   // buffers until this rank has posted them.
   // The lowest rank's answer goes out with its descriptor; it need not collapse buffers that
   // will be staged (the others learn it only once all have posted).
-  // Buffers from ringcomm.empty() are shared memory, which the collapse does not concern.
-  const bool shared = shm::findSharedBuffer(input, total) && shm::findSharedBuffer(output, total);
   const bool askToStage = rank_ == 0 && stageInstead();
-  if (!askToStage && !shared) {
-    hugePages_.note(input, total);
-    if (output != input) hugePages_.note(output, total);
-  }
   stage(round, tag, total, total, op, input, output, askToStage);
+  // Buffers from ringcomm.empty() (found by stage()) are shared memory, which the collapse does
+  // not concern.
+  const shm::SlotDescriptor& mine = segments_.counters(rank_).descriptor[round % shm::kDirectSlots];
+  if (!askToStage && mine.sharedInput.serial == 0) hugePages_.note(input, total);
+  if (!askToStage && mine.sharedOutput.serial == 0 && output != input) {
+    hugePages_.note(output, total);
+  }
   publish(Phase::Posted, round + 1);
   waitForAll(Phase::Posted, round + 1, op);
   checkDescriptors(round, tag, total, total, op);
@@ -170,11 +178,10 @@ bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
   std::vector<uint8_t*> mappedOutput(size_, nullptr);
   for (int peer = 0; peer < size_; ++peer) {
     const shm::SlotDescriptor& theirs = *descriptors[peer];
-    const auto covers = [total](const shm::SharedLocation& location) {
-      return location.serial != 0 && location.offset <= location.bytes &&
-             total <= location.bytes - location.offset;
-    };
-    if (peer == rank_ || !covers(theirs.sharedInput) || !covers(theirs.sharedOutput)) continue;
+    if (peer == rank_ || !covers(theirs.sharedInput, total) ||
+        !covers(theirs.sharedOutput, total)) {
+      continue;
+    }
     const int pid = segments_.pidOf(peer);
     const uint8_t* inputBase = peerBuffers_.map(peer, pid, theirs.sharedInput);
     uint8_t* outputBase = inputBase ? peerBuffers_.map(peer, pid, theirs.sharedOutput) : nullptr;

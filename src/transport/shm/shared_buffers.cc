@@ -74,19 +74,16 @@ void* allocateSharedMemory(size_t bytes) {
   const int fd =
       static_cast<int>(syscall(SYS_memfd_create, memfdName(serial).c_str(), MFD_CLOEXEC));
   if (fd < 0) throw std::system_error(errno, std::generic_category(), "memfd_create");
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+  const auto fail = [fd, bytes](const char* call) {
     const int failed = errno;
     close(fd);
     throw std::system_error(failed, std::generic_category(),
-                            "ftruncate of a " + std::to_string(bytes) + "-byte shared buffer");
-  }
+                            std::string(call) + " of a " + std::to_string(bytes) +
+                                "-byte shared buffer");
+  };
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) fail("ftruncate");
   void* address = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (address == MAP_FAILED) {
-    const int failed = errno;
-    close(fd);
-    throw std::system_error(failed, std::generic_category(),
-                            "mmap of a " + std::to_string(bytes) + "-byte shared buffer");
-  }
+  if (address == MAP_FAILED) fail("mmap");
   // Huge pages where the system allows them for shared memory (shmem_enabled): fewer TLB misses
   // for the peers that read it. Advice only.
   madvise(address, bytes, MADV_HUGEPAGE);
