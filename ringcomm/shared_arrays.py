@@ -25,17 +25,24 @@ Shape = Union[int, tuple[int, ...], list[int]]
 def empty(shape: Shape, dtype=np.float32) -> np.ndarray:
     """An uninitialised C-ordered array of ``shape`` and ``dtype`` in memory local peers can map
     (as ``numpy.empty``)."""
-    dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
     if any(not isinstance(d, (int, np.integer)) or d < 0 for d in dims):
         raise ValueError(f"shape: expected non-negative integers, got {shape!r}")
     dtype = np.dtype(dtype)
     nbytes = math.prod(dims) * dtype.itemsize
-    raw = _core.shared_buffer(nbytes)
+    try:
+        if nbytes >= 1 << 63:  # beyond any size_t the allocation could take
+            raise MemoryError
+        raw = _core.shared_buffer(nbytes)
+    except MemoryError:
+        raise MemoryError(
+            f"unable to allocate {nbytes} bytes of shared memory for an array of shape {dims} "
+            f"and dtype {dtype}: more than this machine's memory and swap"
+        ) from None
     return raw[:nbytes].view(dtype).reshape(dims)
 
 
 def zeros(shape: Shape, dtype=np.float32) -> np.ndarray:
-    """As ``empty``, filled with zeros (as ``numpy.zeros``)."""
-    array = empty(shape, dtype)
-    array.fill(0)
-    return array
+    """As ``empty``, filled with zeros (as ``numpy.zeros``): a new memfd reads as zeros, and its
+    pages are allocated when first written, as calloc()'s are."""
+    return empty(shape, dtype)

@@ -155,6 +155,22 @@ def test_bad_arguments(comm):
         comm.scatter(None, root=0)
 
 
+def test_shared_arrays_are_checked_and_zeroed():
+    with pytest.raises(ValueError, match="shape: expected non-negative integers"):
+        ringcomm.empty((3, -1))
+    with pytest.raises(ValueError, match="shape: expected non-negative integers"):
+        ringcomm.empty(2.5)
+    # More than memory and swap together: refused at once, as np.empty refuses it, rather than
+    # a success whose pages fail at their first touch.
+    with pytest.raises(MemoryError, match=r"shape \(1048576, 1073741824\) and dtype uint8"):
+        ringcomm.empty((1 << 20, 1 << 30), np.uint8)
+    with pytest.raises(MemoryError, match="more than this machine's memory"):
+        ringcomm.empty(1 << 62, np.float32)  # over 2**63 bytes
+    zeros = ringcomm.zeros((3, 1000), np.float64)
+    assert zeros.shape == (3, 1000) and zeros.dtype == np.float64 and not zeros.any()
+    assert ringcomm.empty(0).size == 0
+
+
 def test_async_work(comm):
     x = np.ones(1000, np.float64)
     work = comm.allreduce(x, async_op=True)

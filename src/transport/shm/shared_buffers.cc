@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,6 +46,18 @@ uint64_t nextSerial = 1;
 // The memfd of buffer `serial`: "/memfd:ringcomm-buffer-7 (deleted)" in /proc.
 std::string memfdName(uint64_t serial) { return "ringcomm-buffer-" + std::to_string(serial); }
 
+// Whether `bytes` could ever be held: no more than the machine's memory and swap. A memfd's
+// pages are allocated on first touch, so a larger request would succeed here and fail only
+// later, at a touch in the middle of the program; malloc() refuses such a request at once under
+// the kernel's default overcommit policy, and so does this.
+bool couldHold(size_t bytes) {
+  struct sysinfo info {};
+  if (sysinfo(&info) != 0) return true;
+  const double unit = info.mem_unit ? info.mem_unit : 1;
+  return static_cast<double>(bytes) <=
+         (static_cast<double>(info.totalram) + static_cast<double>(info.totalswap)) * unit;
+}
+
 // Whether `fd` is the memfd that allocateSharedMemory() created for buffer `serial`: a
 // descriptor naming another of the peer's files, or another of its buffers, is refused.
 bool isOurMemfd(int fd, uint64_t serial) {
@@ -66,6 +79,7 @@ namespace ringcomm {
 void* allocateSharedMemory(size_t bytes) {
   using namespace shm;
   bytes = std::max<size_t>(bytes, 1);
+  if (!couldHold(bytes)) throw std::bad_alloc();
   uint64_t serial = 0;
   {
     std::lock_guard<std::mutex> lock(ownMutex);
