@@ -93,52 +93,68 @@ bool DirectGroup::stageInstead() {
   return instead;
 }
 
-std::atomic<uint64_t>& DirectGroup::counterOf(shm::DirectCounters& counters, Phase phase) {
+shm::Segments::Progress DirectGroup::progressOf(Phase phase) {
   switch (phase) {
-    case Phase::Posted: return counters.posted.value;
-    case Phase::Reduced: return counters.reduced.value;
+    case Phase::Posted: return &shm::DirectCounters::posted;
+    case Phase::Reduced: return &shm::DirectCounters::reduced;
     case Phase::Done: break;
   }
-  return counters.done.value;
+  return &shm::DirectCounters::done;
 }
 
 void DirectGroup::publish(Phase phase, uint64_t value) {
-  counterOf(segments_.counters(rank_), phase).store(value, std::memory_order_seq_cst);
-  segments_.ringDoorbellsOfWaiters();
+  const shm::Segments::Progress progress = progressOf(phase);
+  (segments_.counters(rank_).*progress).value.store(value, std::memory_order_seq_cst);
+  segments_.ringDoorbellsOfWaiters(progress, value);
+}
+
+int DirectGroup::firstBehind(Phase phase, uint64_t value, int from) const {
+  const shm::Segments::Progress progress = progressOf(phase);
+  for (int peer = from; peer < size_; ++peer) {
+    if ((segments_.counters(peer).*progress).value.load(std::memory_order_acquire) < value) {
+      return peer;
+    }
+  }
+  return -1;
 }
 
 void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
+  // Counters only grow: the peers found there stay there, so each scan resumes at the first
+  // one that was not (this rank's own counter is there already).
+  int behind = firstBehind(phase, value, 0);
+  if (behind < 0) return;
   trace::Span span(trace::Phase::Wait, phase == Phase::Posted    ? "peers staged"
                                        : phase == Phase::Reduced ? "peers reduced their slices"
                                                                  : "peers done with the slot");
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer != rank_) awaitPeer(peer, phase, value, op);
-  }
-}
-
-void DirectGroup::awaitPeer(int peer, Phase phase, uint64_t value, const Operation& op) {
-  const std::atomic<uint64_t>& counter = counterOf(segments_.counters(peer), phase);
   SpinBudget spin = waitPolicy_.budget();
   auto lastHealthCheck = Clock::now();
   while (true) {
-    uint32_t doorbell = segments_.doorbellSnapshot();
-    if (counter.load(std::memory_order_acquire) >= value) break;
+    const uint32_t doorbell = segments_.doorbellSnapshot();
+    const int stillBehind = firstBehind(phase, value, behind);
+    if (stillBehind < 0) return;
+    // A peer got there meanwhile: the others are moving too, polling is worth it again.
+    if (stillBehind != behind) spin.reset();
+    behind = stillBehind;
     if (spin.spinAgain()) continue;
-    op.noteWaitingFor(peer);
+    op.noteWaitingFor(behind);
     if (op.expired()) {
       const char* what = phase == Phase::Posted    ? "to stage its input"
                          : phase == Phase::Reduced ? "to publish its reduced slice"
                                                    : "to finish reading the previous round";
-      raisePeerFailure<TimeoutError>(op, peer,
-                                     "timed out waiting for rank " + std::to_string(peer) + " " +
-                                         what + " (shared-memory direct schedule)");
+      raisePeerFailure<TimeoutError>(op, behind,
+                                     "timed out waiting for rank " + std::to_string(behind) +
+                                         " " + what + " (shared-memory direct schedule)");
     }
-    segments_.sleepWaitingOn(peer, counter, value, doorbell,
-                             std::chrono::duration_cast<std::chrono::microseconds>(
-                                 std::min(op.remaining(), kHealthCheckInterval)));
+    // Asleep until the last of the peers gets there: one wake-up per wait, not one per peer.
+    segments_.sleepUntilAllReach(progressOf(phase), value, doorbell,
+                                 std::chrono::duration_cast<std::chrono::microseconds>(
+                                     std::min(op.remaining(), kHealthCheckInterval)));
     if (Clock::now() - lastHealthCheck >= kHealthCheckInterval) {
-      std::string failure = segments_.peerFailure(peer);
-      if (!failure.empty()) raisePeerFailure<TransportError>(op, peer, failure);
+      // Every peer still behind: a dead one need not be the first of them.
+      for (int peer = behind; peer >= 0; peer = firstBehind(phase, value, peer + 1)) {
+        std::string failure = segments_.peerFailure(peer);
+        if (!failure.empty()) raisePeerFailure<TransportError>(op, peer, failure);
+      }
       lastHealthCheck = Clock::now();
     }
   }

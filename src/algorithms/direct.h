@@ -14,12 +14,9 @@
 #include "ringcomm/config.h"
 #include "ringcomm/types.h"
 #include "transport/shm/huge_pages.h"
+#include "transport/shm/segment.h"
 #include "transport/shm/shared_buffers.h"
 
-namespace ringcomm::shm {
-class Segments;
-struct DirectCounters;
-}
 
 namespace ringcomm::algorithms {
 
@@ -40,11 +37,12 @@ class DirectGroup {
 
  private:
   enum class Phase { Posted, Reduced, Done };
-  // A rank's progress counter for `phase`.
-  static std::atomic<uint64_t>& counterOf(shm::DirectCounters& counters, Phase phase);
-  // Waits until every peer's counter for `phase` reaches `value` (awaitPeer: one peer's).
+  // Which of each rank's progress counters (shm::DirectCounters) counts `phase`.
+  static shm::Segments::Progress progressOf(Phase phase);
+  // Waits until every peer's counter for `phase` reaches `value`.
   void waitForAll(Phase phase, uint64_t value, const Operation& op);
-  void awaitPeer(int peer, Phase phase, uint64_t value, const Operation& op);
+  // The first local rank from `from` on whose counter for `phase` is below `value`, or -1.
+  int firstBehind(Phase phase, uint64_t value, int from) const;
   void publish(Phase phase, uint64_t value);
   // Describes this rank's part of `round` for the peers (checkDescriptors); `input` and `output`
   // are the caller's buffers on the single-copy path, null on the staged one.

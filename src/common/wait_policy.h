@@ -5,7 +5,8 @@
 // outnumber the cores (more local ranks than cores, or other work on the machine), a yielding rank
 // stays runnable: the scheduler keeps handing it the core it just gave away, and the peers that
 // have work to do wait behind it. Then a rank should sleep almost at once and be woken by the one
-// peer it waits for (shm::Segments::sleepWaitingOn).
+// peer it waits for: for the direct schedule, the last of the peers it waits for
+// (shm::Segments::sleepUntilAllReach).
 #pragma once
 
 #include <atomic>

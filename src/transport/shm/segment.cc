@@ -243,16 +243,31 @@ timespec timespecOf(std::chrono::microseconds wait) {
 
 }  // namespace
 
-void Segments::ringDoorbellsOfWaiters() const {
-  // Sequentially consistent, paired with sleepWaitingOn(): the caller stored its progress before
-  // this, the sleeper registers before it re-reads that progress, so at least one sees the other.
+bool Segments::allReached(Progress progress, uint64_t value) const {
+  for (int local = 0; local < localSize(); ++local) {
+    if ((counters(local).*progress).value.load(std::memory_order_seq_cst) < value) return false;
+  }
+  return true;
+}
+
+void Segments::ringDoorbellsOfWaiters(Progress progress, uint64_t value) const {
+  // Sequentially consistent, paired with sleepUntilAllReach(): the caller stored its progress
+  // before this, the sleeper registers before it re-reads everyone's progress, so at least one
+  // sees the other. And of the ranks that store `value` last, the very last one in that order
+  // reads every other's store in allReached(), so someone wakes the sleepers.
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  int everyoneThere = -1;  // allReached(), read once and only if someone waits on it
   for (int local = 0; local < localSize(); ++local) {
     if (local == localRank_) continue;
     const SegmentHeader& peer = header(local);
     if (peer.sleepers.load(std::memory_order_seq_cst) == 0) continue;
     const int32_t waitingOn = peer.waitingOn.load(std::memory_order_seq_cst);
-    if (waitingOn == localRank_ || waitingOn == kWaitingOnAnyone) ringDoorbell(local);
+    if (waitingOn == kWaitingOnEveryone && everyoneThere < 0) {
+      everyoneThere = allReached(progress, value) ? 1 : 0;
+    }
+    if (waitingOn == kWaitingOnAnyone || (waitingOn == kWaitingOnEveryone && everyoneThere == 1)) {
+      ringDoorbell(local);
+    }
   }
 }
 
@@ -267,13 +282,12 @@ void Segments::sleepOnDoorbell(uint32_t seen, std::chrono::microseconds maxWait)
   own.sleepers.fetch_sub(1, std::memory_order_acq_rel);
 }
 
-void Segments::sleepWaitingOn(int peer, const std::atomic<uint64_t>& counter, uint64_t value,
-                              uint32_t seen, std::chrono::microseconds maxWait) const {
+void Segments::sleepUntilAllReach(Progress progress, uint64_t value, uint32_t seen,
+                                  std::chrono::microseconds maxWait) const {
   SegmentHeader& own = header(localRank_);
-  own.waitingOn.store(peer, std::memory_order_seq_cst);
+  own.waitingOn.store(kWaitingOnEveryone, std::memory_order_seq_cst);
   own.sleepers.fetch_add(1, std::memory_order_seq_cst);
-  if (counter.load(std::memory_order_seq_cst) < value &&
-      own.doorbell.load(std::memory_order_acquire) == seen) {
+  if (!allReached(progress, value) && own.doorbell.load(std::memory_order_acquire) == seen) {
     const timespec timeout = timespecOf(maxWait);
     futex(&own.doorbell, FUTEX_WAIT, seen, &timeout);
   }

@@ -38,14 +38,18 @@ struct alignas(kCacheLine) PaddedCounter {
 
 // A sleeper's `waitingOn`: it waits for any change (a point-to-point ring, an abort).
 constexpr int32_t kWaitingOnAnyone = -1;
+// A sleeper's `waitingOn`: it waits until every local rank has reached a phase of the direct
+// schedule; the rank that gets there last wakes it (Segments::ringDoorbellsOfWaiters).
+constexpr int32_t kWaitingOnEveryone = -2;
 
 struct alignas(kCacheLine) SegmentHeader {
   std::atomic<uint32_t> doorbell{0};
   std::atomic<uint32_t> sleepers{0};
-  // The local rank whose progress counter the sleeper waits for, or kWaitingOnAnyone. A rank that
-  // publishes progress wakes only the sleepers waiting on it: with 16 ranks on 2 cores, waking
-  // all 15 peers at every phase made ~15 times the context switches the schedule needs, and the
-  // ranks woken for nothing took the cores from the ones that had work.
+  // kWaitingOnEveryone or kWaitingOnAnyone. A rank that publishes progress wakes the sleepers
+  // waiting on everyone only when it was the last to get there. With 16 ranks on 2 cores, waking
+  // all 15 peers at every publication made ~15 times the context switches the schedule needs,
+  // and waking a sleeper for each peer it waited on in turn still about 3 times (bench/RESULTS.md,
+  // "One wake-up per wait"): the ranks woken for nothing took the cores from the ones with work.
   std::atomic<int32_t> waitingOn{kWaitingOnAnyone};
   alignas(kCacheLine) std::atomic<uint32_t> aborted{0};
   int32_t pid = 0;
@@ -171,15 +175,22 @@ class Segments {
   void ringDoorbell(int local) const;
   void ringAllDoorbells() const;
   uint32_t doorbellSnapshot() const;
-  // Wakes the local peers that sleep waiting on this rank's progress (or on anything).
-  void ringDoorbellsOfWaiters() const;
+  // A progress counter of the direct schedule: DirectCounters::posted, ::reduced or ::done.
+  using Progress = PaddedCounter DirectCounters::*;
+  // Whether every local rank's `progress` counter has reached `value`.
+  bool allReached(Progress progress, uint64_t value) const;
+  // Call after storing this rank's `progress` counter as `value`. Wakes the local peers asleep
+  // waiting on anything, and, if every local rank has now reached `value`, those asleep
+  // waiting on everyone (sleepUntilAllReach).
+  void ringDoorbellsOfWaiters(Progress progress, uint64_t value) const;
   // Sleeps until this rank's doorbell moves past `seen` or `maxWait` passes.
   void sleepOnDoorbell(uint32_t seen, std::chrono::microseconds maxWait) const;
-  // Sleeps until local peer `peer` rings this rank's doorbell, or `maxWait` passes; not at all
-  // if `counter` (one of that peer's) already reached `value`. Only one thread of a rank may
-  // sleep this way at a time (the engine's: every collective runs on it).
-  void sleepWaitingOn(int peer, const std::atomic<uint64_t>& counter, uint64_t value,
-                      uint32_t seen, std::chrono::microseconds maxWait) const;
+  // Sleeps until every local rank's `progress` counter reaches `value` (the last to get there
+  // rings this rank's doorbell), the doorbell moves past `seen` otherwise, or `maxWait` passes;
+  // not at all if they are all there. Only one thread of a rank may sleep this way at a time
+  // (the engine's: every collective runs on it).
+  void sleepUntilAllReach(Progress progress, uint64_t value, uint32_t seen,
+                          std::chrono::microseconds maxWait) const;
 
   // Cross-memory attach, settled at setup in two steps with a synchronisation between them.
   // probeCrossMemory(), after attachPeers(): this rank tries to read every peer's token and
