@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,7 @@ from ringcomm.bench.timing import (
     measure_interleaved,
     paired_times,
     plan_iterations,
+    settle,
     split_trials,
 )
 from ringcomm.bench.worker import run_plan
@@ -316,6 +318,19 @@ def test_measure_counts_calls():
     calls.clear()
     timing = measure(lambda: calls.append(1), OneRank(), min_time=0.01)
     assert 3 <= timing.iters <= 1000 and len(calls) == timing.iters + timing.warmup
+
+
+def test_settle_runs_untimed_calls_for_about_the_time_asked():
+    calls = []
+
+    def call():
+        calls.append(1)
+        time.sleep(0.001)
+
+    start = time.perf_counter()
+    made = settle(call, OneRank(), seconds=0.05)
+    assert made == len(calls) and 20 <= made <= 60
+    assert time.perf_counter() - start >= 0.04
 
 
 def test_paired_times():

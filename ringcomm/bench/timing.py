@@ -39,6 +39,12 @@ _MAX_TRIALS = 5
 # measure(), no _MAX_ITERS: a loop's fixed costs must weigh alike on variants of like speed.
 ROUNDS = 15
 _MAX_PROBE_ITERS = 1 << 16  # calls in measure_interleaved()'s longest probe loop
+# settle(): how long ranks that were just launched run calls before anything is timed. On the
+# 2-core VM, 16 ranks' all-reduces of 8 B took 250-300 us for their first 1,000-1,500 calls
+# (0.3-0.5 s) and 180-190 us after, also when the ranks slept 1.5 s after starting: the
+# scheduler spreads newly busy processes over the cores over that long. Without it, the first
+# size of a sweep was timed in that phase.
+SETTLE_SECONDS = 1.0
 
 
 @dataclass
@@ -74,6 +80,16 @@ def split_trials(iters: int) -> tuple[int, int]:
     """(trials, calls per trial): up to _MAX_TRIALS loops of at least _MIN_ITERS calls."""
     trials = max(1, min(_MAX_TRIALS, iters // _MIN_ITERS))
     return trials, math.ceil(iters / trials)
+
+
+def settle(run: Callable[[], None], sync: Sync, seconds: float = SETTLE_SECONDS) -> int:
+    """Runs ``run`` untimed for about ``seconds`` (a count sized from the slowest rank's probe,
+    so the same on every rank); returns the calls made."""
+    per_call = max(_timed_loop(run, sync, _PROBE_ITERS), 1e-9)
+    calls = min(_MAX_PROBE_ITERS, math.ceil(seconds / per_call))
+    for _ in range(calls):
+        run()
+    return _PROBE_ITERS + calls
 
 
 def measure(

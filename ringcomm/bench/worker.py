@@ -21,7 +21,7 @@ from ringcomm.bench import patterns
 from ringcomm.bench.collectives import REDUCING, ElementCounts, bandwidths, element_counts
 from ringcomm.bench.dtypes import ITEMSIZE
 from ringcomm.bench.plan import Plan
-from ringcomm.bench.timing import Timing, measure, measure_interleaved
+from ringcomm.bench.timing import Timing, measure, measure_interleaved, settle
 
 _ROOT = 0  # the root of broadcast, reduce, gather and scatter
 
@@ -134,12 +134,19 @@ class _Case:
         )
 
 
-def _run_size(plan: Plan, group: Group, counts: ElementCounts, variants: dict) -> dict:
+def _run_size(
+    plan: Plan, group: Group, counts: ElementCounts, variants: dict, first: bool = False
+) -> dict:
     """{variant name: result row} for one size: every variant (a group on the same ranks: an
-    all-reduce schedule) timed on the same buffers, in turns when there are several."""
+    all-reduce schedule) timed on the same buffers, in turns when there are several. The
+    ``first`` size of a run with adaptive counts is timed only after the ranks have settled
+    (timing.settle()); fixed counts (--iters, --warmup) are run as given."""
     case = _Case(plan, group, counts)
     case.fill_inputs()
     calls = {name: case.call(variant) for name, variant in variants.items()}
+    if first and plan.warmup is None and plan.iters is None:
+        for call in calls.values():
+            settle(call, group)
     if len(calls) == 1:
         ((name, call),) = calls.items()
         timings = {name: measure(call, group, plan.min_time, plan.iters, plan.warmup)}
@@ -217,10 +224,11 @@ def run_plan(
         counts = element_counts(plan.collective, nbytes, ITEMSIZE[plan.dtype], group.size)
         if counts.nbytes in seen:  # two requested sizes that round to the same buffers
             continue
+        first = not seen
         seen.add(counts.nbytes)
         if group.rank == 0:
             _note_progress(progress, index, counts.nbytes, len(plan.sizes))
-        for name, row in _run_size(plan, group, counts, variants).items():
+        for name, row in _run_size(plan, group, counts, variants, first).items():
             rows[name].append(row)
         gc.collect()  # free this size's buffers before the next (larger) ones are allocated
     group.barrier()
