@@ -172,10 +172,11 @@ class Communicator:
             float(prescale),
             float(postscale),
             name or "",
-            [int(n) for n in tensor_counts],
+            # No new list per call where there is nothing in it: this is the small-message path.
+            [int(n) for n in tensor_counts] if tensor_counts else (),
         )
         result = x if out is None else out
-        return self._finish(work, result, (x, out), async_op)
+        return Work(work, result, (x, out)) if async_op else result
 
     def reduce_scatter(
         self,
