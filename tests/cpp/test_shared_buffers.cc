@@ -2,10 +2,13 @@
 // (here this process itself, through its own pidfd) so that writes through either address meet,
 // and a descriptor naming anything else is refused.
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 
 #include "check.h"
 #include "ringcomm/shared_memory.h"
@@ -64,4 +67,30 @@ TEST(aDescriptorOfAnotherFileIsRefused) {
   CHECK(serials.map(2, getpid(), *shm::findSharedBuffer(another, 1)) != nullptr);  // per peer
   freeSharedMemory(another);
   freeSharedMemory(buffer);
+}
+
+TEST(aChildForkedWhileAnotherThreadAllocatesCanAllocate) {
+  // Without the fork handlers, a fork while the allocating thread holds the registry's lock
+  // leaves the child's copy locked: its first allocation would never return.
+  std::atomic<bool> stop{false};
+  std::thread churn([&stop] {
+    // Lookups hold the lock most of the time this thread runs.
+    auto* buffer = static_cast<uint8_t*>(allocateSharedMemory(4096));
+    while (!stop.load()) (void)shm::findSharedBuffer(buffer, 1);
+    freeSharedMemory(buffer);
+  });
+  int stuck = 0;
+  for (int child = 0; child < 200; ++child) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      alarm(10);  // a deadlocked child dies of SIGALRM instead of hanging the test
+      freeSharedMemory(allocateSharedMemory(4096));
+      _exit(0);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) ++stuck;
+  }
+  stop.store(true);
+  churn.join();
+  CHECK_EQ(stuck, 0);
 }

@@ -1,5 +1,6 @@
 #include "transport/shm/shared_buffers.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -42,6 +43,11 @@ struct OwnBuffer {
 std::mutex ownMutex;
 std::map<uintptr_t, OwnBuffer> ownBuffers;
 uint64_t nextSerial = 1;
+
+// A child forked while another thread held the lock would find it held for good: the lock is
+// taken around fork(), so that the child's copy is free (its buffers are the parent's, shared).
+[[maybe_unused]] const int forkHandlers = pthread_atfork(
+    [] { ownMutex.lock(); }, [] { ownMutex.unlock(); }, [] { ownMutex.unlock(); });
 
 // The memfd of buffer `serial`: "/memfd:ringcomm-buffer-7 (deleted)" in /proc.
 std::string memfdName(uint64_t serial) { return "ringcomm-buffer-" + std::to_string(serial); }
