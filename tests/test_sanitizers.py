@@ -32,7 +32,10 @@ KINDS = {
         "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:halt_on_error=1:strict_string_checks=1",
         "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
     },
-    "thread": {"TSAN_OPTIONS": "halt_on_error=1:second_deadlock_stack=1"},
+    "thread": {
+        "TSAN_OPTIONS": "halt_on_error=1:second_deadlock_stack=1:suppressions="
+        + str(REPO / "tests" / "cpp" / "tsan_suppressions.txt")
+    },
 }
 
 
