@@ -8,6 +8,13 @@
 //   g++ -O2 -mavx2 -std=c++17 bench/shared_buffer_bound.cc -o /tmp/shared_buffer_bound
 //   /tmp/shared_buffer_bound shared 33554432     # loads and stores into mapped peer buffers
 //   /tmp/shared_buffer_bound kernel 33554432     # the kernel copies, as the single-copy path
+//   /tmp/shared_buffer_bound hybrid 33554432     # kernel reads; the all-gather through slots
+//
+// "hybrid" keeps the buffers private (a caller's arrays) but replaces the kernel's writes into
+// the peers' outputs: a rank copies each reduced chunk into a slot of its own in shared memory
+// and every peer copies it from there into its output at once, while it is still in the cache
+// (bench/RESULTS.md, "An all-gather through slots for ordinary arrays"). Still no
+// synchronisation: the peers copy whatever the slot holds, so this is the bound of its traffic.
 //
 // Each of 4 processes owns slice r of a float32 vector: chunk by chunk it reduces the 4 inputs'
 // chunk into its own buffer and writes the result into the 3 peers' buffers (in place, as the
@@ -34,11 +41,15 @@ constexpr int kRanks = 4;
 constexpr int kCalls = 30;
 constexpr size_t kChunkBytes = 256 * 1024;  // the single-copy path's chunk at 4 ranks
 
+enum class Mode { Mapped, Kernel, Hybrid };
+constexpr int kSlots = 4;  // "hybrid": result slots per rank, used in turn
+
 struct Shared {
   std::atomic<long> arrived{0};
   std::atomic<long> generation{0};
   pid_t pids[kRanks];
   float* buffers[kRanks];  // the addresses in each process (the same: mapped before fork)
+  float* slots[kRanks];    // "hybrid": kSlots chunks each, shared
   double medianSeconds[kRanks];
 };
 
@@ -71,7 +82,8 @@ void copyWithKernel(bool write, pid_t pid, float* remote, float* local, size_t b
   }
 }
 
-void runRank(Shared& shared, int rank, bool kernel, size_t count) {
+void runRank(Shared& shared, int rank, Mode mode, size_t count) {
+  const bool kernel = mode != Mode::Mapped;
   float* mine = shared.buffers[rank];
   std::fill(mine, mine + count, 1.0f);
   const size_t chunk = kChunkBytes / sizeof(float);
@@ -100,6 +112,17 @@ void runRank(Shared& shared, int rank, bool kernel, size_t count) {
         }
       }
       sumInto(mine + at, sources, n);
+      if (mode == Mode::Hybrid) {
+        const size_t chunkIndex = (at - begin) / chunk;
+        const size_t slot = chunkIndex % kSlots * chunk;
+        std::memcpy(shared.slots[rank] + slot, mine + at, n * 4);
+        for (int step = 1; step < kRanks; ++step) {
+          const int peer = (rank + step) % kRanks;
+          const size_t theirs = count / kRanks * static_cast<size_t>(peer) + (at - begin);
+          std::memcpy(mine + theirs, shared.slots[peer] + slot, n * 4);
+        }
+        continue;
+      }
       for (int step = 1; step < kRanks; ++step) {
         const int peer = (rank + step) % kRanks;
         if (kernel) {
@@ -120,7 +143,9 @@ void runRank(Shared& shared, int rank, bool kernel, size_t count) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool kernel = argc > 1 && std::string(argv[1]) == "kernel";
+  const std::string name = argc > 1 ? argv[1] : "shared";
+  const Mode mode = name == "kernel" ? Mode::Kernel : name == "hybrid" ? Mode::Hybrid : Mode::Mapped;
+  const bool kernel = mode != Mode::Mapped;
   const size_t bytes = argc > 2 ? std::strtoull(argv[2], nullptr, 0) : size_t{32} << 20;
   const size_t count = bytes / sizeof(float) / (kRanks * 8) * (kRanks * 8);
   auto* shared = new (mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE,
@@ -131,12 +156,15 @@ int main(int argc, char** argv) {
     void* buffer = mmap(nullptr, count * sizeof(float), PROT_READ | PROT_WRITE, flags, -1, 0);
     madvise(buffer, count * sizeof(float), MADV_HUGEPAGE);
     shared->buffers[rank] = static_cast<float*>(buffer);
+    shared->slots[rank] = static_cast<float*>(mmap(nullptr, kSlots * kChunkBytes,
+                                                   PROT_READ | PROT_WRITE,
+                                                   MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   }
   for (int rank = 0; rank < kRanks; ++rank) {
     const pid_t pid = fork();
     if (pid == 0) {
       while (shared->generation.load() == 0) sched_yield();  // every pid is known
-      runRank(*shared, rank, kernel, count);
+      runRank(*shared, rank, mode, count);
       std::_Exit(0);
     }
     shared->pids[rank] = pid;
@@ -146,7 +174,10 @@ int main(int argc, char** argv) {
   const double slowest = *std::max_element(shared->medianSeconds, shared->medianSeconds + kRanks);
   const double busbw = 2.0 * (kRanks - 1) / kRanks * count * sizeof(float) / slowest / 1e9;
   std::printf("%s: %zu B at %d ranks: median %.2f ms, busbw %.2f GB/s\n",
-              kernel ? "kernel copies" : "mapped buffers", count * sizeof(float), kRanks,
+              mode == Mode::Kernel   ? "kernel copies"
+              : mode == Mode::Hybrid ? "kernel reads, all-gather through slots"
+                                     : "mapped buffers",
+              count * sizeof(float), kRanks,
               slowest * 1e3, busbw);
   return 0;
 }
