@@ -173,7 +173,7 @@ class Communicator:
             float(postscale),
             name or "",
             # No new list per call where there is nothing in it: this is the small-message path.
-            [int(n) for n in tensor_counts] if tensor_counts else (),
+            [int(n) for n in tensor_counts] if len(tensor_counts) else (),
         )
         result = x if out is None else out
         return Work(work, result, (x, out)) if async_op else result

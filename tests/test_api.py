@@ -24,6 +24,9 @@ def test_single_process_world(comm):
     assert np.array_equal(comm.allgather(x), x)
     for algorithm in ("auto", "ring", "tree", "direct"):
         comm.allreduce(x, algorithm=algorithm)
+    # Tensor counts in any sequence, a NumPy array's included.
+    for counts in ([2, 3], (2, 3), np.array([2, 3])):
+        assert comm.allreduce(x, op=ringcomm.ADASUM, tensor_counts=counts) is x
 
 
 def test_buffer_protocol_and_dlpack_inputs(comm):
