@@ -30,15 +30,16 @@ def empty(shape: Shape, dtype=np.float32) -> np.ndarray:
         raise ValueError(f"shape: expected non-negative integers, got {shape!r}")
     dtype = np.dtype(dtype)
     nbytes = math.prod(dims) * dtype.itemsize
+    too_big = MemoryError(
+        f"unable to allocate {nbytes} bytes of shared memory for an array of shape {dims} "
+        f"and dtype {dtype}: more than this machine's memory and swap"
+    )
+    if nbytes >= 1 << 63:  # beyond any size_t the allocation could take
+        raise too_big
     try:
-        if nbytes >= 1 << 63:  # beyond any size_t the allocation could take
-            raise MemoryError
         raw = _core.shared_buffer(nbytes)
     except MemoryError:
-        raise MemoryError(
-            f"unable to allocate {nbytes} bytes of shared memory for an array of shape {dims} "
-            f"and dtype {dtype}: more than this machine's memory and swap"
-        ) from None
+        raise too_big from None
     return raw[:nbytes].view(dtype).reshape(dims)
 
 

@@ -10,7 +10,8 @@
 namespace ringcomm {
 
 // `bytes` (at least one) of page-aligned, zeroed memory in a memfd; throws std::bad_alloc when
-// `bytes` exceeds the machine's memory and swap, std::system_error when the kernel refuses. freeSharedMemory() returns it; any other address is ignored.
+// `bytes` exceeds the machine's memory and swap, std::system_error when the kernel refuses.
+// freeSharedMemory() returns it; any other address is ignored.
 RINGCOMM_API void* allocateSharedMemory(size_t bytes);
 RINGCOMM_API void freeSharedMemory(void* address);
 

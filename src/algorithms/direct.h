@@ -17,7 +17,6 @@
 #include "transport/shm/segment.h"
 #include "transport/shm/shared_buffers.h"
 
-
 namespace ringcomm::algorithms {
 
 class DirectGroup {
