@@ -1,7 +1,9 @@
 """python -m ringcomm info: what a bug report needs, read from the core, never the secret."""
 
 import json
+import os
 import re
+import socket
 import subprocess
 import sys
 
@@ -114,3 +116,22 @@ def test_tuning_directory(monkeypatch, tmp_path):
     monkeypatch.setenv("RINGCOMM_TUNING_DIR", "off")
     directory, row = effective()
     assert directory == "" and row["value"] == "off"
+
+
+def test_mps_is_seen_running_by_its_control_endpoint(tmp_path):
+    # The MPS control daemon's endpoint is a socket (driver 580) or a named pipe (older drivers);
+    # a socket must accept connections, since a daemon that quit leaves its file behind.
+    assert not _core.mps_running(str(tmp_path))
+    (tmp_path / "control").write_text("a plain file is no daemon")
+    assert not _core.mps_running(str(tmp_path))
+    (tmp_path / "control").unlink()
+    os.mkfifo(tmp_path / "control")
+    assert _core.mps_running(str(tmp_path))
+    (tmp_path / "control").unlink()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as endpoint:
+        endpoint.bind(str(tmp_path / "control"))
+        # A socket nobody accepts on: what a daemon that quit leaves behind.
+        assert not _core.mps_running(str(tmp_path))
+        endpoint.listen()
+        assert _core.mps_running(str(tmp_path))
+    assert not _core.mps_running(str(tmp_path))  # closed, the file still there

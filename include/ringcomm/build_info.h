@@ -27,8 +27,10 @@ struct RINGCOMM_API BuildInfo {
 
 RINGCOMM_API BuildInfo buildInfo();
 
-// Whether a CUDA MPS control daemon listens in `pipeDirectory` (Config::mpsPipeDirectory): the
-// daemon's named pipe "control" is what CUDA clients look for there.
+// Whether a CUDA MPS control daemon listens in `pipeDirectory` (Config::mpsPipeDirectory), at
+// its endpoint "control" there, which CUDA clients use: a socket (driver 580 makes one), which
+// must accept a connection (a daemon that quit leaves its socket behind), or a named pipe (older
+// drivers), whose presence is taken as the answer.
 RINGCOMM_API bool mpsRunning(const std::string& pipeDirectory);
 
 }  // namespace ringcomm

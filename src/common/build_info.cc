@@ -1,7 +1,12 @@
 #include "ringcomm/build_info.h"
 
-#include <string>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
 
 #include "codec/codec_f16c.h"
 #include "reduce/dispatch.h"
@@ -22,9 +27,32 @@ BuildInfo buildInfo() {
   return info;
 }
 
+namespace {
+
+// A connection that is closed at once: the daemon sees a client that sent no command.
+bool socketAnswers(const std::string& path) {
+  sockaddr_un address{};
+  if (path.size() >= sizeof(address.sun_path)) return false;
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool answered =
+      connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0;
+  close(fd);
+  return answered;
+}
+
+}  // namespace
+
 bool mpsRunning(const std::string& pipeDirectory) {
+  const std::string control = pipeDirectory + "/control";
   struct stat info {};
-  return stat((pipeDirectory + "/control").c_str(), &info) == 0 && S_ISFIFO(info.st_mode);
+  if (stat(control.c_str(), &info) != 0) return false;
+  if (S_ISSOCK(info.st_mode)) return socketAnswers(control);
+  // An older driver's pipe is taken at its word: opening it to ask would hand the daemon an
+  // end-of-file on its command channel.
+  return S_ISFIFO(info.st_mode);
 }
 
 }  // namespace ringcomm
