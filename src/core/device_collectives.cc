@@ -61,18 +61,20 @@ MemoryPath DeviceCollectives::allreducePath(const AllreduceOptions& o,
   // Adasum's coefficients come from the whole vector: chunks would each get their own, so it is
   // staged whole and runs its host schedule (src/algorithms/adasum.h).
   if (!bothOnDevice || o.op == ReduceOp::Adasum) return MemoryPath::Host;
-  const bool ipcPossible = size_ > 1 && everyRankOnThisHost_ &&
+  const bool ipcPossible = size_ > 1 && size_ <= device::kMaxIpcRanks && everyRankOnThisHost_ &&
                            o.compression == Compression::None && o.prescale == 1.0 &&
                            o.postscale == 1.0;
   const bool ipcWanted =
       config_.cudaPath == CudaPath::Ipc ||
       (config_.cudaPath == CudaPath::Auto && o.count * elementSize(o.type) >= kIpcMinBytes);
-  const MemoryPath path = ipcPossible && ipcWanted ? MemoryPath::DeviceIpc : MemoryPath::DeviceChunked;
+  const MemoryPath path =
+      ipcPossible && ipcWanted ? MemoryPath::DeviceIpc : MemoryPath::DeviceChunked;
   if (log::enabled(LogLevel::Info, kLogCuda)) {
     const char* why = path == MemoryPath::DeviceIpc
                           ? (config_.cudaPath == CudaPath::Ipc ? "RINGCOMM_CUDA_PATH=ipc"
                                                                : "at or above the IPC threshold")
                       : size_ == 1              ? "one rank"
+                      : size_ > device::kMaxIpcRanks ? "more ranks than the IPC all-reduce takes"
                       : !everyRankOnThisHost_   ? "ranks on other hosts"
                       : o.compression != Compression::None ? "compression needs the host path"
                       : o.prescale != 1.0 || o.postscale != 1.0 ? "scaling needs the host path"

@@ -208,6 +208,18 @@ RINGCOMM_HOST_DEVICE typename Element::Storage combine(typename Element::Storage
   return Element::narrow(Operation::apply(Element::widen(a), Element::widen(b)));
 }
 
+// Element i of srcs[0] OP srcs[1] OP ... OP srcs[n - 1] (n >= 2), as the CPU's reduce::reduceMany
+// computes it: left to right in the compute type, so the 16-bit floats accumulate in float32 and
+// round once at the end.
+template <typename Element, typename Op>
+RINGCOMM_HOST_DEVICE typename Element::Storage combineMany(
+    const typename Element::Storage* const* srcs, int n, size_t i) {
+  using Operation = typename Element::template Operation<Op>;
+  typename Element::Compute acc = Element::widen(srcs[0][i]);
+  for (int k = 1; k < n; ++k) acc = Operation::apply(acc, Element::widen(srcs[k][i]));
+  return Element::narrow(acc);
+}
+
 // finishAverage's division of one element (loops.h: divideSame, divideWidened).
 template <typename Element>
 RINGCOMM_HOST_DEVICE typename Element::Storage divide(typename Element::Storage value,

@@ -44,6 +44,18 @@ void reduce(void* out, const void* a, const void* b, size_t count, DataType type
 void reduceInto(void* acc, const void* src, size_t count, DataType type, ReduceOp op,
                 cudaStream_t stream);
 
+// The most sources reduceMany takes in one launch.
+constexpr int kMaxReduceSources = 32;
+
+// out[i] = srcs[0][i] OP srcs[1][i] OP ... OP srcs[n-1][i], then for Avg divided by `divisor`:
+// one pass over every source, as the CPU's reduce::reduceMany followed by finishAverage, bit for
+// bit (left to right; float16 and bfloat16 accumulate in float32 and round once, before the
+// division). n from 2 to kMaxReduceSources. out may be one of the sources (each element is read
+// from every source before it is written, by the same thread). Throws InvalidArgument as
+// finishAverage does for Avg (divisor below 1, bool), and for n out of range.
+void reduceMany(void* out, const void* const* srcs, int n, size_t count, DataType type,
+                ReduceOp op, int divisor, cudaStream_t stream);
+
 // For ReduceOp::Avg: buf[i] /= divisor, as reduce::finishAverage (floats: an exact IEEE division,
 // float16/bfloat16 in float32; integers: truncating division). Enqueues nothing for other ops.
 // Throws InvalidArgument for Avg with a divisor below 1, and for Avg of Bool.

@@ -2,8 +2,9 @@
 // (element_ops.cuh) swept over the arrays by the grid-stride kernel of elementwise.cuh.
 //
 // One kernel per (element type, operation): 10 types x 4 operations (Avg runs as Sum; on bool
-// the operations are logical or and and), plus 9 divisions for finishAverage (none for bool).
-// Each is a template instance, so the operation is compiled in rather than chosen per element.
+// the operations are logical or and and), plus 9 divisions for finishAverage (none for bool), plus
+// as many reduceMany kernels (every source in one pass, the average folded in). Each is a
+// template instance, so the operation is compiled in rather than chosen per element.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -46,6 +47,61 @@ struct ReduceElements {
     detail::loadVector(b + i, y);
 #pragma unroll
     for (size_t k = 0; k < kVector; ++k) x[k] = detail::combine<Element, Op>(x[k], y[k]);
+    detail::storeVector(out + i, x);
+  }
+};
+
+// out[i] = srcs[0][i] OP ... OP srcs[n-1][i] in the compute type, rounded once, then divided for
+// Avg: reduceMany's single pass. out may be a source: every source is loaded before the store.
+template <typename Element, typename Op>
+struct ReduceManyElements {
+  using Storage = typename Element::Storage;
+  using Compute = typename Element::Compute;
+  static constexpr size_t kVector = kVectorBytes / sizeof(Storage);
+  static constexpr bool kCanAverage = !std::is_same_v<Element, detail::BoolElement>;
+
+  Storage* out;
+  const Storage* srcs[kMaxReduceSources];
+  int n;
+  bool average;
+  typename Element::Divisor divisor;
+
+  // Every array the launch touches; the unused source slots repeat the first source, which
+  // leaves the alignment split unchanged.
+  std::array<ArrayRef, kMaxReduceSources + 1> arrays() const {
+    std::array<ArrayRef, kMaxReduceSources + 1> all{};
+    all[0] = {out, sizeof(Storage)};
+    for (int k = 0; k < kMaxReduceSources; ++k) {
+      all[k + 1] = {srcs[k < n ? k : 0], sizeof(Storage)};
+    }
+    return all;
+  }
+
+  __device__ Storage finish(Storage value) const {
+    if constexpr (kCanAverage) {
+      if (average) return detail::divide<Element>(value, divisor);
+    }
+    return value;
+  }
+
+  __device__ void scalar(size_t i) const {
+    out[i] = finish(detail::combineMany<Element, Op>(srcs, n, i));
+  }
+
+  __device__ void vector(size_t i) const {
+    using Operation = typename Element::template Operation<Op>;
+    Storage x[kVector];
+    Compute acc[kVector];
+    detail::loadVector(srcs[0] + i, x);
+#pragma unroll
+    for (size_t k = 0; k < kVector; ++k) acc[k] = Element::widen(x[k]);
+    for (int s = 1; s < n; ++s) {
+      detail::loadVector(srcs[s] + i, x);
+#pragma unroll
+      for (size_t k = 0; k < kVector; ++k) acc[k] = Operation::apply(acc[k], Element::widen(x[k]));
+    }
+#pragma unroll
+    for (size_t k = 0; k < kVector; ++k) x[k] = finish(Element::narrow(acc[k]));
     detail::storeVector(out + i, x);
   }
 };
@@ -111,6 +167,18 @@ bool visitOp(ReduceOp op, Visit&& visit) {
                         std::to_string(static_cast<int>(op)) + ")");
 }
 
+// What an average needs: a type that has one, a divisor of at least 1.
+void checkAverage(const char* function, DataType type, int divisor) {
+  if (type == DataType::Bool) {
+    throw InvalidArgument(std::string("ringcomm::cuda::") + function +
+                          ": avg of bool is not defined");
+  }
+  if (divisor < 1) {
+    throw InvalidArgument(std::string("ringcomm::cuda::") + function +
+                          ": divisor must be positive, got " + std::to_string(divisor));
+  }
+}
+
 }  // namespace
 
 void reduce(void* out, const void* a, const void* b, size_t count, DataType type, ReduceOp op,
@@ -140,16 +208,43 @@ void reduceInto(void* acc, const void* src, size_t count, DataType type, ReduceO
   reduce(acc, acc, src, count, type, op, stream);
 }
 
+void reduceMany(void* out, const void* const* srcs, int n, size_t count, DataType type,
+                ReduceOp op, int divisor, cudaStream_t stream) {
+  if (n < 2 || n > kMaxReduceSources) {
+    throw InvalidArgument("ringcomm::cuda::reduceMany: takes 2 to " +
+                          std::to_string(kMaxReduceSources) + " sources, got " +
+                          std::to_string(n));
+  }
+  if (op == ReduceOp::Avg) checkAverage("reduceMany", type, divisor);
+  if (count == 0) return;
+  bool known = false;
+  visitOp(op, [&](auto operation) {
+    using Op = decltype(operation);
+    known = visitElement(type, [&](auto element) {
+      using Element = decltype(element);
+      using Storage = typename Element::Storage;
+      using Elements = ReduceManyElements<Element, Op>;
+      const KernelName kernel{"reduceMany", Element::kName, Op::kName};
+      detail::checkArray(kernel, "out", out, sizeof(Storage));
+      Elements elements{};
+      elements.out = static_cast<Storage*>(out);
+      for (int k = 0; k < n; ++k) {
+        detail::checkArray(kernel, "a source", srcs[k], sizeof(Storage));
+        elements.srcs[k] = static_cast<const Storage*>(srcs[k]);
+      }
+      elements.n = n;
+      elements.average = op == ReduceOp::Avg;
+      elements.divisor = static_cast<typename Element::Divisor>(divisor);
+      detail::launchElementwise(kernel, elements, count, stream);
+    });
+  });
+  if (!known) throwUnknown("reduceMany", type, op);
+}
+
 void finishAverage(void* buf, size_t count, DataType type, ReduceOp op, int divisor,
                    cudaStream_t stream) {
   if (op != ReduceOp::Avg) return;
-  if (type == DataType::Bool) {
-    throw InvalidArgument("ringcomm::cuda::finishAverage: avg of bool is not defined");
-  }
-  if (divisor < 1) {
-    throw InvalidArgument("ringcomm::cuda::finishAverage: divisor must be positive, got " +
-                          std::to_string(divisor));
-  }
+  checkAverage("finishAverage", type, divisor);
   if (count == 0) return;
   const bool known = visitElement(type, [&](auto element) {
     using Element = decltype(element);

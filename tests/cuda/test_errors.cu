@@ -68,6 +68,25 @@ TEST(hostBadArgumentsAreRefusedBeforeLaunching) {
   expectThrows<InvalidArgument>(
       [&] { cuda::finishAverage(kOddByte, 10, DataType::Int64, ReduceOp::Avg, 2, nullptr); },
       "ringcomm::cuda::finishAverage: buf is not aligned to its 8-byte elements (int64)");
+  const void* const twoSources[] = {kAligned, kOddByte};
+  expectThrows<InvalidArgument>(
+      [&] { cuda::reduceMany(kAligned, twoSources, 1, 10, f32, sum, 1, nullptr); },
+      "ringcomm::cuda::reduceMany: takes 2 to 32 sources, got 1");
+  expectThrows<InvalidArgument>(
+      [&] {
+        cuda::reduceMany(kAligned, twoSources, cuda::kMaxReduceSources + 1, 10, f32, sum, 1,
+                         nullptr);
+      },
+      "ringcomm::cuda::reduceMany: takes 2 to 32 sources, got 33");
+  expectThrows<InvalidArgument>(
+      [&] { cuda::reduceMany(kAligned, twoSources, 2, 10, f32, sum, 1, nullptr); },
+      "ringcomm::cuda::reduceMany: a source is not aligned to its 4-byte elements (float32)");
+  expectThrows<InvalidArgument>(
+      [&] { cuda::reduceMany(kAligned, twoSources, 2, 10, DataType::Bool, ReduceOp::Avg, 2, 0); },
+      "ringcomm::cuda::reduceMany: avg of bool is not defined");
+  expectThrows<InvalidArgument>(
+      [&] { cuda::reduceMany(kAligned, twoSources, 2, 10, f32, ReduceOp::Avg, 0, nullptr); },
+      "ringcomm::cuda::reduceMany: divisor must be positive, got 0");
   expectThrows<InvalidArgument>(
       [&] { cuda::encode(kFloats, kWire, 10, Compression::None, 1.0, nullptr); },
       "ringcomm::cuda::encode: needs compression float16 or bfloat16, got none");
@@ -91,6 +110,8 @@ TEST(hostNothingToDoIsNotAnError) {
   cuda::finishAverage(nullptr, 100, DataType::Float32, ReduceOp::Sum, 0, nullptr);
   cuda::finishAverage(nullptr, 100, DataType::Bool, ReduceOp::Max, 0, nullptr);
   cuda::finishAverage(nullptr, 0, DataType::Float32, ReduceOp::Avg, 4, nullptr);
+  const void* const nulls[] = {nullptr, nullptr, nullptr};
+  cuda::reduceMany(nullptr, nulls, 3, 0, DataType::BFloat16, ReduceOp::Avg, 3, nullptr);
   cuda::encode(nullptr, nullptr, 0, Compression::Float16, 0.5, nullptr);
   cuda::decode(nullptr, nullptr, 0, Compression::BFloat16, 2.0, nullptr);
   cuda::decodeAccumulate(nullptr, nullptr, 0, Compression::Float16, nullptr);

@@ -40,7 +40,8 @@ namespace {
 class CudaPath : public DevicePath {
  public:
   CudaPath(int rank, int size, const Config& config)
-      : ipc_(rank, size, config.mpsPipeDirectory) {}
+      : ipc_(rank, size, config.mpsPipeDirectory,
+             config.cudaPath == ringcomm::CudaPath::Ipc ? 0 : IpcAllreduce::kTimeSlicedMinBytes) {}
 
   TicketPtr prepare(std::initializer_list<const void*> addresses, void* stream,
                     const char* collective) override {

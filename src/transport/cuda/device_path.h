@@ -55,6 +55,10 @@ struct Region {
   bool written = false;
 };
 
+// The most ranks the IPC all-reduce takes: its reduction reads every rank's slice in one kernel
+// (cuda::kMaxReduceSources). Larger groups stage.
+constexpr int kMaxIpcRanks = 32;
+
 // How the IPC all-reduce talks to its peers: through the host transport, in rank order.
 struct Peers {
   // all = every rank's `bytes` bytes of `mine`, rank 0 first.

@@ -12,11 +12,14 @@
 
 #include "common/log.h"
 #include "cuda/kernels.h"
+#include "transport/cuda/device_path.h"
 #include "ringcomm/build_info.h"
 #include "ringcomm/errors.h"
 
 namespace ringcomm::device {
 namespace {
+
+static_assert(kMaxIpcRanks == cuda::kMaxReduceSources, "one reduceMany takes every rank's slice");
 
 // Peer buffers kept mapped per device; beyond this the mappings are closed and reopened as needed
 // (a mapping keeps the peer's allocation alive after the peer frees it).
@@ -104,6 +107,7 @@ struct IpcAllreduce::Record {
   int64_t pid = 0;
   int32_t device = -1;
   int32_t ok = 0;  // 0: this rank cannot export its buffers (see `why`)
+  int32_t mps = 0;  // 1: this rank sees the MPS control daemon running
   uint8_t uuid[16] = {};
   cudaIpcMemHandle_t input{};
   uint64_t inputOffset = 0;
@@ -210,8 +214,10 @@ struct IpcAllreduce::PerDevice {
   }
 };
 
-IpcAllreduce::IpcAllreduce(int rank, int size, std::string mpsPipeDirectory)
-    : rank_(rank), size_(size), mpsPipeDirectory_(std::move(mpsPipeDirectory)) {}
+IpcAllreduce::IpcAllreduce(int rank, int size, std::string mpsPipeDirectory,
+                           size_t timeSlicedMinBytes)
+    : rank_(rank), size_(size), mpsPipeDirectory_(std::move(mpsPipeDirectory)),
+      timeSlicedMinBytes_(timeSlicedMinBytes) {}
 
 IpcAllreduce::~IpcAllreduce() = default;
 
@@ -225,6 +231,8 @@ bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& pe
                        const void* input, void* output, size_t count, DataType type,
                        ReduceOp reduceOp) {
   if (unavailable_) return false;
+  const size_t bytes = count * elementSize(type);
+  if (timeSliced_ && bytes < timeSlicedMinBytes_) return false;
   DeviceState& s = t.state();
   DeviceGuard guard(s.device);
   PerDevice& d = stateFor(s);
@@ -240,6 +248,7 @@ bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& pe
   mine.pid = static_cast<int64_t>(getpid());
   mine.device = s.device;
   std::memcpy(mine.uuid, d.uuid, sizeof(mine.uuid));
+  mine.mps = !sharingChecked_ && mpsRunning(mpsPipeDirectory_);  // only the first is read
   try {
     d.ensureEvents();
     d.ensureScratch(std::max(perRank * elementBytes, kSliceAlignBytes));
@@ -258,7 +267,10 @@ bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& pe
   peers.allgather(&mine, records.data(), sizeof(Record));
   if (!sharingChecked_) {
     sharingChecked_ = true;
+    timeSliced_ = anyDeviceTimeSliced(records);
     warnIfSharingWithoutMps(records);
+    // Nothing read a peer's memory yet: every rank stages this one alike.
+    if (timeSliced_ && bytes < timeSlicedMinBytes_) return false;
   }
 
   // Map every peer's input, scratch and events (cached).
@@ -307,20 +319,15 @@ bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& pe
       const size_t begin = sliceBegin(rank_);
       const size_t elements = sliceEnd(rank_) - begin;
       if (elements > 0) {
+        // One pass over every rank's slice, in rank order (as the host's direct schedule adds),
+        // the average folded in: each input byte read once, the slice written once.
         const size_t at = begin * elementBytes;
-        const auto* in = static_cast<const uint8_t*>(input);
-        bool first = true;
-        for (int peer = 0; peer < size_; ++peer) {
-          if (peer == rank_) continue;
-          if (first) {
-            cuda::reduce(scratch, in + at, peerInput[peer] + at, elements, type, reduceOp,
-                         s.compute);
-            first = false;
-          } else {
-            cuda::reduceInto(scratch, peerInput[peer] + at, elements, type, reduceOp, s.compute);
-          }
+        std::vector<const void*> slices(size_);
+        for (int r = 0; r < size_; ++r) {
+          slices[r] = (r == rank_ ? static_cast<const uint8_t*>(input) : peerInput[r]) + at;
         }
-        cuda::finishAverage(scratch, elements, type, reduceOp, size_, s.compute);
+        cuda::reduceMany(scratch, slices.data(), size_, elements, type, reduceOp, size_,
+                         s.compute);
       }
       check(cudaEventRecord(d.events[kReduced], s.compute), "cudaEventRecord");
     } catch (const Error& error) {
@@ -378,23 +385,44 @@ bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& pe
   return true;
 }
 
-void IpcAllreduce::warnIfSharingWithoutMps(const std::vector<Record>& records) const {
+std::vector<int> IpcAllreduce::sharingMyDevice(const std::vector<Record>& records) const {
   std::vector<int> sharing;
   for (int r = 0; r < size_; ++r) {
     if (std::memcmp(records[r].uuid, records[rank_].uuid, sizeof(records[r].uuid)) == 0) {
       sharing.push_back(r);
     }
   }
+  return sharing;
+}
+
+bool IpcAllreduce::anyDeviceTimeSliced(const std::vector<Record>& records) const {
+  for (int r = 0; r < size_; ++r) {
+    for (int q = r + 1; q < size_; ++q) {
+      const bool shared =
+          std::memcmp(records[r].uuid, records[q].uuid, sizeof(records[r].uuid)) == 0;
+      if (shared && !(records[r].mps && records[q].mps)) return true;
+    }
+  }
+  return false;
+}
+
+void IpcAllreduce::warnIfSharingWithoutMps(const std::vector<Record>& records) const {
+  const std::vector<int> sharing = sharingMyDevice(records);
   // Said once, by the lowest of the ranks that share this device.
-  if (sharing.size() < 2 || sharing.front() != rank_ || mpsRunning(mpsPipeDirectory_)) return;
+  if (sharing.size() < 2 || sharing.front() != rank_ || records[rank_].mps) return;
+  const std::string staged =
+      timeSlicedMinBytes_ == 0
+          ? std::string("RINGCOMM_CUDA_PATH=ipc keeps every all-reduce on IPC")
+          : "all-reduces under " + std::to_string(timeSlicedMinBytes_ >> 20) +
+                " MiB are staged through host memory instead";
   RINGCOMM_LOG(LogLevel::Warn, kLogCuda,
                "ranks %s share CUDA device %s, and the CUDA MPS daemon is not running (no "
                "%s/control): the GPU time-slices between their processes, and every collective "
-               "on device memory waits for context switches (about 2 ms per all-reduce). Start "
-               "it before the job with `nvidia-cuda-mps-control -d`, or give each rank a GPU of "
-               "its own.",
+               "on device memory waits for context switches (about 1-2 ms per all-reduce; %s). "
+               "Start it before the job with `nvidia-cuda-mps-control -d`, or give each rank a "
+               "GPU of its own.",
                rankList(sharing).c_str(), uuidText(records[rank_].uuid).c_str(),
-               mpsPipeDirectory_.c_str());
+               mpsPipeDirectory_.c_str(), staged.c_str());
 }
 
 }  // namespace ringcomm::device

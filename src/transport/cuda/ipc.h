@@ -11,12 +11,17 @@
 //   1. record "input ready" (after the caller's stream produced the input, and after this rank's
 //      previous IPC all-reduce finished copying peers' scratch);
 //      round 1: all-gather each rank's input handle, scratch handle and event handles.
-//   2. after every peer's "input ready": reduce this rank's slice of every rank's input, in a
-//      fixed order (own input first, then the others by rank), into this rank's scratch;
+//   2. after every peer's "input ready": reduce this rank's slice of every rank's input in one
+//      pass (cuda::reduceMany, in rank order, the average folded in) into this rank's scratch;
 //      record "reduced".
 //      round 2: all-gather "could map every peer" flags; if any rank could not, every rank
 //      stages this all-reduce (and every later one) instead.
 //   3. after every peer's "reduced": copy every rank's slice from its scratch into the output.
+//
+// Device memory traffic per rank, for N bytes at p ranks: step 2 reads N and writes N/p, step 3
+// reads and writes N: 3N + N/p, against the 2N of reading the input and writing the output once
+// (the single-device limit the benchmark prints). Reducing pairwise instead (p - 1 kernels, the
+// first design) read the scratch back each time: 4.25N at 4 ranks.
 //
 // Why that is enough, with two rounds and 2 (p - 1) cross-process event waits:
 //   - a rank's "input ready" is recorded on its stream after its previous step 3, so waiting for
@@ -28,10 +33,12 @@
 // A wait for an interprocess event takes its latest record at the time of the wait, so each wait
 // comes after a round that follows the record it means.
 //
-// Several ranks sharing one GPU without the MPS daemon is noticed in round 1 and said once: the
-// GPU then time-slices between the processes' contexts, and every cross-process wait costs
-// context switches (about 2 ms per all-reduce at 4 ranks on an H100, against tens of
-// microseconds with MPS).
+// Several ranks sharing one GPU without the MPS daemon is noticed in round 1 of the first IPC
+// all-reduce and said once: the GPU then time-slices between the processes' contexts, and every
+// cross-process wait costs context switches (about 1-2 ms per all-reduce from 1 to 64 MiB at 4
+// ranks on an H100, against 0.15-0.5 ms with MPS). From then on, unless RINGCOMM_CUDA_PATH=ipc,
+// all-reduces smaller than timeSlicedMinBytes return false (staged through host memory, whose
+// copies wait for no other process); every rank saw the same round 1, so all decide alike.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -48,7 +55,11 @@ namespace ringcomm::device {
 
 class IpcAllreduce {
  public:
-  IpcAllreduce(int rank, int size, std::string mpsPipeDirectory);
+  // Below this size, on a GPU time-sliced between ranks (no MPS), staging costs less.
+  static constexpr size_t kTimeSlicedMinBytes = size_t{4} << 20;
+
+  // timeSlicedMinBytes: kTimeSlicedMinBytes, or 0 to take IPC at every size regardless.
+  IpcAllreduce(int rank, int size, std::string mpsPipeDirectory, size_t timeSlicedMinBytes);
   ~IpcAllreduce();
   IpcAllreduce(const IpcAllreduce&) = delete;
   IpcAllreduce& operator=(const IpcAllreduce&) = delete;
@@ -62,15 +73,21 @@ class IpcAllreduce {
   struct Record;
 
   PerDevice& stateFor(DeviceState& device);
+  // The ranks that share this rank's device, this one included, from round 1's records.
+  std::vector<int> sharingMyDevice(const std::vector<Record>& records) const;
+  // Whether some ranks share a device that runs without MPS (the same answer on every rank).
+  bool anyDeviceTimeSliced(const std::vector<Record>& records) const;
   void warnIfSharingWithoutMps(const std::vector<Record>& records) const;
 
   int rank_;
   int size_;
   std::string mpsPipeDirectory_;
+  size_t timeSlicedMinBytes_;
   // Set on every rank at the same all-reduce (they all saw the same round 2), so the ranks keep
   // agreeing on the path without asking again.
   bool unavailable_ = false;
   bool sharingChecked_ = false;
+  bool timeSliced_ = false;  // some ranks share a GPU without MPS (the first round 1 said)
   std::map<int, std::unique_ptr<PerDevice>> devices_;
 };
 
