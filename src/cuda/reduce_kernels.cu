@@ -179,28 +179,35 @@ void checkAverage(const char* function, DataType type, int divisor) {
   }
 }
 
+// Calls visit(Element{}, Op{}) for the type and operation; throws naming `function` for an
+// unknown one.
+template <typename Visit>
+void visitReduction(const char* function, DataType type, ReduceOp op, Visit&& visit) {
+  bool known = false;
+  visitOp(op, [&](auto operation) {
+    known = visitElement(type, [&](auto element) { visit(element, operation); });
+  });
+  if (!known) throwUnknown(function, type, op);
+}
+
 }  // namespace
 
 void reduce(void* out, const void* a, const void* b, size_t count, DataType type, ReduceOp op,
             cudaStream_t stream) {
   if (count == 0) return;
-  bool known = false;
-  visitOp(op, [&](auto operation) {
+  visitReduction("reduce", type, op, [&](auto element, auto operation) {
+    using Element = decltype(element);
     using Op = decltype(operation);
-    known = visitElement(type, [&](auto element) {
-      using Element = decltype(element);
-      using Storage = typename Element::Storage;
-      const KernelName kernel{"reduce", Element::kName, Op::kName};
-      detail::checkArray(kernel, "out", out, sizeof(Storage));
-      detail::checkArray(kernel, "a", a, sizeof(Storage));
-      detail::checkArray(kernel, "b", b, sizeof(Storage));
-      const ReduceElements<Element, Op> elements{static_cast<Storage*>(out),
-                                                 static_cast<const Storage*>(a),
-                                                 static_cast<const Storage*>(b)};
-      detail::launchElementwise(kernel, elements, count, stream);
-    });
+    using Storage = typename Element::Storage;
+    const KernelName kernel{"reduce", Element::kName, Op::kName};
+    detail::checkArray(kernel, "out", out, sizeof(Storage));
+    detail::checkArray(kernel, "a", a, sizeof(Storage));
+    detail::checkArray(kernel, "b", b, sizeof(Storage));
+    const ReduceElements<Element, Op> elements{static_cast<Storage*>(out),
+                                               static_cast<const Storage*>(a),
+                                               static_cast<const Storage*>(b)};
+    detail::launchElementwise(kernel, elements, count, stream);
   });
-  if (!known) throwUnknown("reduce", type, op);
 }
 
 void reduceInto(void* acc, const void* src, size_t count, DataType type, ReduceOp op,
@@ -217,28 +224,23 @@ void reduceMany(void* out, const void* const* srcs, int n, size_t count, DataTyp
   }
   if (op == ReduceOp::Avg) checkAverage("reduceMany", type, divisor);
   if (count == 0) return;
-  bool known = false;
-  visitOp(op, [&](auto operation) {
+  visitReduction("reduceMany", type, op, [&](auto element, auto operation) {
+    using Element = decltype(element);
     using Op = decltype(operation);
-    known = visitElement(type, [&](auto element) {
-      using Element = decltype(element);
-      using Storage = typename Element::Storage;
-      using Elements = ReduceManyElements<Element, Op>;
-      const KernelName kernel{"reduceMany", Element::kName, Op::kName};
-      detail::checkArray(kernel, "out", out, sizeof(Storage));
-      Elements elements{};
-      elements.out = static_cast<Storage*>(out);
-      for (int k = 0; k < n; ++k) {
-        detail::checkArray(kernel, "a source", srcs[k], sizeof(Storage));
-        elements.srcs[k] = static_cast<const Storage*>(srcs[k]);
-      }
-      elements.n = n;
-      elements.average = op == ReduceOp::Avg;
-      elements.divisor = static_cast<typename Element::Divisor>(divisor);
-      detail::launchElementwise(kernel, elements, count, stream);
-    });
+    using Storage = typename Element::Storage;
+    const KernelName kernel{"reduceMany", Element::kName, Op::kName};
+    detail::checkArray(kernel, "out", out, sizeof(Storage));
+    ReduceManyElements<Element, Op> elements{};
+    elements.out = static_cast<Storage*>(out);
+    for (int k = 0; k < n; ++k) {
+      detail::checkArray(kernel, "a source", srcs[k], sizeof(Storage));
+      elements.srcs[k] = static_cast<const Storage*>(srcs[k]);
+    }
+    elements.n = n;
+    elements.average = op == ReduceOp::Avg;
+    elements.divisor = static_cast<typename Element::Divisor>(divisor);
+    detail::launchElementwise(kernel, elements, count, stream);
   });
-  if (!known) throwUnknown("reduceMany", type, op);
 }
 
 void finishAverage(void* buf, size_t count, DataType type, ReduceOp op, int divisor,

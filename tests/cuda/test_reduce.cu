@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "check.h"
+#include "kernel_ops.h"
 #include "cuda/element_ops.cuh"
 #include "cuda/kernels.h"
 #include "reduce/reduce.h"
@@ -26,9 +27,6 @@ using namespace ringcomm;
 using namespace ringcomm::cudatest;
 
 namespace {
-
-const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max,
-                         ReduceOp::Prod};
 
 // Element offsets of out, a and b from a 256-byte aligned allocation.
 struct Placement {
@@ -90,26 +88,13 @@ std::vector<typename Model::Storage> modelReduce(const std::vector<typename Mode
   return out;
 }
 
-// Calls f(Op{}) with the kernels' operation for op.
-template <typename F>
-void withOp(ReduceOp op, F&& f) {
-  switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Avg: return f(cuda::detail::SumOp{});
-    case ReduceOp::Min: return f(cuda::detail::MinOp{});
-    case ReduceOp::Max: return f(cuda::detail::MaxOp{});
-    case ReduceOp::Prod: return f(cuda::detail::ProdOp{});
-    case ReduceOp::Adasum: return;  // not element-wise
-  }
-}
-
 // The kernels' per-element code, run on the host.
 template <typename Element>
 std::vector<typename Element::Storage> hostReduce(const std::vector<typename Element::Storage>& a,
                                                   const std::vector<typename Element::Storage>& b,
                                                   ReduceOp op, int divisor) {
   std::vector<typename Element::Storage> out(a.size());
-  withOp(op, [&](auto operation) {
+  withKernelOp(op, [&](auto operation) {
     using Op = decltype(operation);
     for (size_t i = 0; i < a.size(); ++i) out[i] = cuda::detail::combine<Element, Op>(a[i], b[i]);
   });
@@ -181,7 +166,7 @@ void checkReduce(Backend backend) {
       auto inputsAt = [&](size_t i) {
         return "a=" + Model::describe(a[i]) + " b=" + Model::describe(b[i]);
       };
-      for (ReduceOp op : kOps) {
+      for (ReduceOp op : kReduceOps) {
         if (op == ReduceOp::Avg && !Model::kHasAverage) continue;  // bool: test_errors.cu
         const int divisor = randomDivisor(rng);
         const std::string label =

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "check.h"
+#include "kernel_ops.h"
 #include "cuda/element_ops.cuh"
 #include "cuda/kernels.h"
 #include "reduce/reduce.h"
@@ -26,8 +27,6 @@ using namespace ringcomm::cudatest;
 
 namespace {
 
-const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max,
-                         ReduceOp::Prod};
 const int kSourceCounts[] = {2, 3, 4, 5, 8, 13, cuda::kMaxReduceSources};
 
 // The output: its own array, or one of the sources.
@@ -83,19 +82,6 @@ std::vector<T> cpuReduceMany(const std::vector<std::vector<T>>& sources, size_t 
   return out;
 }
 
-// Calls f(Op{}) with the kernels' operation for op.
-template <typename F>
-void withOp(ReduceOp op, F&& f) {
-  switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Avg: return f(cuda::detail::SumOp{});
-    case ReduceOp::Min: return f(cuda::detail::MinOp{});
-    case ReduceOp::Max: return f(cuda::detail::MaxOp{});
-    case ReduceOp::Prod: return f(cuda::detail::ProdOp{});
-    case ReduceOp::Adasum: return;  // not element-wise
-  }
-}
-
 // The kernel's per-element code, run on the host.
 template <typename Element>
 std::vector<typename Element::Storage> hostReduceMany(
@@ -105,7 +91,7 @@ std::vector<typename Element::Storage> hostReduceMany(
   std::vector<const T*> pointers;
   for (const auto& source : sources) pointers.push_back(source.data());
   std::vector<T> out(count);
-  withOp(op, [&](auto operation) {
+  withKernelOp(op, [&](auto operation) {
     using Op = decltype(operation);
     for (size_t i = 0; i < count; ++i) {
       out[i] = cuda::detail::combineMany<Element, Op>(pointers.data(),
@@ -173,7 +159,7 @@ void checkReduceMany(Backend backend) {
         }
         return text + (n > 4 ? " ..." : "");
       };
-      for (ReduceOp op : kOps) {
+      for (ReduceOp op : kReduceOps) {
         if (op == ReduceOp::Avg && !Model::kHasAverage) continue;
         const int divisor = n;  // as the IPC all-reduce divides: by the rank count
         const std::string label = std::string(Element::kName) + " " + opName(op) + " of " +
