@@ -70,4 +70,8 @@ bench bench-mps.log 100 "${allreduce[@]}" --compare gloo -np 2 -b 1M -e 1G -f 32
 bench bench-mps.log 120 "${allreduce[@]}" --compare gloo -np 8 -b 1M -e 1G -f 32
 bench bench-mps.log 120 env RINGCOMM_CUDA_PATH=staged "${allreduce[@]}" --compare gloo -np 4 -b 64M -e 1G -f 4
 mps off
+# The staged path's host half on its own: the host all-reduce of its 4 MiB chunks and of whole
+# buffers, on this machine's cores, next to MPICH.
+bench bench-no-mps.log 120 ringcomm-bench allreduce --check --quiet --min-time 0.1 --compare mpi \
+  -np 4 -b 4M -e 256M -f 4
 echo "logs: $OUT/bench-mps.log $OUT/bench-no-mps.log"

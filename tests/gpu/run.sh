@@ -2,7 +2,7 @@
 # The GPU check: on a machine with a CUDA GPU, builds ringcomm with CUDA, runs every CUDA test and
 # a short benchmark, and prints one summary. CI has no GPU; run this wherever one is at hand:
 #
-#   tests/gpu/run.sh            # everything, about 10 minutes on 16 cores
+#   tests/gpu/run.sh            # everything, about 20 minutes on 16 cores (bench: 10)
 #   tests/gpu/run.sh build tests  # only the named steps (env build tests sanitizer bench)
 #
 # Logs land in $OUT (the device tool's folder) or /tmp/ringcomm-gpu, one per step; the summary is
@@ -88,21 +88,17 @@ if wanted sanitizer; then
   if [ -n "$kernel_tests" ]; then
     step sanitizer 600 compute-sanitizer --tool memcheck --error-exitcode 1 "$kernel_tests" \
       --device-only codec
+    # The IPC all-reduce's reduction (every source count, aligned and not), for one type.
+    step sanitizer-reduce-many 600 compute-sanitizer --tool memcheck --error-exitcode 1 \
+      "$kernel_tests" --device-only reduceManyFloat32
   else
     SUMMARY+=("skipped sanitizer: no kernel test binary (run the tests step first)")
   fi
 fi
 
 if wanted bench; then
-  # Collectives on one GPU at 4 ranks against gloo, without MPS and with it.
-  bench=(ringcomm-bench allreduce --device cuda -np 4 -b 256K -e 256M -f 4 --compare gloo --check)
-  step bench-no-mps 300 "${bench[@]}"
-  if command -v nvidia-cuda-mps-control >/dev/null; then
-    nvidia-cuda-mps-control -d && sleep 1
-    step bench-mps 300 "${bench[@]}"
-    RINGCOMM_CUDA_PATH=staged step bench-staged-mps 300 "${bench[@]}"
-    echo quit | nvidia-cuda-mps-control
-  fi
+  # The benchmarks of bench/RESULTS.md ("CUDA"), with MPS and without: tests/gpu/bench.sh.
+  step bench 900 tests/gpu/bench.sh 600
 fi
 
 echo
