@@ -40,8 +40,7 @@ namespace {
 class CudaPath : public DevicePath {
  public:
   CudaPath(int rank, int size, const Config& config)
-      : ipc_(rank, size, config.mpsPipeDirectory,
-             config.cudaPath == ringcomm::CudaPath::Ipc ? 0 : IpcAllreduce::kTimeSlicedMinBytes) {}
+      : ipc_(rank, size, config.mpsPipeDirectory, config.cudaPath != ringcomm::CudaPath::Ipc) {}
 
   TicketPtr prepare(std::initializer_list<const void*> addresses, void* stream,
                     const char* collective) override {

@@ -215,9 +215,9 @@ struct IpcAllreduce::PerDevice {
 };
 
 IpcAllreduce::IpcAllreduce(int rank, int size, std::string mpsPipeDirectory,
-                           size_t timeSlicedMinBytes)
+                           bool stageWhenTimeSliced)
     : rank_(rank), size_(size), mpsPipeDirectory_(std::move(mpsPipeDirectory)),
-      timeSlicedMinBytes_(timeSlicedMinBytes) {}
+      stageWhenTimeSliced_(stageWhenTimeSliced) {}
 
 IpcAllreduce::~IpcAllreduce() = default;
 
@@ -231,8 +231,7 @@ bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& pe
                        const void* input, void* output, size_t count, DataType type,
                        ReduceOp reduceOp) {
   if (unavailable_) return false;
-  const size_t bytes = count * elementSize(type);
-  if (timeSliced_ && bytes < timeSlicedMinBytes_) return false;
+  if (timeSliced_ && stageWhenTimeSliced_) return false;
   DeviceState& s = t.state();
   DeviceGuard guard(s.device);
   PerDevice& d = stateFor(s);
@@ -270,7 +269,7 @@ bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& pe
     timeSliced_ = anyDeviceTimeSliced(records);
     warnIfSharingWithoutMps(records);
     // Nothing read a peer's memory yet: every rank stages this one alike.
-    if (timeSliced_ && bytes < timeSlicedMinBytes_) return false;
+    if (timeSliced_ && stageWhenTimeSliced_) return false;
   }
 
   // Map every peer's input, scratch and events (cached).
@@ -410,19 +409,17 @@ void IpcAllreduce::warnIfSharingWithoutMps(const std::vector<Record>& records) c
   const std::vector<int> sharing = sharingMyDevice(records);
   // Said once, by the lowest of the ranks that share this device.
   if (sharing.size() < 2 || sharing.front() != rank_ || records[rank_].mps) return;
-  const std::string staged =
-      timeSlicedMinBytes_ == 0
-          ? std::string("RINGCOMM_CUDA_PATH=ipc keeps every all-reduce on IPC")
-          : "all-reduces under " + std::to_string(timeSlicedMinBytes_ >> 20) +
-                " MiB are staged through host memory instead";
+  const char* consequence = stageWhenTimeSliced_
+                                ? "so all-reduces go through host memory instead"
+                                : "RINGCOMM_CUDA_PATH=ipc keeps them on IPC";
   RINGCOMM_LOG(LogLevel::Warn, kLogCuda,
-               "ranks %s share CUDA device %s, and the CUDA MPS daemon is not running (no "
-               "%s/control): the GPU time-slices between their processes, and every collective "
-               "on device memory waits for context switches (about 1-2 ms per all-reduce; %s). "
-               "Start it before the job with `nvidia-cuda-mps-control -d`, or give each rank a "
-               "GPU of its own.",
+               "ranks %s share CUDA device %s, and the CUDA MPS daemon is not running (nothing "
+               "answers at %s/control): the GPU time-slices between their processes, and every "
+               "collective on device memory waits for context switches (1-2 ms per all-reduce or "
+               "more; %s). Start it before the job with `nvidia-cuda-mps-control -d`, or give "
+               "each rank a GPU of its own.",
                rankList(sharing).c_str(), uuidText(records[rank_].uuid).c_str(),
-               mpsPipeDirectory_.c_str(), staged.c_str());
+               mpsPipeDirectory_.c_str(), consequence);
 }
 
 }  // namespace ringcomm::device

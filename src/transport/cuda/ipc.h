@@ -36,9 +36,13 @@
 // Several ranks sharing one GPU without the MPS daemon is noticed in round 1 of the first IPC
 // all-reduce and said once: the GPU then time-slices between the processes' contexts, and every
 // cross-process wait costs context switches (about 1-2 ms per all-reduce from 1 to 64 MiB at 4
-// ranks on an H100, against 0.15-0.5 ms with MPS). From then on, unless RINGCOMM_CUDA_PATH=ipc,
-// all-reduces smaller than timeSlicedMinBytes return false (staged through host memory, whose
-// copies wait for no other process); every rank saw the same round 1, so all decide alike.
+// ranks on an H100, against 0.15-0.4 ms with MPS), and more inside a training step, where the
+// other contexts are busy with their backward kernels. From then on, unless RINGCOMM_CUDA_PATH=ipc,
+// every all-reduce returns false, to be staged through host memory, whose copies wait for no
+// other process (as gloo's do); every rank saw the same round 1, so all decide alike. Measured
+// there (bench/RESULTS.md, "CUDA"): a DDP step of a 23M-parameter MLP at 4 ranks took 47.8 ms
+// staged and 55.8 ms over IPC, and a 4.2M one 26.2 ms over IPC against gloo's 21.9; all-reduces
+// alone staged beat gloo at every size timed (1.4-2.6x), though IPC is far faster from 4 MiB.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -55,11 +59,9 @@ namespace ringcomm::device {
 
 class IpcAllreduce {
  public:
-  // Below this size, on a GPU time-sliced between ranks (no MPS), staging costs less.
-  static constexpr size_t kTimeSlicedMinBytes = size_t{4} << 20;
-
-  // timeSlicedMinBytes: kTimeSlicedMinBytes, or 0 to take IPC at every size regardless.
-  IpcAllreduce(int rank, int size, std::string mpsPipeDirectory, size_t timeSlicedMinBytes);
+  // stageWhenTimeSliced: whether all-reduces on a GPU time-sliced between ranks are left to the
+  // staged path (RINGCOMM_CUDA_PATH=auto) or kept here (ipc).
+  IpcAllreduce(int rank, int size, std::string mpsPipeDirectory, bool stageWhenTimeSliced);
   ~IpcAllreduce();
   IpcAllreduce(const IpcAllreduce&) = delete;
   IpcAllreduce& operator=(const IpcAllreduce&) = delete;
@@ -82,7 +84,7 @@ class IpcAllreduce {
   int rank_;
   int size_;
   std::string mpsPipeDirectory_;
-  size_t timeSlicedMinBytes_;
+  bool stageWhenTimeSliced_;
   // Set on every rank at the same all-reduce (they all saw the same round 2), so the ranks keep
   // agreeing on the path without asking again.
   bool unavailable_ = false;
