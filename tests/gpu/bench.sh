@@ -58,7 +58,7 @@ bench bench-mps.log 150 "${ddp[@]}"
 mps off
 bench bench-no-mps.log 150 "${allreduce[@]}" --compare gloo -np 4 -b 1M -e 1G -f 4
 bench bench-no-mps.log 150 "${ddp[@]}"
-# The two paths forced, for the size below which a time-sliced GPU stages (auto's choice).
+# The two paths forced: auto stages on a time-sliced GPU; these show what IPC would give there.
 bench bench-no-mps.log 100 env RINGCOMM_CUDA_PATH=staged "${ddp[@]}" --backends ringcomm
 bench bench-no-mps.log 100 env RINGCOMM_CUDA_PATH=ipc "${ddp[@]}" --backends ringcomm
 bench bench-no-mps.log 60 env RINGCOMM_CUDA_PATH=staged "${allreduce[@]}" -np 4 -b 256K -e 16M -f 4
