@@ -51,6 +51,37 @@ def allreduce_forms():
         )
 
 
+def cast_compression():
+    # The path CUDA tensors take with a built-in 16-bit compressor (cast, reduce the 16-bit
+    # tensor, cast back, scaling on the wide side), driven here with CPU tensors.
+    from ringcomm.torch.collectives import allreduce as allreduce_module
+
+    takes_codec = allreduce_module._casts_for_codec
+    allreduce_module._casts_for_codec = lambda tensor: True
+    try:
+        x = torch.arange(10, dtype=torch.float32) + rank
+        total = torch.arange(10.0) * size + size * (size - 1) / 2
+        for compression in (hvd.Compression.fp16, hvd.Compression.bf16):
+            z = hvd.allreduce(x, op=hvd.Sum, compression=compression)
+            check(f"cast/{compression}", z.dtype == torch.float32 and torch.equal(z, total), z)
+            check(f"cast/{compression}/input untouched", torch.equal(x, torch.arange(10.0) + rank))
+            scaled = hvd.allreduce(
+                x.double(), op=hvd.Sum, compression=compression, prescale_factor=2.0,
+                postscale_factor=0.25,
+            )  # fmt: skip
+            check(
+                f"cast/{compression}/scaled float64",
+                scaled.dtype == torch.float64 and torch.equal(scaled, total.double() / 2),
+                scaled,
+            )
+            y = x.clone()
+            got = hvd.allreduce_(y, op=hvd.Average, compression=compression)
+            mean = torch.arange(10.0) + (size - 1) / 2
+            check(f"cast/{compression}/in place", got is y and torch.equal(y, mean), y)
+    finally:
+        allreduce_module._casts_for_codec = takes_codec
+
+
 def async_forms():
     big = torch.ones(4 << 20)  # 16 MiB: long enough to be seen in flight
     handle = hvd.allreduce_async(big, op=hvd.Sum)
@@ -301,6 +332,7 @@ for name, body in [
     ("allgather_async", asynchronous_allgather),
     ("join", general_join),
     ("allreduce", allreduce_forms),
+    ("cast compression", cast_compression),
     ("async", async_forms),
     ("autograd", autograd),
     ("gathers", gathers),

@@ -61,6 +61,10 @@ def start(
     _check_scaling(tensor, prescale_factor, postscale_factor)
     if tensor.dtype not in _SCALABLE or op not in (Sum, Average):
         codec = None  # the codecs carry float sums; anything else travels as it is
+    if codec is not None and _casts_for_codec(tensor):
+        return _start_cast_on_device(
+            tensor, in_place, op, compression, prescale_factor, postscale_factor, name
+        )
     if codec is not None and tensor.dtype == torch.float64:
         # The codec narrows float32: float64 is narrowed here first, as Horovod's cast does.
         narrowed = tensor.to(torch.float32)
@@ -87,6 +91,30 @@ def _start_compressed(tensor, in_place, op, compression, prescale, postscale, na
     def finish():
         result = compression.decompress(compressed, context)
         return tensor.copy_(result) if in_place and result is not tensor else result
+
+    return Started(request, (compressed,), finish, op, compressed)
+
+
+def _casts_for_codec(tensor: torch.Tensor) -> bool:
+    """Whether a built-in 16-bit compressor casts ``tensor`` rather than use the wire codec."""
+    return tensor.is_cuda
+
+
+def _start_cast_on_device(tensor, in_place, op, compression, prescale, postscale, name) -> Started:
+    """A built-in 16-bit compressor on a CUDA tensor: cast on the device, as Horovod does. The
+    16-bit tensor is then reduced in device memory (over CUDA IPC between the ranks of a host),
+    where the wire codec would stage it through host memory; each rank's slice of the sum is
+    accumulated in float32 and rounded once (src/cuda/kernels.h, reduceMany). Scaling is done in
+    the tensor's own precision: before the cast, and after the cast back."""
+    scaled = tensor * prescale if prescale != 1.0 else tensor
+    compressed = scaled.to(compression.dtype)  # a new tensor: the caller's is not written
+    request = requests.allreduce(compressed, None, op, None, 1.0, 1.0, name)
+
+    def finish():
+        result = compressed.to(tensor.dtype)
+        if postscale != 1.0:
+            result.mul_(postscale)
+        return tensor.copy_(result) if in_place else result
 
     return Started(request, (compressed,), finish, op, compressed)
 
