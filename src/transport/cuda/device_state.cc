@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "common/failure.h"
+#include "common/log.h"
 #include "ringcomm/errors.h"
+#include "ringcomm/shared_memory.h"
 
 namespace ringcomm::device {
 namespace {
@@ -59,18 +62,51 @@ cudaEvent_t newEvent(unsigned flags) {
 }
 
 Pinned::~Pinned() {
-  if (data_ != nullptr) cudaFreeHost(data_);
+  cudaError_t ignored = cudaSuccess;
+  release(&ignored);
+}
+
+void Pinned::release(cudaError_t* status) {
+  if (data_ == nullptr) return;
+  if (shared_) {
+    *status = cudaHostUnregister(data_);
+    freeSharedMemory(data_);
+  } else {
+    *status = cudaFreeHost(data_);
+  }
+  data_ = nullptr;
+  bytes_ = 0;
 }
 
 uint8_t* Pinned::reserve(size_t bytes) {
   if (bytes <= bytes_) return data_;
-  if (data_ != nullptr) check(cudaFreeHost(data_), "cudaFreeHost");
-  data_ = nullptr;
-  bytes_ = 0;
+  cudaError_t freed = cudaSuccess;
+  release(&freed);
+  check(freed, shared_ ? "cudaHostUnregister" : "cudaFreeHost");
   void* fresh = nullptr;
+  try {
+    fresh = allocateSharedMemory(bytes);
+    const cudaError_t registered = cudaHostRegister(fresh, bytes, cudaHostRegisterPortable);
+    if (registered == cudaSuccess) {
+      data_ = static_cast<uint8_t*>(fresh);
+      bytes_ = bytes;
+      shared_ = true;
+      return data_;
+    }
+    cudaGetLastError();  // reported here, not by the next call
+    freeSharedMemory(fresh);
+    RINGCOMM_LOG(LogLevel::Info, kLogCuda,
+                 "staging in cudaHostAlloc's memory: cudaHostRegister of shared memory failed "
+                 "(%s)", cudaGetErrorName(registered));
+  } catch (const std::system_error& error) {
+    // A sandbox that forbids memfd_create.
+    RINGCOMM_LOG(LogLevel::Info, kLogCuda, "staging in cudaHostAlloc's memory: %s",
+                 error.what());
+  }
   check(cudaHostAlloc(&fresh, bytes, cudaHostAllocPortable), "cudaHostAlloc");
   data_ = static_cast<uint8_t*>(fresh);
   bytes_ = bytes;
+  shared_ = false;
   return data_;
 }
 

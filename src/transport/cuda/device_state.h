@@ -61,7 +61,11 @@ void waitFor(cudaEvent_t event, const Operation& op, const char* what);
 
 cudaEvent_t newEvent(unsigned flags = cudaEventDisableTiming);
 
-// Pinned host memory, grown on demand.
+// Pinned host memory, grown on demand. Where the kernel and the driver allow it, it is memory
+// the ranks of a host can map (ringcomm::allocateSharedMemory) pinned with cudaHostRegister, so
+// that a host collective run on staged chunks takes the single-copy path between local ranks,
+// loads and stores instead of the kernel's copies (src/transport/shm/shared_buffers.h); else
+// cudaHostAlloc's.
 class Pinned {
  public:
   Pinned() = default;
@@ -73,8 +77,12 @@ class Pinned {
   uint8_t* data() const { return data_; }
 
  private:
+  // Frees the memory; `status` receives the first CUDA error (the destructor ignores it).
+  void release(cudaError_t* status);
+
   uint8_t* data_ = nullptr;
   size_t bytes_ = 0;
+  bool shared_ = false;  // allocateSharedMemory's and registered, else cudaHostAlloc's
 };
 
 // One pinned chunk of the staging pipeline, and when its copies finished.
