@@ -5,6 +5,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <string>
 
@@ -29,16 +30,19 @@ BuildInfo buildInfo() {
 
 namespace {
 
-// A connection that is closed at once: the daemon sees a client that sent no command.
+// A connection that is closed at once: the daemon sees a client that sent no command. Without
+// blocking: a listener whose backlog is full (EAGAIN) is there too; a socket nobody listens on
+// any more refuses (ECONNREFUSED).
 bool socketAnswers(const std::string& path) {
   sockaddr_un address{};
   if (path.size() >= sizeof(address.sun_path)) return false;
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
   const bool answered =
-      connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0;
+      connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0 ||
+      errno == EAGAIN;
   close(fd);
   return answered;
 }
