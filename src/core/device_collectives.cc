@@ -14,8 +14,9 @@ namespace {
 
 // Below this size an all-reduce of device buffers is staged even when CUDA IPC could carry it:
 // the IPC schedule's two host rounds and cross-process event waits cost more than copying a
-// small message through host memory. A first guess, not measured yet on a GPU;
-// RINGCOMM_CUDA_PATH=ipc forces IPC at every size.
+// small message through host memory. A first guess; on an H100 with MPS an IPC all-reduce of
+// 1 MiB at 4 ranks took 155 us, and no size below 1 MiB was timed on both paths there
+// (bench/RESULTS.md, "CUDA"). RINGCOMM_CUDA_PATH=ipc forces IPC at every size.
 constexpr size_t kIpcMinBytes = 256 * 1024;
 
 }  // namespace
@@ -117,7 +118,8 @@ void DeviceCollectives::allreduce(const device::TicketPtr& ticket, const algorit
     if (path_->ipcAllreduce(*ticket, ctx.op, peers, o.input, o.output, o.count, o.type, o.op)) {
       return;
     }
-    // Some rank cannot map its peers' buffers: every rank stages this one instead.
+    // Every rank stages this one instead: some rank cannot map its peers' buffers, or ranks
+    // share a GPU without MPS (ipc.h).
   }
   if (path != MemoryPath::Host) {
     path_->pipelined(*ticket, ctx.op, o.input, o.output, o.count, elementSize(o.type), true, true,

@@ -97,7 +97,8 @@ class DevicePath {
   // The IPC all-reduce (input and output on device, every rank on this host, a process each).
   // Returns false, having changed nothing, when some rank cannot map its peers' memory (another
   // process's device without peer access, memory that cannot be exported, ranks sharing a
-  // process): every rank returns the same answer, and the caller stages instead.
+  // process) or when ranks share a GPU without MPS under RINGCOMM_CUDA_PATH=auto (ipc.h): every
+  // rank returns the same answer, and the caller stages instead.
   virtual bool ipcAllreduce(const Ticket& ticket, const Operation& op, const Peers& peers,
                             const void* input, void* output, size_t count, DataType type,
                             ReduceOp reduceOp) = 0;

@@ -108,6 +108,7 @@ struct IpcAllreduce::Record {
   int32_t device = -1;
   int32_t ok = 0;  // 0: this rank cannot export its buffers (see `why`)
   int32_t mps = 0;  // 1: this rank sees the MPS control daemon running
+  int32_t stageWhenTimeSliced = 0;  // 1: RINGCOMM_CUDA_PATH=auto here (0: ipc)
   uint8_t uuid[16] = {};
   cudaIpcMemHandle_t input{};
   uint64_t inputOffset = 0;
@@ -231,7 +232,7 @@ bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& pe
                        const void* input, void* output, size_t count, DataType type,
                        ReduceOp reduceOp) {
   if (unavailable_) return false;
-  if (timeSliced_ && stageWhenTimeSliced_) return false;
+  if (stagesTimeSliced_) return false;
   DeviceState& s = t.state();
   DeviceGuard guard(s.device);
   PerDevice& d = stateFor(s);
@@ -247,7 +248,9 @@ bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& pe
   mine.pid = static_cast<int64_t>(getpid());
   mine.device = s.device;
   std::memcpy(mine.uuid, d.uuid, sizeof(mine.uuid));
-  mine.mps = !sharingChecked_ && mpsRunning(mpsPipeDirectory_);  // only the first is read
+  // Read in the first all-reduce's records only.
+  mine.mps = !sharingChecked_ && mpsRunning(mpsPipeDirectory_);
+  mine.stageWhenTimeSliced = stageWhenTimeSliced_;
   try {
     d.ensureEvents();
     d.ensureScratch(std::max(perRank * elementBytes, kSliceAlignBytes));
@@ -266,10 +269,14 @@ bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& pe
   peers.allgather(&mine, records.data(), sizeof(Record));
   if (!sharingChecked_) {
     sharingChecked_ = true;
-    timeSliced_ = anyDeviceTimeSliced(records);
+    // From every rank's records, so that all decide alike; a rank that forces IPC keeps it for
+    // all (ranks configured apart would otherwise take different paths).
+    stagesTimeSliced_ = anyDeviceTimeSliced(records) &&
+                        std::all_of(records.begin(), records.end(),
+                                    [](const Record& r) { return r.stageWhenTimeSliced != 0; });
     warnIfSharingWithoutMps(records);
     // Nothing read a peer's memory yet: every rank stages this one alike.
-    if (timeSliced_ && stageWhenTimeSliced_) return false;
+    if (stagesTimeSliced_) return false;
   }
 
   // Map every peer's input, scratch and events (cached).
@@ -397,8 +404,10 @@ std::vector<int> IpcAllreduce::sharingMyDevice(const std::vector<Record>& record
 bool IpcAllreduce::anyDeviceTimeSliced(const std::vector<Record>& records) const {
   for (int r = 0; r < size_; ++r) {
     for (int q = r + 1; q < size_; ++q) {
-      const bool shared =
+      // Ranks of one process share its context (and cannot use IPC: round 2 says so).
+      const bool sameDevice =
           std::memcmp(records[r].uuid, records[q].uuid, sizeof(records[r].uuid)) == 0;
+      const bool shared = sameDevice && records[r].pid != records[q].pid;
       if (shared && !(records[r].mps && records[q].mps)) return true;
     }
   }
@@ -407,11 +416,13 @@ bool IpcAllreduce::anyDeviceTimeSliced(const std::vector<Record>& records) const
 
 void IpcAllreduce::warnIfSharingWithoutMps(const std::vector<Record>& records) const {
   const std::vector<int> sharing = sharingMyDevice(records);
-  // Said once, by the lowest of the ranks that share this device.
-  if (sharing.size() < 2 || sharing.front() != rank_ || records[rank_].mps) return;
-  const char* consequence = stageWhenTimeSliced_
-                                ? "so all-reduces go through host memory instead"
-                                : "RINGCOMM_CUDA_PATH=ipc keeps them on IPC";
+  // Said once, by the lowest of the ranks that share this device, when one of them sees no MPS.
+  if (sharing.size() < 2 || sharing.front() != rank_) return;
+  if (std::all_of(sharing.begin(), sharing.end(), [&](int r) { return records[r].mps != 0; })) {
+    return;
+  }
+  const char* consequence = stagesTimeSliced_ ? "so all-reduces go through host memory instead"
+                                              : "RINGCOMM_CUDA_PATH=ipc keeps them on IPC";
   RINGCOMM_LOG(LogLevel::Warn, kLogCuda,
                "ranks %s share CUDA device %s, and the CUDA MPS daemon is not running (nothing "
                "answers at %s/control): the GPU time-slices between their processes, and every "

@@ -89,7 +89,9 @@ class IpcAllreduce {
   // agreeing on the path without asking again.
   bool unavailable_ = false;
   bool sharingChecked_ = false;
-  bool timeSliced_ = false;  // some ranks share a GPU without MPS (the first round 1 said)
+  // Some ranks share a GPU without MPS and every rank lets such all-reduces stage (the first
+  // round 1 said): every all-reduce returns false.
+  bool stagesTimeSliced_ = false;
   std::map<int, std::unique_ptr<PerDevice>> devices_;
 };
 
