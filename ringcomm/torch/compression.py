@@ -6,7 +6,8 @@ for all-reduces: instead of casting, a float32 (or float64) tensor travels as 16
 through the core's wire codec and is accumulated in float32 at every hop (src/codec) - the same
 wire bytes as Horovod's cast, with a float32 sum instead of a 16-bit one. Elsewhere
 (reducescatter, or a tensor the codec does not carry) they cast, as Horovod's do; so do CUDA
-tensors, whose 16-bit all-reduce then stays in device memory (collectives/allreduce.py).
+tensors, whose 16-bit all-reduce then stays in device memory where CUDA IPC carries it
+(collectives/allreduce.py).
 """
 
 from __future__ import annotations

@@ -58,6 +58,14 @@ def cast_compression():
 
     takes_codec = allreduce_module._casts_for_codec
     allreduce_module._casts_for_codec = lambda tensor: True
+    reduces = requests.allreduce
+    reduced_types = set()
+
+    def spy(tensor, *args):
+        reduced_types.add(tensor.dtype)
+        return reduces(tensor, *args)
+
+    requests.allreduce = spy
     try:
         x = torch.arange(10, dtype=torch.float32) + rank
         total = torch.arange(10.0) * size + size * (size - 1) / 2
@@ -78,8 +86,11 @@ def cast_compression():
             got = hvd.allreduce_(y, op=hvd.Average, compression=compression)
             mean = torch.arange(10.0) + (size - 1) / 2
             check(f"cast/{compression}/in place", got is y and torch.equal(y, mean), y)
+        # The 16-bit tensors themselves were reduced (not the codec's float32 ones).
+        check("cast/reduced types", reduced_types == {torch.float16, torch.bfloat16}, reduced_types)
     finally:
         allreduce_module._casts_for_codec = takes_codec
+        requests.allreduce = reduces
 
 
 def async_forms():

@@ -101,11 +101,13 @@ def _casts_for_codec(tensor: torch.Tensor) -> bool:
 
 
 def _start_cast_on_device(tensor, in_place, op, compression, prescale, postscale, name) -> Started:
-    """A built-in 16-bit compressor on a CUDA tensor: cast on the device, as Horovod does. The
-    16-bit tensor is then reduced in device memory (over CUDA IPC between the ranks of a host),
-    where the wire codec would stage it through host memory; each rank's slice of the sum is
-    accumulated in float32 and rounded once (src/cuda/kernels.h, reduceMany). Scaling is done in
-    the tensor's own precision: before the cast, and after the cast back."""
+    """A built-in 16-bit compressor on a CUDA tensor: cast on the device, as Horovod does. Over
+    CUDA IPC (the ranks of one host) the 16-bit tensor is then reduced in device memory, each
+    rank's slice accumulated in float32 and rounded once (src/cuda/kernels.h, reduceMany), where
+    the wire codec would stage it through host memory. Staged (ranks on several hosts, a GPU
+    shared without MPS), half the bytes cross the host link, and the host schedule reduces 16-bit
+    floats: a ring rounds its partial sums to 16 bits at each hop, as the codec's wire does.
+    Scaling is done in the tensor's own precision: before the cast, and after the cast back."""
     scaled = tensor * prescale if prescale != 1.0 else tensor
     compressed = scaled.to(compression.dtype)  # a new tensor: the caller's is not written
     request = requests.allreduce(compressed, None, op, None, 1.0, 1.0, name)
