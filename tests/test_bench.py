@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import sys
-import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +16,7 @@ import pytest
 
 from ringcomm import _core
 from ringcomm.bench import cli, patterns, table
+from ringcomm.bench import timing as bench_timing
 from ringcomm.bench.collectives import (
     COLLECTIVES,
     bandwidths,
@@ -320,17 +321,20 @@ def test_measure_counts_calls():
     assert 3 <= timing.iters <= 1000 and len(calls) == timing.iters + timing.warmup
 
 
-def test_settle_runs_untimed_calls_for_about_the_time_asked():
+def test_settle_runs_untimed_calls_for_about_the_time_asked(monkeypatch):
+    # Each call takes 1/1024 s of a clock of the test's own: a busy machine (a CI run beside
+    # other work once made a sleeping call's probe slow) changes nothing, and the counts are exact.
+    clock = [0.0]
+    monkeypatch.setattr(bench_timing, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     calls = []
 
     def call():
         calls.append(1)
-        time.sleep(0.001)
+        clock[0] += 1 / 1024
 
-    start = time.perf_counter()
-    made = settle(call, OneRank(), seconds=0.05)
-    assert made == len(calls) and 20 <= made <= 60
-    assert time.perf_counter() - start >= 0.04
+    made = settle(call, OneRank(), seconds=50 / 1024)
+    assert made == len(calls) == 2 + 50  # the probe's two calls, then 50 more
+    assert clock[0] == 52 / 1024
 
 
 def test_paired_times():
