@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "check.h"
-#include "kernel_ops.h"
+#include "kernel_ops.cuh"
 #include "cuda/element_ops.cuh"
 #include "cuda/kernels.h"
 #include "reduce/reduce.h"
