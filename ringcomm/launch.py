@@ -7,8 +7,9 @@
 The launcher serves the rendezvous store itself and passes its address in RINGCOMM_STORE. It
 also sets what torch.distributed's env:// rendezvous reads (RANK, WORLD_SIZE, LOCAL_RANK,
 LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), as torchrun does, so init_process_group() works
-under it too. If one rank fails, the others are stopped (after a grace period, so they can report
-the failure themselves), and the launcher exits with the failing rank's status.
+under it too. Each rank runs in a session of its own, as under mpiexec and torchrun
+(ringcomm/_ranks.py). If one rank fails, the others are stopped (after a grace period, so they
+can report the failure themselves), and the launcher exits with the failing rank's status.
 
 SIGTERM, SIGHUP and SIGINT (what timeout, Slurm, Kubernetes and a terminal send) are passed on to
 every rank; ranks still running after the grace period are killed, and the launcher exits with
@@ -28,13 +29,13 @@ import argparse
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from typing import Optional, Sequence
 
 from ringcomm import _core, _secret
 from ringcomm._ports import free_port
+from ringcomm._ranks import start_rank
 
 # Signals the launcher passes on to its ranks.
 _FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
@@ -91,7 +92,7 @@ def spawn(
                 RANK=str(rank),
                 LOCAL_RANK=str(rank),
             )
-            children.append(subprocess.Popen(list(command), env=child_env))
+            children.append(start_rank(command, child_env))
         return _supervise(children, grace, signals)
     finally:
         signals.restore()

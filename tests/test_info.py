@@ -135,3 +135,13 @@ def test_mps_is_seen_running_by_its_control_endpoint(tmp_path):
         endpoint.listen()
         assert _core.mps_running(str(tmp_path))
     assert not _core.mps_running(str(tmp_path))  # closed, the file still there
+
+
+def test_busy_cores_is_auto_by_default_and_its_error_is_its_own():
+    rows = {row["name"]: row for row in _core.Config.describe_environment()}
+    assert rows["RINGCOMM_SHM_CMA_BUSY_CORES"]["value"] == "auto"
+    out = info(env={"RINGCOMM_SHM_CMA_BUSY_CORES": "many"})
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("RINGCOMM_SHM")}
+    assert "INVALID" in lines["RINGCOMM_SHM_CMA_BUSY_CORES"]
+    assert "auto or a non-negative number" in lines["RINGCOMM_SHM_CMA_BUSY_CORES"]
+    assert "INVALID" not in lines["RINGCOMM_SHM_CMA"]  # a prefix of the variable's name

@@ -112,7 +112,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGHUP])
+# SIGINT: a terminal's Ctrl-C reaches only the launcher, whose ranks are in sessions of their own.
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_ringcomm_run_passes_signals_on_and_leaves_no_rank_behind(tmp_path, number):
     launcher = subprocess.Popen(
         [
@@ -133,6 +134,8 @@ def test_ringcomm_run_passes_signals_on_and_leaves_no_rank_behind(tmp_path, numb
         time.sleep(0.1)
     pids = [int(p.read_text()) for p in tmp_path.iterdir()]
     assert len(pids) == 3
+    # Each rank in a session of its own, as mpiexec and torchrun start theirs (ringcomm/_ranks.py).
+    assert [os.getsid(pid) for pid in pids] == pids
     started = time.monotonic()
     launcher.send_signal(number)
     assert launcher.wait(timeout=30) == 128 + number

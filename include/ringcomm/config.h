@@ -90,9 +90,11 @@ struct RINGCOMM_API Config {
   // many cores' worth of CPU time there over the last window of half a second or more
   // (common/cpu_share.h), those all-reduces stage through the slots instead: the
   // kernel's copies cost the ranks about twice the CPU time of their own, which decides when the
-  // cores are shared (bench/RESULTS.md, issue 14). They go back to the single copy once others
-  // use under half this. 0: always stage when so crowded.
-  double shmCrossMemoryBusyCores = 0.5;
+  // ranks get a small share of the cores (bench/RESULTS.md, issue 14). They go back to the single
+  // copy once others use under half this. 0: always stage when so crowded. Negative (the default,
+  // "auto"): half of those cores, where ranks in a session of their own each (as every launcher
+  // starts them) and others in theirs leave the ranks the larger share.
+  double shmCrossMemoryBusyCores = -1;
   // RINGCOMM_SHM_RING_BYTES: capacity of each point-to-point shared-memory ring.
   size_t shmRingBytes = 1024 * 1024;
   // RINGCOMM_SOCKET_BUFFER_BYTES: SO_SNDBUF/SO_RCVBUF of TCP connections.

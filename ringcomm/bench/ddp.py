@@ -28,7 +28,6 @@ import argparse
 import json
 import shlex
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Optional
 
 from ringcomm._ports import free_port
+from ringcomm._ranks import start_rank
 from ringcomm.bench import machine, report
 from ringcomm.bench.cli import at_least
 from ringcomm.bench.launchers import KILL_SLACK, clean_environment, wait_all
@@ -120,8 +120,7 @@ def run(backend: str, nranks: int, args, workdir: Path) -> dict:
     command = _worker_command(backend, args, out)
     base = _environment(nranks)
     children = [
-        subprocess.Popen(command, env=dict(base, RANK=str(r), LOCAL_RANK=str(r)))
-        for r in range(nranks)
+        start_rank(command, dict(base, RANK=str(r), LOCAL_RANK=str(r))) for r in range(nranks)
     ]
     status = wait_all(children, time.monotonic() + args.timeout + KILL_SLACK)
     if status == 0:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from ringcomm._ports import free_port
+from ringcomm._ranks import start_rank
 from ringcomm.bench.plan import Plan
 from ringcomm.launch import spawn
 
@@ -141,8 +142,7 @@ def run_torch(
     command = _worker_command("ringcomm.bench.peers.torch_worker", plan_path, report)
     command[3:3] = ["--backend", backend]
     children = [
-        subprocess.Popen(command, env=dict(base, RANK=str(r), LOCAL_RANK=str(r)))
-        for r in range(nranks)
+        start_rank(command, dict(base, RANK=str(r), LOCAL_RANK=str(r))) for r in range(nranks)
     ]
     status = wait_all(children, time.monotonic() + plan.timeout + KILL_SLACK)
     return _collect(name, report, status)

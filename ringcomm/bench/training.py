@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ringcomm._ports import free_port
+from ringcomm._ranks import start_rank
 from ringcomm.bench import machine
 from ringcomm.bench.launchers import clean_environment, wait_all
 from ringcomm.launch import spawn
@@ -69,8 +69,7 @@ def _run(impl: str, compression: str, nranks: int, args, workdir: Path) -> dict:
             GLOO_SOCKET_IFNAME="lo",
         )
         children = [
-            subprocess.Popen(command, env=dict(base, RANK=str(r), LOCAL_RANK=str(r)))
-            for r in range(nranks)
+            start_rank(command, dict(base, RANK=str(r), LOCAL_RANK=str(r))) for r in range(nranks)
         ]
         status = wait_all(children, time.monotonic() + _RUN_TIMEOUT)
     if status != 0:

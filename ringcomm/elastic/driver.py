@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from typing import Optional
 
 from ringcomm import _core
+from ringcomm._ranks import start_rank
 from ringcomm.elastic import protocol
 from ringcomm.elastic.discovery import HostManager, host_assignments
 from ringcomm.elastic.protocol import HostUpdateResult
@@ -202,7 +202,7 @@ class ElasticDriver:
             RINGCOMM_ELASTIC_GENERATION=str(self.generation),
         )
         self._say(f"starting worker {slot.name} as rank {slot.rank}")
-        self.workers[slot.name] = subprocess.Popen(self.command, env=env)
+        self.workers[slot.name] = start_rank(self.command, env)
 
     def _wait_for_slots(self, needed: int):
         """The discovered hosts once they offer ``needed`` slots; JobFailedError after the elastic

@@ -52,10 +52,19 @@ constexpr std::chrono::milliseconds kHealthCheckInterval{100};
 // when other processes take the cores. The kernel's copies cost about twice the CPU time per byte of
 // the ranks' own (12 against 18 GB/s from DRAM, 19 against 35 from the cache, one core of the
 // 2-core VM), which decides once the ranks are short of CPU time. Measured there with 4 busy
-// processes (bench/RESULTS.md, issue 14), busbw single-copy against staged: 16 ranks at 8 MiB
-// 0.19-0.21 against 0.24-0.27 GB/s; 8 ranks even; 4 ranks 0.74-0.99 against 0.47-0.83, so the
-// single copy stays below this crowding. Quiet, 16 ranks: 0.69-0.90 against 0.48-0.63.
+// processes and the ranks in one session (bench/RESULTS.md, issue 14), busbw single-copy against
+// staged: 16 ranks at 8 MiB 0.19-0.21 against 0.24-0.27 GB/s; 8 ranks even; 4 ranks 0.74-0.99
+// against 0.47-0.83, so the single copy stays below this crowding. Quiet, 16 ranks: 0.69-0.90
+// against 0.48-0.63.
 constexpr int kStagingRanksPerCore = 4;
+// With RINGCOMM_SHM_CMA_BUSY_CORES=auto: stage once other processes use this share of the job's
+// cores. What matters is the ranks' share of CPU time, not other work as such. 16 ranks on the
+// 2-core VM with 4 busy processes, every process in a session of its own (as ringcomm-run, mpiexec
+// and torchrun start ranks): others used 0.4-0.7 cores, and 8 MiB took 40 ms with the single
+// copy against 58 ms staged. The same ranks in one session (one scheduling group against 4):
+// others used 1.5-1.6 cores, single copy 120 ms against staged 90-107 ms (bench/RESULTS.md,
+// "Ranks in sessions of their own").
+constexpr double kAutoBusyShareOfCores = 0.5;
 
 
 }  // namespace
@@ -72,7 +81,9 @@ DirectGroup::DirectGroup(const shm::Segments& segments, WaitPolicy& waitPolicy,
   for (int local = 0; local < size_; ++local) pids.push_back(segments_.pidOf(local));
   othersCpuUse_ = std::make_unique<OthersCpuUse>(std::move(pids));
   // The cores of all local ranks together: ranks bound one to a core are not crowded.
-  if (size_ <= kStagingRanksPerCore * othersCpuUse_->jobCores()) othersCpuUse_.reset();
+  const int jobCores = othersCpuUse_->jobCores();
+  if (size_ <= kStagingRanksPerCore * jobCores) othersCpuUse_.reset();
+  if (busyCores_ < 0) busyCores_ = kAutoBusyShareOfCores * jobCores;
 }
 
 bool DirectGroup::stageInstead() {

@@ -2,6 +2,7 @@
 // mean the same to ringcomm).
 #include "ringcomm/config.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -40,6 +41,17 @@ double parseNumber(const char* name, const char* text) {
   } catch (const std::exception&) {
   }
   throw InvalidArgument(std::string(name) + " must be a non-negative number; got '" + text + "'");
+}
+
+// A number, or "auto" for -1: the library picks the value when it knows what it depends on.
+double parseNumberOrAuto(const char* name, const char* text) {
+  if (std::string(text) == "auto") return -1;
+  try {
+    return parseNumber(name, text);
+  } catch (const InvalidArgument&) {
+    throw InvalidArgument(std::string(name) + " must be auto or a non-negative number; got '" +
+                          text + "'");
+  }
 }
 
 // RINGCOMM_SECRET_FILE: the secret is the file's contents without a trailing newline. A file that
@@ -150,7 +162,7 @@ Config Config::fromEnvironment() {
     config.shmCrossMemoryHugePages = parseSwitch("RINGCOMM_SHM_CMA_HUGE_PAGES", v);
   }
   if (const char* v = variable("RINGCOMM_SHM_CMA_BUSY_CORES")) {
-    config.shmCrossMemoryBusyCores = parseNumber("RINGCOMM_SHM_CMA_BUSY_CORES", v);
+    config.shmCrossMemoryBusyCores = parseNumberOrAuto("RINGCOMM_SHM_CMA_BUSY_CORES", v);
   }
   if (const char* v = variable("RINGCOMM_SOCKET_BUFFER_BYTES")) {
     config.socketBufferBytes = static_cast<int>(parseNumber("RINGCOMM_SOCKET_BUFFER_BYTES", v));
@@ -259,7 +271,10 @@ const std::vector<Described>& describedVariables() {
       {"RINGCOMM_SHM_CMA_HUGE_PAGES", nullptr,
        [](const Config& c) { return std::string(c.shmCrossMemoryHugePages ? "1" : "0"); }},
       {"RINGCOMM_SHM_CMA_BUSY_CORES", nullptr,
-       [](const Config& c) { return number(c.shmCrossMemoryBusyCores); }},
+       [](const Config& c) {
+         return c.shmCrossMemoryBusyCores < 0 ? std::string("auto")
+                                              : number(c.shmCrossMemoryBusyCores);
+       }},
       {"RINGCOMM_SOCKET_BUFFER_BYTES", nullptr,
        [](const Config& c) { return number(c.socketBufferBytes); }},
       {"RINGCOMM_LINK_TIMEOUT", nullptr, [](const Config& c) { return seconds(c.linkTimeout); }},
@@ -288,6 +303,19 @@ const std::vector<Described>& describedVariables() {
   return variables;
 }
 
+// Whether `error` names `name` as a whole word: RINGCOMM_SHM_CMA's error is not
+// RINGCOMM_SHM_CMA_BUSY_CORES's.
+bool namesVariable(const std::string& error, const std::string& name) {
+  for (size_t at = error.find(name); at != std::string::npos; at = error.find(name, at + 1)) {
+    const size_t end = at + name.size();
+    if (end == error.size() || (!std::isalnum(static_cast<unsigned char>(error[end])) &&
+                                error[end] != '_')) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 std::vector<ConfigVariable> Config::describeEnvironment() {
@@ -309,7 +337,7 @@ std::vector<ConfigVariable> Config::describeEnvironment() {
       entry.source = d.horovodName;
       if (!error.empty()) entry.value = variable(d.horovodName);
     }
-    if (!errorPlaced && error.find(d.name) != std::string::npos) {
+    if (!errorPlaced && namesVariable(error, d.name)) {
       entry.error = error;
       errorPlaced = true;
     }
