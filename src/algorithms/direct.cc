@@ -58,12 +58,13 @@ constexpr std::chrono::milliseconds kHealthCheckInterval{100};
 // against 0.48-0.63.
 constexpr int kStagingRanksPerCore = 4;
 // With RINGCOMM_SHM_CMA_BUSY_CORES=auto: stage once other processes use this share of the job's
-// cores. What matters is the ranks' share of CPU time, not other work as such. 16 ranks on the
-// 2-core VM with 4 busy processes, every process in a session of its own (as ringcomm-run, mpiexec
-// and torchrun start ranks): others used 0.4-0.7 cores, and 8 MiB took 40 ms with the single
-// copy against 58 ms staged. The same ranks in one session (one scheduling group against 4):
-// others used 1.5-1.6 cores, single copy 120 ms against staged 90-107 ms (bench/RESULTS.md,
-// "Ranks in sessions of their own").
+// cores, and only where the ranks share one scheduling group (common/cpu_share.h). Measured with
+// 16 ranks at 8 MiB on the 2-core VM (bench/RESULTS.md, "Ranks in sessions of their own"), per
+// call single copy against staged: ranks in one session beside 1 busy process (others about 1
+// core) 48 against 56 ms, beside 2 (1.3 cores) 75 against 61, beside 4 (1.5-1.6 cores) 120
+// against 90-107. Each rank in a session of its own, as ringcomm-run, mpiexec and torchrun start
+// them, the single copy won beside 4, 8 and 16 busy processes (others 0.7, 1.0 and 1.5 cores): 40
+// against 58, 51 against 83 and 67 against 102 ms.
 constexpr double kAutoBusyShareOfCores = 0.5;
 
 
@@ -79,11 +80,16 @@ DirectGroup::DirectGroup(const shm::Segments& segments, WaitPolicy& waitPolicy,
   if (rank_ != 0 || config.shmCrossMemory != CrossMemory::Auto) return;
   std::vector<int> pids;
   for (int local = 0; local < size_; ++local) pids.push_back(segments_.pidOf(local));
-  othersCpuUse_ = std::make_unique<OthersCpuUse>(std::move(pids));
+  othersCpuUse_ = std::make_unique<OthersCpuUse>(pids);
   // The cores of all local ranks together: ranks bound one to a core are not crowded.
   const int jobCores = othersCpuUse_->jobCores();
   if (size_ <= kStagingRanksPerCore * jobCores) othersCpuUse_.reset();
-  if (busyCores_ < 0) busyCores_ = kAutoBusyShareOfCores * jobCores;
+  // A threshold the user set holds for any ranks; the automatic one only for ranks that share
+  // one scheduling group (see kAutoBusyShareOfCores).
+  if (busyCores_ < 0) {
+    busyCores_ = kAutoBusyShareOfCores * jobCores;
+    if (!shareOneAutogroup(pids)) othersCpuUse_.reset();
+  }
 }
 
 bool DirectGroup::stageInstead() {

@@ -62,7 +62,26 @@ long long processTicks(int pid) {
   return static_cast<long long>(utime + stime);
 }
 
+// The first word of a small /proc file ("/autogroup-42" from "/autogroup-42 nice 0"), or "".
+std::string firstWordOf(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "r");
+  if (file == nullptr) return "";
+  char word[128] = {0};
+  const bool read = std::fscanf(file, "%127s", word) == 1;
+  std::fclose(file);
+  return read ? word : "";
+}
+
 }  // namespace
+
+bool shareOneAutogroup(const std::vector<int>& pids) {
+  if (pids.empty() || firstWordOf("/proc/sys/kernel/sched_autogroup_enabled") != "1") return false;
+  const std::string group = firstWordOf("/proc/" + std::to_string(pids.front()) + "/autogroup");
+  if (group.empty()) return false;
+  return std::all_of(pids.begin(), pids.end(), [&group](int pid) {
+    return firstWordOf("/proc/" + std::to_string(pid) + "/autogroup") == group;
+  });
+}
 
 OthersCpuUse::OthersCpuUse(std::vector<int> ownPids) : ownPids_(std::move(ownPids)) {
   std::sort(ownPids_.begin(), ownPids_.end());

@@ -47,4 +47,11 @@ class OthersCpuUse {
   double cores_ = 0;
 };
 
+// Whether the kernel schedules all of `pids` as one group against other processes: autogroups are
+// on (/proc/sys/kernel/sched_autogroup_enabled) and every one of them is in the same one
+// (/proc/<pid>/autogroup), as ranks that one shell or one Python process started are. Then the
+// ranks together get one group's share of the cores, however many they are; ranks in sessions of
+// their own (ringcomm-run, mpiexec, torchrun) are each a group. False if /proc cannot tell.
+bool shareOneAutogroup(const std::vector<int>& pids);
+
 }  // namespace ringcomm

@@ -66,3 +66,35 @@ TEST(theCpuTimeOfProcessesOutsideTheJobIsCounted) {
   CHECK(withSpinner >= 0.3);
   CHECK(withSpinner - withoutSpinner >= 0.25);
 }
+
+TEST(ranksInOneSessionShareOneAutogroupAndNotOnceOneLeaves) {
+  // Where autogroups are off, no processes share one: nothing to tell apart.
+  if (!shareOneAutogroup({getpid()})) return;
+  int toChild[2], toParent[2];
+  CHECK_EQ(pipe(toChild), 0);
+  CHECK_EQ(pipe(toParent), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    char go = 0;
+    if (read(toChild[0], &go, 1) != 1) _exit(1);
+    setsid();  // a session, and with it an autogroup, of its own
+    if (write(toParent[1], &go, 1) != 1) _exit(1);
+    pause();
+  }
+  CHECK(child > 0);
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } reaper{child};
+  CHECK(shareOneAutogroup({getpid(), child, getpid()}));
+  char go = 'g';
+  CHECK_EQ(write(toChild[1], &go, 1), 1);
+  CHECK_EQ(read(toParent[0], &go, 1), 1);  // the child is in its own session now
+  CHECK(!shareOneAutogroup({getpid(), child}));
+  CHECK(!shareOneAutogroup({}));
+  for (int fd : {toChild[0], toChild[1], toParent[0], toParent[1]}) close(fd);
+}
