@@ -275,8 +275,12 @@ bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& pe
                         std::all_of(records.begin(), records.end(),
                                     [](const Record& r) { return r.stageWhenTimeSliced != 0; });
     warnIfSharingWithoutMps(records);
-    // Nothing read a peer's memory yet: every rank stages this one alike.
-    if (stagesTimeSliced_) return false;
+    if (stagesTimeSliced_) {
+      // Nothing read a peer's memory yet: every rank stages this one alike, and every later one,
+      // so the scratch and events made for this round go (no peer has opened them).
+      devices_.erase(s.device);
+      return false;
+    }
   }
 
   // Map every peer's input, scratch and events (cached).
@@ -416,8 +420,13 @@ bool IpcAllreduce::anyDeviceTimeSliced(const std::vector<Record>& records) const
 
 void IpcAllreduce::warnIfSharingWithoutMps(const std::vector<Record>& records) const {
   const std::vector<int> sharing = sharingMyDevice(records);
-  // Said once, by the lowest of the ranks that share this device, when one of them sees no MPS.
-  if (sharing.size() < 2 || sharing.front() != rank_) return;
+  // Said once, by the lowest of the ranks on this device, when they are in more than one process
+  // (ranks of one process share its context: nothing time-slices) and one of them sees no MPS.
+  if (sharing.front() != rank_ ||
+      std::all_of(sharing.begin(), sharing.end(),
+                  [&](int r) { return records[r].pid == records[rank_].pid; })) {
+    return;
+  }
   if (std::all_of(sharing.begin(), sharing.end(), [&](int r) { return records[r].mps != 0; })) {
     return;
   }
