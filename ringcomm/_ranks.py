@@ -8,13 +8,46 @@ busy processes beside them on 2 cores, 16 ranks in one session got 0.4-0.7 of th
 MPICH's 16, each its own group, 1.6 (bench/RESULTS.md, "Ranks in sessions of their own"). A session
 of its own also keeps a terminal's Ctrl-C from reaching the ranks directly: the launcher passes
 signals on itself (ringcomm.launch), once, and stops what is left after a grace period.
+
+Out of the launcher's process group, a rank is no longer reached by a signal sent to that group
+(``timeout -s KILL``, a shell killing a job). So on Linux each rank asks the kernel for SIGKILL
+when its launcher dies (PR_SET_PDEATHSIG): a launcher killed outright leaves no rank behind.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
 import subprocess
-from typing import Mapping, Sequence
+import sys
+from typing import Callable, Mapping, Optional, Sequence
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with(launcher: int) -> Optional[Callable[[], None]]:
+    """What the child runs between fork and exec (Linux only): SIGKILL when `launcher` dies.
+
+    The libc function is looked up here, in the launcher, so the child only calls it. Linux sends
+    the signal when the thread that forked exits; every launcher here starts ranks from its main
+    thread."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def in_child() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        if os.getppid() != launcher:  # it died before the request: nothing would be sent
+            os._exit(1)
+
+    return in_child
 
 
 def start_rank(command: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(list(command), env=dict(env), start_new_session=True)
+    return subprocess.Popen(
+        list(command),
+        env=dict(env),
+        start_new_session=True,
+        preexec_fn=_die_with(os.getpid()),
+    )

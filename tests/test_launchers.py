@@ -105,11 +105,12 @@ def test_ringcomm_run_sets_torch_env_rendezvous():
 
 
 def _alive(pid: int) -> bool:
+    """Running: neither gone nor a zombie (an orphan waits for whoever adopts it to reap it)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
         return False
-    return True
 
 
 # SIGINT: a terminal's Ctrl-C reaches only the launcher, whose ranks are in sessions of their own.
@@ -340,3 +341,24 @@ def test_slurm_tasks_per_node():
     assert _slurm.expand_tasks_per_node("1") == [1]
     with pytest.raises(ValueError):
         _slurm.expand_tasks_per_node("4(y2)")
+
+
+def test_ringcomm_run_killed_outright_leaves_no_rank_behind(tmp_path):
+    # Ranks in sessions of their own are out of reach of a signal to the launcher's group: each
+    # asks the kernel to kill it when the launcher dies (ringcomm/_ranks.py).
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "ringcomm.launch", "-np", "3", str(WORKERS / "sleeper.py"),
+         str(tmp_path)],
+        env=worker_env(None),
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.iterdir())) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pids = [int(p.read_text()) for p in tmp_path.iterdir()]
+    assert len(pids) == 3
+    launcher.kill()
+    launcher.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while [pid for pid in pids if _alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in pids if _alive(pid)]
