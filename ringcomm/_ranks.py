@@ -30,8 +30,9 @@ def _die_with(launcher: int) -> Optional[Callable[[], None]]:
     """What the child runs between fork and exec (Linux only): SIGKILL when `launcher` dies.
 
     The libc function is looked up here, in the launcher, so the child only calls it. Linux sends
-    the signal when the thread that forked exits; every launcher here starts ranks from its main
-    thread."""
+    the signal when the thread that forked exits: every launcher here waits for its ranks in the
+    thread that started them. Where the kernel refuses the request, the rank runs on as before,
+    reached by the signals the launcher passes on."""
     if not sys.platform.startswith("linux"):
         return None
     prctl = ctypes.CDLL(None, use_errno=True).prctl

@@ -1,5 +1,6 @@
 """ringcomm.init() with no arguments under mpirun (MPICH from PyPI), torchrun and ringcomm-run."""
 
+import contextlib
 import json
 import os
 import signal
@@ -113,36 +114,57 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def sleeping_ranks(tmp_path, *launcher_flags):
+    """(ringcomm-run, its 3 ranks' pids) running tests/workers/sleeper.py; whatever is left of
+    them is killed afterwards, whatever the test found (ranks in sessions of their own, one of
+    which ignores SIGTERM, would outlive it)."""
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "ringcomm.launch", *launcher_flags, "-np", "3",
+         str(WORKERS / "sleeper.py"), str(tmp_path)],
+        env=worker_env(None),
+    )  # fmt: skip
+    pids = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("[0-9]"))) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pids = [int(p.read_text()) for p in tmp_path.glob("[0-9]")]
+        assert len(pids) == 3
+        yield launcher, pids
+    finally:
+        for pid in [launcher.pid, *pids]:
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        launcher.wait()
+
+
 # SIGINT: a terminal's Ctrl-C reaches only the launcher, whose ranks are in sessions of their own.
 @pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_ringcomm_run_passes_signals_on_and_leaves_no_rank_behind(tmp_path, number):
-    launcher = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ringcomm.launch",
-            "--grace",
-            "2",
-            "-np",
-            "3",
-            str(WORKERS / "sleeper.py"),
-            str(tmp_path),
-        ],
-        env=worker_env(None),
-    )
-    deadline = time.monotonic() + 60
-    while len(list(tmp_path.iterdir())) < 3 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    pids = [int(p.read_text()) for p in tmp_path.iterdir()]
-    assert len(pids) == 3
-    # Each rank in a session of its own, as mpiexec and torchrun start theirs (ringcomm/_ranks.py).
-    assert [os.getsid(pid) for pid in pids] == pids
-    started = time.monotonic()
-    launcher.send_signal(number)
-    assert launcher.wait(timeout=30) == 128 + number
-    assert time.monotonic() - started < 10
-    time.sleep(0.2)
-    assert not [pid for pid in pids if _alive(pid)]
+    with sleeping_ranks(tmp_path, "--grace", "2") as (launcher, pids):
+        # Each rank in a session of its own, as mpiexec and torchrun start theirs (_ranks.py).
+        assert [os.getsid(pid) for pid in pids] == pids
+        started = time.monotonic()
+        launcher.send_signal(number)
+        assert launcher.wait(timeout=30) == 128 + number
+        assert time.monotonic() - started < 10
+        time.sleep(0.2)
+        assert not [pid for pid in pids if _alive(pid)]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_ringcomm_run_killed_outright_leaves_no_rank_behind(tmp_path):
+    # Ranks in sessions of their own are out of reach of a signal to the launcher's group: each
+    # asks the kernel to kill it when the launcher dies (ringcomm/_ranks.py).
+    with sleeping_ranks(tmp_path) as (launcher, pids):
+        launcher.kill()
+        launcher.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while [pid for pid in pids if _alive(pid)] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in pids if _alive(pid)]
 
 
 def test_env_store_listens_where_master_addr_says():
@@ -341,24 +363,3 @@ def test_slurm_tasks_per_node():
     assert _slurm.expand_tasks_per_node("1") == [1]
     with pytest.raises(ValueError):
         _slurm.expand_tasks_per_node("4(y2)")
-
-
-def test_ringcomm_run_killed_outright_leaves_no_rank_behind(tmp_path):
-    # Ranks in sessions of their own are out of reach of a signal to the launcher's group: each
-    # asks the kernel to kill it when the launcher dies (ringcomm/_ranks.py).
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "ringcomm.launch", "-np", "3", str(WORKERS / "sleeper.py"),
-         str(tmp_path)],
-        env=worker_env(None),
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while len(list(tmp_path.iterdir())) < 3 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    pids = [int(p.read_text()) for p in tmp_path.iterdir()]
-    assert len(pids) == 3
-    launcher.kill()
-    launcher.wait(timeout=30)
-    deadline = time.monotonic() + 10
-    while [pid for pid in pids if _alive(pid)] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [pid for pid in pids if _alive(pid)]

@@ -92,9 +92,9 @@ struct RINGCOMM_API Config {
   // kernel's copies cost the ranks about twice the CPU time of their own, which decides when the
   // ranks get a small share of the cores (bench/RESULTS.md, issue 14). They go back to the single
   // copy once others use under half this. 0: always stage when so crowded. Negative (the default,
-  // "auto"): half of those cores, and only when every local rank is in one autogroup (ranks started
-  // together in one session); ranks in sessions of their own, as every launcher starts them, did
-  // better with the single copy at every load measured.
+  // "auto"): 0.6 of those cores, and only when every local rank is in one autogroup (ranks started
+  // together in one session); ranks in sessions of their own, as ringcomm-run, mpiexec (hydra) and
+  // torchrun start them, did better with the single copy at every load measured.
   double shmCrossMemoryBusyCores = -1;
   // RINGCOMM_SHM_RING_BYTES: capacity of each point-to-point shared-memory ring.
   size_t shmRingBytes = 1024 * 1024;

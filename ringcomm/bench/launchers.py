@@ -7,6 +7,7 @@ parent kills what is still running KILL_SLACK seconds after it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -181,12 +182,18 @@ def run_mpi(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome:
         str(nranks),
         *_worker_command("ringcomm.bench.peers.mpi_worker", plan_path, report),
     ]
-    # Its own session, so that on timeout mpirun and the ranks it started go down together.
+    # Its own session, so that on timeout mpirun and what it started go down together. Hydra starts
+    # each rank in a session of its own, out of reach of killpg: mpiexec is asked first, and it
+    # stops its ranks itself.
     child = subprocess.Popen(command, env=clean_environment(), start_new_session=True)
     try:
         status = child.wait(timeout=plan.timeout + KILL_SLACK)
     except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
+        child.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=_GRACE)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
         child.wait()
         status = "timeout"
     return _collect("mpi", report, status)

@@ -64,8 +64,11 @@ constexpr int kStagingRanksPerCore = 4;
 // core) 48 against 56 ms, beside 2 (1.3 cores) 75 against 61, beside 4 (1.5-1.6 cores) 120
 // against 90-107. Each rank in a session of its own, as ringcomm-run, mpiexec and torchrun start
 // them, the single copy won beside 4, 8 and 16 busy processes (others 0.7, 1.0 and 1.5 cores): 40
-// against 58, 51 against 83 and 67 against 102 ms.
-constexpr double kAutoBusyShareOfCores = 0.5;
+// against 58, 51 against 83 and 67 against 102 ms. A second sweep (bench/scheduling_groups.py) had
+// one session beside 1 busy process favour the single copy again (41 against 49 ms), so the share
+// is above what 1 busy process takes of 2 cores. Beside 8 and 16 staging lost there too (248
+// against 217, 444 against 380 ms), which this does not catch.
+constexpr double kAutoBusyShareOfCores = 0.6;
 
 
 }  // namespace
@@ -88,7 +91,7 @@ DirectGroup::DirectGroup(const shm::Segments& segments, WaitPolicy& waitPolicy,
   // one scheduling group (see kAutoBusyShareOfCores).
   if (busyCores_ < 0) {
     busyCores_ = kAutoBusyShareOfCores * jobCores;
-    if (!shareOneAutogroup(pids)) othersCpuUse_.reset();
+    if (othersCpuUse_ && !shareOneAutogroup(pids)) othersCpuUse_.reset();
   }
 }
 

@@ -72,6 +72,33 @@ std::string firstWordOf(const std::string& path) {
   return read ? word : "";
 }
 
+// Whether `pid` is in the root CPU cgroup, the only one whose tasks the kernel schedules by
+// autogroup: the path of a cgroup v1 hierarchy with the cpu controller ("4:cpu,cpuacct:/"), or
+// else of the v2 one ("0::/"). False if unreadable.
+bool inRootCpuCgroup(int pid) {
+  std::FILE* file = std::fopen(("/proc/" + std::to_string(pid) + "/cgroup").c_str(), "r");
+  if (file == nullptr) return false;
+  std::string unified, cpu;
+  bool cpuFound = false;
+  char line[1024];
+  while (std::fgets(line, sizeof(line), file) != nullptr) {
+    std::string text(line);
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+    const size_t first = text.find(':');
+    const size_t second = first == std::string::npos ? first : text.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    const std::string controllers = "," + text.substr(first + 1, second - first - 1) + ",";
+    const std::string path = text.substr(second + 1);
+    if (controllers == ",,") unified = path;
+    if (controllers.find(",cpu,") != std::string::npos) {
+      cpu = path;
+      cpuFound = true;
+    }
+  }
+  std::fclose(file);
+  return (cpuFound ? cpu : unified) == "/";
+}
+
 }  // namespace
 
 bool shareOneAutogroup(const std::vector<int>& pids) {
@@ -79,7 +106,8 @@ bool shareOneAutogroup(const std::vector<int>& pids) {
   const std::string group = firstWordOf("/proc/" + std::to_string(pids.front()) + "/autogroup");
   if (group.empty()) return false;
   return std::all_of(pids.begin(), pids.end(), [&group](int pid) {
-    return firstWordOf("/proc/" + std::to_string(pid) + "/autogroup") == group;
+    return inRootCpuCgroup(pid) &&
+           firstWordOf("/proc/" + std::to_string(pid) + "/autogroup") == group;
   });
 }
 

@@ -48,10 +48,12 @@ class OthersCpuUse {
 };
 
 // Whether the kernel schedules all of `pids` as one group against other processes: autogroups are
-// on (/proc/sys/kernel/sched_autogroup_enabled) and every one of them is in the same one
-// (/proc/<pid>/autogroup), as ranks that one shell or one Python process started are. Then the
-// ranks together get one group's share of the cores, however many they are; ranks in sessions of
-// their own (ringcomm-run, mpiexec, torchrun) are each a group. False if /proc cannot tell.
+// on (/proc/sys/kernel/sched_autogroup_enabled), every one of them is in the same one
+// (/proc/<pid>/autogroup), as ranks that one shell or one Python process started are, and in the
+// root CPU cgroup (the kernel applies autogroups there only; a container's or a Slurm job's
+// cgroup is scheduled as a cgroup). Then the ranks together get one group's share of the cores,
+// however many they are; ranks in sessions of their own (ringcomm-run, mpiexec, torchrun) are
+// each a group. False if /proc cannot tell.
 bool shareOneAutogroup(const std::vector<int>& pids);
 
 }  // namespace ringcomm

@@ -9,7 +9,9 @@ import time
 rank, size = int(os.environ["RINGCOMM_RANK"]), int(os.environ["RINGCOMM_WORLD_SIZE"])
 if rank == size - 1:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-with open(os.path.join(sys.argv[1], str(rank)), "w") as f:
+# Written whole or not at all: the test reads the file as soon as it appears.
+with open(os.path.join(sys.argv[1], f".{rank}"), "w") as f:
     f.write(str(os.getpid()))
+os.replace(os.path.join(sys.argv[1], f".{rank}"), os.path.join(sys.argv[1], str(rank)))
 while True:
     time.sleep(1)
