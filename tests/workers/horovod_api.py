@@ -238,12 +238,20 @@ def duplicate_names():
         check("duplicate in one batch/message", "appears twice" in str(error), error)
     if size == 1:
         return  # one rank runs a request at once: it is never in flight
-    handle = hvd.allreduce_async(torch.ones(3), name="twice")
-    try:
-        hvd.allreduce_async(torch.ones(3), name="twice")
-        check("duplicate name", False, "no error")
-    except ValueError as error:
-        check("duplicate name/message", "already in flight" in str(error), error)
+    # Rank 0 submits "twice" before the others do: they wait in "twice.go", which rank 0 joins
+    # only after its duplicate, so "twice" is certainly still in flight there (requests pair up
+    # by name, not by order).
+    if rank == 0:
+        handle = hvd.allreduce_async(torch.ones(3), name="twice")
+        try:
+            hvd.allreduce_async(torch.ones(3), name="twice")
+            check("duplicate name", False, "no error")
+        except ValueError as error:
+            check("duplicate name/message", "already in flight" in str(error), error)
+        hvd.allreduce(torch.ones(1), name="twice.go")
+    else:
+        hvd.allreduce(torch.ones(1), name="twice.go")
+        handle = hvd.allreduce_async(torch.ones(3), name="twice")
     hvd.synchronize(handle)
 
 

@@ -388,16 +388,22 @@ def join_policies():
 
 
 def going_on_after_failures():
-    # A duplicate name is refused at once and fails nothing else.
-    handle = hvd.allreduce_async(torch.ones(3), name="twice")
-    if not hvd.poll(handle):
+    # A duplicate name is refused at once and fails nothing else. Rank 0 tries it while "twice"
+    # cannot have completed: the others submit it only after "twice.go", which rank 0 joins after.
+    # (One rank runs a request at once: it need not be in flight.)
+    if rank == 0 and size > 1:
+        handle = hvd.allreduce_async(torch.ones(3), name="twice")
         raises(
             "duplicate/refused",
             ValueError,
             lambda: hvd.allreduce_async(torch.ones(3), name="twice"),
             "already in flight",
         )
-    hvd.synchronize(handle)
+        hvd.allreduce(torch.ones(1), name="twice.go")
+        hvd.synchronize(handle)
+    elif size > 1:
+        hvd.allreduce(torch.ones(1), name="twice.go")
+        hvd.synchronize(hvd.allreduce_async(torch.ones(3), name="twice"))
     if size > 1:
         # Mismatches of an all-gather and of a reducescatter: named at once, on every rank,
         # naming both ranks; each fails its own request only.
