@@ -162,7 +162,8 @@ PYBIND11_MODULE(_core, m) {
       .value("ADASUM", ReduceOp::Adasum);
   py::enum_<Algorithm>(m, "Algorithm")
       .value("auto", Algorithm::Auto).value("ring", Algorithm::Ring)
-      .value("tree", Algorithm::Tree).value("direct", Algorithm::Direct);
+      .value("tree", Algorithm::Tree).value("direct", Algorithm::Direct)
+      .value("hierarchical", Algorithm::Hierarchical);
   py::enum_<Compression>(m, "Compression")
       .value("none", Compression::None).value("fp16", Compression::Float16)
       .value("bf16", Compression::BFloat16);
@@ -200,6 +201,12 @@ PYBIND11_MODULE(_core, m) {
                       c.cycleTime = std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
                     })
       .def_readwrite("fusion_threshold_bytes", &Config::fusionThresholdBytes)
+      .def_property("link_latency",
+                    [](const Config& c) { return c.linkLatency.count() / 1e6; },
+                    [](Config& c, double seconds) {
+                      c.linkLatency = std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
+                    })
+      .def_readwrite("link_bandwidth", &Config::linkBandwidth)
       .def_readwrite("log_level", &Config::logLevel)
       .def_readwrite("log_subsystems", &Config::logSubsystems)
       .def_readwrite("log_file", &Config::logFile)

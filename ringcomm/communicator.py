@@ -10,7 +10,7 @@ from ringcomm._devices import set_call_stream
 from ringcomm._environment import LaunchEnvironment, detect
 from ringcomm.ops import SUM, as_op
 
-_ALGORITHMS = {"auto", "ring", "tree", "direct"}
+_ALGORITHMS = {"auto", "ring", "tree", "direct", "hierarchical"}
 _COMPRESSIONS = {
     None: "none",
     "none": "none",
@@ -369,8 +369,8 @@ def init(
     """Joins the job this process was launched into (ringcomm-run, torchrun, mpirun, or none).
 
     ``timeout`` (seconds) bounds rendezvous and, by default, every collective; ``transport``
-    ("auto", "tcp", "shm") and ``algorithm`` ("auto", "ring", "tree", "direct") override the
-    RINGCOMM_TRANSPORT / RINGCOMM_ALGORITHM environment variables.
+    ("auto", "tcp", "shm") and ``algorithm`` ("auto", "ring", "tree", "direct",
+    "hierarchical") override the RINGCOMM_TRANSPORT / RINGCOMM_ALGORITHM environment variables.
     """
     config = _core.Config.from_environment()
     if timeout is not None:

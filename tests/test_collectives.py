@@ -71,21 +71,47 @@ def test_collectives_match_numpy_and_agree_across_ranks(size, transport):
         ), outcomes[0].stderr[-2000:]
 
 
-@pytest.mark.parametrize("size", [4, 5])
-def test_two_hosts_mix_shared_memory_and_tcp(size):
-    # RINGCOMM_HOSTID makes ranks 0..1 one "host" and the rest another: shared memory within each,
-    # TCP between them, one progress loop driving both.
-    hosts = {rank: {"RINGCOMM_HOSTID": "host-a" if rank < 2 else "host-b"} for rank in range(size)}
-    outcomes = run_job(size, "collectives.py", ["65537"], per_rank_env=hosts, deadline=280)
+# Hosts made with RINGCOMM_HOSTID: each layout lists the ranks of every host. Shared memory within
+# a host, TCP between, one progress loop driving both; the schedules that know the hosts
+# (hierarchical) run beside the flat ones. Unequal hosts (a host of one rank leaves one slice per
+# host), ranks interleaved across hosts (the all-gather reorders), the host's steps over the
+# transport when the ranks cannot read each other's memory or do not share it at all.
+HOST_LAYOUTS = {
+    "2+2": ([[0, 1], [2, 3]], {}),
+    "2+3": ([[0, 1], [2, 3, 4]], {}),
+    "3+2+2": ([[0, 1, 2], [3, 4], [5, 6]], {}),
+    "2+1+2+3": ([[0, 1], [2], [3, 4], [5, 6, 7]], {}),
+    "interleaved": ([[0, 2], [1, 3]], {}),
+    "2+3-no-cma": ([[0, 1], [2, 3, 4]], {"RINGCOMM_SHM_CMA": "0"}),
+    "2+2-tcp": ([[0, 1], [2, 3]], {"RINGCOMM_TRANSPORT": "tcp"}),
+}
+
+
+@pytest.mark.parametrize("layout", list(HOST_LAYOUTS))
+def test_hosts_mix_shared_memory_and_tcp(layout):
+    hosts, env = HOST_LAYOUTS[layout]
+    size = sum(len(ranks) for ranks in hosts)
+    host_of = {rank: h for h, ranks in enumerate(hosts) for rank in ranks}
+    per_rank = {rank: {"RINGCOMM_HOSTID": f"host-{h}"} for rank, h in host_of.items()}
+    outcomes = run_job(
+        size, "collectives.py", ["65537"], env=env, per_rank_env=per_rank, deadline=280
+    )
     assert_all_succeeded(outcomes)
+    reference = outcomes[0].result["digests"]
     for outcome in outcomes:
         assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"][:20])
         assert "direct" not in outcome.result["algorithms"]
+        assert "hierarchical" in outcome.result["algorithms"]
         transports = outcome.result["transports"]
+        shared = env.get("RINGCOMM_TRANSPORT") != "tcp"
         for peer, kind in enumerate(transports):
-            same_host = (peer < 2) == (outcome.rank < 2)
-            expected = "self" if peer == outcome.rank else ("shm" if same_host else "tcp")
+            same_host = host_of[peer] == host_of[outcome.rank]
+            kind_there = "shm" if same_host and shared else "tcp"
+            expected = "self" if peer == outcome.rank else kind_there
             assert kind == expected, (outcome.rank, transports)
+        for name, value in outcome.result["digests"].items():
+            if name.startswith(SHARED_RESULTS):
+                assert value == reference[name], f"rank {outcome.rank} differs on {name}"
 
 
 # Inputs and outputs from ringcomm.empty (memory local peers map): the single-copy path reads and

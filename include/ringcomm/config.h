@@ -104,6 +104,15 @@ struct RINGCOMM_API Config {
   // (keepalive probes, unacknowledged data) before its connection counts as dead and the
   // collective fails naming it; independent of how long its process computes.
   std::chrono::milliseconds linkTimeout{std::chrono::seconds(10)};
+  // The network between hosts as the cost model sees it (src/tuning), for choosing between the
+  // flat and the hierarchical all-reduce and how the latter crosses hosts: one message's latency
+  // (RINGCOMM_LINK_LATENCY_US) and what one host's link carries each way, in bytes per second
+  // (RINGCOMM_LINK_GBITS, in Gbit/s). 0: what `ringcomm-bench tune` measured across these hosts
+  // when it did (ringcomm/_tuning.py sets them), else the model's defaults (10 Gbit/s, 50 us).
+  // Every rank must see the same values: they pick the schedule, and ranks that pick apart fail
+  // with a MismatchError.
+  std::chrono::microseconds linkLatency{0};
+  double linkBandwidth = 0;
 
   // The tensor queue (Horovod's model, include/ringcomm/tensor_queue.h), with Horovod's defaults.
   // HOROVOD_CYCLE_TIME and HOROVOD_FUSION_THRESHOLD are read too: Horovod jobs keep their tuning.

@@ -47,6 +47,9 @@ enum class Algorithm : uint8_t {
   Ring,    // chunked, pipelined reduce-scatter + all-gather around a ring
   Tree,    // recursive halving + recursive doubling (Rabenseifner), any rank count
   Direct,  // shared memory only: each rank reduces its slice straight from every peer's staging
+  // Across hosts: reduce within each host, move each host's share across the network once (every
+  // local rank a slice, over its own connection), share within the host (hierarchical.h).
+  Hierarchical,
 };
 
 // The wire format of a compressed all-reduce: values travel as 16-bit floats, partial sums are

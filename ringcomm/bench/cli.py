@@ -16,6 +16,7 @@ rank 0 prints; peers are not run then, since they need ranks of their own.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ringcomm import _slurm
-from ringcomm.bench import background_load, machine, memory_bandwidth, plot, report
+from ringcomm.bench import background_load, cluster, machine, memory_bandwidth, netns, plot, report
 from ringcomm.bench import device as bench_device
 from ringcomm.bench.collectives import COLLECTIVES, REDUCING, limit_busbw
 from ringcomm.bench.dtypes import DTYPES
@@ -52,6 +53,14 @@ def _size(text: str) -> int:
         return parse_size(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _rate(text: str) -> str:
+    try:
+        cluster.parse_rate(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
 
 
 def _peers(text: str) -> list[str]:
@@ -190,6 +199,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--quiet", action="store_true", help="no progress display (shown only on a terminal)"
     )
+    several = parser.add_argument_group(
+        "a simulated cluster on this machine (root; network namespaces joined by shaped links)"
+    )
+    several.add_argument(
+        "--hosts",
+        type=at_least(int, 2),
+        metavar="H",
+        help="spread the ranks over H hosts, consecutive ranks together; every implementation "
+        "crosses the same links, and the tables compare with the links' bound",
+    )
+    several.add_argument(
+        "--link-rate",
+        type=_rate,
+        metavar="RATE",
+        help="each host's link, each way, in tc's units (1gbit, 10gbit); default: unshaped",
+    )
+    several.add_argument(
+        "--mtu", type=at_least(int, 576), default=1500, help="the links' MTU (default 1500)"
+    )
     return parser
 
 
@@ -318,18 +346,59 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if problem is not None:
             print(f"ringcomm-bench: --device cuda: {problem}", file=sys.stderr)
             return 2
+    if (args.link_rate or args.mtu != 1500) and not args.hosts:
+        parser.error("--link-rate and --mtu shape the links of a simulated cluster: add --hosts H")
+    if args.hosts and args.device != "cpu":
+        parser.error("--hosts simulates hosts with host memory; measure --device cuda on one host")
     if launched_as_rank():
+        if args.hosts:
+            parser.error(
+                "--hosts simulates hosts on this machine; under a launcher (mpirun, "
+                "srun, torchrun) the launcher places the ranks on real hosts"
+            )
         return _run_as_rank(args, parser, command)
     nranks = args.nranks or machine.cores()
+    if args.hosts and nranks < args.hosts:
+        parser.error(
+            f"-np {nranks} cannot spread over --hosts {args.hosts}: one rank per host at least"
+        )
     plan = make_plan(args, requested_sizes(args, parser), nranks)
+    with contextlib.ExitStack() as stack:
+        hosts = None
+        if args.hosts:
+            try:
+                hosts = stack.enter_context(
+                    cluster.simulated(args.hosts, nranks, args.link_rate, args.mtu)
+                )
+            except netns.NamespacesUnavailableError as error:
+                print(f"ringcomm-bench: --hosts: {error}", file=sys.stderr)
+                return 2
+        return _run_from_shell(args, command, plan, nranks, hosts)
+
+
+def _run_from_shell(args, command: str, plan: Plan, nranks: int, hosts) -> int:
+    """Started from a shell: the ranks of ringcomm and of each peer, one run after another, on
+    this host or on the simulated cluster ``hosts``."""
     out, progress = report.console(), report.console(stderr=True)
     info = machine.describe()
-    for line in report.header_lines(command, info, plan, nranks):
+    placement = hosts.describe() if hosts else None
+    for line in report.header_lines(command, info, plan, nranks, placement):
         out.print(line)
     if args.op and args.collective not in REDUCING:
         out.print(f"note: --op does not apply to {args.collective}; ignored")
+    if hosts and "mpi" in args.compare:
+        out.print(f"note: {cluster.MPI_NOTE}")
     copy = link = None
-    if plan.device == "cuda":
+    bandwidth = None
+    if hosts:
+        limit = (
+            cluster.link_bound_busbw(plan.collective, hosts.layout, hosts.rate)
+            if hosts.rate
+            else None
+        )
+        for line in report.link_lines(plan.collective, hosts, limit):
+            out.print(line)
+    elif plan.device == "cuda":
         bandwidth = None
         copy = bench_device.measure_copy()
         link = bench_device.measure_host_link()
@@ -360,7 +429,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             outcome = sweep.track(
                 implementation,
                 notes,
-                lambda i=implementation: RUNNERS[i](plan, nranks, plan_path, Path(workdir)),
+                lambda i=implementation: RUNNERS[i](plan, nranks, plan_path, Path(workdir), hosts),
             )
             report.print_outcome(out, outcome, plan, nranks, info)
             outcomes.append(outcome)

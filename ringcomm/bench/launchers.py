@@ -23,6 +23,7 @@ from typing import Optional
 
 from ringcomm._ports import free_port
 from ringcomm._ranks import start_rank
+from ringcomm.bench.cluster import MPI_ACROSS_HOSTS, Cluster
 from ringcomm.bench.plan import Plan
 from ringcomm.launch import spawn
 
@@ -98,10 +99,16 @@ def _worker_command(module: str, plan_path: Path, report_path: Path) -> list[str
     return [sys.executable, "-m", module, "--plan", str(plan_path), "--out", str(report_path)]
 
 
-def run_ringcomm(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome:
+def run_ringcomm(
+    plan: Plan, nranks: int, plan_path: Path, workdir: Path, cluster: Optional[Cluster] = None
+) -> Outcome:
     report = report_file("ringcomm", workdir)
     command = _worker_command("ringcomm.bench.ringcomm_worker", plan_path, report)
-    status = spawn(nranks, command, env=clean_environment())
+    if cluster is not None:
+        children = cluster.start(command[1:], clean_environment())
+        status = wait_all(children, time.monotonic() + plan.timeout + KILL_SLACK)
+    else:
+        status = spawn(nranks, command, env=clean_environment())
     return _collect("ringcomm", report, status)
 
 
@@ -124,11 +131,23 @@ def wait_all(children: list, deadline: float) -> object:
 
 
 def run_torch(
-    name: str, backend: str, plan: Plan, nranks: int, plan_path: Path, workdir: Path
+    name: str,
+    backend: str,
+    plan: Plan,
+    nranks: int,
+    plan_path: Path,
+    workdir: Path,
+    cluster: Optional[Cluster] = None,
 ) -> Outcome:
     if importlib.util.find_spec("torch") is None:
         return Outcome(name, note=f"{name} skipped: torch is not installed (pip install torch)")
     report = report_file(name, workdir)
+    command = _worker_command("ringcomm.bench.peers.torch_worker", plan_path, report)
+    command[3:3] = ["--backend", backend]
+    if cluster is not None:
+        children = cluster.start(command[1:], clean_environment())
+        status = wait_all(children, time.monotonic() + plan.timeout + KILL_SLACK)
+        return _collect(name, report, status)
     base = dict(
         clean_environment(),
         MASTER_ADDR="127.0.0.1",
@@ -140,8 +159,6 @@ def run_torch(
     # resolves to (which in containers may be an address that is not ours).
     if "GLOO_SOCKET_IFNAME" not in base and "lo" in (n for _, n in socket.if_nameindex()):
         base["GLOO_SOCKET_IFNAME"] = "lo"
-    command = _worker_command("ringcomm.bench.peers.torch_worker", plan_path, report)
-    command[3:3] = ["--backend", backend]
     children = [
         start_rank(command, dict(base, RANK=str(r), LOCAL_RANK=str(r))) for r in range(nranks)
     ]
@@ -149,12 +166,14 @@ def run_torch(
     return _collect(name, report, status)
 
 
-def run_gloo(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome:
-    return run_torch("gloo", "gloo", plan, nranks, plan_path, workdir)
+def run_gloo(plan: Plan, nranks: int, plan_path: Path, workdir: Path, cluster=None) -> Outcome:
+    return run_torch("gloo", "gloo", plan, nranks, plan_path, workdir, cluster)
 
 
-def run_torch_ringcomm(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome:
-    return run_torch("torch-ringcomm", "ringcomm", plan, nranks, plan_path, workdir)
+def run_torch_ringcomm(
+    plan: Plan, nranks: int, plan_path: Path, workdir: Path, cluster=None
+) -> Outcome:
+    return run_torch("torch-ringcomm", "ringcomm", plan, nranks, plan_path, workdir, cluster)
 
 
 def find_mpirun() -> Optional[str]:
@@ -166,7 +185,9 @@ def find_mpirun() -> Optional[str]:
     return shutil.which("mpirun") or shutil.which("mpiexec")
 
 
-def run_mpi(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome:
+def run_mpi(
+    plan: Plan, nranks: int, plan_path: Path, workdir: Path, cluster: Optional[Cluster] = None
+) -> Outcome:
     mpirun = find_mpirun()
     if mpirun is None:
         return Outcome(
@@ -176,16 +197,17 @@ def run_mpi(plan: Plan, nranks: int, plan_path: Path, workdir: Path) -> Outcome:
     if importlib.util.find_spec("mpi4py") is None:
         return Outcome("mpi", note="mpi skipped: mpi4py is not installed (pip install mpi4py)")
     report = report_file("mpi", workdir)
-    command = [
-        mpirun,
-        "-np",
-        str(nranks),
-        *_worker_command("ringcomm.bench.peers.mpi_worker", plan_path, report),
-    ]
+    worker = _worker_command("ringcomm.bench.peers.mpi_worker", plan_path, report)
+    env = clean_environment()
+    if cluster is not None:
+        command = cluster.mpiexec(mpirun, worker, str(workdir))
+        env.update(MPI_ACROSS_HOSTS)
+    else:
+        command = [mpirun, "-np", str(nranks), *worker]
     # Its own session, so that on timeout mpirun and what it started go down together. Hydra starts
     # each rank in a session of its own, out of reach of killpg: mpiexec is asked first, and it
     # stops its ranks itself.
-    child = subprocess.Popen(command, env=clean_environment(), start_new_session=True)
+    child = subprocess.Popen(command, env=env, start_new_session=True)
     try:
         status = child.wait(timeout=plan.timeout + KILL_SLACK)
     except subprocess.TimeoutExpired:

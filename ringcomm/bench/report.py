@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 from rich.console import Console
 
 from ringcomm.bench import table, timing
+from ringcomm.bench.cluster import link_bound
 from ringcomm.bench.collectives import REDUCING, limit_formula
 from ringcomm.bench.compare import algorithm_rows, comparison_rows
 from ringcomm.bench.launchers import Outcome
@@ -63,7 +64,10 @@ def _algorithms(plan: Plan) -> str:
     return f"{','.join(plan.algorithms)} (in turns, in one set of ranks)"
 
 
-def header_lines(command: str, machine: dict, plan: Plan, nranks: int) -> list[str]:
+def header_lines(
+    command: str, machine: dict, plan: Plan, nranks: int, placement: Optional[str] = None
+) -> list[str]:
+    """``placement``: where the ranks are (default: all on this host)."""
     versions = ", ".join(f"{k} {v}" for k, v in machine["versions"].items())
     memory = f", {machine['memory_gib']:.1f} GiB" if machine.get("memory_gib") else ""
     op = f", op {plan.op}" if plan.collective in REDUCING else ""
@@ -71,7 +75,7 @@ def header_lines(command: str, machine: dict, plan: Plan, nranks: int) -> list[s
         f"# {command}",
         f"# machine: {machine['cpu']}, {machine['cores']} cores{memory}; "
         f"python {machine['python']}; {versions}",
-        f"# {plan.collective}: {nranks} ranks on one host, {plan.dtype}{op}, "
+        f"# {plan.collective}: {placement or f'{nranks} ranks on one host'}, {plan.dtype}{op}, "
         f"algorithm {_algorithms(plan)}, transport {plan.transport}, "
         f"compression {plan.compression}, memory {plan.memory}, "
         f"{_sizes(plan.sizes)}",
@@ -90,6 +94,19 @@ def limit_lines(
         f"# single-host limit: {collective} busbw <= {limit_formula(collective)} = "
         f"{limit:.2f} GB/s (p = {nranks}); a DRAM bound: sizes whose buffers fit in cache can "
         f"exceed it",
+    ]
+
+
+def link_lines(collective: str, cluster, limit: Optional[float]) -> list[str]:
+    """The simulated cluster's bound, in place of the single-host limit (cluster.link_bound)."""
+    if cluster.rate is None or limit is None:
+        return ["# link bound: none (links not shaped, or no bound for this collective)"]
+    hosts = len(cluster.hosts)
+    return [
+        f"# link bound: each host's link carries {cluster.rate_text} "
+        f"({cluster.rate / 1e9:.3f} GB/s) each way; {collective} busbw <= {limit:.3f} GB/s "
+        f"(algbw <= {link_bound(collective, cluster.layout, cluster.rate):.3f}, H = {hosts}); "
+        "x/limit below is the share of it"
     ]
 
 

@@ -166,10 +166,10 @@ void sumOverGroup(const Context& ctx, std::vector<double>& sums, std::vector<dou
   theirs.resize(sums.size());
   for (int partnerDistance = 1; partnerDistance <= distance; partnerDistance <<= 1) {
     const int partner = ctx.rank ^ partnerDistance;
-    auto send = ctx.transport.postSend(partner, sums.data(), bytes, ctx.tag);
-    auto recv = ctx.transport.postRecv(partner, theirs.data(), bytes, ctx.tag);
-    ctx.transport.wait(recv, ctx.op);
-    ctx.transport.wait(send, ctx.op);  // sums is about to change
+    auto send = ctx.send(partner, sums.data(), bytes);
+    auto recv = ctx.recv(partner, theirs.data(), bytes);
+    ctx.wait(recv);
+    ctx.wait(send);  // sums is about to change
     for (size_t i = 0; i < sums.size(); ++i) sums[i] += theirs[i];
   }
 }
@@ -198,10 +198,10 @@ void adasumAllreduce(const Context& ctx, const void* input, void* output, size_t
   std::vector<double> theirs;
 
   for (const plan::AdasumLevel& level : levels) {
-    ctx.transport.postSend(level.peer, at(level.give), level.give.count * element, ctx.tag);
+    ctx.send(level.peer, at(level.give), level.give.count * element);
     auto request =
-        ctx.transport.postRecv(level.peer, received, level.keep.count * element, ctx.tag);
-    ctx.transport.wait(request, ctx.op);
+        ctx.recv(level.peer, received, level.keep.count * element);
+    ctx.wait(request);
 
     // This rank's part of each tensor's dot product and norms, as (dot, |left|^2, |right|^2).
     const std::vector<size_t> here = plan::tensorCountsIn(tensors, level.keep);
@@ -228,12 +228,12 @@ void adasumAllreduce(const Context& ctx, const void* input, void* output, size_t
     }
   }
   // The halving sends read ranges the doubling receives overwrite: let them drain first.
-  ctx.transport.waitAll(ctx.op);
+  ctx.waitAll();
 
   for (auto level = levels.rbegin(); level != levels.rend(); ++level) {
-    ctx.transport.postSend(level->peer, at(level->keep), level->keep.count * element, ctx.tag);
-    ctx.transport.postRecv(level->peer, at(level->give), level->give.count * element, ctx.tag);
-    ctx.transport.waitAll(ctx.op);
+    ctx.send(level->peer, at(level->keep), level->keep.count * element);
+    ctx.recv(level->peer, at(level->give), level->give.count * element);
+    ctx.waitAll();
   }
 }
 

@@ -30,11 +30,11 @@ constexpr size_t kBroadcastTreeBytes = 256 * 1024;
 
 // Tells `sender` that this rank received its first message of the collective and agrees on it.
 void acknowledge(const Context& ctx, int sender) {
-  ctx.transport.postSend(sender, nullptr, 0, acknowledgementOf(ctx.tag));
+  ctx.send(sender, nullptr, 0, acknowledgementOf(ctx.tag));
 }
 
 void expectAcknowledgement(const Context& ctx, int receiver) {
-  ctx.transport.postRecv(receiver, nullptr, 0, acknowledgementOf(ctx.tag));
+  ctx.recv(receiver, nullptr, 0, acknowledgementOf(ctx.tag));
 }
 
 uint8_t* bytesAt(const void* base, size_t elements, DataType type) {
@@ -50,7 +50,7 @@ void broadcastTree(const Context& ctx, uint8_t* buffer, size_t bytes, int root) 
   while (mask < p) {
     if (relative & mask) {
       const int parent = (relative - mask + root) % p;
-      ctx.transport.wait(ctx.transport.postRecv(parent, buffer, bytes, ctx.tag), ctx.op);
+      ctx.wait(ctx.recv(parent, buffer, bytes));
       acknowledge(ctx, parent);
       break;
     }
@@ -59,11 +59,11 @@ void broadcastTree(const Context& ctx, uint8_t* buffer, size_t bytes, int root) 
   for (mask >>= 1; mask > 0; mask >>= 1) {
     if (relative + mask < p) {
       const int child = (relative + mask + root) % p;
-      ctx.transport.postSend(child, buffer, bytes, ctx.tag);
+      ctx.send(child, buffer, bytes);
       expectAcknowledgement(ctx, child);
     }
   }
-  ctx.transport.waitAll(ctx.op);
+  ctx.waitAll();
 }
 
 void broadcastChain(const Context& ctx, uint8_t* buffer, size_t bytes, int root) {
@@ -74,23 +74,23 @@ void broadcastChain(const Context& ctx, uint8_t* buffer, size_t bytes, int root)
   const auto segments = plan::segmentsOf(plan::Block{0, bytes}, ctx.segmentBytes);
   if (relative == 0) {
     for (const auto& segment : segments) {
-      ctx.transport.postSend(next, buffer + segment.offset, segment.count, ctx.tag);
+      ctx.send(next, buffer + segment.offset, segment.count);
     }
   } else {
     std::vector<transport::Transport::Request> received;
     for (const auto& segment : segments) {
-      received.push_back(ctx.transport.postRecv(previous, buffer + segment.offset, segment.count, ctx.tag));
+      received.push_back(ctx.recv(previous, buffer + segment.offset, segment.count));
     }
     for (size_t i = 0; i < segments.size(); ++i) {
-      ctx.transport.wait(received[i], ctx.op);
+      ctx.wait(received[i]);
       if (i == 0) acknowledge(ctx, previous);  // the first segment shows it agrees
       if (next >= 0) {
-        ctx.transport.postSend(next, buffer + segments[i].offset, segments[i].count, ctx.tag);
+        ctx.send(next, buffer + segments[i].offset, segments[i].count);
       }
     }
   }
   if (next >= 0) expectAcknowledgement(ctx, next);
-  ctx.transport.waitAll(ctx.op);
+  ctx.waitAll();
 }
 
 }  // namespace
@@ -144,17 +144,17 @@ void reduce(const Context& ctx, const ReduceOptions& o) {
   ringReduceScatter(ctx, work, blocks, o.type, o.op);
   const plan::Block& own = blocks[ctx.rank];
   if (ctx.rank != o.root) {
-    ctx.transport.postSend(o.root, work + own.offset * element, own.count * element, ctx.tag);
+    ctx.send(o.root, work + own.offset * element, own.count * element);
   } else {
     uint8_t* out = static_cast<uint8_t*>(o.output);
     copyBytes(out + own.offset * element, work + own.offset * element, own.count * element);
     for (int peer = 0; peer < ctx.size; ++peer) {
       if (peer == ctx.rank) continue;
       const plan::Block& theirs = blocks[peer];
-      ctx.transport.postRecv(peer, out + theirs.offset * element, theirs.count * element, ctx.tag);
+      ctx.recv(peer, out + theirs.offset * element, theirs.count * element);
     }
   }
-  ctx.transport.waitAll(ctx.op);
+  ctx.waitAll();
 }
 
 void alltoall(const Context& ctx, const AlltoallOptions& o) {
@@ -173,10 +173,10 @@ void alltoall(const Context& ctx, const AlltoallOptions& o) {
   for (int distance = 1; distance < p; ++distance) {
     const int to = (ctx.rank + distance) % p;
     const int from = (ctx.rank - distance + p) % p;
-    ctx.transport.postSend(to, in + to * blockBytes, blockBytes, ctx.tag);
-    ctx.transport.postRecv(from, out + from * blockBytes, blockBytes, ctx.tag);
+    ctx.send(to, in + to * blockBytes, blockBytes);
+    ctx.recv(from, out + from * blockBytes, blockBytes);
   }
-  ctx.transport.waitAll(ctx.op);
+  ctx.waitAll();
 }
 
 void alltoallv(const Context& ctx, const AlltoallvOptions& o) {
@@ -192,18 +192,16 @@ void alltoallv(const Context& ctx, const AlltoallvOptions& o) {
   for (int distance = 1; distance < p; ++distance) {
     const int to = (r + distance) % p;
     const int from = (r - distance + p) % p;
-    ctx.transport.postSend(to, in + o.sendOffsets[to] * element, o.sendCounts[to] * element,
-                           ctx.tag);
-    ctx.transport.postRecv(from, out + o.recvOffsets[from] * element, o.recvCounts[from] * element,
-                           ctx.tag);
+    ctx.send(to, in + o.sendOffsets[to] * element, o.sendCounts[to] * element);
+    ctx.recv(from, out + o.recvOffsets[from] * element, o.recvCounts[from] * element);
   }
-  ctx.transport.waitAll(ctx.op);
+  ctx.waitAll();
 }
 
 void gather(const Context& ctx, const GatherOptions& o) {
   const size_t blockBytes = o.count * elementSize(o.type);
   if (ctx.rank != o.root) {
-    ctx.transport.postSend(o.root, o.input, blockBytes, ctx.tag);
+    ctx.send(o.root, o.input, blockBytes);
     expectAcknowledgement(ctx, o.root);
   } else {
     uint8_t* out = static_cast<uint8_t*>(o.output);
@@ -211,33 +209,33 @@ void gather(const Context& ctx, const GatherOptions& o) {
     std::vector<transport::Transport::Request> received(ctx.size);
     for (int peer = 0; peer < ctx.size; ++peer) {
       if (peer != ctx.rank) {
-        received[peer] = ctx.transport.postRecv(peer, out + peer * blockBytes, blockBytes, ctx.tag);
+        received[peer] = ctx.recv(peer, out + peer * blockBytes, blockBytes);
       }
     }
     for (int peer = 0; peer < ctx.size; ++peer) {
       if (peer == ctx.rank) continue;
-      ctx.transport.wait(received[peer], ctx.op);
+      ctx.wait(received[peer]);
       acknowledge(ctx, peer);
     }
   }
-  ctx.transport.waitAll(ctx.op);
+  ctx.waitAll();
 }
 
 void scatter(const Context& ctx, const ScatterOptions& o) {
   const size_t blockBytes = o.count * elementSize(o.type);
   if (ctx.rank != o.root) {
-    ctx.transport.wait(ctx.transport.postRecv(o.root, o.output, blockBytes, ctx.tag), ctx.op);
+    ctx.wait(ctx.recv(o.root, o.output, blockBytes));
     acknowledge(ctx, o.root);
   } else {
     const uint8_t* in = static_cast<const uint8_t*>(o.input);
     for (int peer = 0; peer < ctx.size; ++peer) {
       if (peer == ctx.rank) continue;
-      ctx.transport.postSend(peer, in + peer * blockBytes, blockBytes, ctx.tag);
+      ctx.send(peer, in + peer * blockBytes, blockBytes);
       expectAcknowledgement(ctx, peer);
     }
     moveBytes(o.output, in + ctx.rank * blockBytes, blockBytes);
   }
-  ctx.transport.waitAll(ctx.op);
+  ctx.waitAll();
 }
 
 void barrier(const Context& ctx) {
@@ -245,9 +243,9 @@ void barrier(const Context& ctx) {
   // ceil(log2 p) rounds everyone has heard, directly or not, from everyone.
   const int p = ctx.size;
   for (int distance = 1; distance < p; distance *= 2) {
-    ctx.transport.postSend((ctx.rank + distance) % p, nullptr, 0, ctx.tag);
-    ctx.transport.postRecv((ctx.rank - distance + p) % p, nullptr, 0, ctx.tag);
-    ctx.transport.waitAll(ctx.op);
+    ctx.send((ctx.rank + distance) % p, nullptr, 0);
+    ctx.recv((ctx.rank - distance + p) % p, nullptr, 0);
+    ctx.waitAll();
   }
 }
 

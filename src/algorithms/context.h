@@ -40,6 +40,10 @@ class Scratch {
   std::vector<Buffer> buffers_;
 };
 
+// A schedule runs among `size` ranks numbered 0..size-1, this one being `rank`: the whole
+// communicator, or a sub-group of it (the ranks of one host, or one rank per host: see
+// hierarchical.h), whose members map the schedule's numbers to the communicator's. Schedules
+// reach peers only through send() and recv(), so the same code runs on any group.
 struct Context {
   int rank;
   int size;
@@ -48,6 +52,40 @@ struct Context {
   MessageTag tag;  // identifies the collective's messages (common/tags.h)
   size_t segmentBytes;
   Scratch& scratch;
+  // members[i]: the communicator rank of the schedule's rank i; null for the whole communicator.
+  const std::vector<int>* members = nullptr;
+
+  int peer(int groupRank) const { return members ? (*members)[groupRank] : groupRank; }
+  transport::Transport::Request send(int to, const void* data, size_t bytes,
+                                     const MessageTag& messageTag) const {
+    return transport.postSend(peer(to), data, bytes, messageTag);
+  }
+  transport::Transport::Request send(int to, const void* data, size_t bytes) const {
+    return send(to, data, bytes, tag);
+  }
+  transport::Transport::Request recv(int from, void* data, size_t bytes,
+                                     const MessageTag& messageTag) const {
+    return transport.postRecv(peer(from), data, bytes, messageTag);
+  }
+  transport::Transport::Request recv(int from, void* data, size_t bytes) const {
+    return recv(from, data, bytes, tag);
+  }
+  void wait(const transport::Transport::Request& request) const { transport.wait(request, op); }
+  void waitAll() const { transport.waitAll(op); }
+
+  // The same collective on a sub-group: `members` (communicator ranks, this one among them) in
+  // the order the schedule numbers them. `members` must outlive the returned context.
+  Context subgroup(const std::vector<int>& groupMembers) const {
+    Context sub = *this;
+    sub.members = &groupMembers;
+    sub.size = static_cast<int>(groupMembers.size());
+    const int me = peer(rank);
+    sub.rank = -1;
+    for (int i = 0; i < sub.size; ++i) {
+      if (groupMembers[i] == me) sub.rank = i;
+    }
+    return sub;
+  }
 };
 
 }  // namespace ringcomm::algorithms

@@ -156,13 +156,14 @@ void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
     if (stillBehind != behind) spin.reset();
     behind = stillBehind;
     if (spin.spinAgain()) continue;
-    op.noteWaitingFor(behind);
+    const int behindRank = segments_.globalRank(behind);
+    op.noteWaitingFor(behindRank);
     if (op.expired()) {
       const char* what = phase == Phase::Posted    ? "to stage its input"
                          : phase == Phase::Reduced ? "to publish its reduced slice"
                                                    : "to finish reading the previous round";
-      raisePeerFailure<TimeoutError>(op, behind,
-                                     "timed out waiting for rank " + std::to_string(behind) +
+      raisePeerFailure<TimeoutError>(op, behindRank,
+                                     "timed out waiting for rank " + std::to_string(behindRank) +
                                          " " + what + " (shared-memory direct schedule)");
     }
     // Asleep until the last of the peers gets there: one wake-up per wait, not one per peer.
@@ -173,7 +174,9 @@ void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
       // Every peer still behind: a dead one need not be the first of them.
       for (int peer = behind; peer >= 0; peer = firstBehind(phase, value, peer + 1)) {
         std::string failure = segments_.peerFailure(peer);
-        if (!failure.empty()) raisePeerFailure<TransportError>(op, peer, failure);
+        if (!failure.empty()) {
+          raisePeerFailure<TransportError>(op, segments_.globalRank(peer), failure);
+        }
       }
       lastHealthCheck = Clock::now();
     }
@@ -213,8 +216,8 @@ void DirectGroup::checkDescriptors(uint64_t round, const MessageTag& tag, size_t
     const uint32_t theirSignature = theirs.signature.load(std::memory_order_relaxed);
     if (theirTag == tag.id && theirBytes == bytes && theirSignature != tag.signature) {
       raisePeerFailure<MismatchError>(
-          op, peer,
-          "rank " + std::to_string(peer) + " called " + describeTag(tag.id) + " with " +
+          op, segments_.globalRank(peer),
+          "rank " + std::to_string(segments_.globalRank(peer)) + " called " + describeTag(tag.id) + " with " +
               describeSignature(theirSignature, 0) + ", but this rank with " +
               describeSignature(tag.signature, 0) +
               ((tag.signature >> 16) != 0 ? " (ranks must agree on the element type and the root)"
@@ -222,8 +225,8 @@ void DirectGroup::checkDescriptors(uint64_t round, const MessageTag& tag, size_t
     }
     if (theirTag != tag.id || theirBytes != bytes || theirTotal != total) {
       raisePeerFailure<MismatchError>(
-          op, peer,
-          "rank " + std::to_string(peer) + " staged " + describeTag(static_cast<uint32_t>(theirTag)) +
+          op, segments_.globalRank(peer),
+          "rank " + std::to_string(segments_.globalRank(peer)) + " staged " + describeTag(static_cast<uint32_t>(theirTag)) +
               " of " + std::to_string(theirTotal) + " bytes, but this rank staged " +
               describeTag(tag.id) + " of " + std::to_string(total) +
               " bytes (ranks called different collectives, or with different sizes)");

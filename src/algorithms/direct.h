@@ -5,8 +5,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
+#include <vector>
 
+#include "algorithms/plan.h"
 #include "common/cpu_share.h"
 #include "common/deadline.h"
 #include "common/tags.h"
@@ -29,6 +32,19 @@ class DirectGroup {
   void allreduce(const Operation& op, const MessageTag& tag, const void* input, void* output, size_t count,
                  DataType type, ReduceOp op_);
   void barrier(const Operation& op, const MessageTag& tag);
+  size_t slotBytes() const { return segments_.slotBytes(); }
+
+  // This host's part of a hierarchical all-reduce (hierarchical.h), through each other's memory:
+  // local rank j reduces blocks[j] of every local rank's input into its own output, hands that
+  // slice to `across` (which combines it with the other hosts' and leaves the result in place),
+  // then writes it into every local peer's output. Returns false, having moved nothing, when the
+  // ranks cannot reach each other's memory or the lowest asked them to stage (stageInstead());
+  // the caller then runs those steps over the transport. `reduceOp` must not be Avg: the average
+  // is over every host's ranks, which `across` knows.
+  using SliceStep = std::function<void(uint8_t* slice, const plan::Block& block)>;
+  bool allreduceAcrossHosts(const Operation& op, const MessageTag& tag, const void* input,
+                            void* output, size_t count, DataType type, ReduceOp reduceOp,
+                            const std::vector<plan::Block>& blocks, const SliceStep& across);
   // The root stages its buffer in its slot, round by round; the others copy it out. `tag` carries
   // the root in its signature, so ranks that disagree on it get a MismatchError.
   void broadcast(const Operation& op, const MessageTag& tag, void* buffer, size_t count,
@@ -53,9 +69,13 @@ class DirectGroup {
 
   // The all-reduce that reads peers' buffers with cross-memory attach (direct_single_copy.cc).
   // Returns false, having moved nothing, when the lowest local rank asked every rank to stage
-  // this one through the slots instead (stageInstead()).
+  // this one through the slots instead (stageInstead()). With `blocks`, local rank j reduces
+  // blocks[j] (else plan::blockOf's share); with `across`, each rank hands its reduced block to
+  // it before writing it into its peers' outputs (allreduceAcrossHosts).
   bool allreduceSingleCopy(const Operation& op, const MessageTag& tag, const void* input,
-                           void* output, size_t count, DataType type, ReduceOp reduceOp);
+                           void* output, size_t count, DataType type, ReduceOp reduceOp,
+                           const std::vector<plan::Block>* blocks = nullptr,
+                           const SliceStep* across = nullptr);
   // Raises naming `peer` if it has failed: its output may be its caller's again.
   void raiseIfAborted(int peer, const Operation& op);
   // Copies `bytes` into local peer `peer`'s output, mapped here at `to`, unless it has failed.

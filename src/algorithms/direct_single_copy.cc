@@ -103,18 +103,18 @@ void DirectGroup::accessPeer(int peer, bool write, uint64_t remote, void* local,
   // staged path names it; anything else says what the kernel said.
   std::string failure = segments_.peerFailure(peer);
   if (failure.empty()) {
-    failure = std::string(write ? "writing" : "reading") + " rank " + std::to_string(peer) +
+    failure = std::string(write ? "writing" : "reading") + " rank " + std::to_string(segments_.globalRank(peer)) +
               "'s memory (" + (write ? "process_vm_writev" : "process_vm_readv") +
               ") failed: " + std::strerror(failed);
   }
-  raisePeerFailure<TransportError>(op, peer, failure);
+  raisePeerFailure<TransportError>(op, segments_.globalRank(peer), failure);
 }
 
 void DirectGroup::raiseIfAborted(int peer, const Operation& op) {
   // A peer that failed (a timeout while this rank was slow) may have handed its output back to
   // its caller: write nothing more into it. It marks itself aborted before its error surfaces.
   if (segments_.header(peer).aborted.load(std::memory_order_acquire) != 0) {
-    raisePeerFailure<TransportError>(op, peer, segments_.peerFailure(peer));
+    raisePeerFailure<TransportError>(op, segments_.globalRank(peer), segments_.peerFailure(peer));
   }
 }
 
@@ -124,9 +124,19 @@ void DirectGroup::writeMappedPeer(int peer, uint8_t* to, const uint8_t* from, si
   copyBytes(to, from, bytes);
 }
 
+bool DirectGroup::allreduceAcrossHosts(const Operation& op, const MessageTag& tag,
+                                       const void* input, void* output, size_t count,
+                                       DataType type, ReduceOp reduceOp,
+                                       const std::vector<plan::Block>& blocks,
+                                       const SliceStep& across) {
+  if (segments_.singleCopyMinBytes() == SIZE_MAX) return false;  // some rank cannot reach others
+  return allreduceSingleCopy(op, tag, input, output, count, type, reduceOp, &blocks, &across);
+}
+
 bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag,
                                       const void* input, void* output, size_t count, DataType type,
-                                      ReduceOp reduceOp) {
+                                      ReduceOp reduceOp, const std::vector<plan::Block>* blocks,
+                                      const SliceStep* across) {
   const size_t element = elementSize(type);
   const size_t total = count * element;
   const uint64_t round = round_++;
@@ -190,13 +200,10 @@ bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
     mappedOutput[peer] = outputBase + theirs.sharedOutput.offset;
   }
 
-  trace::Span span(trace::Phase::Reduce, "this rank's slice, into every peer's output");
-  const plan::Block own = plan::blockOf(count, size_, rank_);
+  const plan::Block own = blocks ? (*blocks)[rank_] : plan::blockOf(count, size_, rank_);
   const size_t chunkCount = chunkBytes / element;
   std::vector<const void*> sources(size_);
-  for (size_t done = 0; done < own.count; done += chunkCount) {
-    const size_t n = std::min(chunkCount, own.count - done);
-    const size_t at = (own.offset + done) * element;
+  const auto reduceChunk = [&](size_t at, size_t n) {
     // This rank's own contribution first (it may alias the output), then the peers in rank order.
     sources[0] = in + at;
     for (int peer = 0, next = 1; peer < size_; ++peer) {
@@ -213,11 +220,13 @@ bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
     }
     reduce::reduceMany(out + at, sources.data(), size_, n, type, reduceOp);
     reduce::finishAverage(out + at, n, type, reduceOp, size_);
-    // Starting after this rank, so that the ranks do not all write to rank 0 first. A peer whose
-    // output lies a few bytes after this rank's (modulo the page) gets the chunk from a copy
-    // placed exactly like its output (the kernel needs no alignment to read it), remade when the
-    // placement changes from one such peer to the next.
-    uint8_t* bounce = nullptr;
+  };
+  // Starting after this rank, so that the ranks do not all write to rank 0 first. A peer whose
+  // output lies a few bytes after this rank's (modulo the page) gets the chunk from a copy
+  // placed exactly like its output (the kernel needs no alignment to read it), remade when the
+  // placement changes from one such peer to the next.
+  const auto pushChunk = [&](size_t at, size_t n) {
+    uint8_t* bounce = nullptr;  // where this chunk was last placed
     for (int step = 1; step < size_; ++step) {
       const int peer = (rank_ + step) % size_;
       if (mappedOutput[peer] != nullptr) {
@@ -233,6 +242,27 @@ bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
       }
       accessPeer(peer, true, remote, source, n * element, op);
     }
+  };
+  const auto eachChunk = [&](const auto& step) {
+    for (size_t done = 0; done < own.count; done += chunkCount) {
+      step((own.offset + done) * element, std::min(chunkCount, own.count - done));
+    }
+  };
+  if (across == nullptr) {
+    // Each reduced chunk goes to the peers while it is still in the cache.
+    trace::Span span(trace::Phase::Reduce, "this rank's slice, into every peer's output");
+    eachChunk([&](size_t at, size_t n) {
+      reduceChunk(at, n);
+      pushChunk(at, n);
+    });
+  } else {
+    {
+      trace::Span span(trace::Phase::Reduce, "this rank's slice of the host");
+      eachChunk(reduceChunk);
+    }
+    if (own.count > 0) (*across)(out + own.offset * element, own);
+    trace::Span span(trace::Phase::Gather, "this rank's slice, into every local peer's output");
+    eachChunk(pushChunk);
   }
   publish(Phase::Done, round + 1);
   waitForAll(Phase::Done, round + 1, op);

@@ -1,5 +1,7 @@
 #include "algorithms/plan.h"
 
+#include <algorithm>
+
 namespace ringcomm::plan {
 
 Block blockOf(size_t count, int parts, int index) {
@@ -32,6 +34,21 @@ RingStep ringReduceScatterStep(int rank, int size, int step) {
 RingStep ringAllgatherStep(int rank, int size, int step) {
   // Step 0 sends the block this rank owns after reduce-scatter.
   return RingStep{wrap(rank - step, size), wrap(rank - step - 1, size)};
+}
+
+HostSlices planHostSlices(const std::vector<std::vector<int>>& hosts, int host, int localRank,
+                          size_t count) {
+  HostSlices plan;
+  plan.slices = static_cast<int>(hosts.front().size());
+  for (const auto& ranks : hosts) plan.slices = std::min(plan.slices, static_cast<int>(ranks.size()));
+  const int localSize = static_cast<int>(hosts[host].size());
+  for (int j = 0; j < localSize; ++j) {
+    plan.local.push_back(j < plan.slices ? blockOf(count, plan.slices, j) : Block{count, 0});
+  }
+  if (localRank < plan.slices) {
+    for (const auto& ranks : hosts) plan.across.push_back(ranks[localRank]);
+  }
+  return plan;
 }
 
 int log2Ceil(int size) {

@@ -64,6 +64,23 @@ struct TreePlan {
 };
 TreePlan planTree(int rank, int size, size_t count);
 
+// The hierarchical schedules' division of labour across hosts (algorithms/hierarchical.h). The
+// vector is cut into one slice per rank of the smallest host (`slices` of them); local rank j of
+// every host carries slice j across the hosts, so each host's ranks drive their slices over
+// connections of their own in parallel. Local ranks past the smallest host's count carry none:
+// their slices are empty, placed at the end of the vector.
+struct HostSlices {
+  int slices = 0;
+  std::vector<Block> local;  // local[j]: the slice local rank j of this host carries
+  // The ranks that carry this rank's slice, local rank j of every host in host order (this rank
+  // among them); empty when this rank carries none.
+  std::vector<int> across;
+};
+// hosts[h]: the communicator ranks on host h, in local-rank order; this rank is local rank
+// `localRank` of host `host`.
+HostSlices planHostSlices(const std::vector<std::vector<int>>& hosts, int host, int localRank,
+                          size_t count);
+
 // ceil(log2(size)), for the cost model and tests.
 int log2Ceil(int size);
 

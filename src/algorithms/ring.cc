@@ -78,14 +78,14 @@ class Wire {
       codec::encode(reinterpret_cast<const float*>(data), encoded, segment.count, ring_.compression);
       data = reinterpret_cast<uint8_t*>(encoded);
     }
-    ctx_.transport.postSend(ring_.right, data, segment.count * ring_.wireElement, ctx_.tag);
+    ctx_.send(ring_.right, data, segment.count * ring_.wireElement);
   }
 
   // Posts the send of a segment already in wire form (all-gather forwards what it received).
   void forward(const Block& segment) {
     uint8_t* data = ring_.compressed() ? reinterpret_cast<uint8_t*>(wireAt(segment.offset))
                                        : base_ + segment.offset * ring_.element;
-    ctx_.transport.postSend(ring_.right, data, segment.count * ring_.wireElement, ctx_.tag);
+    ctx_.send(ring_.right, data, segment.count * ring_.wireElement);
   }
 
   // Where a segment of the working buffer arrives in wire form.
@@ -172,8 +172,7 @@ void ringReduceScatter(const Context& ctx, void* buffer, const std::vector<Block
     const Block block = blocks[plan::ringReduceScatterStep(ctx.rank, p, step).recvBlock];
     for (const Block& segment : plan::segmentsOf(block, ring.segmentCount)) {
       uint8_t* into = scratch[step % 2] + (segment.offset - block.offset) * ring.wireElement;
-      posted.push_back({segment, ctx.transport.postRecv(ring.left, into,
-                                                        segment.count * ring.wireElement, ctx.tag)});
+      posted.push_back({segment, ctx.recv(ring.left, into, segment.count * ring.wireElement)});
     }
     return posted;
   };
@@ -187,7 +186,7 @@ void ringReduceScatter(const Context& ctx, void* buffer, const std::vector<Block
     if (step + 1 < p - 1) next = postReceives(step + 1);
     const Block block = blocks[plan::ringReduceScatterStep(ctx.rank, p, step).recvBlock];
     for (const Posted& posted : current) {
-      ctx.transport.wait(posted.request, ctx.op);
+      ctx.wait(posted.request);
       const uint8_t* theirs = scratch[step % 2] + (posted.segment.offset - block.offset) * ring.wireElement;
       wire.reduceInto(posted.segment, theirs, type, op);
       if (step + 1 < p - 1) wire.send(posted.segment);
@@ -196,7 +195,7 @@ void ringReduceScatter(const Context& ctx, void* buffer, const std::vector<Block
   }
   const Block& own = blocks[ctx.rank];
   reduce::finishAverage(base + own.offset * ring.element, own.count, type, op, p);
-  ctx.transport.waitAll(ctx.op);
+  ctx.waitAll();
 }
 
 void ringAllgather(const Context& ctx, void* buffer, const std::vector<Block>& blocks,
@@ -215,16 +214,16 @@ void ringAllgather(const Context& ctx, void* buffer, const std::vector<Block>& b
     const Block block = blocks[plan::ringAllgatherStep(ctx.rank, p, step).recvBlock];
     std::vector<Posted> posted;
     for (const Block& segment : plan::segmentsOf(block, ring.segmentCount)) {
-      posted.push_back({segment, ctx.transport.postRecv(ring.left, wire.arrivalFor(segment),
-                                                        segment.count * ring.wireElement, ctx.tag)});
+      posted.push_back(
+          {segment, ctx.recv(ring.left, wire.arrivalFor(segment), segment.count * ring.wireElement)});
     }
     for (const Posted& arrived : posted) {
-      ctx.transport.wait(arrived.request, ctx.op);
+      ctx.wait(arrived.request);
       if (step + 1 < p - 1) wire.forward(arrived.segment);
       wire.land(arrived.segment);
     }
   }
-  ctx.transport.waitAll(ctx.op);
+  ctx.waitAll();
 }
 
 void ringAllreduce(const Context& ctx, const void* input, void* output, size_t count,

@@ -28,16 +28,16 @@ void treeAllreduce(const Context& ctx, const void* input, void* output, size_t c
   auto at = [&](const plan::Block& block) { return out + block.offset * element; };
 
   if (plan.foldedOut) {
-    ctx.transport.postSend(plan.foldPeer, out, bytes, ctx.tag);
-    ctx.transport.postRecv(plan.foldPeer, out, bytes, ctx.tag);
-    ctx.transport.waitAll(ctx.op);
+    ctx.send(plan.foldPeer, out, bytes);
+    ctx.recv(plan.foldPeer, out, bytes);
+    ctx.waitAll();
     return;
   }
 
   uint8_t* scratch = ctx.scratch.get(0, bytes);
   if (plan.foldPeer >= 0) {
-    auto request = ctx.transport.postRecv(plan.foldPeer, scratch, bytes, ctx.tag);
-    ctx.transport.wait(request, ctx.op);
+    auto request = ctx.recv(plan.foldPeer, scratch, bytes);
+    ctx.wait(request);
     trace::Span span(trace::Phase::Reduce, "fold-in");
     reduce::reduceInto(out, scratch, count, type, op);
   }
@@ -45,28 +45,28 @@ void treeAllreduce(const Context& ctx, const void* input, void* output, size_t c
   {
     trace::Span halving(trace::Phase::ReduceScatter, "recursive halving");
     for (const plan::TreeStep& step : plan.halving) {
-      ctx.transport.postSend(step.peer, at(step.send), step.send.count * element, ctx.tag);
+      ctx.send(step.peer, at(step.send), step.send.count * element);
       uint8_t* into = scratch + step.keep.offset * element;
-      auto request = ctx.transport.postRecv(step.peer, into, step.keep.count * element, ctx.tag);
-      ctx.transport.wait(request, ctx.op);
+      auto request = ctx.recv(step.peer, into, step.keep.count * element);
+      ctx.wait(request);
       trace::Span span(trace::Phase::Reduce);
       reduce::reduceInto(at(step.keep), into, step.keep.count, type, op);
     }
     reduce::finishAverage(at(plan.owned), plan.owned.count, type, op, ctx.size);
     // The halving sends read ranges the doubling receives overwrite: let them drain first.
-    ctx.transport.waitAll(ctx.op);
+    ctx.waitAll();
   }
 
   trace::Span doubling(trace::Phase::Gather, "recursive doubling");
   for (auto step = plan.halving.rbegin(); step != plan.halving.rend(); ++step) {
-    ctx.transport.postSend(step->peer, at(step->keep), step->keep.count * element, ctx.tag);
-    ctx.transport.postRecv(step->peer, at(step->send), step->send.count * element, ctx.tag);
-    ctx.transport.waitAll(ctx.op);
+    ctx.send(step->peer, at(step->keep), step->keep.count * element);
+    ctx.recv(step->peer, at(step->send), step->send.count * element);
+    ctx.waitAll();
   }
 
   if (plan.foldPeer >= 0) {
-    ctx.transport.postSend(plan.foldPeer, out, bytes, ctx.tag);
-    ctx.transport.waitAll(ctx.op);
+    ctx.send(plan.foldPeer, out, bytes);
+    ctx.waitAll();
   }
 }
 

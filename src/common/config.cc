@@ -171,6 +171,13 @@ Config Config::fromEnvironment() {
     config.linkTimeout = timeoutFromSeconds(parseNumber("RINGCOMM_LINK_TIMEOUT", v),
                                             "RINGCOMM_LINK_TIMEOUT", false);
   }
+  if (const char* v = variable("RINGCOMM_LINK_LATENCY_US")) {
+    config.linkLatency = std::chrono::microseconds(
+        static_cast<int64_t>(parseNumber("RINGCOMM_LINK_LATENCY_US", v)));
+  }
+  if (const char* v = variable("RINGCOMM_LINK_GBITS")) {
+    config.linkBandwidth = parseNumber("RINGCOMM_LINK_GBITS", v) * 1e9 / 8;
+  }
   if (const char* v = variable("RINGCOMM_CYCLE_TIME", "HOROVOD_CYCLE_TIME")) {
     config.cycleTime = std::chrono::microseconds(
         static_cast<int64_t>(parseNumber("RINGCOMM_CYCLE_TIME", v) * 1000.0));
@@ -278,6 +285,14 @@ const std::vector<Described>& describedVariables() {
       {"RINGCOMM_SOCKET_BUFFER_BYTES", nullptr,
        [](const Config& c) { return number(c.socketBufferBytes); }},
       {"RINGCOMM_LINK_TIMEOUT", nullptr, [](const Config& c) { return seconds(c.linkTimeout); }},
+      {"RINGCOMM_LINK_LATENCY_US", nullptr,
+       [](const Config& c) {
+         return c.linkLatency.count() == 0 ? std::string("auto") : number(c.linkLatency.count());
+       }},
+      {"RINGCOMM_LINK_GBITS", nullptr,
+       [](const Config& c) {
+         return c.linkBandwidth == 0 ? std::string("auto") : number(c.linkBandwidth * 8 / 1e9);
+       }},
       {"RINGCOMM_CYCLE_TIME", "HOROVOD_CYCLE_TIME",  // milliseconds, as the variable says it
        [](const Config& c) { return number(static_cast<double>(c.cycleTime.count()) / 1000.0); }},
       {"RINGCOMM_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD",

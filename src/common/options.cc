@@ -100,8 +100,9 @@ void AllreduceOptions::validate() const {
                             toString(op));
     }
     if (algorithm == Algorithm::Tree || algorithm == Algorithm::Direct) {
-      throw InvalidArgument(std::string("allreduce: compression runs on the ring schedule; got "
-                                        "algorithm '") + toString(algorithm) + "'");
+      throw InvalidArgument(std::string("allreduce: compression runs on the ring schedule (or "
+                                        "across hosts in the hierarchical one); got algorithm '") +
+                            toString(algorithm) + "'");
     }
   }
   if ((prescale != 1.0 || postscale != 1.0) && type != DataType::Float32 &&

@@ -58,6 +58,7 @@ const char* toString(Algorithm algorithm) {
     case Algorithm::Ring: return "ring";
     case Algorithm::Tree: return "tree";
     case Algorithm::Direct: return "direct";
+    case Algorithm::Hierarchical: return "hierarchical";
   }
   return "unknown";
 }
@@ -104,10 +105,12 @@ Compression parseCompression(const std::string& name) {
 }
 
 Algorithm parseAlgorithm(const std::string& name) {
-  for (Algorithm a : {Algorithm::Auto, Algorithm::Ring, Algorithm::Tree, Algorithm::Direct}) {
+  for (Algorithm a : {Algorithm::Auto, Algorithm::Ring, Algorithm::Tree, Algorithm::Direct,
+                      Algorithm::Hierarchical}) {
     if (name == toString(a)) return a;
   }
-  throw InvalidArgument("algorithm must be one of auto, ring, tree, direct; got '" + name + "'");
+  throw InvalidArgument("algorithm must be one of auto, ring, tree, direct, hierarchical; got '" +
+                        name + "'");
 }
 
 TransportKind parseTransportKind(const std::string& name) {

@@ -7,21 +7,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <exception>
-#include <functional>
 #include <list>
 #include <map>
 #include <mutex>
-#include <set>
-#include <tuple>
-#include <cstring>
 #include <optional>
 #include <set>
-#include <thread>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -30,11 +23,8 @@
 
 #include "algorithms/adasum.h"
 #include "algorithms/collectives.h"
-#include "algorithms/direct.h"
-#include "algorithms/ring.h"
-#include "algorithms/tree.h"
+#include "algorithms/schedules.h"
 #include "bootstrap/rendezvous.h"
-#include "codec/codec.h"
 #include "core/device_collectives.h"
 #include "common/bytes.h"
 #include "common/failure.h"
@@ -45,7 +35,6 @@
 #include "engine/engine.h"
 #include "transport/connect.h"
 #include "transport/transport.h"
-#include "tuning/cost_model.h"
 
 namespace ringcomm {
 namespace {
@@ -64,13 +53,6 @@ constexpr std::chrono::milliseconds kPointToPointPollSlice{1};
 // At shutdown, how long rank 0 waits for the other ranks' parts of RINGCOMM_TRACE (at most: the
 // communicator's own timeout when shorter). A rank that died never sends one.
 constexpr std::chrono::milliseconds kTraceGatherWait{30000};
-
-// The power of two at or above `bytes`: the all-reduce's choice is logged once per such bucket.
-size_t sizeBucket(size_t bytes) {
-  size_t bucket = 1;
-  while (bucket < bytes && bucket < (size_t{1} << 62)) bucket <<= 1;
-  return bucket;
-}
 
 OperationLabel labelOf(const char* collective, size_t count, DataType type, bool perRank = false,
                        int root = -1) {
@@ -94,9 +76,10 @@ class CommunicatorImpl : public Communicator {
                                                static_cast<int>(links_.localRanks.size()));
     transport_ = std::make_unique<transport::Transport>(rank_, std::move(links_.streams),
                                                         links_.segments.get(), *waitPolicy_);
-    if (links_.segments && static_cast<int>(links_.localRanks.size()) == size_) {
-      direct_ = std::make_unique<algorithms::DirectGroup>(*links_.segments, *waitPolicy_, config_);
-    }
+    schedules_ = std::make_unique<algorithms::Schedules>(
+        rank_, size_, config_,
+        algorithms::HostLayout{links_.hostRanks, links_.hostIndex, localRank()},
+        links_.segments.get(), *waitPolicy_);
     device_ = std::make_unique<DeviceCollectives>(rank_, size_, config_, everyRankOnThisHost());
     engine_ = std::make_unique<engine::Engine>(
         [this](bool mayBlock) { return pollPointToPoint(mayBlock); });
@@ -131,37 +114,14 @@ class CommunicatorImpl : public Communicator {
   const Config& config() const override { return config_; }
 
   Algorithm chooseAllreduceAlgorithm(size_t bytes) const override {
-    if (config_.algorithm != Algorithm::Auto) return config_.algorithm;
-    const tuning::Topology topology{size_, direct_ != nullptr, links_.hostCount == 1};
-    return tuning::chooseAllreduce(topology, bytes, config_.shmAllreduceRules,
-                                   config_.tcpAllreduceRules);
+    return schedules_->chooseAllreduce(bytes);
   }
 
   WorkPtr allreduce(const AllreduceOptions& o) override {
     o.validate();
     if (o.op == ReduceOp::Adasum) return adasumAllreduce(o);
-    Algorithm algorithm = o.algorithm;
-    const char* why = "asked for by the call";
-    // Compression is carried by the ring schedule (validate() refused an explicit other one).
-    if (algorithm == Algorithm::Auto && o.compression != Compression::None) {
-      algorithm = Algorithm::Ring;
-      why = "compression travels with the ring schedule";
-    }
-    if (algorithm == Algorithm::Auto) {
-      algorithm = chooseAllreduceAlgorithm(o.count * elementSize(o.type));
-      why = config_.algorithm != Algorithm::Auto ? "forced by RINGCOMM_ALGORITHM"
-                                                 : "chosen by the cost model";
-    }
-    if (size_ == 1) {
-      algorithm = Algorithm::Ring;  // nothing to exchange: every schedule is a copy
-      why = "one rank: a copy";
-    }
-    if (log::enabled(LogLevel::Info, kLogAlgo)) logAllreduceChoice(o, algorithm, why);
-    if (algorithm == Algorithm::Direct && !direct_) {
-      throw InvalidArgument(
-          "allreduce: algorithm 'direct' needs every rank on this host, connected through shared "
-          "memory (RINGCOMM_TRANSPORT=auto or shm); use 'ring' or 'tree'");
-    }
+    const auto [algorithm, why] = schedules_->chooseAllreduce(o);
+    if (log::enabled(LogLevel::Info, kLogAlgo)) schedules_->logAllreduceChoice(o, algorithm, why);
     OperationLabel label = labelOf("allreduce", o.count, o.type);
     label.algorithm = toString(algorithm);
     label.reduceOp = toString(o.op);
@@ -171,7 +131,7 @@ class CommunicatorImpl : public Communicator {
     }
     return enqueue(CollectiveKind::Allreduce, o, label, signatureOf(&o.type, &o.op, -1),
                    [this, o, algorithm](const algorithms::Context& ctx) {
-                     hostAllreduce(ctx, o, algorithm);
+                     schedules_->allreduce(ctx, o, algorithm);
                    },
                    variantOf(algorithm, o.compression));
   }
@@ -194,7 +154,7 @@ class CommunicatorImpl : public Communicator {
                                   ReduceScatterOptions part = o;
                                   part.input = host[0];
                                   part.output = host[1];
-                                  algorithms::reduceScatter(ctx, part);
+                                  schedules_->reduceScatter(ctx, part);
                                 });
                    });
   }
@@ -213,7 +173,7 @@ class CommunicatorImpl : public Communicator {
                                   AllgatherOptions part = o;
                                   part.input = host[0];
                                   part.output = host[1];
-                                  algorithms::allgather(ctx, part);
+                                  schedules_->allgather(ctx, part);
                                 });
                    });
   }
@@ -226,15 +186,7 @@ class CommunicatorImpl : public Communicator {
                      labelOf("broadcast", o.count, o.type, false, o.root),
                      signatureOf(&o.type, nullptr, o.root),
                      [this, o](const algorithms::Context& ctx) {
-                       // Every rank on this host: one copy into the root's slot and one out of
-                       // it, where the tree and the chain copy twice per hop. Faster at every
-                       // size measured (bench/RESULTS.md, "Broadcast through the direct
-                       // schedule's slots").
-                       if (direct_) {
-                         direct_->broadcast(ctx.op, ctx.tag, o.buffer, o.count, o.type, o.root);
-                       } else {
-                         algorithms::broadcast(ctx, o);
-                       }
+                       schedules_->broadcast(ctx, o);
                      });
     }
     return enqueue(CollectiveKind::Broadcast, o,
@@ -268,7 +220,7 @@ class CommunicatorImpl : public Communicator {
                                   ReduceOptions part = o;
                                   part.input = host[0];
                                   part.output = root ? host[1] : o.output;
-                                  algorithms::reduce(ctx, part);
+                                  schedules_->reduce(ctx, part);
                                 });
                    });
   }
@@ -422,7 +374,7 @@ class CommunicatorImpl : public Communicator {
     // after): nothing touches it once closed, as every call checks that first. Not when a
     // callback on an engine thread shut down: that thread may still be on its way out of it.
     if (engineStopped) {
-      direct_.reset();
+      schedules_->release();
       links_.segments.reset();
     }
   }
@@ -443,7 +395,7 @@ class CommunicatorImpl : public Communicator {
     }
     return enqueue(CollectiveKind::Allreduce, o, label, signatureOf(&o.type, &o.op, -1),
                    [this, o](const algorithms::Context& ctx) {
-                     hostAllreduce(ctx, o, Algorithm::Auto);
+                     schedules_->allreduce(ctx, o, Algorithm::Auto);
                    },
                    variantOf(Algorithm::Auto, o.compression));
   }
@@ -478,46 +430,7 @@ class CommunicatorImpl : public Communicator {
       RINGCOMM_LOG(LogLevel::Info, kLogTransport, "%s to rank(s) %s", kind.c_str(),
                    peers.c_str());
     }
-    RINGCOMM_LOG(LogLevel::Info, kLogAlgo, "direct shared-memory schedule %s",
-                 direct_ ? "available (every rank on this host, through shared memory)"
-                         : "unavailable (not every rank shares this host's memory)");
-  }
-
-  // The schedule an all-reduce takes, why, and the cost model's estimates: once per size bucket
-  // and schedule at INFO, every call at TRACE.
-  void logAllreduceChoice(const AllreduceOptions& o, Algorithm algorithm, const char* why) {
-    const size_t bytes = o.count * elementSize(o.type);
-    const bool everyCall = log::enabled(LogLevel::Trace, kLogAlgo);
-    {
-      std::lock_guard<std::mutex> lock(stateMutex_);
-      const bool first = loggedChoices_.insert({sizeBucket(bytes), static_cast<int>(algorithm),
-                                                static_cast<int>(o.compression)})
-                             .second;
-      if (!first && !everyCall) return;
-    }
-    const tuning::Estimate estimate =
-        tuning::estimateAllreduce(tuning::Topology{size_, direct_ != nullptr}, bytes);
-    std::string chunking;
-    if (algorithm == Algorithm::Direct) {
-      const size_t slot = links_.segments ? links_.segments->slotBytes() : config_.shmSlotBytes;
-      chunking = std::to_string((bytes + slot - 1) / std::max<size_t>(slot, 1)) +
-                 " round(s) of up to " + std::to_string(slot) + " B";
-    } else if (algorithm == Algorithm::Ring) {
-      const size_t block = (bytes + size_ - 1) / size_;
-      chunking = std::to_string(size_) + " block(s) of ~" + std::to_string(block) + " B in " +
-                 std::to_string((block + config_.segmentBytes - 1) /
-                                std::max<size_t>(config_.segmentBytes, 1)) +
-                 " segment(s) of up to " + std::to_string(config_.segmentBytes) + " B";
-    } else {
-      chunking = "recursive halving/doubling over the whole vector";
-    }
-    RINGCOMM_LOG(everyCall ? LogLevel::Trace : LogLevel::Info, kLogAlgo,
-                 "allreduce of %zu B (%s%s%s): %s, %s; %s; TCP model estimates ring %.1f us, "
-                 "tree %.1f us",
-                 bytes, toString(o.type), o.compression != Compression::None ? ", " : "",
-                 o.compression != Compression::None ? toString(o.compression) : "",
-                 toString(algorithm), why, chunking.c_str(), estimate.ringSeconds * 1e6,
-                 estimate.treeSeconds * 1e6);
+    schedules_->logAvailability();
   }
 
   static void describe(trace::Event& event, const OperationLabel& label) {
@@ -531,31 +444,6 @@ class CommunicatorImpl : public Communicator {
       event.args += std::string(event.args.empty() ? "" : ", ") + "\"compression\": \"" +
                     label.compression + "\"";
     }
-  }
-
-  // The all-reduce on host buffers (or on staged copies of device ones).
-  void hostAllreduce(const algorithms::Context& ctx, const AllreduceOptions& o,
-                     Algorithm algorithm) {
-    if (algorithm == Algorithm::Ring) {
-      algorithms::ringAllreduce(ctx, o.input, o.output, o.count, o.type, o.op, o.compression,
-                                o.prescale, o.postscale);
-      return;
-    }
-    // The other schedules reduce in place: scale a copy of the input first if asked to.
-    const void* input = o.input;
-    if (o.prescale != 1.0) {
-      if (o.input != o.output) copyBytes(o.output, o.input, o.count * elementSize(o.type));
-      codec::scale(o.output, o.count, o.type, o.prescale);
-      input = o.output;
-    }
-    if (o.op == ReduceOp::Adasum) {
-      algorithms::adasumAllreduce(ctx, input, o.output, o.count, o.type, o.tensorCounts);
-    } else if (algorithm == Algorithm::Direct) {
-      direct_->allreduce(ctx.op, ctx.tag, input, o.output, o.count, o.type, o.op);
-    } else {
-      algorithms::treeAllreduce(ctx, input, o.output, o.count, o.type, o.op);
-    }
-    codec::scale(o.output, o.count, o.type, o.postscale);
   }
 
   // A message that nothing received: a send whose recv the peer never posted (collectives'
@@ -586,19 +474,13 @@ class CommunicatorImpl : public Communicator {
         [this, o, algorithm, path, ticket](const algorithms::Context& ctx) {
           device_->allreduce(
               ticket, ctx, o, path,
-              [&](const AllreduceOptions& host) { hostAllreduce(ctx, host, algorithm); },
+              [&](const AllreduceOptions& host) { schedules_->allreduce(ctx, host, algorithm); },
               [&] { barrier(ctx); });
         },
         withMemoryPath(variantOf(algorithm, o.compression), path));
   }
 
-  void barrier(const algorithms::Context& ctx) {
-    if (direct_) {
-      direct_->barrier(ctx.op, ctx.tag);
-    } else {
-      algorithms::barrier(ctx);
-    }
-  }
+  void barrier(const algorithms::Context& ctx) { schedules_->barrier(ctx); }
 
   // Returns false if it was already closed.
   bool markClosed(const std::string& reason) {
@@ -872,7 +754,7 @@ class CommunicatorImpl : public Communicator {
   std::atomic<int> duplicates_{0};
   std::unique_ptr<WaitPolicy> waitPolicy_;  // before the transport and the direct group: theirs
   std::unique_ptr<transport::Transport> transport_;
-  std::unique_ptr<algorithms::DirectGroup> direct_;
+  std::unique_ptr<algorithms::Schedules> schedules_;
   std::unique_ptr<DeviceCollectives> device_;  // device buffers; needs no CUDA until used
   algorithms::Scratch scratch_;
   struct PendingPointToPoint {
@@ -889,7 +771,6 @@ class CommunicatorImpl : public Communicator {
   std::atomic<bool> closed_{false};  // closedReason_ is set: checked on every call without a lock
   bool shutDown_ = false;
   bool traceOwner_ = false;  // this communicator writes RINGCOMM_TRACE at shutdown
-  std::set<std::tuple<size_t, int, int>> loggedChoices_;  // (size bucket, algorithm, codec)
   std::unique_ptr<engine::Engine> engine_;  // created last, stopped first
 };
 

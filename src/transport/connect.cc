@@ -362,9 +362,12 @@ Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvo
   const std::string& myHost = rendezvous.ranks[rank].hostId;
   links.hostCount = static_cast<int>(hosts.size());
   links.hostIndex = static_cast<int>(std::find(hosts.begin(), hosts.end(), myHost) - hosts.begin());
+  links.hostRanks.resize(hosts.size());
   for (int peer = 0; peer < size; ++peer) {
-    if (rendezvous.ranks[peer].hostId == myHost) links.localRanks.push_back(peer);
+    const std::string& host = rendezvous.ranks[peer].hostId;
+    links.hostRanks[std::find(hosts.begin(), hosts.end(), host) - hosts.begin()].push_back(peer);
   }
+  links.localRanks = links.hostRanks[links.hostIndex];
 
   std::vector<int> shmPeers;
   std::vector<int> tcpPeers;

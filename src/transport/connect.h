@@ -20,6 +20,8 @@ struct Links {
   std::vector<int> localRanks;                       // ranks on this host, ascending
   int hostIndex = 0;
   int hostCount = 1;
+  // Every host's ranks, ascending; hosts in the order of their lowest rank (hostIndex's order).
+  std::vector<std::vector<int>> hostRanks;
 };
 
 Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvous,

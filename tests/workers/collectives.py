@@ -48,7 +48,11 @@ rank, size = comm.rank, comm.size
 large = int(sys.argv[1]) if len(sys.argv) > 1 else 0
 failures: list[str] = []
 digests: dict[str, str] = {}
-ALGORITHMS = ["ring", "tree"] + (["direct"] if comm.choose_algorithm(1 << 20) == "direct" else [])
+ALGORITHMS = (
+    ["ring", "tree"]
+    + (["direct"] if comm.choose_algorithm(1 << 20) == "direct" else [])
+    + (["hierarchical"] if comm.cross_size > 1 else [])
+)
 
 
 def values(r: int, count: int, dtype: str, op: str) -> np.ndarray:
