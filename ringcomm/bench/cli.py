@@ -35,7 +35,7 @@ from ringcomm.bench.sizes import parse_size, sweep
 from ringcomm.bench.worker import progress_path
 
 OPS = ("sum", "avg", "min", "max", "prod")
-ALGORITHMS = ("auto", "ring", "tree", "direct")
+ALGORITHMS = ("auto", "ring", "tree", "direct", "hierarchical")
 _DEFAULT_BEGIN, _DEFAULT_END, _DEFAULT_FACTOR = "8", "128M", 4
 # A process is a rank of someone else's job when one of these is set (see ringcomm._environment).
 _RANK_VARIABLES = (
@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--algorithm",
         type=_algorithms,
         default=["auto"],
-        metavar="auto|ring|tree|direct[,...]",
+        metavar="auto|ring|tree|direct|hierarchical[,...]",
         help="ringcomm all-reduce algorithm (default auto: this host's tuning file's, else the "
         "cost model's); several, as auto,direct,ring,tree, are timed in turns in one set of "
         "ranks and compared per size (auto/best: auto against the fastest forced one)",

@@ -23,6 +23,7 @@ enum class CollectiveKind : uint8_t {
   Gather,
   Scatter,
   Barrier,
+  LinkProbe,  // the cost model's measurement of the network at creation (tuning/link_probe.h)
 };
 
 constexpr uint32_t kUserTagBit = 0x80000000u;
@@ -38,6 +39,7 @@ inline const char* toString(CollectiveKind kind) {
     case CollectiveKind::Gather: return "gather";
     case CollectiveKind::Scatter: return "scatter";
     case CollectiveKind::Barrier: return "barrier";
+    case CollectiveKind::LinkProbe: return "the link probe";
   }
   return "unknown";
 }

@@ -35,6 +35,7 @@
 #include "engine/engine.h"
 #include "transport/connect.h"
 #include "transport/transport.h"
+#include "tuning/link_probe.h"
 
 namespace ringcomm {
 namespace {
@@ -76,6 +77,7 @@ class CommunicatorImpl : public Communicator {
                                                static_cast<int>(links_.localRanks.size()));
     transport_ = std::make_unique<transport::Transport>(rank_, std::move(links_.streams),
                                                         links_.segments.get(), *waitPolicy_);
+    settleLink();
     schedules_ = std::make_unique<algorithms::Schedules>(
         rank_, size_, config_,
         algorithms::HostLayout{links_.hostRanks, links_.hostIndex, localRank()},
@@ -380,6 +382,40 @@ class CommunicatorImpl : public Communicator {
   }
 
  private:
+  // Across hosts the cost model needs the network's latency and bandwidth (Config::linkLatency,
+  // linkBandwidth): what the configuration says, else measured now between the lowest ranks of
+  // the first two hosts (tuning/link_probe.h). Rank 0 publishes the figures and every rank takes
+  // them, so that all choose the same schedules. Duplicates inherit them with the configuration.
+  void settleLink() {
+    if (links_.hostCount < 2 || (config_.linkLatency.count() > 0 && config_.linkBandwidth > 0)) {
+      return;
+    }
+    OperationLabel label;
+    label.collective = "measuring the network between hosts";
+    const Operation op(label, rank_, config_.timeout);
+    const int first = links_.hostRanks[0].front();
+    const int second = links_.hostRanks[1].front();
+    const std::string key = "link";
+    if (rank_ == first || rank_ == second) {
+      const tuning::Link link =
+          tuning::probeLink(*transport_, rank_ == first ? second : first, rank_ == first, op);
+      if (rank_ == first) {
+        const std::string text = std::to_string(link.latencySeconds) + " " +
+                                 std::to_string(link.bytesPerSecond);
+        store_->set(key, Bytes(text.begin(), text.end()));
+      }
+    }
+    const Bytes value = store_->get(key, op.remaining());
+    std::istringstream text(std::string(value.begin(), value.end()));
+    double latency = 0;
+    double bandwidth = 0;
+    text >> latency >> bandwidth;
+    if (config_.linkLatency.count() == 0) {
+      config_.linkLatency = std::chrono::microseconds(std::max<int64_t>(1, latency * 1e6));
+    }
+    if (config_.linkBandwidth == 0) config_.linkBandwidth = bandwidth;
+  }
+
   // Adasum has a schedule of its own (src/algorithms/adasum.h), on host memory: device buffers
   // are staged whole (allreducePath), since its coefficients come from the whole vector.
   WorkPtr adasumAllreduce(const AllreduceOptions& o) {

@@ -16,19 +16,32 @@ constexpr double kTcpSecondsPerByte = 1.0 / 2.5e9;
 // Reduction of a received segment into the local one (read two, write one) at ~10 GB/s.
 constexpr double kReduceSecondsPerByte = 1.0 / 10e9;
 
-// Between hosts, unless configured or measured (Link): a 10 Gbit/s link, and the latency of one
-// message between two network namespaces of the 2-core VM (bench/RESULTS.md, "Across hosts").
+// Between hosts, unless configured or measured (Link, tuning/link_probe.h): a 10 Gbit/s link,
+// and about the latency of one message between two network namespaces of the 2-core VM.
 constexpr double kDefaultLinkLatencySeconds = 50e-6;
 constexpr double kDefaultLinkBytesPerSecond = 10e9 / 8;
+// Every byte that crosses hosts also costs CPU time at both ends (the kernel's copies into and
+// out of the socket), whatever the wire's speed: kTcpSecondsPerByte, loopback's rate, is added
+// to the link's time per byte. It is why, on the 2-core VM, the flat ring lost to the
+// hierarchical schedule across 3 hosts at 10 Gbit/s although the link alone would not say so
+// (125 against 92 ms at 32 MiB, bench/RESULTS.md, "Across hosts").
 // Within a host, the hierarchical schedule's two steps (each rank reduces its slice straight
 // from the others' inputs, then writes it into their outputs) cost about this per byte of the
 // vector, and a synchronisation of the host's ranks about this: the single-copy all-reduce of 64
 // MiB at 4 ranks on the 2-core VM took 25 ms (bench/RESULTS.md, issue 14).
 constexpr double kHostSecondsPerByte = 1.0 / 2.7e9;
 constexpr double kHostSyncSeconds = 20e-6;
-// Below this many bytes per slice, the host's lowest rank carries the whole vector across (one
-// connection, the fewest messages) rather than every local rank a slice of it.
-constexpr size_t kSmallestSliceBytes = 64 * 1024;
+// From this size every local rank carries a slice across; below it the host's lowest rank
+// carries the whole vector (one connection, the fewest messages and synchronisations). Measured
+// on the 2-core VM, 2 hosts of 2 and 4 ranks at 1 and 10 Gbit/s: the lowest rank alone was
+// faster up to 512 KiB (at 10 Gbit/s, 4 ranks: 1.29 against 1.70 ms), the slices from 1 MiB
+// (3.1 against 3.4 ms; 4.9 against 7.8 ms at 2 MiB).
+constexpr size_t kSlicesFromBytes = 1 << 20;
+// Recursive halving and doubling moves as many bytes across hosts as the ring, but each step
+// waits for its whole message before the next starts, where the ring pipelines segments. Across
+// 4 hosts on the 2-core VM it took 1.1-2.1 times the ring's time from 256 KiB on (1 and 10
+// Gbit/s), and won below 64 KiB, where its fewer steps count.
+constexpr double kTreeStepLoss = 1.5;
 
 double ringSeconds(int size, double bytes) {
   const double p = size;
@@ -53,16 +66,26 @@ Link orDefault(const Link& link) {
   return filled;
 }
 
-// The schedule among one rank per host: H ranks, each host's link carrying 2(H-1)/H of `bytes`
-// either way; the tree takes fewer steps, the ring pipelines its segments.
-Algorithm crossSchedule(int hosts, double bytes, const Link& link) {
+// Seconds per byte that crosses hosts: the wire's, and the CPU time of the copies at each end.
+double crossingSecondsPerByte(const Link& link) {
+  return 1.0 / link.bytesPerSecond + kTcpSecondsPerByte;
+}
+
+// An all-reduce of `bytes` among one rank per host, each host's link carrying 2(H-1)/H of them
+// either way: the ring, or the tree (fewer steps, unpipelined, and a non-power of two's fold
+// sends the whole vector twice more).
+double ringAcross(int hosts, double bytes, const Link& link) {
   const double h = hosts;
-  const double load = 2.0 * (h - 1) / h * bytes / link.bytesPerSecond;
+  return 2.0 * (h - 1) * link.latencySeconds +
+         2.0 * (h - 1) / h * bytes * crossingSecondsPerByte(link);
+}
+
+double treeAcross(int hosts, double bytes, const Link& link) {
+  const double h = hosts;
   const bool powerOfTwo = (hosts & (hosts - 1)) == 0;
-  const double fold = powerOfTwo ? 0.0 : 2.0 * bytes / link.bytesPerSecond;
-  const double ring = 2.0 * (h - 1) * link.latencySeconds + load;
-  const double tree = 2.0 * plan::log2Ceil(hosts) * link.latencySeconds + load + fold;
-  return tree < ring ? Algorithm::Tree : Algorithm::Ring;
+  const double fold = powerOfTwo ? 0.0 : 2.0 * bytes * crossingSecondsPerByte(link);
+  return 2.0 * plan::log2Ceil(hosts) * link.latencySeconds +
+         kTreeStepLoss * 2.0 * (h - 1) / h * bytes * crossingSecondsPerByte(link) + fold;
 }
 
 }  // namespace
@@ -105,18 +128,15 @@ Estimate estimateAllreduce(const Topology& topology, size_t bytes, const Link& g
   // host's share once, after and before a pass within the host.
   const Link link = orDefault(given);
   const double p = topology.size;
-  const double h = topology.hosts;
-  estimate.ringSeconds =
-      2.0 * (p - 1) * link.latencySeconds + topology.ringLinkLoad * n / link.bytesPerSecond;
+  estimate.ringSeconds = 2.0 * (p - 1) * link.latencySeconds +
+                         topology.ringLinkLoad * n * crossingSecondsPerByte(link);
   estimate.treeSeconds = 2.0 * plan::log2Ceil(topology.size) * link.latencySeconds +
-                         topology.treeLinkLoad * n / link.bytesPerSecond;
+                         kTreeStepLoss * topology.treeLinkLoad * n * crossingSecondsPerByte(link);
   if (topology.mostLocal > 1) {
     const CrossChoice cross = chooseCrossHost(topology, bytes, given);
-    const double steps =
-        cross.algorithm == Algorithm::Tree ? 2.0 * plan::log2Ceil(topology.hosts) : 2.0 * (h - 1);
-    estimate.hierarchicalSeconds = 2.0 * kHostSyncSeconds + n * kHostSecondsPerByte +
-                                   steps * link.latencySeconds +
-                                   2.0 * (h - 1) / h * n / link.bytesPerSecond;
+    const double across = cross.algorithm == Algorithm::Tree ? treeAcross(topology.hosts, n, link)
+                                                             : ringAcross(topology.hosts, n, link);
+    estimate.hierarchicalSeconds = 2.0 * kHostSyncSeconds + n * kHostSecondsPerByte + across;
   }
   return estimate;
 }
@@ -153,11 +173,13 @@ Algorithm chooseAllreduce(const Topology& topology, size_t bytes, const Rules& s
 CrossChoice chooseCrossHost(const Topology& topology, size_t bytes, const Link& given) {
   const Link link = orDefault(given);
   CrossChoice choice;
-  const int slices = std::max(1, topology.fewestLocal);
-  choice.slices = bytes / slices >= kSmallestSliceBytes;
-  const double carried =
-      choice.slices ? static_cast<double>(bytes) / slices : static_cast<double>(bytes);
-  choice.algorithm = crossSchedule(std::max(2, topology.hosts), carried, link);
+  choice.slices = bytes >= kSlicesFromBytes && topology.fewestLocal > 1;
+  // Each slice's group crosses with its share; the host's link carries them all alike.
+  const double carried = static_cast<double>(bytes) / (choice.slices ? topology.fewestLocal : 1);
+  const int hosts = std::max(2, topology.hosts);
+  choice.algorithm = treeAcross(hosts, carried, link) < ringAcross(hosts, carried, link)
+                         ? Algorithm::Tree
+                         : Algorithm::Ring;
   return choice;
 }
 

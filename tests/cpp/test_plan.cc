@@ -124,3 +124,26 @@ TEST(log2CeilRoundsUp) {
   CHECK_EQ(log2Ceil(8), 3);
   CHECK_EQ(log2Ceil(9), 4);
 }
+
+// The hierarchical schedules' division of labour: one slice per rank of the smallest host, the
+// slices tile the vector, local rank j of every host carries slice j, the others none.
+TEST(hostSlicesTileTheVectorAndPairLocalRanksAcrossHosts) {
+  const std::vector<std::vector<int>> hosts = {{0, 1, 2}, {3, 4}, {5, 6, 7, 8}};
+  for (size_t count : {0, 1, 7, 1009}) {
+    for (int host = 0; host < 3; ++host) {
+      for (int local = 0; local < static_cast<int>(hosts[host].size()); ++local) {
+        const HostSlices plan = planHostSlices(hosts, host, local, count);
+        CHECK_EQ(plan.slices, 2);
+        CHECK_EQ(plan.local.size(), hosts[host].size());
+        CHECK(plan.local[0] == blockOf(count, 2, 0));
+        CHECK(plan.local[1] == blockOf(count, 2, 1));
+        for (size_t j = 2; j < plan.local.size(); ++j) CHECK_EQ(plan.local[j].count, size_t(0));
+        if (local < 2) {
+          CHECK(plan.across == (std::vector<int>{hosts[0][local], hosts[1][local], hosts[2][local]}));
+        } else {
+          CHECK(plan.across.empty());
+        }
+      }
+    }
+  }
+}
