@@ -10,6 +10,11 @@ ringcomm.init(), of ringcomm.torch's process sets and of the torch.distributed b
 from another machine (another hostname or machine id, as in a shared home directory), from
 another ringcomm, CPU or core count, or older than _STALE_DAYS is ignored with a warning: the
 cost model decides then, as without a file.
+
+Beside them, ``link-<host>.json``: the network between this host and others, as ``ringcomm-bench
+tune`` measured it in a job across hosts (latency, and what a host's link carries each way). A
+communicator spanning hosts whose rank 0 is on this host uses it for ``algorithm="auto"``
+instead of measuring the link as it is created (Config::linkLatency, linkBandwidth).
 """
 
 from __future__ import annotations
@@ -162,6 +167,66 @@ def _problem(document: dict, world_size: int) -> Optional[str]:
     return None
 
 
+def link_file_name(host: Optional[str] = None) -> str:
+    return f"link-{host or socket.gethostname()}.json"
+
+
+def link_path(host: Optional[str] = None) -> Optional[Path]:
+    """This host's link file, or None when tuning files are off."""
+    found = directory()
+    return None if found is None else found / link_file_name(host)
+
+
+def write_link(path: Path, latency_s: float, bytes_per_s: float, measured: dict) -> None:
+    """The link as a job across hosts measured it (ringcomm-bench tune under a launcher)."""
+    document = {
+        "format": FORMAT,
+        "created": time.time(),
+        "host": socket.gethostname(),
+        "machine_id": machine_id(),
+        "latency_us": latency_s * 1e6,
+        "bandwidth_gbps": bytes_per_s / 1e9,
+        **measured,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    partial.write_text(json.dumps(document, indent=1))
+    os.replace(partial, path)
+
+
+def load_link() -> Optional[tuple[float, float]]:
+    """(latency in seconds, bytes per second) from this host's link file, or None: no file,
+    tuning files off, or one from another machine or older than _STALE_DAYS (with a warning)."""
+    path = link_path()
+    if path is None:
+        return None
+    try:
+        document = json.loads(path.read_text())
+        latency, bandwidth = float(document["latency_us"]), float(document["bandwidth_gbps"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        warnings.warn(f"ringcomm: ignoring link file {path}: {error}", stacklevel=4)
+        return None
+    here = (socket.gethostname(), machine_id())
+    age_days = (time.time() - float(document.get("created", 0))) / 86400
+    problem = None
+    if document.get("format") != FORMAT:
+        problem = "it is in another format"
+    elif (document.get("host"), document.get("machine_id")) != here:
+        problem = f"it was measured on another machine ({document.get('host')})"
+    elif age_days > _STALE_DAYS:
+        problem = f"it is {age_days:.0f} days old (older than {_STALE_DAYS})"
+    if problem is not None:
+        warnings.warn(
+            f"ringcomm: ignoring link file {path}: {problem}; re-measure with `ringcomm-bench "
+            "tune` under your launcher across hosts (the link is measured at creation meanwhile)",
+            stacklevel=4,
+        )
+        return None
+    return latency * 1e-6, bandwidth * 1e9
+
+
 def load_rules(world_size: int) -> Optional[dict]:
     """{"shm": rules, "tcp": rules} from this host's file for ``world_size``, or None: no file,
     tuning files off, or one that does not apply here (with a warning saying why and how to
@@ -206,8 +271,9 @@ def rules_for(config, world_size: int) -> dict:
 
 
 def apply(config, world_size: int) -> None:
-    """Puts this host's measured rules into a _core.Config (ringcomm.init(); the torch.distributed
-    backend passes rules_for()'s to its communicator's Config the same way)."""
+    """Puts this host's measured rules and link into a _core.Config (ringcomm.init(); the
+    torch.distributed backend passes rules_for()'s and load_link()'s to its communicator's
+    Config the same way)."""
     from ringcomm import _core
 
     rules = rules_for(config, world_size)
@@ -217,3 +283,7 @@ def apply(config, world_size: int) -> None:
 
     config.shm_allreduce_rules = parsed(rules["shm"])
     config.tcp_allreduce_rules = parsed(rules["tcp"])
+    # The link as measured from this host, unless RINGCOMM_LINK_* said it (rank 0's counts).
+    link = load_link() if config.link_latency == 0 and config.link_bandwidth == 0 else None
+    if link is not None:
+        config.link_latency, config.link_bandwidth = link

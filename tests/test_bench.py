@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -803,6 +804,100 @@ def test_tune_writes_the_file_auto_reads(tmp_path):
     assert {a for _, a in written["transports"]["tcp"]["rules"]} <= {"ring", "tree"}
     assert set(written["transports"]["shm"]["times_us"]) == {"direct", "ring", "tree"}
     assert "shm crossovers:" in done.stdout and "tcp: latency" in done.stdout
+
+
+def can_make_namespaces() -> bool:
+    return os.geteuid() == 0 and shutil.which("ip") is not None
+
+
+needs_namespaces = pytest.mark.skipif(
+    not can_make_namespaces(), reason="a simulated cluster needs root and iproute2"
+)
+
+
+@needs_peers
+@needs_namespaces
+@pytest.mark.timeout(200)
+def test_simulated_cluster_against_gloo_and_mpi_with_the_link_bound(tmp_path):
+    stdout, document = run_bench(
+        ["allreduce", "-b", "64K", "-e", "1M", "-f", "16", "-np", "4", "--hosts", "2",
+         "--link-rate", "1gbit", "--iters", "3", "--warmup", "1", "--check",
+         "--compare", "gloo,mpi"],
+        tmp_path,
+    )  # fmt: skip
+    assert "4 ranks on 2 simulated hosts (2 per host; network namespaces, 1gbit links)" in stdout
+    assert "link bound: each host's link carries 1gbit (0.125 GB/s) each way" in stdout, stdout
+    assert "UCX_TLS=tcp,self" in stdout  # MPICH held to the links, and said so
+    assert_all_right(document, ["ringcomm", "gloo", "mpi"], 2)
+    # Nothing beats the link: every implementation's busbw stays under the bound (with room for
+    # the shaper's burst allowance and the timer's resolution at 64 KiB).
+    limit = document["limit_busbw"]
+    assert limit == pytest.approx(0.125 * 1.5)
+    for name in ("ringcomm", "gloo", "mpi"):
+        for row in document["implementations"][name]["results"]:
+            assert row["busbw"] < 1.5 * limit, (name, row)
+    assert all(
+        r["algorithm"] == "hierarchical" for r in document["implementations"]["ringcomm"]["results"]
+    )
+
+
+@needs_namespaces
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("collective", ["allgather", "reduce_scatter", "broadcast", "reduce"])
+def test_simulated_cluster_of_three_unequal_hosts(collective, tmp_path):
+    _, document = run_bench(
+        [collective, "-b", "8", "-e", "2M", "-f", "512", "-np", "5", "--hosts", "3",
+         "--link-rate", "10gbit", "--iters", "2", "--warmup", "1", "--check"],
+        tmp_path,
+    )  # fmt: skip
+    assert_all_right(document, ["ringcomm"], 3)
+
+
+# Two hosts made with RINGCOMM_HOSTID, two ranks each.
+TWO_HOSTS = {rank: {"RINGCOMM_HOSTID": f"host-{rank // 2}"} for rank in range(4)}
+
+
+@pytest.mark.timeout(200)
+def test_tune_under_a_launcher_across_hosts_writes_the_link_file(tmp_path):
+    from harness import assert_all_succeeded, run_job
+
+    env = {"RINGCOMM_TUNING_DIR": str(tmp_path)}
+    args = ["tune", "-b", "8", "-e", "64K", "-f", "8192", "--min-time", "0.01"]
+    outcomes = run_job(4, "link_figures.py", args, env=env, per_rank_env=TWO_HOSTS)
+    assert_all_succeeded(outcomes)
+    assert "across hosts (4 ranks on 2 hosts)" in outcomes[0].stdout, outcomes[0].stdout
+    assert all(o.result["code"] == 0 for o in outcomes)
+    written = json.loads(next(tmp_path.glob("link-*.json")).read_text())
+    assert written["latency_us"] > 0 and written["bandwidth_gbps"] > 0
+    assert set(written["times_us"]) == {"auto", "ring", "tree", "hierarchical"}
+
+
+def test_rank_0s_link_figures_count_on_every_rank(tmp_path):
+    from harness import assert_all_succeeded, run_job
+
+    from ringcomm import _tuning
+
+    # Rank 0 reads a link file (the others, told otherwise, must take rank 0's figures).
+    _tuning.write_link(tmp_path / _tuning.link_file_name(), 40e-6, 1.25e8, {})
+    env = {"RINGCOMM_TUNING_DIR": str(tmp_path)}
+    others = {r: dict(TWO_HOSTS[r], RINGCOMM_LINK_GBITS="100") for r in range(1, 4)}
+    outcomes = run_job(4, "link_figures.py", env=env, per_rank_env={0: TWO_HOSTS[0], **others})
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        assert outcome.result["latency"] == pytest.approx(40e-6, abs=1e-6), outcome.result
+        assert outcome.result["bandwidth"] == pytest.approx(1.25e8), outcome.result
+        assert outcome.result["chosen"] == "hierarchical"
+
+
+def test_the_link_is_measured_when_nothing_says_it():
+    from harness import assert_all_succeeded, run_job
+
+    outcomes = run_job(4, "link_figures.py", per_rank_env=TWO_HOSTS)
+    assert_all_succeeded(outcomes)
+    figures = {(o.result["latency"], o.result["bandwidth"]) for o in outcomes}
+    assert len(figures) == 1, figures  # every rank took rank 0's
+    latency, bandwidth = figures.pop()
+    assert 0 < latency < 0.1 and bandwidth > 1e6, (latency, bandwidth)
 
 
 def test_tuning_rules_ignore_noise():

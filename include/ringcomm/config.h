@@ -107,10 +107,11 @@ struct RINGCOMM_API Config {
   // The network between hosts as the cost model sees it (src/tuning), for choosing between the
   // flat and the hierarchical all-reduce and how the latter crosses hosts: one message's latency
   // (RINGCOMM_LINK_LATENCY_US) and what one host's link carries each way, in bytes per second
-  // (RINGCOMM_LINK_GBITS, in Gbit/s). 0: what `ringcomm-bench tune` measured across these hosts
-  // when it did (ringcomm/_tuning.py sets them), else the model's defaults (10 Gbit/s, 50 us).
-  // Every rank must see the same values: they pick the schedule, and ranks that pick apart fail
-  // with a MismatchError.
+  // (RINGCOMM_LINK_GBITS, in Gbit/s). 0: what `ringcomm-bench tune` measured from this host
+  // (its link file: ringcomm/_tuning.py sets them), else measured when a communicator spanning
+  // hosts is created (tuning/link_probe.h). Rank 0's figures count: it hands them to every rank
+  // at creation, so that all choose the same schedules; the communicator's config() then holds
+  // them.
   std::chrono::microseconds linkLatency{0};
   double linkBandwidth = 0;
 

@@ -55,7 +55,8 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def _rate(text: str) -> str:
+def link_rate(text: str) -> str:
+    """argparse type of --link-rate: tc's units, checked."""
     try:
         cluster.parse_rate(text)
     except ValueError as error:
@@ -211,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     several.add_argument(
         "--link-rate",
-        type=_rate,
+        type=link_rate,
         metavar="RATE",
         help="each host's link, each way, in tc's units (1gbit, 10gbit); default: unshaped",
     )

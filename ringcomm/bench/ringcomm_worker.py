@@ -132,7 +132,12 @@ def run(
     variants = None
     if len(plan.algorithms) > 1:
         variants = {a: group.with_algorithm(a) for a in plan.algorithms}
-    return run_plan(plan, group, progress, variants)
+    report = run_plan(plan, group, progress, variants)
+    if report is not None and comm.cross_size > 1:
+        # The network as the cost model took it (given, or measured at creation).
+        config = comm._core.config
+        report["link"] = {"latency_s": config.link_latency, "bytes_per_s": config.link_bandwidth}
+    return report
 
 
 def main(argv=None) -> int:

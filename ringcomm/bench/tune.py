@@ -12,6 +12,17 @@ alpha-beta fit of the ring's times: time = alpha + size / bandwidth) and the siz
 fastest algorithm changes (the crossovers). The fastest algorithm per size range goes into this
 host's tuning file for that world size (ringcomm/_tuning.py), which ringcomm.init() reads for
 ``algorithm="auto"`` from then on, whenever every rank is on this host.
+
+Across hosts:
+
+    mpirun -np 16 -hosts a,b ringcomm-bench tune   # (or srun, torchrun): a job across hosts
+    ringcomm-bench tune --hosts 2 -np 8 --link-rate 1gbit   # a simulated cluster, as the bench's
+
+times the flat ring and tree against the hierarchical schedule (and what auto runs) in that job,
+and prints the network's figures as the cost model took them (measured between the first two
+hosts when the communicator was created). Under a launcher, rank 0 writes them to its host's
+link file, which jobs whose rank 0 is on that host use instead of measuring at creation. A
+simulated cluster's links are not this host's network: nothing is written for it.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from typing import Optional, Sequence
 
 from ringcomm import _tuning
 from ringcomm.bench import machine
+from ringcomm.bench.cli import launched_as_rank, link_rate
 from ringcomm.bench.launchers import RUNNERS, report_file
 from ringcomm.bench.plan import Plan, run_deadline
 from ringcomm.bench.progress import SweepProgress
@@ -32,6 +44,8 @@ from ringcomm.bench.worker import progress_path
 
 # What each transport can run on one host (direct needs shared memory).
 ALGORITHMS = {"shm": ("direct", "ring", "tree"), "tcp": ("ring", "tree")}
+# Across hosts: the flat schedules against the one that knows the hosts, and auto's choice.
+ACROSS_HOSTS = ("auto", "ring", "tree", "hierarchical")
 _DEFAULT_BEGIN, _DEFAULT_END, _DEFAULT_FACTOR = "8", "64M", 4
 
 
@@ -83,18 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--output", help="tuning file (default: this host's, in the cache)")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
+    several = parser.add_argument_group("across hosts: a simulated cluster (see ringcomm-bench)")
+    several.add_argument("--hosts", type=int, metavar="H", help="spread the ranks over H hosts")
+    several.add_argument("--link-rate", type=link_rate, metavar="RATE", help="e.g. 1gbit")
+    several.add_argument("--mtu", type=int, default=1500, help="the links' MTU (default 1500)")
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    nranks = args.nranks or machine.cores()
-    if nranks < 2:
-        parser.error("tuning needs at least 2 ranks")
-    transports = [t.strip() for t in args.transports.split(",") if t.strip()]
-    if not transports or any(t not in ALGORITHMS for t in transports):
-        parser.error(f"--transports: choose from {', '.join(ALGORITHMS)}")
+def _sweep_sizes(args, parser) -> list[int]:
     try:
         largest = parse_size(args.maxbytes)
         sizes = sweep(parse_size(args.minbytes), largest, args.stepfactor)
@@ -105,6 +115,115 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # --maxbytes (-f 4) is a guess at --maxbytes. On the 2-core VM, 2 ranks, tree won at
         # 8 MiB by 6% and ring at 16 MiB by 11% (bench/RESULTS.md, Issue 13).
         sizes.append(largest)
+    return sizes
+
+
+def _across_hosts_plan(args, sizes: list[int], nranks: int) -> Plan:
+    return Plan(
+        collective="allreduce",
+        sizes=sizes,
+        algorithms=list(ACROSS_HOSTS),
+        min_time=args.min_time,
+        timeout=run_deadline(sizes, nranks) * len(ACROSS_HOSTS),
+    )
+
+
+def _print_across_hosts(times: dict, link: Optional[dict], where: str) -> None:
+    latency = bandwidth = None
+    if link:
+        latency, bandwidth = link["latency_s"] * 1e6, link["bytes_per_s"] / 1e9
+    forced = {a: t for a, t in times.items() if a != "auto"}
+    rules = _tuning.rules_from_times(forced)
+    source = "the link as the cost model took it: measured between the first two hosts"
+    _print_transport(f"across hosts ({where})", times, latency, bandwidth, rules, source)
+
+
+def _tune_simulated(args, parser, nranks: int) -> int:
+    """--hosts: the sweep across a simulated cluster; prints, writes nothing."""
+    from ringcomm.bench import cluster, netns
+
+    if args.hosts < 2 or nranks < args.hosts:
+        parser.error(f"--hosts {args.hosts} needs at least 2 hosts and a rank on each")
+    sizes = _sweep_sizes(args, parser)
+    plan = _across_hosts_plan(args, sizes, nranks)
+    try:
+        hosts = cluster.simulated(args.hosts, nranks, args.link_rate, args.mtu)
+        with hosts as made, tempfile.TemporaryDirectory(prefix="ringcomm-tune-") as workdir:
+            print(f"# ringcomm-bench tune: {made.describe()}, all-reduce of float32, "
+                  f"{len(sizes)} sizes {human(sizes[0])} .. {human(sizes[-1])}")  # fmt: skip
+            plan_path = Path(workdir) / "plan.json"
+            plan.save(plan_path)
+            outcome = RUNNERS["ringcomm"](plan, nranks, plan_path, Path(workdir), made)
+    except netns.NamespacesUnavailableError as error:
+        print(f"ringcomm-bench tune: --hosts: {error}", file=sys.stderr)
+        return 2
+    if not outcome.variants:
+        print(f"ringcomm-bench tune: {outcome.note or 'no results'}", file=sys.stderr)
+        return 1
+    times = {a: {r["size"]: r["time_us"] for r in rows} for a, rows in outcome.variants.items()}
+    _print_across_hosts(times, (outcome.report or {}).get("link"), "simulated")
+    print("\n# nothing written: a simulated cluster's links are not this host's network")
+    return 0
+
+
+def _tune_as_rank(args, parser) -> int:
+    """Under a launcher: this process is one rank of a job across hosts; rank 0 writes its host's
+    link file."""
+    import os
+
+    from ringcomm.bench import ringcomm_worker
+
+    output = Path(args.output) if args.output else _tuning.link_path()
+    # Measure the link afresh: an old link file would stand in for the measurement.
+    os.environ["RINGCOMM_TUNING_DIR"] = "off"
+    sizes = _sweep_sizes(args, parser)
+    comm = ringcomm_worker.connect(_across_hosts_plan(args, sizes, 1))
+    try:
+        if comm.cross_size < 2:
+            if comm.rank == 0:
+                print("ringcomm-bench tune: under a launcher tune measures a job across hosts; "
+                      "these ranks are all on one host: run ringcomm-bench tune from a shell "
+                      "there", file=sys.stderr)  # fmt: skip
+            return 2
+        report = ringcomm_worker.run(_across_hosts_plan(args, sizes, comm.size), comm)
+    finally:
+        comm.shutdown()
+    if report is None:
+        return 0
+    times = {a: {r["size"]: r["time_us"] for r in rows} for a, rows in report["variants"].items()}
+    _print_across_hosts(times, report["link"], f"{comm.size} ranks on {comm.cross_size} hosts")
+    if output is None:
+        print("# nothing written: tuning files are off (RINGCOMM_TUNING_DIR=off); give --output")
+        return 0
+    link = report["link"]
+    measured = {
+        "ranks": comm.size,
+        "hosts": comm.cross_size,
+        "times_us": {a: {str(s): t for s, t in by.items()} for a, by in times.items()},
+    }
+    _tuning.write_link(output, link["latency_s"], link["bytes_per_s"], measured)
+    print(f"\n# wrote {output}: jobs whose rank 0 is on this host take the link from it")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if (args.link_rate or args.mtu != 1500) and not args.hosts:
+        parser.error("--link-rate and --mtu shape a simulated cluster's links: add --hosts H")
+    if launched_as_rank():
+        if args.hosts:
+            parser.error("--hosts simulates hosts; under a launcher the launcher places the ranks")
+        return _tune_as_rank(args, parser)
+    nranks = args.nranks or machine.cores()
+    if nranks < 2:
+        parser.error("tuning needs at least 2 ranks")
+    if args.hosts:
+        return _tune_simulated(args, parser, nranks)
+    transports = [t.strip() for t in args.transports.split(",") if t.strip()]
+    if not transports or any(t not in ALGORITHMS for t in transports):
+        parser.error(f"--transports: choose from {', '.join(ALGORITHMS)}")
+    sizes = _sweep_sizes(args, parser)
     output = Path(args.output) if args.output else _tuning.path_for(nranks)
     if output is None:
         parser.error("tuning files are off (RINGCOMM_TUNING_DIR=off): give --output")
@@ -165,7 +284,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-def _print_transport(transport, times, alpha, bandwidth, rules) -> None:
+def _print_transport(transport, times, alpha, bandwidth, rules, source=None) -> None:
+    """``source``: where latency and bandwidth come from (default: a fit of the ring's times)."""
     algorithms = list(times)
     print(f"\n## {transport}: all-reduce time (us) per algorithm")
     print("| size | " + " | ".join(algorithms) + " | fastest |")
@@ -176,7 +296,8 @@ def _print_transport(transport, times, alpha, bandwidth, rules) -> None:
         print(f"| {size} | " + " | ".join(cells) + f" | {min(timed, key=timed.get)} |")
     latency = f"{alpha:.1f} us" if alpha is not None else "?"
     speed = f"{bandwidth:.2f} GB/s" if bandwidth is not None else "?"
-    print(f"# {transport}: latency {latency}, bandwidth {speed} (ring: time = alpha + size / bw)")
+    source = source or "ring: time = alpha + size / bw"
+    print(f"# {transport}: latency {latency}, bandwidth {speed} ({source})")
     print(f"# {transport} crossovers: {_sizes_text(rules)}")
 
 

@@ -26,10 +26,11 @@ def _create_backend(store, rank: int, size: int, timeout: timedelta):
 
     store = _per_attempt(store)
     secret, path = _job_secret(store, rank, size, timeout)
-    # algorithm="auto" follows this host's tuning file, as under ringcomm.init().
+    # algorithm="auto" follows this host's tuning and link files, as under ringcomm.init().
     rules = _tuning.rules_for(_core.Config.from_environment(), size)
+    latency, bandwidth = _tuning.load_link() or (0.0, 0.0)
     backend = extension().RingcommBackend(
-        store, rank, size, timeout, secret, rules["shm"], rules["tcp"]
+        store, rank, size, timeout, secret, rules["shm"], rules["tcp"], latency, bandwidth
     )
     if path is not None:  # every rank of the group has met: the file has served its purpose
         _secret.remove_host_secret(path)

@@ -383,37 +383,41 @@ class CommunicatorImpl : public Communicator {
 
  private:
   // Across hosts the cost model needs the network's latency and bandwidth (Config::linkLatency,
-  // linkBandwidth): what the configuration says, else measured now between the lowest ranks of
-  // the first two hosts (tuning/link_probe.h). Rank 0 publishes the figures and every rank takes
-  // them, so that all choose the same schedules. Duplicates inherit them with the configuration.
+  // linkBandwidth), and every rank must use the same figures to choose the same schedules: rank
+  // 0's. What its configuration says (RINGCOMM_LINK_*, or the link file `ringcomm-bench tune`
+  // wrote on its host), else measured now between it and the lowest rank of the second host
+  // (tuning/link_probe.h). Duplicates inherit them with the configuration.
   void settleLink() {
-    if (links_.hostCount < 2 || (config_.linkLatency.count() > 0 && config_.linkBandwidth > 0)) {
-      return;
-    }
+    if (links_.hostCount < 2) return;
     OperationLabel label;
     label.collective = "measuring the network between hosts";
     const Operation op(label, rank_, config_.timeout);
-    const int first = links_.hostRanks[0].front();
     const int second = links_.hostRanks[1].front();
-    const std::string key = "link";
-    if (rank_ == first || rank_ == second) {
-      const tuning::Link link =
-          tuning::probeLink(*transport_, rank_ == first ? second : first, rank_ == first, op);
-      if (rank_ == first) {
-        const std::string text = std::to_string(link.latencySeconds) + " " +
-                                 std::to_string(link.bytesPerSecond);
-        store_->set(key, Bytes(text.begin(), text.end()));
+    const auto text = [](const std::string& value) { return Bytes(value.begin(), value.end()); };
+    if (rank_ == 0) {
+      tuning::Link link{config_.linkLatency.count() / 1e6, config_.linkBandwidth};
+      const bool given = link.latencySeconds > 0 && link.bytesPerSecond > 0;
+      store_->set("link/probe", text(given ? "no" : "yes"));
+      if (!given) {
+        const tuning::Link measured = tuning::probeLink(*transport_, second, true, op);
+        if (link.latencySeconds <= 0) link.latencySeconds = measured.latencySeconds;
+        if (link.bytesPerSecond <= 0) link.bytesPerSecond = measured.bytesPerSecond;
+      }
+      store_->set("link", text(std::to_string(link.latencySeconds) + " " +
+                               std::to_string(link.bytesPerSecond)));
+    } else if (rank_ == second) {
+      const Bytes probe = store_->get("link/probe", op.remaining());
+      if (std::string(probe.begin(), probe.end()) == "yes") {
+        tuning::probeLink(*transport_, 0, false, op);
       }
     }
-    const Bytes value = store_->get(key, op.remaining());
-    std::istringstream text(std::string(value.begin(), value.end()));
+    const Bytes value = store_->get("link", op.remaining());
+    std::istringstream figures(std::string(value.begin(), value.end()));
     double latency = 0;
     double bandwidth = 0;
-    text >> latency >> bandwidth;
-    if (config_.linkLatency.count() == 0) {
-      config_.linkLatency = std::chrono::microseconds(std::max<int64_t>(1, latency * 1e6));
-    }
-    if (config_.linkBandwidth == 0) config_.linkBandwidth = bandwidth;
+    figures >> latency >> bandwidth;
+    config_.linkLatency = std::chrono::microseconds(std::max<int64_t>(1, latency * 1e6));
+    config_.linkBandwidth = bandwidth;
   }
 
   // Adasum has a schedule of its own (src/algorithms/adasum.h), on host memory: device buffers

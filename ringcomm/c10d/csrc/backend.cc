@@ -109,13 +109,18 @@ void requireSameDtype(const std::vector<at::Tensor>& tensors, const char* operat
 
 RingcommBackend::RingcommBackend(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
                                  int size, std::chrono::milliseconds timeout,
-                                 const std::string& secret, Rules shmRules, Rules tcpRules)
+                                 const std::string& secret, Rules shmRules, Rules tcpRules,
+                                 double linkLatency, double linkBandwidth)
     : ::c10d::Backend(rank, size) {
   Config config = Config::fromEnvironment();
   if (timeout.count() > 0) config.timeout = timeout;
   if (!secret.empty()) config.secret = secret;
   config.shmAllreduceRules = std::move(shmRules);
   config.tcpAllreduceRules = std::move(tcpRules);
+  if (config.linkLatency.count() == 0 && linkLatency > 0) {
+    config.linkLatency = std::chrono::microseconds(static_cast<int64_t>(linkLatency * 1e6));
+  }
+  if (config.linkBandwidth == 0) config.linkBandwidth = linkBandwidth;
   // torch gives each process group (and device) a store prefix of its own, so the communicator
   // meets under a fixed scope: ranks outside a subgroup create nothing for it.
   communicator_ = Communicator::createInScope(std::make_shared<TorchStoreAdapter>(store),

@@ -31,10 +31,12 @@ class RingcommBackend : public ::c10d::Backend {
 
   // secret: the job's (ringcomm/c10d/__init__.py settles it); empty: RINGCOMM_SECRET's.
   // shmRules, tcpRules: this host's tuning file's, as ringcomm.init() reads them
-  // (ringcomm/_tuning.py); empty: the cost model decides what "auto" runs.
+  // (ringcomm/_tuning.py); empty: the cost model decides what "auto" runs. linkLatency
+  // (seconds), linkBandwidth (bytes/s): this host's link file's (Config::linkLatency); 0: none.
   RingcommBackend(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                   std::chrono::milliseconds timeout, const std::string& secret,
-                  Rules shmRules = {}, Rules tcpRules = {});
+                  Rules shmRules = {}, Rules tcpRules = {}, double linkLatency = 0,
+                  double linkBandwidth = 0);
   ~RingcommBackend() override;
 
   const std::string getBackendName() const override { return "ringcomm"; }

@@ -31,9 +31,11 @@ c10::intrusive_ptr<RingcommBackend> createBackend(const c10::intrusive_ptr<::c10
                                                   std::chrono::milliseconds timeout,
                                                   const std::string& secret,
                                                   const NamedRules& shmRules,
-                                                  const NamedRules& tcpRules) {
+                                                  const NamedRules& tcpRules, double linkLatency,
+                                                  double linkBandwidth) {
   return c10::make_intrusive<RingcommBackend>(store, rank, size, timeout, secret,
-                                              parsedRules(shmRules), parsedRules(tcpRules));
+                                              parsedRules(shmRules), parsedRules(tcpRules),
+                                              linkLatency, linkBandwidth);
 }
 
 }  // namespace
@@ -44,14 +46,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       m, "RingcommBackend")
       .def(py::init([](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, const py::bytes& secret,
-                       const NamedRules& shmRules, const NamedRules& tcpRules) {
+                       const NamedRules& shmRules, const NamedRules& tcpRules, double linkLatency,
+                       double linkBandwidth) {
              std::string key = secret;
              py::gil_scoped_release release;
-             return createBackend(store, rank, size, timeout, key, shmRules, tcpRules);
+             return createBackend(store, rank, size, timeout, key, shmRules, tcpRules,
+                                  linkLatency, linkBandwidth);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::arg("secret"), py::arg("shm_allreduce_rules") = NamedRules{},
-           py::arg("tcp_allreduce_rules") = NamedRules{})
+           py::arg("tcp_allreduce_rules") = NamedRules{}, py::arg("link_latency") = 0.0,
+           py::arg("link_bandwidth") = 0.0)
       .def("transport_to",
            [](const RingcommBackend& backend, int peer) {
              return backend.communicator().transportTo(peer);
