@@ -65,9 +65,13 @@ def test_horovod_parity(size):
         assert any(o.result["seen_pending"][operation] for o in outcomes), operation
 
 
-@pytest.mark.parametrize("size", [1, 2, 3])
+# 4: two hosts of two ranks (RINGCOMM_HOSTID), so that process sets span hosts or stay on one.
+@pytest.mark.parametrize("size", [1, 2, 3, 4])
 def test_process_sets(size):
-    outcomes = run_job(size, "horovod_process_sets.py", deadline=240)
+    hosts = {rank: {"RINGCOMM_HOSTID": f"host-{rank // 2}"} for rank in range(4)}
+    outcomes = run_job(
+        size, "horovod_process_sets.py", deadline=240, per_rank_env=hosts if size == 4 else None
+    )
     assert_all_succeeded(outcomes)
     for outcome in outcomes:
         assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"])

@@ -382,42 +382,17 @@ class CommunicatorImpl : public Communicator {
   }
 
  private:
-  // Across hosts the cost model needs the network's latency and bandwidth (Config::linkLatency,
-  // linkBandwidth), and every rank must use the same figures to choose the same schedules: rank
-  // 0's. What its configuration says (RINGCOMM_LINK_*, or the link file `ringcomm-bench tune`
-  // wrote on its host), else measured now between it and the lowest rank of the second host
-  // (tuning/link_probe.h). Duplicates inherit them with the configuration.
+  // Across hosts: the network's figures every rank's cost model takes (tuning/link_probe.h).
   void settleLink() {
     if (links_.hostCount < 2) return;
     OperationLabel label;
     label.collective = "measuring the network between hosts";
     const Operation op(label, rank_, config_.timeout);
-    const int second = links_.hostRanks[1].front();
-    const auto text = [](const std::string& value) { return Bytes(value.begin(), value.end()); };
-    if (rank_ == 0) {
-      tuning::Link link{config_.linkLatency.count() / 1e6, config_.linkBandwidth};
-      const bool given = link.latencySeconds > 0 && link.bytesPerSecond > 0;
-      store_->set("link/probe", text(given ? "no" : "yes"));
-      if (!given) {
-        const tuning::Link measured = tuning::probeLink(*transport_, second, true, op);
-        if (link.latencySeconds <= 0) link.latencySeconds = measured.latencySeconds;
-        if (link.bytesPerSecond <= 0) link.bytesPerSecond = measured.bytesPerSecond;
-      }
-      store_->set("link", text(std::to_string(link.latencySeconds) + " " +
-                               std::to_string(link.bytesPerSecond)));
-    } else if (rank_ == second) {
-      const Bytes probe = store_->get("link/probe", op.remaining());
-      if (std::string(probe.begin(), probe.end()) == "yes") {
-        tuning::probeLink(*transport_, 0, false, op);
-      }
-    }
-    const Bytes value = store_->get("link", op.remaining());
-    std::istringstream figures(std::string(value.begin(), value.end()));
-    double latency = 0;
-    double bandwidth = 0;
-    figures >> latency >> bandwidth;
-    config_.linkLatency = std::chrono::microseconds(std::max<int64_t>(1, latency * 1e6));
-    config_.linkBandwidth = bandwidth;
+    const tuning::Link link =
+        tuning::agreeOnLink(*transport_, *store_, rank_, links_.hostRanks[1].front(), config_, op);
+    config_.linkLatency =
+        std::chrono::microseconds(std::max<int64_t>(1, link.latencySeconds * 1e6));
+    config_.linkBandwidth = link.bytesPerSecond;
   }
 
   // Adasum has a schedule of its own (src/algorithms/adasum.h), on host memory: device buffers

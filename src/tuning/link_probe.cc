@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -62,6 +64,31 @@ Link probeLink(transport::Transport& transport, int peer, bool initiator, const 
   link.latencySeconds = median / 2;
   link.bytesPerSecond = kExchangeBytes / std::max(exchange - link.latencySeconds, 1e-9);
   return link;
+}
+
+Link agreeOnLink(transport::Transport& transport, Store& store, int rank, int secondHostRank,
+                 const Config& config, const Operation& op) {
+  const auto text = [](const std::string& value) { return Bytes(value.begin(), value.end()); };
+  if (rank == 0) {
+    Link link{config.linkLatency.count() / 1e6, config.linkBandwidth};
+    const bool given = link.latencySeconds > 0 && link.bytesPerSecond > 0;
+    store.set("link/probe", text(given ? "no" : "yes"));
+    if (!given) {
+      const Link measured = probeLink(transport, secondHostRank, true, op);
+      if (link.latencySeconds <= 0) link.latencySeconds = measured.latencySeconds;
+      if (link.bytesPerSecond <= 0) link.bytesPerSecond = measured.bytesPerSecond;
+    }
+    store.set("link", text(std::to_string(link.latencySeconds) + " " +
+                           std::to_string(link.bytesPerSecond)));
+  } else if (rank == secondHostRank) {
+    const Bytes probe = store.get("link/probe", op.remaining());
+    if (std::string(probe.begin(), probe.end()) == "yes") probeLink(transport, 0, false, op);
+  }
+  const Bytes value = store.get("link", op.remaining());
+  std::istringstream figures(std::string(value.begin(), value.end()));
+  Link agreed;
+  figures >> agreed.latencySeconds >> agreed.bytesPerSecond;
+  return agreed;
 }
 
 }  // namespace ringcomm::tuning
