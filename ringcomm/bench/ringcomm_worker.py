@@ -110,9 +110,11 @@ class RingcommGroup:
         the cost model's)."""
         if collective != "allreduce":
             return {}
-        if self.compression:
-            return {"algorithm": f"ring+{self.compression}"}
         chosen = self.algorithm if self.algorithm != "auto" else self.comm.choose_algorithm(nbytes)
+        if self.compression:
+            # The codec travels with the ring, across hosts in the hierarchical schedule.
+            carrier = chosen if chosen == "hierarchical" else "ring"
+            return {"algorithm": f"{carrier}+{self.compression}"}
         return {"algorithm": chosen}
 
 

@@ -28,3 +28,10 @@ def contiguous_for_in_place(tensor: torch.Tensor, operation: str) -> torch.Tenso
     if not tensor.is_contiguous():
         raise ValueError(f"{operation}: Tensor is required to be contiguous.")
     return tensor
+
+
+def check_scalable(tensor: torch.Tensor, prescale: float, postscale: float) -> None:
+    """prescale_factor / postscale_factor apply to every type the core scales: all but bool
+    (Horovod's CPU path refuses bool too, from its background thread)."""
+    if tensor.dtype == torch.bool and (prescale != 1.0 or postscale != 1.0):
+        raise ValueError("prescale_factor/postscale_factor need a numeric tensor; got torch.bool")

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "algorithms/plan.h"
+#include "algorithms/ring.h"
 #include "common/cpu_share.h"
 #include "common/deadline.h"
 #include "common/tags.h"
@@ -35,13 +36,16 @@ class DirectGroup {
   size_t slotBytes() const { return segments_.slotBytes(); }
 
   // This host's part of a hierarchical all-reduce (hierarchical.h), through each other's memory:
-  // local rank j reduces blocks[j] of every local rank's input into its own output, hands that
-  // slice to `across` (which combines it with the other hosts' and leaves the result in place),
-  // then writes it into every local peer's output. Returns false, having moved nothing, when the
-  // ranks cannot reach each other's memory or the lowest asked them to stage (stageInstead());
-  // the caller then runs those steps over the transport. `reduceOp` must not be Avg: the average
-  // is over every host's ranks, which `across` knows.
-  using SliceStep = std::function<void(uint8_t* slice, const plan::Block& block)>;
+  // local rank j reduces blocks[j] of every local rank's input into its own output and writes
+  // the result into every local peer's output, segment by segment as `across` asks through the
+  // hooks it is given (produce: reduce a segment of the slice over this host; consume: write the
+  // final segment into the peers' outputs), while it combines the slice with the other hosts'.
+  // Returns false, having moved nothing, when the ranks cannot reach each other's memory or the
+  // lowest asked them to stage (stageInstead()); the caller then runs those steps over the
+  // transport. `reduceOp` must not be Avg: the average is over every host's ranks, which
+  // `across` knows.
+  using SliceStep = std::function<void(uint8_t* slice, const plan::Block& block,
+                                       const SegmentHooks& withinHost)>;
   bool allreduceAcrossHosts(const Operation& op, const MessageTag& tag, const void* input,
                             void* output, size_t count, DataType type, ReduceOp reduceOp,
                             const std::vector<plan::Block>& blocks, const SliceStep& across);

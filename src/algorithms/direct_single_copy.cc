@@ -243,26 +243,28 @@ bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
       accessPeer(peer, true, remote, source, n * element, op);
     }
   };
-  const auto eachChunk = [&](const auto& step) {
-    for (size_t done = 0; done < own.count; done += chunkCount) {
-      step((own.offset + done) * element, std::min(chunkCount, own.count - done));
-    }
-  };
   if (across == nullptr) {
     // Each reduced chunk goes to the peers while it is still in the cache.
     trace::Span span(trace::Phase::Reduce, "this rank's slice, into every peer's output");
-    eachChunk([&](size_t at, size_t n) {
+    for (size_t done = 0; done < own.count; done += chunkCount) {
+      const size_t at = (own.offset + done) * element;
+      const size_t n = std::min(chunkCount, own.count - done);
       reduceChunk(at, n);
       pushChunk(at, n);
-    });
-  } else {
-    {
-      trace::Span span(trace::Phase::Reduce, "this rank's slice of the host");
-      eachChunk(reduceChunk);
     }
-    if (own.count > 0) (*across)(out + own.offset * element, own);
-    trace::Span span(trace::Phase::Gather, "this rank's slice, into every local peer's output");
-    eachChunk(pushChunk);
+  } else if (own.count > 0) {
+    // Segment by segment as the exchange across hosts reaches each, so that these copies
+    // overlap the network's transfers. Segments are in elements of this rank's slice.
+    const auto inChunks = [&](const auto& step) {
+      return [&, step](const plan::Block& segment) {
+        for (size_t done = 0; done < segment.count; done += chunkCount) {
+          step((own.offset + segment.offset + done) * element,
+               std::min(chunkCount, segment.count - done));
+        }
+      };
+    };
+    trace::Span span(trace::Phase::Reduce, "this rank's slice, with the other hosts");
+    (*across)(out + own.offset * element, own, SegmentHooks{inChunks(reduceChunk), inChunks(pushChunk)});
   }
   publish(Phase::Done, round + 1);
   waitForAll(Phase::Done, round + 1, op);

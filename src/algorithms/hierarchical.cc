@@ -55,15 +55,26 @@ ReduceOp partialOp(ReduceOp op) {
 
 // Combines `count` elements at `data` with the same elements of the other ranks of `group`
 // (one rank per host), leaving the result in place on every member.
+// Combines `count` elements at `data` with the same elements of the other ranks of `group`
+// (one rank per host), leaving the result in place on every member. `hooks` produce the
+// elements within this host before the ring first reads them and take them once final
+// (SegmentHooks); the tree, which does not pipeline, produces all first and hands all over last.
 void combineAcross(const Context& group, void* data, size_t count, const AllreduceOptions& o,
-                   const CrossHost& cross) {
-  if (group.size <= 1) return;
+                   const CrossHost& cross, const SegmentHooks& hooks = {}) {
+  const plan::Block whole{0, count};
   trace::Span span(trace::Phase::Collective, "across hosts");
-  if (cross.algorithm == Algorithm::Tree && o.compression == Compression::None) {
+  if (group.size > 1 && cross.algorithm == Algorithm::Ring) {
+    ringAllreduce(group, data, data, count, o.type, partialOp(o.op), o.compression, 1.0, 1.0,
+                  &hooks);
+    return;
+  }
+  if (hooks.produce) hooks.produce(whole);
+  if (group.size > 1 && o.compression == Compression::None) {
     treeAllreduce(group, data, data, count, o.type, partialOp(o.op));
-  } else {
+  } else if (group.size > 1) {
     ringAllreduce(group, data, data, count, o.type, partialOp(o.op), o.compression);
   }
+  if (hooks.consume) hooks.consume(whole);
 }
 
 // Large vectors: every local rank reduces, carries across and shares back a slice of its own.
@@ -74,9 +85,15 @@ void allreduceBySlices(const Context& ctx, const HostLayout& layout, DirectGroup
   const plan::HostSlices slices =
       plan::planHostSlices(layout.hosts, layout.host, layout.localRank, o.count);
   const Context across = ctx.subgroup(slices.across);
-  const auto finishSlice = [&](uint8_t* slice, const plan::Block& block) {
-    combineAcross(across, slice, block.count, o, cross);
-    reduce::finishAverage(slice, block.count, o.type, o.op, ctx.size);
+  // Each final segment is averaged over every rank before this host's ranks get it.
+  const auto finishSlice = [&](uint8_t* slice, const plan::Block& block,
+                               const SegmentHooks& withinHost) {
+    SegmentHooks hooks{withinHost.produce, [&](const plan::Block& segment) {
+                         reduce::finishAverage(slice + segment.offset * element, segment.count,
+                                               o.type, o.op, ctx.size);
+                         if (withinHost.consume) withinHost.consume(segment);
+                       }};
+    combineAcross(across, slice, block.count, o, cross, hooks);
   };
   if (hostGroup != nullptr &&
       hostGroup->allreduceAcrossHosts(ctx.op, ctx.tag, input, out, o.count, o.type, partialOp(o.op),
@@ -89,7 +106,7 @@ void allreduceBySlices(const Context& ctx, const HostLayout& layout, DirectGroup
   const Context local = ctx.subgroup(layout.hosts[layout.host]);
   ringReduceScatter(local, out, slices.local, o.type, partialOp(o.op));
   const plan::Block own = slices.local[layout.localRank];
-  if (!slices.across.empty() && own.count > 0) finishSlice(out + own.offset * element, own);
+  if (!slices.across.empty() && own.count > 0) finishSlice(out + own.offset * element, own, {});
   ringAllgather(local, out, slices.local, o.type);
 }
 

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <utility>
 #include <vector>
 
@@ -82,10 +83,10 @@ class Wire {
   }
 
   // Posts the send of a segment already in wire form (all-gather forwards what it received).
-  void forward(const Block& segment) {
+  Transport::Request forward(const Block& segment) {
     uint8_t* data = ring_.compressed() ? reinterpret_cast<uint8_t*>(wireAt(segment.offset))
                                        : base_ + segment.offset * ring_.element;
-    ctx_.send(ring_.right, data, segment.count * ring_.wireElement);
+    return ctx_.send(ring_.right, data, segment.count * ring_.wireElement);
   }
 
   // Where a segment of the working buffer arrives in wire form.
@@ -154,8 +155,17 @@ std::vector<Block> equalBlocks(size_t perRank, int parts) {
 }
 
 void ringReduceScatter(const Context& ctx, void* buffer, const std::vector<Block>& blocks,
-                       DataType type, ReduceOp op, Compression compression) {
-  if (ctx.size == 1) return;
+                       DataType type, ReduceOp op, Compression compression,
+                       const SegmentHooks* hooks) {
+  // Each block is first read once: block r-1 by step 0's send, every other one by its first
+  // reduction (steps 0..p-2 receive blocks r-2, r-3, ..., r). That is where it is produced.
+  const auto produce = [hooks](const Block& segment) {
+    if (hooks != nullptr && hooks->produce) hooks->produce(segment);
+  };
+  if (ctx.size == 1) {
+    for (const Block& block : blocks) produce(block);
+    return;
+  }
   trace::Span phase(trace::Phase::ReduceScatter, "ring");
   const Ring ring(ctx, type, compression);
   const int p = ring.size;
@@ -179,7 +189,10 @@ void ringReduceScatter(const Context& ctx, void* buffer, const std::vector<Block
 
   // Step 0 sends this rank's own contribution to block r-1; later steps forward what arrived.
   const Block first = blocks[plan::ringReduceScatterStep(ctx.rank, p, 0).sendBlock];
-  for (const Block& segment : plan::segmentsOf(first, ring.segmentCount)) wire.send(segment);
+  for (const Block& segment : plan::segmentsOf(first, ring.segmentCount)) {
+    produce(segment);
+    wire.send(segment);
+  }
   std::vector<Posted> current = postReceives(0);
   for (int step = 0; step < p - 1; ++step) {
     std::vector<Posted> next;
@@ -188,6 +201,7 @@ void ringReduceScatter(const Context& ctx, void* buffer, const std::vector<Block
     for (const Posted& posted : current) {
       ctx.wait(posted.request);
       const uint8_t* theirs = scratch[step % 2] + (posted.segment.offset - block.offset) * ring.wireElement;
+      produce(posted.segment);
       wire.reduceInto(posted.segment, theirs, type, op);
       if (step + 1 < p - 1) wire.send(posted.segment);
     }
@@ -199,16 +213,30 @@ void ringReduceScatter(const Context& ctx, void* buffer, const std::vector<Block
 }
 
 void ringAllgather(const Context& ctx, void* buffer, const std::vector<Block>& blocks,
-                   DataType type, Compression compression) {
-  if (ctx.size == 1) return;
+                   DataType type, Compression compression, const SegmentHooks* hooks) {
+  const bool consuming = hooks != nullptr && static_cast<bool>(hooks->consume);
+  if (ctx.size == 1) {
+    if (consuming) hooks->consume(blocks[ctx.rank]);
+    return;
+  }
   trace::Span phase(trace::Phase::Gather, "ring");
   const Ring ring(ctx, type, compression);
   const int p = ring.size;
   Wire wire(ctx, ring, static_cast<uint8_t*>(buffer), totalCount(blocks));
+  // Final segments whose onward send may still read them: consumed once it has gone.
+  std::deque<Posted> onward;
+  const auto consumeSent = [&](bool all) {
+    while (consuming && !onward.empty() &&
+           (all || ctx.transport.isDone(onward.front().request))) {
+      ctx.wait(onward.front().request);
+      hooks->consume(onward.front().segment);
+      onward.pop_front();
+    }
+  };
 
   wire.roundToWire(blocks[ctx.rank]);
   for (const Block& segment : plan::segmentsOf(blocks[ctx.rank], ring.segmentCount)) {
-    wire.forward(segment);
+    onward.push_back({segment, wire.forward(segment)});
   }
   for (int step = 0; step < p - 1; ++step) {
     const Block block = blocks[plan::ringAllgatherStep(ctx.rank, p, step).recvBlock];
@@ -219,24 +247,34 @@ void ringAllgather(const Context& ctx, void* buffer, const std::vector<Block>& b
     }
     for (const Posted& arrived : posted) {
       ctx.wait(arrived.request);
-      if (step + 1 < p - 1) wire.forward(arrived.segment);
+      const bool forwarded = step + 1 < p - 1;
+      Transport::Request sent;
+      if (forwarded) sent = wire.forward(arrived.segment);
       wire.land(arrived.segment);
+      if (!consuming) continue;
+      if (forwarded) {
+        onward.push_back({arrived.segment, sent});
+      } else {
+        hooks->consume(arrived.segment);
+      }
+      consumeSent(false);
     }
   }
   ctx.waitAll();
+  consumeSent(true);
 }
 
 void ringAllreduce(const Context& ctx, const void* input, void* output, size_t count,
                    DataType type, ReduceOp op, Compression compression, double prescale,
-                   double postscale) {
+                   double postscale, const SegmentHooks* hooks) {
   if (input != output) {
     trace::Span span(trace::Phase::Copy, "input to output");
     copyBytes(output, input, count * elementSize(type));
   }
   codec::scale(output, count, type, prescale);
   const std::vector<Block> blocks = evenBlocks(count, ctx.size);
-  ringReduceScatter(ctx, output, blocks, type, op, compression);
-  ringAllgather(ctx, output, blocks, type, compression);
+  ringReduceScatter(ctx, output, blocks, type, op, compression, hooks);
+  ringAllgather(ctx, output, blocks, type, compression, hooks);
   codec::scale(output, count, type, postscale);
 }
 

@@ -20,7 +20,9 @@ void decode(const uint16_t* wire, float* destination, size_t count, Compression 
 void decodeAccumulate(const uint16_t* wire, float* destination, size_t count,
                       Compression compression);
 
-// buffer[i] *= factor, in the buffer's own precision (float32 or float64).
+// buffer[i] *= factor, as Horovod scales (prescale_factor, postscale_factor): float32 and float64
+// in their own precision, float16 and bfloat16 in float32, integers in float64 truncated toward
+// zero (saturating beyond their range). Bool data throws InvalidArgument.
 void scale(void* buffer, size_t count, DataType type, double factor);
 
 }  // namespace ringcomm::codec

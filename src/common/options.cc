@@ -105,10 +105,8 @@ void AllreduceOptions::validate() const {
                             toString(algorithm) + "'");
     }
   }
-  if ((prescale != 1.0 || postscale != 1.0) && type != DataType::Float32 &&
-      type != DataType::Float64) {
-    throw InvalidArgument(std::string("allreduce: prescale/postscale need float32 or float64 data; got ") +
-                          toString(type));
+  if ((prescale != 1.0 || postscale != 1.0) && type == DataType::Bool) {
+    throw InvalidArgument("allreduce: prescale/postscale need numbers; got bool data");
   }
   validateAdasum(*this);
 }

@@ -18,7 +18,8 @@ import ringcomm.torch as hvd  # noqa: E402
 from ringcomm import _devices  # noqa: E402
 from ringcomm.torch.compression import Compressor  # noqa: E402
 
-hvd.init()
+evens_set = hvd.ProcessSet([r for r in range(int(os.environ["RINGCOMM_WORLD_SIZE"])) if r % 2 == 0])
+hvd.init(process_sets=[evens_set] if int(os.environ["RINGCOMM_WORLD_SIZE"]) > 1 else [])
 rank, size = hvd.rank(), hvd.size()
 failures = Failures()
 check, case = failures.check, failures.case
@@ -486,7 +487,110 @@ def step_after_synchronize_warns():
     check("skip_synchronize: no warning", not caught, [str(w.message) for w in caught])
 
 
+# Every type Horovod scales, as it scales them: integers in float64 truncated toward zero, float16
+# (and bfloat16) in float32, the others in their own precision (issue 26).
+SCALED_TYPES = [
+    torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64,
+    torch.float16, torch.bfloat16, torch.float32, torch.float64,
+]  # fmt: skip
+
+
+def horovod_scaled(tensor, factor):
+    """What Horovod's ScaleBuffer makes of ``tensor``, computed with torch."""
+    if not tensor.dtype.is_floating_point:
+        return (tensor.double() * factor).to(tensor.dtype)
+    if tensor.dtype in (torch.float16, torch.bfloat16):
+        return (tensor.float() * torch.tensor(factor, dtype=torch.float32)).to(tensor.dtype)
+    return tensor * torch.tensor(factor, dtype=tensor.dtype)
+
+
+def scaled_reference(inputs, pre, post, dtype, ranks):
+    """The float64 sum over ``ranks`` of each rank's prescaled input, postscaled, in ``dtype``.
+    The inputs are chosen so that every partial sum is exact in ``dtype``: the reference holds
+    whatever order the schedule adds in."""
+    total = sum(horovod_scaled(inputs(r).to(dtype), pre).double() for r in ranks)
+    return horovod_scaled(total.to(dtype), post)
+
+
+def same(got, want) -> bool:
+    return got.dtype == want.dtype and torch.equal(got, want)
+
+
+def integer_and_narrow_scaling():
+    def inputs(r):
+        # Small integers, signed where the type is: their scaled values truncate (3 * 0.75 =
+        # 2.25 -> 2, -3 * 0.75 -> -2) and their sums stay exact in every type.
+        values = torch.arange(12, dtype=torch.float64) % 7 - 3 + r
+        return values.abs() if r % 2 else values
+
+    pre, post = 0.75, 0.5
+    everyone = list(range(size))
+    for dtype in SCALED_TYPES:
+        # uint8 has no negative values to truncate toward zero.
+        source = (lambda r: inputs(r).abs()) if dtype == torch.uint8 else inputs
+        mine = source(rank).to(dtype)
+        want = scaled_reference(source, pre, post, dtype, everyone)
+        name = str(dtype).replace("torch.", "")
+        got = hvd.allreduce(mine, op=hvd.Sum, prescale_factor=pre, postscale_factor=post)
+        check(f"scaling/{name}/allreduce", same(got, want), (got, want))
+        handle = hvd.allreduce_async(mine, op=hvd.Sum, prescale_factor=pre, postscale_factor=post)
+        got = hvd.synchronize(handle)
+        check(f"scaling/{name}/allreduce_async", same(got, want), (got, want))
+        # Fused with other tensors of its type: the fusion buffer is scaled as one.
+        got = hvd.grouped_allreduce(
+            [mine, mine + 1], op=hvd.Sum, prescale_factor=pre, postscale_factor=post
+        )
+        shifted = scaled_reference(lambda r, f=source: f(r) + 1, pre, post, dtype, everyone)
+        check(f"scaling/{name}/grouped", same(got[0], want) and same(got[1], shifted), (got, want))
+        inplace = mine.clone()
+        hvd.allreduce_(inplace, op=hvd.Sum, prescale_factor=pre, postscale_factor=post)
+        check(f"scaling/{name}/allreduce_", same(inplace, want), (inplace, want))
+        # fp16 compression casts floating-point tensors only, as Horovod's compressor does.
+        got = hvd.allreduce(
+            mine,
+            op=hvd.Sum,
+            prescale_factor=pre,
+            postscale_factor=post,
+            compression=hvd.Compression.fp16,
+        )
+        if not dtype.is_floating_point:
+            check(f"scaling/{name}/compressed", same(got, want), (got, want))
+        # reducescatter: this rank's rows of the same sum.
+        rows = torch.stack([mine] * size)
+        part = hvd.reducescatter(rows, op=hvd.Sum, prescale_factor=pre, postscale_factor=post)
+        check(f"scaling/{name}/reducescatter", same(part, want.unsqueeze(0)), (part, want))
+        parts = hvd.grouped_reducescatter(
+            [rows], op=hvd.Sum, prescale_factor=pre, postscale_factor=post
+        )
+        check(f"scaling/{name}/grouped_reducescatter", same(parts[0], want.unsqueeze(0)), parts)
+        # A process set of the even ranks.
+        if size > 1 and rank % 2 == 0:
+            evens = [r for r in range(size) if r % 2 == 0]
+            got = hvd.allreduce(
+                mine, op=hvd.Sum, prescale_factor=pre, postscale_factor=post, process_set=evens_set
+            )
+            want_evens = scaled_reference(source, pre, post, dtype, evens)
+            check(f"scaling/{name}/process set", same(got, want_evens), (got, want_evens))
+
+    # Rounding: one rank contributes, so the sum is its scaled value, rounded once as Horovod
+    # rounds it (float16 and bfloat16 in float32; float32 with the factor rounded to float32).
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.int32, torch.int64):
+        values = torch.tensor([1.0, 3.0, -7.0, 100.0, 1234.0, -999.0]).to(dtype)
+        mine = values if rank == 0 else torch.zeros_like(values)
+        got = hvd.allreduce(mine, op=hvd.Sum, prescale_factor=0.1, postscale_factor=1 / 3)
+        want = horovod_scaled(horovod_scaled(values, 0.1), 1 / 3)
+        name = str(dtype).replace("torch.", "")
+        check(f"scaling/{name}/rounding", torch.equal(got, want), (got, want))
+    raises(
+        "scaling/bool",
+        ValueError,
+        lambda: hvd.allreduce(torch.ones(3, dtype=torch.bool), prescale_factor=2.0),
+        "torch.bool",
+    )
+
+
 for name, body in [
+    ("integer and 16-bit scaling", integer_and_narrow_scaling),
     ("grouped and async", grouped_and_async_forms),
     ("gradients", gradients),
     ("sparse", sparse),

@@ -17,9 +17,10 @@ from ringcomm.torch import autograd, handles, requests
 from ringcomm.torch.compression import Compression, is_none, wire_codec
 from ringcomm.torch.process_sets import Member, global_process_set, member
 from ringcomm.torch.reduce_ops import Adasum, Average, Sum, check_adasum, resolve_op
-from ringcomm.torch.tensors import checked, contiguous_for_in_place
+from ringcomm.torch.tensors import check_scalable, checked, contiguous_for_in_place
 
-_SCALABLE = (torch.float32, torch.float64)
+# What the built-in 16-bit compressors narrow on the wire (float64 is narrowed first).
+_CODEC_TYPES = (torch.float32, torch.float64)
 
 
 class Started:
@@ -59,7 +60,7 @@ def start(
             tensor, in_place, op, compression, prescale_factor, postscale_factor, name
         )
     _check_scaling(tensor, prescale_factor, postscale_factor)
-    if tensor.dtype not in _SCALABLE or op not in (Sum, Average):
+    if tensor.dtype not in _CODEC_TYPES or op not in (Sum, Average):
         codec = None  # the codecs carry float sums; anything else travels as it is
     if codec is not None and _casts_for_codec(tensor):
         return _start_cast_on_device(
@@ -122,10 +123,9 @@ def _start_cast_on_device(tensor, in_place, op, compression, prescale, postscale
 
 
 def _check_scaling(tensor: torch.Tensor, prescale: float, postscale: float) -> None:
-    if tensor.dtype not in _SCALABLE and (prescale != 1.0 or postscale != 1.0):
-        raise ValueError(
-            f"prescale_factor/postscale_factor need a float32 or float64 tensor; got {tensor.dtype}"
-        )
+    """The core scales every type as Horovod does (src/codec/codec.h): integers in float64,
+    truncated; 16-bit floats in float32; the others in their own precision. Not bool."""
+    check_scalable(tensor, prescale, postscale)
 
 
 def submit(target: Member, started: Sequence[Started], results) -> int:

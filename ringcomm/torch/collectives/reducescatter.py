@@ -17,20 +17,14 @@ from ringcomm.torch import autograd, handles, requests
 from ringcomm.torch.compression import Compression
 from ringcomm.torch.process_sets import global_process_set, member
 from ringcomm.torch.reduce_ops import Average
-from ringcomm.torch.tensors import checked
-
-_SCALABLE = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_CORE_SCALABLE = (torch.float32, torch.float64)
+from ringcomm.torch.tensors import check_scalable, checked
 
 
 def _checked_for_reducescatter(tensor, prescale_factor, postscale_factor) -> torch.Tensor:
     tensor = checked(tensor).detach().contiguous()
     if tensor.dim() == 0:
         raise ValueError("Reducescatter does not support scalar inputs")
-    if tensor.dtype not in _SCALABLE and (prescale_factor != 1.0 or postscale_factor != 1.0):
-        raise ValueError(
-            f"prescale_factor/postscale_factor need a floating-point tensor; got {tensor.dtype}"
-        )
+    check_scalable(tensor, prescale_factor, postscale_factor)
     return tensor
 
 
@@ -39,24 +33,21 @@ def _start(process_set, tensors, names, op, prescale_factor, postscale_factor) -
     requests and what gives, once they completed, this rank's rows of each, on its device."""
     target = member(process_set, "Reducescatter")
     tensors = [_checked_for_reducescatter(t, prescale_factor, postscale_factor) for t in tensors]
-    # The core scales float32 and float64 (so that ranks agree on the factors too); 16-bit
-    # floats are scaled here, as Horovod does, in their own precision.
-    in_core = all(t.dtype in _CORE_SCALABLE for t in tensors)
-    if not in_core and prescale_factor != 1.0:
-        tensors = [t * prescale_factor for t in tensors]
-    pre, post = (prescale_factor, postscale_factor) if in_core else (1.0, 1.0)
+    # The core scales (as Horovod does, every type: src/codec/codec.h), so that ranks agree on
+    # the factors too.
     queued = requests.submit(
         target.queue,
-        [requests.reducescatter(t, op, pre, post, n) for t, n in zip(tensors, names)],
+        [
+            requests.reducescatter(t, op, prescale_factor, postscale_factor, n)
+            for t, n in zip(tensors, names)
+        ],
         tuple(tensors),
     )
 
     def results() -> list:
-        kept = []
-        for q, t in zip(queued, tensors):
-            rows = requests.rows_tensor(q, t, q.work.rows[target.rank])
-            kept.append(rows if in_core or postscale_factor == 1.0 else rows * postscale_factor)
-        return kept
+        return [
+            requests.rows_tensor(q, t, q.work.rows[target.rank]) for q, t in zip(queued, tensors)
+        ]
 
     return queued, results
 
