@@ -7,7 +7,10 @@ raises its own typed errors (``ringcomm.MismatchError``, ``TimeoutError``, ``Tra
 fails raises an error of both kinds: its class derives from ``HorovodInternalError`` and from the
 ringcomm error's class, and it keeps that error's fields (``.peer``, ``.operation``,
 ``.elapsed``). So ``except hvd.HorovodInternalError`` and ``except ringcomm.MismatchError`` both
-catch it. Bad arguments stay ValueError / TypeError, as in Horovod.
+catch it. Bad arguments stay ValueError / TypeError, as in Horovod; where Horovod raises another
+type for a request (a RuntimeError for one it cannot run, a ValueError for a tensor it does not
+take), ringcomm.torch raises a class deriving from both its old type and Horovod's, so that code
+written for either catches it. docs/errors.md lists them.
 """
 
 from __future__ import annotations
@@ -41,6 +44,18 @@ class NotInitializedError(HorovodInternalError, ValueError):
         super().__init__(message)
 
 
+class UnsupportedRequestError(HorovodInternalError, ValueError):
+    """A request Horovod refuses with a HorovodInternalError (a RuntimeError): reducescatter with
+    Adasum, Adasum of integer tensors, an unknown reduction, a request the queue's thread could
+    not run. Also a ValueError, as ringcomm raised before."""
+
+
+class UnsupportedTensorError(TypeError, ValueError):
+    """A tensor ringcomm.torch does not take (another device, a sparse tensor given to a dense
+    collective, a dtype it does not carry): Horovod's ValueError ("Tensor type ... is not
+    supported."), and the TypeError ringcomm raised before."""
+
+
 # ringcomm error class -> its subclass that is also a HorovodInternalError
 _both_kinds: dict = {}
 
@@ -53,10 +68,17 @@ def _horovod_kind_of(cls: type) -> type:
     return both
 
 
-def as_horovod_error(error: BaseException) -> BaseException:
-    """``error`` as Horovod raises it: a ringcomm error becomes also a HorovodInternalError
-    (anything else, e.g. a ValueError for bad arguments, is returned as it is)."""
-    if not isinstance(error, _core.RingcommError) or isinstance(error, HorovodInternalError):
+def as_horovod_error(error: BaseException, from_queue: bool = False) -> BaseException:
+    """``error`` as Horovod raises it: a ringcomm error becomes also a HorovodInternalError.
+    With ``from_queue`` (it came from a collective the queue's thread ran, or from a queue that
+    such a failure closed) a ValueError becomes an UnsupportedRequestError, as every failure of
+    Horovod's background thread is a HorovodInternalError. Anything else, e.g. a ValueError for
+    bad arguments at the call, is returned as it is."""
+    if isinstance(error, HorovodInternalError):
+        return error
+    if from_queue and type(error) is ValueError:
+        return UnsupportedRequestError(*error.args)
+    if not isinstance(error, _core.RingcommError):
         return error
     both = _horovod_kind_of(type(error))(*error.args)
     both.__dict__.update(error.__dict__)  # .operation, .rank, .peer, .elapsed
@@ -64,9 +86,12 @@ def as_horovod_error(error: BaseException) -> BaseException:
 
 
 @contextlib.contextmanager
-def horovod_errors():
+def horovod_errors(from_queue: bool = False):
     """Re-raises a ringcomm error from the body as :func:`as_horovod_error` makes it."""
     try:
         yield
-    except _core.RingcommError as error:
-        raise as_horovod_error(error) from error
+    except (_core.RingcommError, ValueError) as error:
+        converted = as_horovod_error(error, from_queue)
+        if converted is error:
+            raise
+        raise converted from error

@@ -62,8 +62,12 @@ def synchronize(handle: int, timeout: Optional[float] = None) -> Any:
         return None
     works, finish = entry
     try:
-        for work in works:
-            work.wait(timeout)
+        try:
+            for work in works:
+                work.wait(timeout)
+        except ValueError as error:
+            # The queue's thread could not run it: a HorovodInternalError, as in Horovod.
+            raise as_horovod_error(error, from_queue=True) from error
         result = finish()
     except BaseException as error:
         if not all(work.is_completed() for work in works):

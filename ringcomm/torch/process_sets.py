@@ -316,11 +316,12 @@ def add_process_set(process_set) -> ProcessSet:
 
 def remove_process_set(process_set: ProcessSet) -> bool:
     """Removes a process set registered earlier (every rank calls it, in the same order);
-    whether it was removed. The global set is never removed."""
-    job = _require_job()
+    whether it was removed. The global set is never removed, and a set never registered is not
+    (False even before init(), as in Horovod)."""
     set_id = process_set.process_set_id
     if set_id is None or set_id == 0:
         return False
+    job = _require_job()
     if not job.dynamic:
         raise ValueError(
             "Set HOROVOD_DYNAMIC_PROCESS_SETS=1 to allow removing process sets after Horovod "

@@ -8,6 +8,7 @@ import warnings
 import torch
 
 import ringcomm
+from ringcomm.torch.errors import UnsupportedRequestError
 
 Average = ringcomm.AVG
 Sum = ringcomm.SUM
@@ -43,13 +44,15 @@ _ADASUM_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 def check_adasum(set_size: int, tensors) -> None:
     """Horovod's refusal of an Adasum all-reduce over a rank count that is not a power of two
-    (the process set's; Horovod takes the global set only), and ringcomm's of integer and bool
-    tensors (Horovod fails those later, in its background thread)."""
+    (the process set's; Horovod takes the global set only), and of integer and bool tensors
+    (Horovod fails those later, in its background thread, with a HorovodInternalError: here an
+    UnsupportedRequestError, which is one, at the call)."""
     if set_size & (set_size - 1):
         raise NotImplementedError("Running Adasum with non-power of 2 ranks is not supported yet.")
     for tensor in tensors:
         if tensor.dtype not in _ADASUM_TYPES:
-            raise ValueError(
+            # Horovod fails integer tensors in its background thread (a HorovodInternalError).
+            raise UnsupportedRequestError(
                 "Adasum reduces floating-point tensors (float16, bfloat16, float32, float64); "
                 f"got {tensor.dtype}"
             )

@@ -8,7 +8,16 @@ import torch
 
 from ringcomm import _core
 from ringcomm.ops import as_op
-from ringcomm.torch.errors import horovod_errors
+from ringcomm.torch.errors import UnsupportedRequestError, horovod_errors
+
+
+def reduction(op) -> "_core.ReduceOp":
+    """``op`` as the core takes it; an unknown one is a request Horovod refuses with a
+    HorovodInternalError (its background thread: "Reduction op type not supported.")."""
+    try:
+        return as_op(op)
+    except ValueError as error:
+        raise UnsupportedRequestError(str(error)) from None
 
 
 def allreduce(tensor, output, op, wire, prescale, postscale, name) -> "_core.TensorRequest":
@@ -19,7 +28,7 @@ def allreduce(tensor, output, op, wire, prescale, postscale, name) -> "_core.Ten
         tensor,
         out=output,
         shape=list(tensor.shape),
-        reduce_op=as_op(op),
+        reduce_op=reduction(op),
         compression=_core.parse_compression(wire or "none"),
         prescale=float(prescale),
         postscale=float(postscale),
@@ -43,7 +52,7 @@ def reducescatter(tensor, op, prescale, postscale, name) -> "_core.TensorRequest
         name,
         tensor,
         shape=list(tensor.shape),
-        reduce_op=as_op(op),
+        reduce_op=reduction(op),
         prescale=float(prescale),
         postscale=float(postscale),
     )
@@ -86,6 +95,8 @@ def submit(queue, requests: list, keepalive: tuple) -> list:
     A queue closed by an earlier failure raises a HorovodInternalError."""
     devices = [t.device for t in keepalive if isinstance(t, torch.Tensor)]
     device = devices[0] if devices else torch.device("cpu")
+    # A queue that an earlier failure closed says so with CommunicatorClosed; a ValueError here
+    # is this call's (a name already in flight), a ValueError in Horovod too.
     with horovod_errors():
         works = queue.submit_all(list(requests))
     return [Queued(work, keepalive, device) for work in works]

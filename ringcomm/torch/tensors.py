@@ -4,19 +4,44 @@ from __future__ import annotations
 
 import torch
 
+from ringcomm.torch.errors import UnsupportedTensorError
+
+# What the core carries (include/ringcomm/types.h).
+CARRIED_DTYPES = (
+    torch.float16, torch.bfloat16, torch.float32, torch.float64,
+    torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool,
+)  # fmt: skip
+
+
+def _type_name(tensor: torch.Tensor) -> str:
+    """Horovod names a tensor's type as torch does (torch.cuda.FloatTensor)."""
+    try:
+        return tensor.type()
+    except (RuntimeError, TypeError):  # a device or dtype torch has no such name for
+        return f"{tensor.dtype} on {tensor.device}"
+
 
 def checked(tensor, argument: str = "tensor") -> torch.Tensor:
-    """``tensor``, if it is a CPU or CUDA torch tensor (CUDA needs a ringcomm built with CUDA,
-    which the queue says when it is not)."""
+    """``tensor``, if it is a CPU or CUDA torch tensor of a type the core carries (CUDA needs a
+    ringcomm built with CUDA, which the queue says when it is not). Another device, a sparse
+    tensor or another dtype raise an UnsupportedTensorError: Horovod's ValueError ("Tensor type
+    ... is not supported.") and the TypeError ringcomm raised before."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{argument} must be a torch.Tensor; got {type(tensor).__name__}")
     if tensor.device.type not in ("cpu", "cuda"):
-        raise TypeError(
-            f"{argument} is on {tensor.device}; ringcomm.torch takes CPU and CUDA tensors"
+        raise UnsupportedTensorError(
+            f"Tensor type {_type_name(tensor)} is not supported: {argument} is on {tensor.device}; "
+            "ringcomm.torch takes CPU and CUDA tensors"
         )
     if tensor.is_sparse:
-        raise TypeError(
-            f"{argument} is a sparse tensor; use sparse_allreduce_async, or to_dense() it"
+        raise UnsupportedTensorError(
+            f"Tensor type {_type_name(tensor)} is not supported: {argument} is a sparse tensor; "
+            "use sparse_allreduce_async, or to_dense() it"
+        )
+    if tensor.dtype not in CARRIED_DTYPES:
+        raise UnsupportedTensorError(
+            f"Tensor type {_type_name(tensor)} is not supported: ringcomm carries "
+            + ", ".join(str(t).replace("torch.", "") for t in CARRIED_DTYPES)
         )
     return tensor
 

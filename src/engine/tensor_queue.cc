@@ -1196,14 +1196,14 @@ class TensorQueueImpl : public TensorQueue {
     }
   }
 
-  // Fails everything in flight, now and later, with `error`.
+  // Fails everything in flight with `error`, and what is submitted later with closedError(it).
   void closeWith(std::exception_ptr error) {
     std::vector<TensorWorkPtr> works;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!closed_) {
         closed_ = true;
-        closedError_ = error;
+        closedError_ = closedError(error);
       }
       for (auto& [name, pending] : pending_) works.push_back(pending.work);
       for (auto& pending : incoming_) works.push_back(pending.work);
@@ -1212,7 +1212,28 @@ class TensorQueueImpl : public TensorQueue {
       incoming_.clear();
       joinWork_.reset();
     }
-    for (auto& work : works) work->complete(closedError_);
+    for (auto& work : works) work->complete(error);
+  }
+
+  // What later submissions raise after `error` closed the queue: a peer's failure or a closed
+  // communicator as it was (its type names what happened), anything else (an argument the
+  // queue's thread refused) as CommunicatorClosed quoting it, so that it is not taken for a bad
+  // argument of the new call (Horovod: a HorovodInternalError).
+  static std::exception_ptr closedError(std::exception_ptr error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const PeerError&) {
+      return error;
+    } catch (const CommunicatorClosed&) {
+      return error;
+    } catch (const std::exception& other) {
+      return std::make_exception_ptr(
+          CommunicatorClosed(std::string("tensor queue: closed by an earlier failure: ") +
+                             other.what()));
+    } catch (...) {
+      return std::make_exception_ptr(
+          CommunicatorClosed("tensor queue: closed by an earlier failure"));
+    }
   }
 
   std::shared_ptr<Communicator> comm_;

@@ -66,6 +66,12 @@ def allreduce_forms():
     flags = torch.arange(257, device=DEVICE) % (size + 1) == rank
     got = hvd.allreduce(flags, op=hvd.Sum)  # or: true where some rank's is
     check("allreduce/bool", torch.equal(got.cpu(), torch.arange(257) % (size + 1) < size), got[:8])
+    # Scaled as Horovod scales: integers in float64, truncated toward zero (issue 26).
+    for dtype in (torch.int32, torch.int64):
+        ints = torch.full((33,), rank + 3, dtype=dtype, device=DEVICE)
+        got = hvd.allreduce(ints, op=hvd.Sum, prescale_factor=0.75, postscale_factor=0.5)
+        want = sum(int((r + 3) * 0.75) for r in range(size)) * 0.5
+        check(f"allreduce/{dtype}/scaled", bool((got.cpu() == int(want)).all()), got[:4])
     for compression in (hvd.Compression.fp16, hvd.Compression.bf16):
         z = hvd.allreduce(x, op=hvd.Sum, compression=compression)
         check(f"allreduce/{compression}", torch.allclose(z, total, rtol=1e-2), z[:4])

@@ -298,6 +298,52 @@ def errors_and_build_information():
         "contiguous",
     )
 
+    # Requests Horovod refuses: the type Horovod code catches, and the one ringcomm raised
+    # before (issue 26, docs/errors.md).
+    refused = [
+        (
+            "reducescatter/adasum",
+            (hvd.HorovodInternalError, ValueError),
+            lambda: hvd.reducescatter(torch.ones(size, 2), op=hvd.Adasum),
+            "only supports AVERAGE and SUM",
+        ),
+        (
+            "allreduce/adasum of int32",
+            (hvd.HorovodInternalError, ValueError),
+            lambda: hvd.allreduce(torch.ones(4, dtype=torch.int32), op=hvd.Adasum),
+            "floating-point",
+        ),
+        (
+            "allreduce/unknown op",
+            (hvd.HorovodInternalError, ValueError),
+            lambda: hvd.allreduce(torch.ones(2), op="median"),
+            "op must be one of",
+        ),
+        (
+            "allreduce/sparse",
+            (ValueError, TypeError),
+            lambda: hvd.allreduce(torch.ones(3).to_sparse()),
+            "is not supported",
+        ),
+        (
+            "allreduce/complex",
+            (ValueError, TypeError),
+            lambda: hvd.allreduce(torch.ones(3, dtype=torch.complex64)),
+            "is not supported",
+        ),
+        (
+            "allgather/meta device",
+            (ValueError, TypeError),
+            lambda: hvd.allgather(torch.ones(3, device="meta")),
+            "is not supported",
+        ),
+    ]
+    if size & (size - 1):  # Adasum needs a power of two before it looks at the dtype
+        refused = [r for r in refused if r[0] != "allreduce/adasum of int32"]
+    for label, kinds, body, text in refused:
+        error = raises(label, kinds[0], body, text)
+        check(f"{label}/also {kinds[1].__name__}", isinstance(error, kinds[1]), type(error))
+
     if size > 1:
         # Ranks that disagree: an error of both kinds, with ringcomm's fields.
         caught_as = []
@@ -313,6 +359,8 @@ def errors_and_build_information():
     hvd.shutdown()
     check("is_initialized after shutdown", not hvd.is_initialized())
     raises("rank() before init", ValueError, hvd.rank, "not been initialized")
+    # Horovod returns False for a set it never registered, initialized or not.
+    check("remove_process_set before init", hvd.remove_process_set(hvd.ProcessSet([0])) is False)
     raises(
         "allreduce before init",
         hvd.HorovodInternalError,

@@ -15,8 +15,9 @@ import torch
 
 from ringcomm.torch import autograd, handles, requests
 from ringcomm.torch.compression import Compression
+from ringcomm.torch.errors import UnsupportedRequestError
 from ringcomm.torch.process_sets import global_process_set, member
-from ringcomm.torch.reduce_ops import Average
+from ringcomm.torch.reduce_ops import Adasum, Average
 from ringcomm.torch.tensors import check_scalable, checked
 
 
@@ -32,6 +33,12 @@ def _start(process_set, tensors, names, op, prescale_factor, postscale_factor) -
     """Submits the reductions of ``tensors`` to the set's queue, in one cycle. Returns the queued
     requests and what gives, once they completed, this rank's rows of each, on its device."""
     target = member(process_set, "Reducescatter")
+    if op == Adasum:
+        # Horovod: a HorovodInternalError at the call (its enqueue refuses it).
+        raise UnsupportedRequestError(
+            "Reducescatter currently only supports AVERAGE and SUM (ringcomm: also MIN, MAX and "
+            "PRODUCT); Adasum is an all-reduce"
+        )
     tensors = [_checked_for_reducescatter(t, prescale_factor, postscale_factor) for t in tensors]
     # The core scales (as Horovod does, every type: src/codec/codec.h), so that ranks agree on
     # the factors too.
