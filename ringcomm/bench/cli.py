@@ -434,7 +434,8 @@ def _run_from_shell(args, command: str, plan: Plan, nranks: int, hosts) -> int:
             )
             report.print_outcome(out, outcome, plan, nranks, info)
             outcomes.append(outcome)
-    comparison = report.print_comparison(out, outcomes, limit) if args.compare else None
+    limit_name = "the links' bound" if hosts else "the single-host limit"
+    comparison = report.print_comparison(out, outcomes, limit, limit_name) if args.compare else None
     if copy is not None:
         for line in bench_device.copy_ratio_lines(outcomes, copy):
             out.print(line)

@@ -155,12 +155,17 @@ def busbw_by_size(outcomes: Sequence[Outcome]) -> dict[str, dict[int, float]]:
     return {o.implementation: {row["size"]: row["busbw"] for row in o.rows} for o in outcomes}
 
 
-def print_comparison(out: Console, outcomes: Sequence[Outcome], limit: Optional[float]) -> list:
+def print_comparison(
+    out: Console,
+    outcomes: Sequence[Outcome],
+    limit: Optional[float],
+    limit_name: str = "the single-host limit",
+) -> list:
     implementations = [o.implementation for o in outcomes]
     rows = comparison_rows(busbw_by_size(outcomes), limit)
     out.print(
         "\n## comparison: busbw (GB/s); ringcomm/peer > 1 means ringcomm is faster; "
-        "x/limit is the share of the single-host limit"
+        f"x/limit is the share of {limit_name}"
     )
     print_table(out, table.comparison_table(rows, implementations, limit is not None))
     return rows

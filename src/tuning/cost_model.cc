@@ -24,7 +24,7 @@ constexpr double kDefaultLinkBytesPerSecond = 10e9 / 8;
 // out of the socket), whatever the wire's speed: kTcpSecondsPerByte, loopback's rate, is added
 // to the link's time per byte. It is why, on the 2-core VM, the flat ring lost to the
 // hierarchical schedule across 3 hosts at 10 Gbit/s although the link alone would not say so
-// (125 against 92 ms at 32 MiB, bench/RESULTS.md, "Across hosts").
+// (125 against 92 ms at 32 MiB, bench/RESULTS.md, "Issue 24: across hosts").
 // Within a host, the hierarchical schedule's two steps (each rank reduces its slice straight
 // from the others' inputs, then writes it into their outputs) cost about this per byte of the
 // vector, and a synchronisation of the host's ranks about this: the single-copy all-reduce of 64
@@ -39,8 +39,8 @@ constexpr double kHostSyncSeconds = 20e-6;
 constexpr size_t kSlicesFromBytes = 1 << 20;
 // Recursive halving and doubling moves as many bytes across hosts as the ring, but each step
 // waits for its whole message before the next starts, where the ring pipelines segments. Across
-// 4 hosts on the 2-core VM it took 1.1-2.1 times the ring's time from 256 KiB on (1 and 10
-// Gbit/s), and won below 64 KiB, where its fewer steps count.
+// 4 hosts on the 2-core VM it took 0.8-2.1 times the ring's time from 256 KiB on (1.1-2.1 at 1
+// Gbit/s), and won below 64 KiB, where its fewer steps count (bench/RESULTS.md, "Issue 24").
 constexpr double kTreeStepLoss = 1.5;
 
 double ringSeconds(int size, double bytes) {
