@@ -1,7 +1,7 @@
 """A dead, late, stalled or mismatched rank makes every other rank raise, naming it, in time."""
 
 import pytest
-from harness import run_job
+from harness import assert_all_succeeded, run_job
 
 TIMEOUT = 5.0  # RINGCOMM_TIMEOUT for these jobs
 # Time allowed beyond the timeout: detection runs every 100 ms, plus process start-up on 2 cores.
@@ -226,3 +226,26 @@ def test_unreceived_message_is_reported_at_shutdown(transport):
     )
     assert all(o.returncode == 0 and o.result for o in outcomes), [o.describe() for o in outcomes]
     assert "no receive matched" in outcomes[1].stderr, outcomes[1].stderr
+
+
+# A rank that gives no elements where the others give some is in the same collective as they:
+# every rank raises a MismatchError naming both calls, at once, whatever the collective and
+# transport; no elements on every rank stays a no-op (issue 28).
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_zero_elements_on_one_rank_are_named_by_every_rank(transport):
+    timeout = 20.0
+    env = {"RINGCOMM_TRANSPORT": transport, "RINGCOMM_TIMEOUT": str(timeout)}
+    outcomes = run_job(3, "zero_size.py", env=env, deadline=240)
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        for case, result in outcome.result["results"].items():
+            where = (outcome.rank, case, result)
+            if case.endswith("all zero"):
+                assert result["error"] is None, where
+                continue
+            assert result["error"] == "MismatchError", where
+            assert result["seconds"] < timeout / 4, where
+            # Both calls are named: this rank's and the other's (one with 0 elements).
+            message = result["message"]
+            assert "0 x float32" in message or " 0 bytes" in message, where
+            assert "1 x float32" in message or "4 bytes" in message, where

@@ -517,14 +517,17 @@ class CommunicatorImpl : public Communicator {
   }
 
   // `blamed`: the peer this rank's failure names (-1: none), recorded with the reason so that
-  // ranks further along can follow the failure back to where it started.
-  void poison(const std::string& reason, int blamed = -1) {
+  // ranks further along can follow the failure back to where it started; `mismatch`: whether
+  // that failure was ranks disagreeing on a collective (a MismatchError), which those ranks then
+  // raise too.
+  void poison(const std::string& reason, int blamed = -1, bool mismatch = false) {
     if (!markClosed(reason)) return;
     // Leave the reason where peers can read it: a TCP peer only sees the connection close, and a
     // peer that timed out waiting for this rank wants to know what this rank was waiting for.
     // Bounded: the store may be unreachable (served by the rank that died, or across the link
     // that broke), and the report must not wait out the store's own timeouts.
-    const std::string record = std::to_string(blamed) + " " + reason;
+    const std::string record =
+        std::to_string(blamed) + (mismatch ? " mismatch " : " failure ") + reason;
     store_->trySet("abort/" + std::to_string(rank_), Bytes(record.begin(), record.end()),
                    kStoreReportWait);
     // Peers waiting on this rank learn of the failure now instead of at their own timeout.
@@ -532,23 +535,29 @@ class CommunicatorImpl : public Communicator {
     transport_->abort();
   }
 
-  // What `peer` recorded when it failed: (the peer it blamed, its reason), or nothing by
-  // `deadline` (it left no reason: it died, stopped or exited, or it has not failed).
-  std::optional<std::pair<int, std::string>> reasonOf(int peer, Clock::time_point deadline) {
+  // What a rank recorded when it failed (poison()).
+  struct RecordedFailure {
+    int blamed = -1;  // the peer it named
+    bool mismatch = false;
+    std::string reason;
+  };
+
+  // What `peer` recorded when it failed, or nothing by `deadline` (it left no reason: it died,
+  // stopped or exited, or it has not failed).
+  std::optional<RecordedFailure> reasonOf(int peer, Clock::time_point deadline) {
     const std::string key = "abort/" + std::to_string(peer);
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) return std::nullopt;
       if (std::optional<Bytes> value = store_->tryGet(key, left)) {
-        const std::string text(value->begin(), value->end());
-        const size_t space = text.find(' ');
-        if (space == std::string::npos) return std::make_pair(-1, text);
-        int blamed = -1;
-        try {
-          blamed = std::stoi(text.substr(0, space));
-        } catch (const std::exception&) {
-        }
-        return std::make_pair(blamed, text.substr(space + 1));
+        // "<blamed> mismatch|failure <reason>"
+        std::istringstream text(std::string(value->begin(), value->end()));
+        RecordedFailure recorded;
+        std::string kind;
+        text >> recorded.blamed >> kind;
+        recorded.mismatch = kind == "mismatch";
+        std::getline(text >> std::ws, recorded.reason);
+        return recorded;
       }
       std::this_thread::sleep_for(kPeerReasonPoll);
     }
@@ -559,7 +568,8 @@ class CommunicatorImpl : public Communicator {
   // survivor saw only its neighbour fail, and none named rank 2 (tests/test_fault_injection.py).
   // So follow the reasons the ranks recorded, rank to rank, to the one that left none (or blamed
   // nobody), and append each: the message leads to the culprit.
-  std::string withPeerReason(const PeerError& error) {
+  // Sets `mismatch` when a rank along the chain failed on ranks that disagreed.
+  std::string withPeerReason(const PeerError& error, bool& mismatch) {
     std::string text = error.what();
     int next = error.context().peer;
     std::set<int> seen{rank_};
@@ -578,20 +588,24 @@ class CommunicatorImpl : public Communicator {
         break;
       }
       // A shared-memory abort already quotes the peer's reason ("rank 3 aborted: ...").
-      if (text.find(reason->second) == std::string::npos) {
-        text += "; rank " + std::to_string(next) + " reported: " + reason->second;
+      if (text.find(reason->reason) == std::string::npos) {
+        text += "; rank " + std::to_string(next) + " reported: " + reason->reason;
       }
-      next = reason->first;
+      mismatch = mismatch || reason->mismatch;
+      next = reason->blamed;
     }
     return text;
   }
 
   [[noreturn]] void failWith(const PeerError& error) {
+    bool mismatch = dynamic_cast<const MismatchError*>(&error) != nullptr;
     // First, so that peers reading our reason are not kept waiting.
-    poison(error.what(), error.context().peer);
-    const std::string what = withPeerReason(error);
+    poison(error.what(), error.context().peer, mismatch);
+    const std::string what = withPeerReason(error, mismatch);
+    // Ranks that disagreed on a collective: every rank raises it as such, also those that only
+    // saw the first to notice close its connection (they too called something else).
+    if (mismatch) throw MismatchError(what, error.context());
     if (dynamic_cast<const TimeoutError*>(&error)) throw TimeoutError(what, error.context());
-    if (dynamic_cast<const MismatchError*>(&error)) throw MismatchError(what, error.context());
     if (dynamic_cast<const TransportError*>(&error)) throw TransportError(what, error.context());
     throw PeerError(what, error.context());
   }
@@ -704,7 +718,11 @@ class CommunicatorImpl : public Communicator {
       };
       algorithms::Context ctx{rank_, size_, *transport_, op, tag, config_.segmentBytes, scratch_};
       try {
-        body(ctx);
+        if (movesNothing(label)) {
+          schedules_->barrier(ctx);
+        } else {
+          body(ctx);
+        }
       } catch (const PeerError& error) {
         failWith(error);
       } catch (const CommunicatorClosed&) {
@@ -715,6 +733,19 @@ class CommunicatorImpl : public Communicator {
       }
     };
     return engine_->submit(std::move(task), options.runInCaller);
+  }
+
+  // A collective whose schedule would exchange no message here: no elements, where every rank
+  // must give as many. It meets the others anyway, in a barrier under its own tag, so that a
+  // rank that gave elements where this one gave none (or the reverse) gets this one's empty
+  // frames or its record (checkPeerRunsTheSame) and both raise a MismatchError naming both
+  // calls, instead of this rank returning and the other waiting out its timeout. Every rank
+  // with none: a barrier, no more. A broadcast already meets with empty messages; an alltoallv's
+  // counts are each rank's own.
+  static bool movesNothing(const OperationLabel& label) {
+    if (label.type == nullptr || label.count != 0) return false;
+    const std::string collective = label.collective;
+    return collective != "broadcast" && collective != "alltoallv";
   }
 
   // A collective that has waited a while for `peer`: this rank puts what it runs in the store
