@@ -128,13 +128,22 @@ def test_mps_is_seen_running_by_its_control_endpoint(tmp_path):
     os.mkfifo(tmp_path / "control")
     assert _core.mps_running(str(tmp_path))
     (tmp_path / "control").unlink()
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as endpoint:
-        endpoint.bind(str(tmp_path / "control"))
-        # A socket nobody accepts on: what a daemon that quit leaves behind.
-        assert not _core.mps_running(str(tmp_path))
-        endpoint.listen()
-        assert _core.mps_running(str(tmp_path))
-    assert not _core.mps_running(str(tmp_path))  # closed, the file still there
+    # A socket of each type (driver 580's refuses stream connections: EPROTOTYPE).
+    for kind in (socket.SOCK_STREAM, socket.SOCK_SEQPACKET, socket.SOCK_DGRAM):
+        (tmp_path / "control").unlink(missing_ok=True)
+        with socket.socket(socket.AF_UNIX, kind) as endpoint:
+            endpoint.bind(str(tmp_path / "control"))
+            if kind != socket.SOCK_DGRAM:
+                # A socket nobody accepts on: what a daemon that quit leaves behind.
+                assert not _core.mps_running(str(tmp_path)), kind
+                endpoint.listen()
+            assert _core.mps_running(str(tmp_path)), kind
+            if kind != socket.SOCK_DGRAM:
+                # Asking sent the daemon nothing but a connection that closed.
+                client, _ = endpoint.accept()
+                with client:
+                    assert client.recv(16) == b"", kind
+        assert not _core.mps_running(str(tmp_path)), kind  # closed, the file still there
 
 
 def test_busy_cores_is_auto_by_default_and_its_error_is_its_own():

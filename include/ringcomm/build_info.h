@@ -28,9 +28,10 @@ struct RINGCOMM_API BuildInfo {
 RINGCOMM_API BuildInfo buildInfo();
 
 // Whether a CUDA MPS control daemon listens in `pipeDirectory` (Config::mpsPipeDirectory), at
-// its endpoint "control" there, which CUDA clients use: a socket (driver 580 makes one), which
-// must accept a connection (a daemon that quit leaves its socket behind), or a named pipe (older
-// drivers), whose presence is taken as the answer.
+// its endpoint "control" there, which CUDA clients use: a socket of any type (driver 580 makes
+// one that refuses stream connections), which must accept a connection (a daemon that quit
+// leaves its socket behind), or a named pipe (older drivers), whose presence is taken as the
+// answer. Never blocks, and sends the daemon nothing.
 RINGCOMM_API bool mpsRunning(const std::string& pipeDirectory);
 
 }  // namespace ringcomm

@@ -30,21 +30,28 @@ BuildInfo buildInfo() {
 
 namespace {
 
-// A connection that is closed at once: the daemon sees a client that sent no command. Without
+// Whether something listens at the socket `path`, of whichever type it is: a connection that is
+// closed at once (the daemon sees a client that sent no command), or for a datagram socket a
+// connect(), which sends nothing. Driver 580's MPS control endpoint refuses stream connections
+// (EPROTOTYPE): the socket types are tried in turn until one is the endpoint's. Without
 // blocking: a listener whose backlog is full (EAGAIN) is there too; a socket nobody listens on
-// any more refuses (ECONNREFUSED).
+// any more, as a daemon that quit leaves behind, refuses (ECONNREFUSED) whatever its type.
 bool socketAnswers(const std::string& path) {
   sockaddr_un address{};
   if (path.size() >= sizeof(address.sun_path)) return false;
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  const bool answered =
-      connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0 ||
-      errno == EAGAIN;
-  close(fd);
-  return answered;
+  for (const int type : {SOCK_STREAM, SOCK_SEQPACKET, SOCK_DGRAM}) {
+    const int fd = socket(AF_UNIX, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    const bool connected =
+        connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0;
+    const int error = errno;
+    close(fd);
+    if (connected || error == EAGAIN) return true;
+    if (error != EPROTOTYPE) return false;  // this type was the endpoint's: nobody answered
+  }
+  return false;
 }
 
 }  // namespace

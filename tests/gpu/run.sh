@@ -3,7 +3,7 @@
 # a short benchmark, and prints one summary. CI has no GPU; run this wherever one is at hand:
 #
 #   tests/gpu/run.sh            # everything, about 20 minutes on 16 cores (bench: 10)
-#   tests/gpu/run.sh build tests  # only the named steps (env build tests sanitizer bench)
+#   tests/gpu/run.sh build tests  # only the named steps (env build tests mps sanitizer bench)
 #
 # Logs land in $OUT (the device tool's folder) or /tmp/ringcomm-gpu, one per step; the summary is
 # the last thing printed. MPI: a wheel of mpich in .whl/ (see the device tool's README) is
@@ -17,7 +17,7 @@ OUT=${OUT:-/tmp/ringcomm-gpu}
 mkdir -p "$OUT"
 PYTHON=${PYTHON:-python3}
 STEPS=("$@")
-[ ${#STEPS[@]} -eq 0 ] && STEPS=(env build tests sanitizer bench)
+[ ${#STEPS[@]} -eq 0 ] && STEPS=(env build tests mps sanitizer bench)
 SUMMARY=()
 export PYTHONUNBUFFERED=1
 
@@ -80,6 +80,12 @@ if wanted tests; then
   step kernel-tests 600 "$PYTHON" -m pytest -q -x -p no:cacheprovider tests/test_cuda.py
   step cuda-collectives 900 "$PYTHON" -m pytest -q -p no:cacheprovider -rfs \
     tests/test_cuda_collectives.py tests/test_api.py
+fi
+
+if wanted mps; then
+  # MPS started: ringcomm sees it, the all-reduce takes IPC at over half the limit; stopped: it
+  # says so and stages (tests/gpu/check_mps.py).
+  step mps 600 "$PYTHON" tests/gpu/check_mps.py
 fi
 
 if wanted sanitizer; then
