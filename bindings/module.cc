@@ -222,7 +222,9 @@ PYBIND11_MODULE(_core, m) {
         py::list variables;
         for (const ConfigVariable& v : Config::describeEnvironment()) {
           variables.append(py::dict(py::arg("name") = v.name, py::arg("value") = v.value,
-                                    py::arg("source") = v.source, py::arg("error") = v.error));
+                                    py::arg("source") = v.source, py::arg("error") = v.error,
+                                    py::arg("meaning") = v.meaning,
+                                    py::arg("default") = v.defaultValue));
         }
         return variables;
       });

@@ -25,14 +25,24 @@ import subprocess
 import sys
 from typing import Any, Optional, Sequence
 
-# Variables read outside the core's Config, by the Python package, and who reads them.
-_PYTHON_VARIABLES = {
-    "RINGCOMM_RANK": "ringcomm-run (ringcomm/_environment.py)",
-    "RINGCOMM_WORLD_SIZE": "ringcomm-run (ringcomm/_environment.py)",
-    "RINGCOMM_LOCAL_RANK": "ringcomm-run (ringcomm/_environment.py)",
-    "RINGCOMM_LOCAL_WORLD_SIZE": "ringcomm-run (ringcomm/_environment.py)",
-    "RINGCOMM_STORE": "ringcomm-run (ringcomm/_environment.py)",
-    "HOROVOD_DYNAMIC_PROCESS_SETS": "ringcomm.torch (process_sets.py)",
+# Variables read outside the core's Config, by the Python package: who reads them, and what they
+# say (the documentation's reference lists them beside the core's).
+_LAUNCHER = "ringcomm-run (ringcomm/_environment.py)"
+_ELASTIC = "the elastic driver (ringcomm/elastic/worker.py)"
+PYTHON_VARIABLES = {
+    "RINGCOMM_RANK": (_LAUNCHER, "this process's rank, set by ringcomm-run"),
+    "RINGCOMM_WORLD_SIZE": (_LAUNCHER, "the job's number of ranks, set by ringcomm-run"),
+    "RINGCOMM_LOCAL_RANK": (_LAUNCHER, "this rank's index among its host's ranks"),
+    "RINGCOMM_LOCAL_WORLD_SIZE": (_LAUNCHER, "the number of ranks on this host"),
+    "RINGCOMM_STORE": (_LAUNCHER, "host:port of the rendezvous store the launcher serves"),
+    "RINGCOMM_ELASTIC": (_ELASTIC, "1 in a worker of an elastic ringcomm-run"),
+    "RINGCOMM_ELASTIC_HOST": (_ELASTIC, "the host an elastic worker runs for"),
+    "RINGCOMM_ELASTIC_SLOT": (_ELASTIC, "an elastic worker's slot on its host"),
+    "RINGCOMM_ELASTIC_GENERATION": (_ELASTIC, "the elastic job's generation it started in"),
+    "HOROVOD_DYNAMIC_PROCESS_SETS": (
+        "ringcomm.torch (process_sets.py)",
+        "1: process sets may be added and removed after init(), as in Horovod",
+    ),
 }
 _SECRET_VARIABLES = ("RINGCOMM_SECRET",)
 # A variable nothing reads is shown with its value (a typo is worth seeing), unless its name
@@ -279,7 +289,7 @@ def _configuration() -> list:
         row["read_by"] = "core"
         rows.append(row)
     known = {row["name"] for row in rows} | {"HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD"}
-    for name, reader in _PYTHON_VARIABLES.items():
+    for name, (reader, _) in PYTHON_VARIABLES.items():
         if name in os.environ:
             value = "(set)" if name in _SECRET_VARIABLES else os.environ[name]
             rows.append(

@@ -30,6 +30,8 @@ struct RINGCOMM_API ConfigVariable {
   std::string value;   // the value in effect, as text; a secret's is "(set)", never the secret
   std::string source;  // "default", "environment", or the Horovod variable it came from
   std::string error;   // why the environment's text was refused (fromEnvironment() throws); or ""
+  std::string meaning;       // what it sets, for the documentation and `ringcomm info`
+  std::string defaultValue;  // its default, as text
 };
 
 // RINGCOMM_SHM_CMA: whether the direct schedule may read local peers' buffers directly.

@@ -13,15 +13,19 @@ from ringcomm import _devices
 
 
 def mpi_built() -> bool:
+    """Whether this build links MPI: always False. ``mpirun`` may still launch ringcomm, but MPI
+    then only helps the ranks find each other."""
     return False
 
 
 def mpi_enabled() -> bool:
+    """Whether this job moves data through MPI: always False, as ringcomm never does."""
     return False
 
 
 def mpi_threads_supported() -> bool:
-    # Horovod raises this for a job that does not use MPI.
+    """Whether MPI supports multiple threads (Horovod, in a job that uses MPI). Always raises
+    ValueError, as Horovod does in a job that does not: ringcomm moves no data through MPI."""
     raise ValueError(
         "Horovod MPI is not enabled: ringcomm moves data without MPI (mpirun may launch it, "
         "but MPI only helps the ranks find each other)"
@@ -29,29 +33,36 @@ def mpi_threads_supported() -> bool:
 
 
 def gloo_built() -> bool:
+    """Whether this build links Gloo: always False (ringcomm's collectives are its own)."""
     return False
 
 
 def gloo_enabled() -> bool:
+    """Whether this job runs its collectives over Gloo: always False."""
     return False
 
 
 def nccl_built() -> int:
-    # Horovod returns NCCL's version code, or 0 without NCCL.
+    """NCCL's version code, or 0 for a build without NCCL, as in Horovod: always 0 (ringcomm's
+    collectives on CUDA tensors are its own)."""
     return 0
 
 
 def ddl_built() -> bool:
+    """Whether this build links IBM's DDL: always False."""
     return False
 
 
 def ccl_built() -> bool:
+    """Whether this build links oneCCL: always False."""
     return False
 
 
 def cuda_built() -> bool:
+    """Whether ringcomm was built with CUDA, and so runs collectives on CUDA tensors."""
     return _devices.built_with_cuda()
 
 
 def rocm_built() -> bool:
+    """Whether this build supports ROCm: always False."""
     return False

@@ -87,6 +87,7 @@ class ProcessSet:
     __repr__ = __str__
 
 
+#: The process set of every rank in the job (id 0): the collectives' default ``process_set``.
 global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
 

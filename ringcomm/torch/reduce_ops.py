@@ -10,13 +10,18 @@ import torch
 import ringcomm
 from ringcomm.torch.errors import UnsupportedRequestError
 
+#: The sum divided by the number of ranks: the default op of the collectives that reduce.
 Average = ringcomm.AVG
+#: The sum over the ranks.
 Sum = ringcomm.SUM
+#: The element-wise minimum over the ranks.
 Min = ringcomm.MIN
+#: The element-wise maximum over the ranks.
 Max = ringcomm.MAX
+#: The element-wise product over the ranks.
 Product = ringcomm.PROD
-# Adaptive summation (src/algorithms/adasum.h): floating-point tensors, a power-of-two number of
-# ranks in the process set.
+# The core's schedule: src/algorithms/adasum.h.
+#: Adaptive summation, for all-reduces of floating-point tensors over a power-of-two rank count.
 Adasum = ringcomm.ADASUM
 
 

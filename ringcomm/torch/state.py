@@ -122,6 +122,7 @@ def shutdown() -> None:
 
 
 def is_initialized() -> bool:
+    """Whether init() has run and shutdown() has not since."""
     return _comm is not None
 
 
@@ -143,24 +144,31 @@ def queue() -> "_core.TensorQueue":
 
 
 def size() -> int:
+    """The number of ranks in the job. Before init(), this and the other rank and size functions
+    raise Horovod's ValueError (a NotInitializedError, errors.py)."""
     return comm().size
 
 
 def rank() -> int:
+    """This process's rank in the job, from 0 to ``size() - 1``."""
     return comm().rank
 
 
 def local_size() -> int:
+    """The number of ranks on this host."""
     return comm().local_size
 
 
 def local_rank() -> int:
+    """This process's rank among the ranks on this host, from 0 to ``local_size() - 1``."""
     return comm().local_rank
 
 
 def cross_size() -> int:
+    """The number of hosts in the job (ringcomm tells hosts apart by their identity)."""
     return comm().cross_size
 
 
 def cross_rank() -> int:
+    """The index of this rank's host among the job's hosts, from 0 to ``cross_size() - 1``."""
     return comm().cross_rank

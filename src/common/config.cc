@@ -236,84 +236,157 @@ struct Described {
   const char* name;
   const char* horovodName;
   std::function<std::string(const Config&)> value;
+  const char* meaning;
+  // The default as a user reads it, where the value of a default Config does not say it (it
+  // depends on the machine, or on who launched the job); nullptr: value(Config{}).
+  const char* defaultText = nullptr;
 };
 
 const std::vector<Described>& describedVariables() {
   static const std::vector<Described> variables = {
-      {"RINGCOMM_TIMEOUT", nullptr, [](const Config& c) { return seconds(c.timeout); }},
-      {"RINGCOMM_STALL_WARNING", nullptr,
-       [](const Config& c) { return seconds(c.stallWarning); }},
-      {"RINGCOMM_TRANSPORT", nullptr, [](const Config& c) { return toString(c.transport); }},
-      {"RINGCOMM_ALGORITHM", nullptr, [](const Config& c) { return toString(c.algorithm); }},
-      {"RINGCOMM_CUDA_PATH", nullptr, [](const Config& c) { return toString(c.cudaPath); }},
-      {"CUDA_MPS_PIPE_DIRECTORY", nullptr, [](const Config& c) { return c.mpsPipeDirectory; }},
+      {"RINGCOMM_TIMEOUT", nullptr, [](const Config& c) { return seconds(c.timeout); },
+       "seconds any collective or the rendezvous may wait (inf: no deadline)", nullptr},
+      {"RINGCOMM_STALL_WARNING", nullptr, [](const Config& c) { return seconds(c.stallWarning); },
+       "seconds after which a waiting collective warns, once, which rank it waits for; 0: never",
+       nullptr},
+      {"RINGCOMM_TRANSPORT", nullptr, [](const Config& c) { return toString(c.transport); },
+       "auto (shared memory within a host, TCP between), tcp, or shm", nullptr},
+      {"RINGCOMM_ALGORITHM", nullptr, [](const Config& c) { return toString(c.algorithm); },
+       "forces the all-reduce schedule: ring, tree, direct or hierarchical (auto: the tuning "
+       "file's, else the cost model's)",
+       nullptr},
+      {"RINGCOMM_CUDA_PATH", nullptr, [](const Config& c) { return toString(c.cudaPath); },
+       "how an all-reduce of CUDA buffers travels: auto, staged (through pinned host memory) or "
+       "ipc (peers read each other's device memory)",
+       nullptr},
+      {"CUDA_MPS_PIPE_DIRECTORY", nullptr, [](const Config& c) { return c.mpsPipeDirectory; },
+       "CUDA's own: where ringcomm looks for the MPS control daemon", nullptr},
       {"RINGCOMM_SECRET", nullptr,
-       [](const Config& c) { return std::string(c.secret.empty() ? "" : "(set)"); }},
+       [](const Config& c) { return std::string(c.secret.empty() ? "" : "(set)"); },
+       "the job's secret, the same on every host: every connection proves it before data moves",
+       "made by the launcher"},
       {"RINGCOMM_SECRET_FILE", nullptr,
        [](const Config&) {
          const char* path = variable("RINGCOMM_SECRET_FILE");
          return std::string(path != nullptr ? path : "");
-       }},
-      {"RINGCOMM_SOCKET_IFNAME", nullptr, [](const Config& c) { return c.socketInterface; }},
-      {"RINGCOMM_LISTEN_ADDRESS", nullptr, [](const Config& c) { return c.listenAddress; }},
-      {"RINGCOMM_HOSTID", nullptr, [](const Config& c) { return c.hostId; }},
-      {"RINGCOMM_SPIN_COUNT", nullptr, [](const Config& c) { return number(c.spinCount); }},
+       },
+       "a file holding the secret, readable by its owner only", ""},
+      {"RINGCOMM_SOCKET_IFNAME", nullptr, [](const Config& c) { return c.socketInterface; },
+       "the network interface to listen on", "the one that reaches the store"},
+      {"RINGCOMM_LISTEN_ADDRESS", nullptr, [](const Config& c) { return c.listenAddress; },
+       "the address to listen on", "the one that reaches the store"},
+      {"RINGCOMM_HOSTID", nullptr, [](const Config& c) { return c.hostId; },
+       "host identity: ranks with equal ids share memory",
+       "hostname, boot id and network namespace"},
+      {"RINGCOMM_SPIN_COUNT", nullptr, [](const Config& c) { return number(c.spinCount); },
+       "pure polls before a wait yields", nullptr},
       {"RINGCOMM_YIELD_COUNT", nullptr,
-       [](const Config& c) { return c.yieldCount < 0 ? std::string("auto") : number(c.yieldCount); }},
-      {"RINGCOMM_SEGMENT_BYTES", nullptr, [](const Config& c) { return number(c.segmentBytes); }},
+       [](const Config& c) {
+         return c.yieldCount < 0 ? std::string("auto") : number(c.yieldCount);
+       },
+       "polls with sched_yield() before a wait sleeps",
+       "auto: 16, or 1 when runnable threads outnumber the cores"},
+      {"RINGCOMM_SEGMENT_BYTES", nullptr, [](const Config& c) { return number(c.segmentBytes); },
+       "the ring schedule's pipelining unit, in bytes", nullptr},
       {"RINGCOMM_SHM_SLOT_BYTES", nullptr,
-       [](const Config& c) { return c.shmSlotBytes == 0 ? std::string("auto") : number(c.shmSlotBytes); }},
-      {"RINGCOMM_SHM_RING_BYTES", nullptr, [](const Config& c) { return number(c.shmRingBytes); }},
+       [](const Config& c) {
+         return c.shmSlotBytes == 0 ? std::string("auto") : number(c.shmSlotBytes);
+       },
+       "bytes a rank stages per round of the direct schedule (4 slots: all-reduces below the "
+       "single-copy threshold, and broadcasts)",
+       "auto: 512 KiB, or 2 MiB when local ranks outnumber the cores"},
+      {"RINGCOMM_SHM_RING_BYTES", nullptr, [](const Config& c) { return number(c.shmRingBytes); },
+       "capacity of each point-to-point shared-memory ring, in bytes", nullptr},
       {"RINGCOMM_SHM_CMA", nullptr,
        [](const Config& c) {
          return std::string(c.shmCrossMemory == CrossMemory::Auto  ? "auto"
                             : c.shmCrossMemory == CrossMemory::Off ? "0"
                                                                    : "1");
-       }},
+       },
+       "cross-memory attach in the direct schedule: large all-reduces read each local peer's input "
+       "and write the reduced slices into the peers' outputs (process_vm_readv/writev: one copy) "
+       "instead of staging them. auto: when every local rank can (probed at setup); 0: never; 1: "
+       "setup fails if a rank cannot",
+       nullptr},
       {"RINGCOMM_SHM_CMA_MIN_BYTES", nullptr,
        [](const Config& c) {
          return c.shmCrossMemoryMinBytes == 0 ? std::string("auto")
                                               : number(c.shmCrossMemoryMinBytes);
-       }},
+       },
+       "all-reduce size from which the direct schedule reads peers' buffers directly; smaller ones "
+       "stay staged. The lowest local rank's value counts",
+       "auto: 8 MiB"},
       {"RINGCOMM_SHM_CMA_HUGE_PAGES", nullptr,
-       [](const Config& c) { return std::string(c.shmCrossMemoryHugePages ? "1" : "0"); }},
+       [](const Config& c) { return std::string(c.shmCrossMemoryHugePages ? "1" : "0"); },
+       "1: a buffer such an all-reduce sees a second time is collapsed into transparent huge pages "
+       "(MADV_COLLAPSE), which the kernel's copies pin twice as fast; 0: buffers stay as they are",
+       nullptr},
       {"RINGCOMM_SHM_CMA_BUSY_CORES", nullptr,
        [](const Config& c) {
          return c.shmCrossMemoryBusyCores < 0 ? std::string("auto")
                                               : number(c.shmCrossMemoryBusyCores);
-       }},
+       },
+       "when local ranks outnumber their cores more than 4 to 1 and other processes use at least "
+       "this many cores' worth of CPU time, single-copy all-reduces stage through shared memory "
+       "instead. auto: 0.6 of the job's cores, and only when every local rank shares one "
+       "scheduling group; 0: always when so crowded",
+       nullptr},
       {"RINGCOMM_SOCKET_BUFFER_BYTES", nullptr,
-       [](const Config& c) { return number(c.socketBufferBytes); }},
-      {"RINGCOMM_LINK_TIMEOUT", nullptr, [](const Config& c) { return seconds(c.linkTimeout); }},
+       [](const Config& c) { return number(c.socketBufferBytes); },
+       "SO_SNDBUF and SO_RCVBUF of TCP connections", nullptr},
+      {"RINGCOMM_LINK_TIMEOUT", nullptr, [](const Config& c) { return seconds(c.linkTimeout); },
+       "seconds a TCP peer's host may stay silent (keepalive, unacknowledged data) before its link "
+       "counts as dead, however long the collective may wait",
+       nullptr},
       {"RINGCOMM_LINK_LATENCY_US", nullptr,
        [](const Config& c) {
          return c.linkLatency.count() == 0 ? std::string("auto") : number(c.linkLatency.count());
-       }},
+       },
+       "the network between hosts as the cost model takes it: one message's latency, in "
+       "microseconds; rank 0's value counts",
+       "auto: rank 0's link file, else measured at creation"},
       {"RINGCOMM_LINK_GBITS", nullptr,
        [](const Config& c) {
          return c.linkBandwidth == 0 ? std::string("auto") : number(c.linkBandwidth * 8 / 1e9);
-       }},
+       },
+       "what one host's link carries each way, in Gbit/s, as the cost model takes it; rank 0's "
+       "value counts",
+       "auto: rank 0's link file, else measured at creation"},
       {"RINGCOMM_CYCLE_TIME", "HOROVOD_CYCLE_TIME",  // milliseconds, as the variable says it
-       [](const Config& c) { return number(static_cast<double>(c.cycleTime.count()) / 1000.0); }},
+       [](const Config& c) { return number(static_cast<double>(c.cycleTime.count()) / 1000.0); },
+       "milliseconds between the tensor queue's agreements (ringcomm.torch)", nullptr},
       {"RINGCOMM_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD",
-       [](const Config& c) { return number(c.fusionThresholdBytes); }},
-      {"RINGCOMM_DEBUG", nullptr, [](const Config& c) { return std::string(toString(c.logLevel)); }},
+       [](const Config& c) { return number(c.fusionThresholdBytes); },
+       "most bytes of ready all-reduces the tensor queue fuses into one", nullptr},
+      {"RINGCOMM_DEBUG", nullptr, [](const Config& c) { return std::string(toString(c.logLevel)); },
+       "the log's level: NONE, WARN, INFO or TRACE", nullptr},
       {"RINGCOMM_DEBUG_SUBSYS", nullptr,
        [](const Config&) {
          const char* list = variable("RINGCOMM_DEBUG_SUBSYS");
          return std::string(list != nullptr ? list : "ALL");
-       }},
-      {"RINGCOMM_DEBUG_FILE", nullptr, [](const Config& c) { return c.logFile; }},
-      {"RINGCOMM_TRACE", nullptr, [](const Config& c) { return c.traceFile; }},
+       },
+       "which parts log: INIT, STORE, AUTH, TRANSPORT, ALGO, CUDA, QUEUE, TRACE, ALL, or ^LIST to "
+       "exclude",
+       nullptr},
+      {"RINGCOMM_DEBUG_FILE", nullptr, [](const Config& c) { return c.logFile; },
+       "the log's file instead of stderr; %h, %p, %r become the host, pid and rank", "stderr"},
+      {"RINGCOMM_TRACE", nullptr, [](const Config& c) { return c.traceFile; },
+       "a Chrome-trace file of every rank's collectives, written by rank 0 at shutdown", "none"},
       {"RINGCOMM_TRACE_MAX_EVENTS", nullptr,
-       [](const Config& c) { return number(c.traceMaxEvents); }},
+       [](const Config& c) { return number(c.traceMaxEvents); },
+       "events a rank keeps for the trace; later ones are counted and dropped", nullptr},
       {"RINGCOMM_TUNING_DIR", nullptr,
        [](const Config& c) {
          return c.tuningDirectory.empty() ? std::string("off") : c.tuningDirectory;
-       }},
-      {"HOROVOD_TIMELINE", nullptr, [](const Config& c) { return c.horovodTimeline; }},
+       },
+       "where ringcomm-bench tune writes, and algorithm=\"auto\" reads, this host's tuning and "
+       "link files; off: none",
+       "$XDG_CACHE_HOME/ringcomm (~/.cache/ringcomm)"},
+      {"HOROVOD_TIMELINE", nullptr, [](const Config& c) { return c.horovodTimeline; },
+       "ringcomm.torch: Horovod's timeline, started at init()", "none"},
       {"HOROVOD_TIMELINE_MARK_CYCLES", nullptr,
-       [](const Config& c) { return std::string(c.horovodTimelineMarkCycles ? "1" : "0"); }},
+       [](const Config& c) { return std::string(c.horovodTimelineMarkCycles ? "1" : "0"); },
+       "1: the timeline marks the tensor queue's cycles", nullptr},
   };
   return variables;
 }
@@ -344,7 +417,8 @@ std::vector<ConfigVariable> Config::describeEnvironment() {
   std::vector<ConfigVariable> described;
   bool errorPlaced = error.empty();
   for (const Described& d : describedVariables()) {
-    ConfigVariable entry{d.name, d.value(effective), "default", ""};
+    ConfigVariable entry{d.name, d.value(effective), "default", "", d.meaning,
+                         d.defaultText != nullptr ? d.defaultText : d.value(Config{})};
     if (const char* raw = variable(d.name)) {
       entry.source = "environment";
       if (!error.empty()) entry.value = d.name == std::string("RINGCOMM_SECRET") ? "(set)" : raw;
@@ -358,7 +432,7 @@ std::vector<ConfigVariable> Config::describeEnvironment() {
     }
     described.push_back(entry);
   }
-  if (!errorPlaced) described.push_back({"(configuration)", "", "environment", error});
+  if (!errorPlaced) described.push_back({"(configuration)", "", "environment", error, "", ""});
   return described;
 }
 

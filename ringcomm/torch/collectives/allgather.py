@@ -15,6 +15,8 @@ from ringcomm.torch.tensors import checked
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set) -> int:
+    """Starts the all-gather of ``tensor`` and returns a handle; synchronize() returns the
+    concatenated tensor, as allgather() does."""
     target = member(process_set, "Allgather")
     tensor = checked(tensor).detach().contiguous()
     request = requests.allgather(tensor, name or target.default_name("allgather"))
@@ -46,4 +48,6 @@ def grouped_allgather_async(
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """A list of new tensors: every rank's tensors of ``tensors``, each concatenated along the
+    first dimension as allgather() does. They are announced together; differentiable."""
     return list(autograd.GroupedAllgather.apply(name, process_set, *tensors))

@@ -150,6 +150,8 @@ def allreduce_async(
     process_set=global_process_set,
     compression=Compression.none,
 ) -> int:
+    """Starts the all-reduce of ``tensor`` into a new tensor and returns a handle;
+    synchronize() returns that tensor. Arguments as allreduce()'s."""
     target = member(process_set, "Allreduce")
     tensor = checked(tensor).detach().contiguous()
     started = start(
@@ -174,6 +176,8 @@ def allreduce_async_(
     process_set=global_process_set,
     compression=Compression.none,
 ) -> int:
+    """Starts the all-reduce of ``tensor`` in place and returns a handle; synchronize() returns
+    ``tensor``."""
     target = member(process_set, "Allreduce")
     contiguous_for_in_place(tensor, "allreduce_")
     started = start(
@@ -274,6 +278,8 @@ def grouped_allreduce_async_(
     process_set=global_process_set,
     compression=Compression.none,
 ) -> int:
+    """Starts the in-place all-reduce of every tensor, announced together so they travel fused,
+    and returns a handle; synchronize() returns the list of ``tensors``."""
     target = member(process_set, "Allreduce")
     for t in tensors:
         contiguous_for_in_place(t, "grouped_allreduce_")
@@ -322,6 +328,8 @@ def grouped_allreduce_(
     process_set=global_process_set,
     compression=Compression.none,
 ):
+    """Reduces every tensor in place, announced together so they travel fused, and returns the
+    list of them."""
     return handles.synchronize(
         grouped_allreduce_async_(
             tensors, average, name, op, prescale_factor, postscale_factor, process_set, compression

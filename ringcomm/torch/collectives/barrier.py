@@ -16,6 +16,8 @@ from ringcomm.torch.reduce_ops import Sum
 
 
 def barrier(process_set=global_process_set) -> None:
+    """Returns once every rank of ``process_set`` has called it (ranks in join() take part
+    without calling it, as in Horovod)."""
     target = member(process_set, "Barrier")
     token = torch.zeros(1, dtype=torch.int32)
     started = allreduce.start(

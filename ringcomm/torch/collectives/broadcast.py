@@ -19,11 +19,15 @@ def _submit(process_set, tensor, root_rank, name, result) -> int:
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set) -> int:
+    """Starts overwriting ``tensor`` in place with the root's and returns a handle;
+    synchronize() returns ``tensor``."""
     contiguous_for_in_place(tensor, "broadcast_")
     return _submit(process_set, tensor.detach(), root_rank, name, tensor)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set) -> int:
+    """Starts the broadcast of the root's ``tensor`` into a new tensor and returns a handle;
+    synchronize() returns that tensor."""
     copy = checked(tensor).detach().clone().contiguous()
     return _submit(process_set, copy, root_rank, name, copy)
 

@@ -67,6 +67,8 @@ def grouped_reducescatter_async(
     prescale_factor=1.0,
     postscale_factor=1.0,
 ) -> int:
+    """Starts the reduce-scatter of every tensor, announced together, and returns a handle;
+    synchronize() returns this rank's part of each, in a list."""
     base = name or member(process_set, "Reducescatter").default_name("grouped_reducescatter")
     names = [f"{base}.{i}" for i in range(len(tensors))]
     queued, results = _start(process_set, tensors, names, op, prescale_factor, postscale_factor)
@@ -81,6 +83,8 @@ def reducescatter_async(
     prescale_factor=1.0,
     postscale_factor=1.0,
 ) -> int:
+    """Starts the reduce-scatter of ``tensor`` and returns a handle; synchronize() returns this
+    rank's part of the reduction."""
     name = name or member(process_set, "Reducescatter").default_name("reducescatter")
     queued, results = _start(process_set, [tensor], [name], op, prescale_factor, postscale_factor)
     return handles.register(queued, lambda: results()[0])
@@ -113,6 +117,8 @@ def grouped_reducescatter(
     prescale_factor=1.0,
     postscale_factor=1.0,
 ):
+    """This rank's part of the reduction of each tensor, in a list; the tensors are announced
+    together. Differentiable, with ``compression`` around each, as in reducescatter()."""
     compressed, contexts = [], []
     for tensor in tensors:
         c, context = compression.compress(checked(tensor))
