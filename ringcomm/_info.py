@@ -481,7 +481,8 @@ def render_rich(report: dict, console) -> None:
         console.print(table)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """ringcomm-info's arguments (the documentation's reference is generated from them)."""
     parser = argparse.ArgumentParser(
         prog="ringcomm-info",
         description="What this ringcomm is and sees (build, transports, GPUs, configuration, "
@@ -490,7 +491,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="one JSON object")
     output.add_argument("--plain", action="store_true", help="plain text, even on a terminal")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
     report = collect()
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=False))

@@ -248,7 +248,8 @@ def _names_python(path: str) -> bool:
     return first_line.startswith(b"#!") and b"python" in first_line
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """ringcomm-run's arguments (the documentation's reference is generated from them)."""
     parser = argparse.ArgumentParser(
         prog="ringcomm-run", description="Run N local ranks of a Python program."
     )
@@ -311,6 +312,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="a Python script and its arguments (run by this Python), or a command and its "
         "arguments, as mpirun takes them (python train.py)",
     )
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.module:
         command = [sys.executable, "-m", args.module, *args.program]

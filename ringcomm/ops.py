@@ -2,13 +2,18 @@
 
 from ringcomm._core import ReduceOp
 
+#: The sum (bool: logical or; integers wrap around).
 SUM = ReduceOp.SUM
-AVG = ReduceOp.AVG  # sum divided by the world size; integer types truncate
+#: The sum divided by the world size; integer types truncate, bool refuses it.
+AVG = ReduceOp.AVG
+#: The minimum (bool: logical and).
 MIN = ReduceOp.MIN
+#: The maximum (bool: logical or).
 MAX = ReduceOp.MAX
+#: The product (bool: logical and; integers wrap around).
 PROD = ReduceOp.PROD
-# Horovod's adaptive summation (all-reduce only, floating-point types, a power-of-two number of
-# ranks): pairs of vectors a, b become (1 - a.b/2|a|^2) a + (1 - a.b/2|b|^2) b, up a binary tree.
+#: Horovod's adaptive summation (all-reduce only, floating-point types, a power-of-two number of
+#: ranks): pairs of vectors a, b become (1 - a.b/2|a|^2) a + (1 - a.b/2|b|^2) b, up a binary tree.
 ADASUM = ReduceOp.ADASUM
 
 _BY_NAME = {

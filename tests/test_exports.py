@@ -4,7 +4,7 @@ Everything else, the core's internals and above all any std:: symbol, stays insi
 that exports std:: symbols (a copy of libstdc++ linked in statically, or std:: templates it
 instantiated) can take them over from the libstdc++ that torch and numpy load, or have its own
 taken over, and two copies of libstdc++'s locale and iostream state then mix (CMakeLists.txt,
-README "Building").
+docs/guides/building.md).
 """
 
 from __future__ import annotations

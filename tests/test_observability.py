@@ -1,5 +1,5 @@
-"""RINGCOMM_DEBUG's log, RINGCOMM_TRACE's Chrome trace and Horovod's timeline (README,
-"Debugging"): each launch of ranks checks many things at once."""
+"""RINGCOMM_DEBUG's log, RINGCOMM_TRACE's Chrome trace and Horovod's timeline
+(docs/guides/debugging.md): each launch of ranks checks many things at once."""
 
 import json
 import re

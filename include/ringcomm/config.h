@@ -151,7 +151,7 @@ struct RINGCOMM_API Config {
   // here so that ringcomm looks where the CUDA driver does when it tells whether MPS is running.
   std::string mpsPipeDirectory = "/tmp/nvidia-mps";
 
-  // Observability (include/ringcomm/debug.h, README "Debugging"); the log and the trace are per
+  // Observability (include/ringcomm/debug.h, docs/guides/debugging.md); the log and the trace are per
   // process, settled by the first communicator created in it.
   // RINGCOMM_DEBUG=NONE|WARN|INFO|TRACE: what the log says (WARN: only what to act on).
   LogLevel logLevel = LogLevel::Warn;

@@ -271,13 +271,15 @@ def _bandwidth(nranks: int, method: Optional[str] = None):
         return None
 
 
-def _finish(args, command, info, plan, nranks, bandwidth, limit, outcomes, comparison) -> int:
+def _finish(
+    args, command, info, plan, nranks, bandwidth, limit, outcomes, comparison, limit_label=None
+) -> int:
     if args.json:
         report.save_json(
             args.json, command, info, plan, nranks, bandwidth, limit, outcomes, comparison
         )
     if args.plot:
-        plot.plot_busbw(args.plot, outcomes, plan.collective, nranks, limit, command)
+        plot.plot_busbw(args.plot, outcomes, plan.collective, nranks, limit, command, limit_label)
     wrong = any(
         (row.get("wrong") or 0) > 0
         for o in outcomes
@@ -441,4 +443,7 @@ def _run_from_shell(args, command: str, plan: Plan, nranks: int, hosts) -> int:
             out.print(line)
         for line in bench_device.host_link_ratio_lines(outcomes, link, nranks):
             out.print(line)
-    return _finish(args, command, info, plan, nranks, bandwidth, limit, outcomes, comparison)
+    link_label = f"the links' bound = {limit:.3f} GB/s" if hosts and limit else None
+    return _finish(
+        args, command, info, plan, nranks, bandwidth, limit, outcomes, comparison, link_label
+    )

@@ -30,7 +30,9 @@ def plot_busbw(
     nranks: int,
     limit: Optional[float],
     title: str,
+    limit_label: Optional[str] = None,
 ) -> None:
+    """``limit_label``: what the limit's line is called (default: the single-host limit)."""
     import matplotlib
 
     matplotlib.use("Agg")  # a file, never a window
@@ -52,7 +54,8 @@ def plot_busbw(
             limit,
             color="gray",
             linestyle="--",
-            label=f"single-host limit {limit_formula(collective)} = {limit:.2f} GB/s",
+            label=limit_label
+            or f"single-host limit {limit_formula(collective)} = {limit:.2f} GB/s",
         )
     axes.set_xscale("log", base=2)
     if sizes:

@@ -1,6 +1,6 @@
 """Horovod's training API on ringcomm: ``import ringcomm.torch as hvd`` in place of
 ``import horovod.torch as hvd``, with horovod.torch 0.28.1's names, arguments and errors (the
-README's Horovod section lists every name, and where ringcomm differs).
+docs/guides/horovod.md lists every name, and where ringcomm differs).
 
 allreduce, allgather, broadcast and the DistributedOptimizer's gradients go through a tensor
 queue per process set (state.py, process_sets.py): named requests that ranks submit in any

@@ -38,7 +38,7 @@ def init(comm=None, process_sets=None, *, join_policy: str = "zeros", **kwargs) 
     a job on all its ranks: use process sets for subsets). ``process_sets``: a list of
     :class:`ProcessSet` to register, or ``"dynamic"`` to allow ``add_process_set`` later.
     ``join_policy``: what a rank that called join() contributes to the others' collectives:
-    ``"zeros"`` (Horovod's) or ``"contributors"`` (ringcomm's; README, Horovod section).
+    ``"zeros"`` (Horovod's) or ``"contributors"`` (ringcomm's; docs/guides/horovod.md).
     """
     global _comm, _queue, _join_policy, _sessions, _exit_hook_installed, _last_arguments
     if _comm is not None:

@@ -210,10 +210,14 @@ _SYNC_ORDER = (OptimizerStateHandler, ModelStateHandler)
 
 
 def get_handler_registry() -> list:
+    """The (type, handler class) pairs TorchState uses to save, restore and synchronize the values
+    it is given (models, optimizers, anything else), first match wins; as Horovod's."""
     return _handler_registry
 
 
 def set_handler_registry(registry) -> None:
+    """Replaces the registry get_handler_registry() returns (Horovod's hook for values of
+    types of your own)."""
     global _handler_registry
     _handler_registry = registry
 
