@@ -1,5 +1,9 @@
 #include "transport/cuda/device_state.h"
 
+#include <cuda.h>
+
+#include <cstring>
+
 #include <sched.h>
 
 #include <algorithm>
@@ -28,14 +32,61 @@ void check(cudaError_t status, const char* call) {
               cudaGetErrorString(status) + ")");
 }
 
+void* driverEntryPoint(const char* name) {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+  const cudaError_t status =
+      cudaGetDriverEntryPointByVersion(name, &function, 12000, cudaEnableDefault, &found);
+#else
+  const cudaError_t status = cudaGetDriverEntryPoint(name, &function, cudaEnableDefault, &found);
+#endif
+  if (status != cudaSuccess || found != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return function;
+}
+
+void deviceUuid(int device, uint8_t (&uuid)[16]) {
+  cudaDeviceProp properties{};
+  check(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties");
+  static_assert(sizeof(properties.uuid) == sizeof(uuid), "cudaUUID_t is 16 bytes");
+  std::memcpy(uuid, &properties.uuid, sizeof(uuid));
+}
+
+namespace {
+
+// Whether `device`'s primary context exists (cuDevicePrimaryCtxGetState); true when the driver
+// cannot say, so that the device is put back as before.
+bool hasContext(int device) {
+  using GetDevice = CUresult (*)(CUdevice*, int);
+  using GetState = CUresult (*)(CUdevice, unsigned int*, int*);
+  static const auto getDevice = reinterpret_cast<GetDevice>(driverEntryPoint("cuDeviceGet"));
+  static const auto getState =
+      reinterpret_cast<GetState>(driverEntryPoint("cuDevicePrimaryCtxGetState"));
+  if (getDevice == nullptr || getState == nullptr) return true;
+  CUdevice handle = 0;
+  unsigned int flags = 0;
+  int active = 0;
+  if (getDevice(&handle, device) != CUDA_SUCCESS) return true;
+  return getState(handle, &flags, &active) != CUDA_SUCCESS || active != 0;
+}
+
+}  // namespace
+
 DeviceGuard::DeviceGuard(int device) {
   check(cudaGetDevice(&previous_), "cudaGetDevice");
   if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
 }
 
+DeviceGuard::DeviceGuard(int previous, RestoreOnly) : previous_(previous) {}
+
 DeviceGuard::~DeviceGuard() {
   int now = previous_;
-  if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
+  if (cudaGetDevice(&now) == cudaSuccess && now != previous_ && hasContext(previous_)) {
+    cudaSetDevice(previous_);
+  }
 }
 
 void waitFor(cudaEvent_t event, const Operation& op, const char* what) {
@@ -125,10 +176,7 @@ DeviceState::~DeviceState() {
   // thread's current device is put back (shutdown() may run on a user's thread).
   int previous = device;
   if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) return;
-  struct Restore {
-    int device;
-    ~Restore() { cudaSetDevice(device); }
-  } restore{previous};
+  const DeviceGuard restore(previous, DeviceGuard::kRestoreOnly);
   // Copies may still read the pinned memory freed below: wait for this rank's own streams
   // (never the whole device).
   for (cudaStream_t stream : {copyOut, copyIn, compute}) {

@@ -43,11 +43,25 @@ constexpr size_t kSliceAlignBytes = 256;
 // Throws Error("ringcomm: <call> failed: <name> (<description>)") unless status is cudaSuccess.
 void check(cudaError_t status, const char* call);
 
+// A function of the CUDA driver API, found at run time (the library does not link libcuda);
+// nullptr when the driver has none by that name.
+void* driverEntryPoint(const char* name);
+
+// The UUID of `device` (an ordinal of this process), as cudaDeviceProp::uuid.
+void deviceUuid(int device, uint8_t (&uuid)[16]);
+
 // Makes `device` current on this thread for a scope, and puts the caller's back (a collective
-// run on the caller's thread must not change its current device).
+// run on the caller's thread must not change its current device). Not where the caller's device
+// has no context yet: since CUDA 12 setting a device creates its context, and a thread that never
+// chose one reports device 0 (ringcomm's engine thread), so "putting it back" would open a
+// context of about 0.5 GiB on GPU 0 in every rank whose GPU is another (as PyTorch avoids).
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device);
+  // Only puts `previous` back at the end of the scope (the device was set by hand).
+  static constexpr struct RestoreOnly {
+  } kRestoreOnly{};
+  DeviceGuard(int previous, RestoreOnly);
   ~DeviceGuard();
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "cuda/kernels.h"
 #include "transport/cuda/device_path.h"
+#include "transport/cuda/ipc_plan.h"
 #include "ringcomm/build_info.h"
 #include "ringcomm/errors.h"
 
@@ -27,7 +28,8 @@ constexpr size_t kMaxOpenPeerBuffers = 512;
 
 enum IpcEvent { kInputReady = 0, kReduced = 1, kIpcEvents = 2 };
 
-constexpr size_t kWhyBytes = 160;
+// Room for a reason that names two ranks and their GPUs' UUIDs (ipcBlocker).
+constexpr size_t kWhyBytes = 256;
 
 // Round 2's answer of one rank: could it map every peer's buffers and events, and if not, why.
 struct Verdict {
@@ -44,22 +46,9 @@ void copyWhy(char (&why)[N], const std::string& text) {
 // (found at run time, so the library does not link libcuda).
 uintptr_t allocationBase(const void* address) {
   using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
-  static GetAddressRange getRange = [] {
-    void* function = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-    check(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &function, 12000,
-                                           cudaEnableDefault, &found),
-          "cudaGetDriverEntryPointByVersion(cuMemGetAddressRange)");
-#else
-    check(cudaGetDriverEntryPoint("cuMemGetAddressRange", &function, cudaEnableDefault, &found),
-          "cudaGetDriverEntryPoint(cuMemGetAddressRange)");
-#endif
-    if (found != cudaDriverEntryPointSuccess || function == nullptr) {
-      throw Error("ringcomm: the CUDA driver has no cuMemGetAddressRange");
-    }
-    return reinterpret_cast<GetAddressRange>(function);
-  }();
+  static const auto getRange =
+      reinterpret_cast<GetAddressRange>(driverEntryPoint("cuMemGetAddressRange"));
+  if (getRange == nullptr) throw Error("ringcomm: the CUDA driver has no cuMemGetAddressRange");
   CUdeviceptr base = 0;
   size_t bytes = 0;
   const CUresult result = getRange(&base, &bytes, reinterpret_cast<CUdeviceptr>(address));
@@ -82,18 +71,6 @@ std::string cacheKey(int peer, const Handle& handle) {
   return key;
 }
 
-// As nvidia-smi writes it: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
-std::string uuidText(const uint8_t (&uuid)[16]) {
-  std::string text = "GPU-";
-  char digits[3];
-  for (int i = 0; i < 16; ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) text += '-';
-    std::snprintf(digits, sizeof(digits), "%02x", uuid[i]);
-    text += digits;
-  }
-  return text;
-}
-
 std::string rankList(const std::vector<int>& ranks) {
   std::string text;
   for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
@@ -104,12 +81,8 @@ std::string rankList(const std::vector<int>& ranks) {
 
 // Round 1's message of one rank.
 struct IpcAllreduce::Record {
-  int64_t pid = 0;
-  int32_t device = -1;
+  RankDevice who;  // its process and its GPU (ipc_plan.h)
   int32_t ok = 0;  // 0: this rank cannot export its buffers (see `why`)
-  int32_t mps = 0;  // 1: this rank sees the MPS control daemon running
-  int32_t stageWhenTimeSliced = 0;  // 1: RINGCOMM_CUDA_PATH=auto here (0: ipc)
-  uint8_t uuid[16] = {};
   cudaIpcMemHandle_t input{};
   uint64_t inputOffset = 0;
   cudaIpcMemHandle_t scratch{};
@@ -131,19 +104,16 @@ struct IpcAllreduce::PerDevice {
   std::map<std::string, void*> openBuffers;       // (peer, handle) -> mapped allocation base
   std::map<std::string, cudaEvent_t> openEvents;  // (peer, handle) -> opened event
 
-  explicit PerDevice(DeviceState& s) : state(s) {
-    cudaDeviceProp properties{};
-    check(cudaGetDeviceProperties(&properties, s.device), "cudaGetDeviceProperties");
-    static_assert(sizeof(properties.uuid) == sizeof(uuid), "cudaUUID_t is 16 bytes");
-    std::memcpy(uuid, &properties.uuid, sizeof(uuid));
-  }
+  explicit PerDevice(DeviceState& s) : state(s) { deviceUuid(s.device, uuid); }
 
   ~PerDevice() {
-    // As ~DeviceState: errors ignored, the thread's device put back, this rank's stream drained.
+    // As ~DeviceState: errors ignored, the thread's device put back (where it has a context),
+    // this rank's stream drained.
     int previous = state.device;
     if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(state.device) != cudaSuccess) {
       return;
     }
+    const DeviceGuard restore(previous, DeviceGuard::kRestoreOnly);
     cudaStreamSynchronize(state.compute);
     for (auto& [key, base] : openBuffers) cudaIpcCloseMemHandle(base);
     for (auto& [key, event] : openEvents) cudaEventDestroy(event);
@@ -152,7 +122,6 @@ struct IpcAllreduce::PerDevice {
     }
     if (scratch != nullptr) cudaFree(scratch);
     for (void* old : retiredScratch) cudaFree(old);
-    cudaSetDevice(previous);
   }
 
   void ensureEvents() {
@@ -245,12 +214,13 @@ bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& pe
   // Step 1, round 1: every rank's input, scratch and events. A rank that cannot export them
   // says why, and every rank stages instead.
   Record mine;
-  mine.pid = static_cast<int64_t>(getpid());
-  mine.device = s.device;
-  std::memcpy(mine.uuid, d.uuid, sizeof(mine.uuid));
+  static const uint64_t pidNamespace = currentPidNamespace();
+  mine.who.pid = static_cast<int64_t>(getpid());
+  mine.who.pidNamespace = pidNamespace;
+  std::memcpy(mine.who.uuid, d.uuid, sizeof(mine.who.uuid));
   // Read in the first all-reduce's records only.
-  mine.mps = !sharingChecked_ && mpsRunning(mpsPipeDirectory_);
-  mine.stageWhenTimeSliced = stageWhenTimeSliced_;
+  mine.who.mps = !sharingChecked_ && mpsRunning(mpsPipeDirectory_);
+  mine.who.stageWhenTimeSliced = stageWhenTimeSliced_;
   try {
     d.ensureEvents();
     d.ensureScratch(std::max(perRank * elementBytes, kSliceAlignBytes));
@@ -267,14 +237,17 @@ bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& pe
   }
   std::vector<Record> records(size_);
   peers.allgather(&mine, records.data(), sizeof(Record));
+  std::vector<RankDevice> who;
+  for (const Record& record : records) who.push_back(record.who);
   if (!sharingChecked_) {
     sharingChecked_ = true;
     // From every rank's records, so that all decide alike; a rank that forces IPC keeps it for
     // all (ranks configured apart would otherwise take different paths).
-    stagesTimeSliced_ = anyDeviceTimeSliced(records) &&
-                        std::all_of(records.begin(), records.end(),
-                                    [](const Record& r) { return r.stageWhenTimeSliced != 0; });
-    warnIfSharingWithoutMps(records);
+    stagesTimeSliced_ = anyDeviceTimeSliced(who) &&
+                        std::all_of(who.begin(), who.end(), [](const RankDevice& r) {
+                          return r.stageWhenTimeSliced != 0;
+                        });
+    warnIfSharingWithoutMps(who);
     if (stagesTimeSliced_) {
       // Nothing read a peer's memory yet: every rank stages this one alike, and every later one,
       // so the scratch and events made for this round go (no peer has opened them).
@@ -294,12 +267,15 @@ bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& pe
     for (int peer = 0; peer < size_ && verdict.ok; ++peer) {
       if (peer == rank_) continue;
       const Record& record = records[peer];
+      const std::string blocker =
+          record.ok ? ipcBlocker(rank_, peer, mine.who, record.who,
+                                 peerAccess(s.device, record.who.uuid))
+                    : std::string();
       if (!record.ok) {
         verdict.ok = 0;  // that rank says why itself
-      } else if (record.pid == mine.pid) {
+      } else if (!blocker.empty()) {
         verdict.ok = 0;
-        copyWhy(verdict.why, "ranks " + std::to_string(rank_) + " and " + std::to_string(peer) +
-                                 " share a process");
+        copyWhy(verdict.why, blocker);
       } else {
         try {
           peerInput[peer] = d.openBuffer(peer, record.input) + record.inputOffset;
@@ -363,14 +339,18 @@ bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& pe
     peers.barrier();
     unavailable_ = true;
     if (rank_ == 0) {
+      // Every rank's reason (a layout may fail several pairs at once).
       std::string why;
-      for (int r = 0; r < size_ && why.empty(); ++r) {
-        if (records[r].why[0] != '\0') why = "rank " + std::to_string(r) + ": " + records[r].why;
-        if (why.empty() && verdicts[r].why[0] != '\0') why = verdicts[r].why;
+      for (int r = 0; r < size_; ++r) {
+        std::string reason;
+        if (records[r].why[0] != '\0') reason = "rank " + std::to_string(r) + ": " + records[r].why;
+        if (reason.empty() && verdicts[r].why[0] != '\0') reason = verdicts[r].why;
+        if (!reason.empty()) why += (why.empty() ? "" : "; ") + reason;
       }
       RINGCOMM_LOG(LogLevel::Warn, kLogCuda,
                    "CUDA IPC is unavailable (%s); all-reduces of device memory go through "
-                   "pinned host memory from now on",
+                   "pinned host memory from now on, on every rank (RINGCOMM_CUDA_PATH=staged "
+                   "skips the attempt)",
                    why.empty() ? "no reason given" : why.c_str());
     }
     return false;
@@ -395,36 +375,31 @@ bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& pe
   return true;
 }
 
-std::vector<int> IpcAllreduce::sharingMyDevice(const std::vector<Record>& records) const {
-  std::vector<int> sharing;
-  for (int r = 0; r < size_; ++r) {
-    if (std::memcmp(records[r].uuid, records[rank_].uuid, sizeof(records[r].uuid)) == 0) {
-      sharing.push_back(r);
-    }
+PeerAccess IpcAllreduce::peerAccess(int device, const uint8_t (&uuid)[16]) {
+  uint8_t mine[16] = {};
+  deviceUuid(device, mine);
+  if (std::memcmp(mine, uuid, sizeof(mine)) == 0) return PeerAccess::Yes;
+  // The peer's GPU among those this process sees (its ordinal here, whatever it is there).
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) return PeerAccess::Unknown;
+  for (int other = 0; other < count; ++other) {
+    uint8_t theirs[16] = {};
+    deviceUuid(other, theirs);
+    if (std::memcmp(theirs, uuid, sizeof(theirs)) != 0) continue;
+    int can = 0;
+    if (cudaDeviceCanAccessPeer(&can, device, other) != cudaSuccess) return PeerAccess::Unknown;
+    return can ? PeerAccess::Yes : PeerAccess::No;
   }
-  return sharing;
+  return PeerAccess::Unknown;  // not visible here: mapping its memory is the test
 }
 
-bool IpcAllreduce::anyDeviceTimeSliced(const std::vector<Record>& records) const {
-  for (int r = 0; r < size_; ++r) {
-    for (int q = r + 1; q < size_; ++q) {
-      // Ranks of one process share its context (and cannot use IPC: round 2 says so).
-      const bool sameDevice =
-          std::memcmp(records[r].uuid, records[q].uuid, sizeof(records[r].uuid)) == 0;
-      const bool shared = sameDevice && records[r].pid != records[q].pid;
-      if (shared && !(records[r].mps && records[q].mps)) return true;
-    }
-  }
-  return false;
-}
-
-void IpcAllreduce::warnIfSharingWithoutMps(const std::vector<Record>& records) const {
-  const std::vector<int> sharing = sharingMyDevice(records);
+void IpcAllreduce::warnIfSharingWithoutMps(const std::vector<RankDevice>& records) const {
+  const std::vector<int> sharing = ranksSharingDevice(records, rank_);
   // Said once, by the lowest of the ranks on this device, when they are in more than one process
   // (ranks of one process share its context: nothing time-slices) and one of them sees no MPS.
   if (sharing.front() != rank_ ||
       std::all_of(sharing.begin(), sharing.end(),
-                  [&](int r) { return records[r].pid == records[rank_].pid; })) {
+                  [&](int r) { return sameProcess(records[r], records[rank_]); })) {
     return;
   }
   if (std::all_of(sharing.begin(), sharing.end(), [&](int r) { return records[r].mps != 0; })) {

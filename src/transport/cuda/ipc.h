@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "transport/cuda/device_state.h"
+#include "transport/cuda/ipc_plan.h"
 
 namespace ringcomm::device {
 
@@ -75,11 +76,9 @@ class IpcAllreduce {
   struct Record;
 
   PerDevice& stateFor(DeviceState& device);
-  // The ranks that share this rank's device, this one included, from round 1's records.
-  std::vector<int> sharingMyDevice(const std::vector<Record>& records) const;
-  // Whether some ranks share a device that runs without MPS (the same answer on every rank).
-  bool anyDeviceTimeSliced(const std::vector<Record>& records) const;
-  void warnIfSharingWithoutMps(const std::vector<Record>& records) const;
+  // Whether `device` here can read the memory of the GPU named `uuid` (ipc_plan.h).
+  static PeerAccess peerAccess(int device, const uint8_t (&uuid)[16]);
+  void warnIfSharingWithoutMps(const std::vector<RankDevice>& records) const;
 
   int rank_;
   int size_;
