@@ -3,6 +3,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 # The harness and workers import each other by plain name.
 sys.path.insert(0, str(Path(__file__).parent))
 # No tuning file: algorithm="auto" is the cost model's in every test and every rank it starts,
@@ -18,3 +20,33 @@ def pytest_sessionstart(session):
     from ringcomm.c10d._build import extension
 
     extension()
+
+
+def _builds_of(item) -> dict:
+    """The background builds a test needs (its module's background_builds_for), by name."""
+    builds_for = getattr(item.module, "background_builds_for", None)
+    return builds_for(item) if builds_for else {}
+
+
+# Last: after -k and -m have deselected what will not run.
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    """The tests that compile the core again run last, their builds started now at idle priority
+    (tests/background_builds.py): the rest of the suite leaves them its idle CPU time."""
+    import background_builds
+
+    if config.option.collectonly:
+        return
+    needs_build = [item for item in items if _builds_of(item)]
+    if not needs_build:
+        return
+    items[:] = [item for item in items if not _builds_of(item)] + needs_build
+    for item in needs_build:
+        for name, build in _builds_of(item).items():
+            background_builds.start(name, build)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    import background_builds
+
+    background_builds.cancel_pending()

@@ -30,7 +30,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import sysconfig
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+import background_builds
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -245,15 +245,20 @@ class Outcome:
     output: str
 
 
-@pytest.fixture(scope="module")
-def compiled() -> Dict[str, List[Outcome]]:
+@dataclass
+class Compiled:
+    compiler: str
+    seconds: float
+    by_group: Dict[str, List[Outcome]]
+
+
+def compile_everything() -> Optional[Compiled]:
     """Compiles every group that can be compiled here, all files in one pool so that the slow
-    ones (pybind11 and torch headers, several seconds each) overlap the rest."""
-    compiler, why = strict_compiler()
+    ones (pybind11 and torch headers, several seconds each) overlap the rest; None without the
+    strict compiler. Run in the background from the session's start (tests/background_builds.py)."""
+    compiler, _ = strict_compiler()
     if compiler is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI installs the strict compiler (.ci/run), but: {why}")
-        pytest.skip(why)
+        return None
     jobs = [
         (name, path, compile_command(compiler, group, path))
         for name, group in groups().items()
@@ -266,17 +271,35 @@ def compiled() -> Dict[str, List[Outcome]]:
 
     def run(job) -> Outcome:
         name, path, command = job
-        done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+        done = subprocess.run(
+            background_builds.idle_priority(command), capture_output=True, text=True, cwd=REPO
+        )
         return Outcome(name, path, done.returncode, done.stdout + done.stderr)
 
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         outcomes = list(pool.map(run, jobs))
-    print(f"{compiler}: {len(jobs)} files in {time.monotonic() - start:.0f} s", file=sys.stderr)
-    results: Dict[str, List[Outcome]] = {}
+    by_group: Dict[str, List[Outcome]] = {}
     for outcome in outcomes:
-        results.setdefault(outcome.group, []).append(outcome)
-    return results
+        by_group.setdefault(outcome.group, []).append(outcome)
+    return Compiled(compiler, time.monotonic() - start, by_group)
+
+
+def background_builds_for(item) -> dict:
+    return {"libcxx-syntax": compile_everything}
+
+
+@pytest.fixture(scope="module")
+def compiled() -> Dict[str, List[Outcome]]:
+    compiler, why = strict_compiler()
+    if compiler is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI installs the strict compiler (.ci/run), but: {why}")
+        pytest.skip(why)
+    done = background_builds.result("libcxx-syntax", compile_everything)
+    files = sum(len(outcomes) for outcomes in done.by_group.values())
+    print(f"{done.compiler}: {files} files in {done.seconds:.0f} s (at idle priority)")
+    return done.by_group
 
 
 @pytest.mark.timeout(900)

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import background_builds
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,53 +42,47 @@ class Build:
     tests: Path
 
 
-@pytest.fixture(scope="module")
-def cuda_build(tmp_path_factory) -> Build:
-    """Configures and builds only the CUDA targets, in a fresh build directory."""
-    compiler = nvcc()
-    if not compiler:
-        pytest.skip("nvcc not found: the CUDA toolkit is not installed")
-    cmake = tool("cmake")
-    if not cmake:
-        pytest.skip("cmake not installed")
-    build = tmp_path_factory.mktemp("cuda-build")
+def build_cuda_targets() -> Build:
+    """Configures and builds only the CUDA targets, in a fresh build directory (build/cuda-check,
+    emptied first); run in the background from the session's start (tests/background_builds.py)."""
+    cmake, build = tool("cmake"), REPO / "build" / "cuda-check"
+    shutil.rmtree(build, ignore_errors=True)
     generator = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={tool('ninja')}"] if tool("ninja") else []
-    configure = subprocess.run(
-        [
-            cmake,
-            "-S",
-            str(REPO),
-            "-B",
-            str(build),
-            *generator,
-            f"-DCMAKE_CUDA_COMPILER={compiler}",
-            "-DRINGCOMM_BUILD_CUDA=ON",
-            "-DRINGCOMM_BUILD_PYTHON=OFF",
-        ],
-        capture_output=True,
-        text=True,
+    configure = [cmake, "-S", str(REPO), "-B", str(build), *generator]
+    configure += [f"-DCMAKE_CUDA_COMPILER={nvcc()}", "-DRINGCOMM_BUILD_CUDA=ON"]
+    configure += ["-DRINGCOMM_BUILD_PYTHON=OFF"]
+    configured = subprocess.run(
+        background_builds.idle_priority(configure), capture_output=True, text=True
     )
-    if configure.returncode != 0:
-        return Build(False, configure.stdout[-5000:] + configure.stderr[-5000:], 0.0, build)
+    if configured.returncode != 0:
+        return Build(False, configured.stdout[-5000:] + configured.stderr[-5000:], 0.0, build)
     start = time.monotonic()
+    targets = ["ringcomm_cuda_kernels", "ringcomm_cuda_tests"]
+    # The core linked with the device path, the kernels and cudart.
+    targets += ["ringcomm_core"]
     compiled = subprocess.run(
-        [
-            cmake,
-            "--build",
-            str(build),
-            "--target",
-            "ringcomm_cuda_kernels",
-            "ringcomm_cuda_tests",
-            "ringcomm_core",  # the core linked with the device path, the kernels and cudart
-            "-j",
-            str(os.cpu_count() or 2),
-        ],
+        background_builds.idle_priority(
+            [cmake, "--build", str(build), "--target", *targets, "-j", str(os.cpu_count() or 2)]
+        ),
         capture_output=True,
         text=True,
     )
     seconds = time.monotonic() - start
     log = compiled.stdout[-5000:] + compiled.stderr[-5000:]
     return Build(compiled.returncode == 0, log, seconds, build / "ringcomm_cuda_tests")
+
+
+def background_builds_for(item) -> dict:
+    return {"cuda": build_cuda_targets} if nvcc() and tool("cmake") else {}
+
+
+@pytest.fixture(scope="module")
+def cuda_build() -> Build:
+    if not nvcc():
+        pytest.skip("nvcc not found: the CUDA toolkit is not installed")
+    if not tool("cmake"):
+        pytest.skip("cmake not installed")
+    return background_builds.result("cuda", build_cuda_targets)
 
 
 def run_tests(build: Build, *arguments: str) -> subprocess.CompletedProcess:
@@ -103,7 +98,7 @@ def run_tests(build: Build, *arguments: str) -> subprocess.CompletedProcess:
 @pytest.mark.timeout(1200)
 def test_cuda_sources_compile(cuda_build):
     assert cuda_build.ok, cuda_build.log
-    print(f"CUDA kernels and tests built in {cuda_build.seconds:.0f} s")
+    print(f"CUDA kernels and tests built in {cuda_build.seconds:.0f} s (at idle priority)")
     assert cuda_build.tests.is_file()
 
 

@@ -4,6 +4,7 @@ in CI; longer on demand). Needs clang with libFuzzer (libclang-rt-N-dev; .ci/run
 skipped, saying so, without it.
 """
 
+import functools
 import os
 import re
 import shutil
@@ -11,9 +12,11 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import background_builds
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+BUILD = REPO / "build" / "fuzz"
 SOURCES = [
     "tests/fuzz/fuzz_protocols.cc",
     "src/bootstrap/store.cc",
@@ -32,6 +35,7 @@ SOURCES = [
 FLAGS = ["-std=c++17", "-g", "-O1", "-fsanitize=fuzzer,address,undefined"]
 
 
+@functools.lru_cache(maxsize=None)
 def fuzzing_clang() -> str:
     """The newest clang++ that links a libFuzzer program, or ""."""
     candidates = sorted(
@@ -54,6 +58,32 @@ def fuzzing_clang() -> str:
     return ""
 
 
+def build_fuzzer() -> subprocess.CompletedProcess:
+    """Compiles the fuzzer (into build/fuzz); run in the background from the session's start
+    (tests/background_builds.py)."""
+    clang = fuzzing_clang()
+    BUILD.mkdir(parents=True, exist_ok=True)
+    # One compiler per core (one call for all sources took 42 s here, two at a time 23 s).
+    objects = [BUILD / f"{index}.o" for index in range(len(SOURCES))]
+
+    def compile_one(source: str, target: Path) -> subprocess.CompletedProcess:
+        command = [clang, *FLAGS, "-Iinclude", "-Isrc", "-c", source, "-o", str(target)]
+        return subprocess.run(
+            background_builds.idle_priority(command), cwd=REPO, capture_output=True, text=True
+        )
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        for compiled in pool.map(compile_one, SOURCES, objects):
+            if compiled.returncode != 0:
+                return compiled
+    link = [clang, *FLAGS, *map(str, objects), "-o", str(BUILD / "fuzz_protocols")]
+    return subprocess.run(background_builds.idle_priority(link), capture_output=True, text=True)
+
+
+def background_builds_for(item) -> dict:
+    return {"fuzzer": build_fuzzer} if fuzzing_clang() else {}
+
+
 @pytest.mark.timeout(1800)
 def test_fuzz_store_protocol_handshake_and_peer_messages(tmp_path):
     clang = fuzzing_clang()
@@ -62,25 +92,9 @@ def test_fuzz_store_protocol_handshake_and_peer_messages(tmp_path):
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    binary = tmp_path / "fuzz_protocols"
-    # One compiler per core (one call for all sources took 42 s here, two at a time 23 s).
-    objects = [tmp_path / f"{index}.o" for index in range(len(SOURCES))]
-
-    def compile_one(source: str, target: Path) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [clang, *FLAGS, "-Iinclude", "-Isrc", "-c", source, "-o", str(target)],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-        )
-
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        for compiled in pool.map(compile_one, SOURCES, objects):
-            assert compiled.returncode == 0, compiled.stderr[-5000:]
-    built = subprocess.run(
-        [clang, *FLAGS, *map(str, objects), "-o", str(binary)], capture_output=True, text=True
-    )
+    built = background_builds.result("fuzzer", build_fuzzer)
     assert built.returncode == 0, built.stderr[-5000:]
+    binary = BUILD / "fuzz_protocols"
     seconds = int(os.environ.get("RINGCOMM_FUZZ_SECONDS", "30"))
     corpus = tmp_path / "corpus"
     corpus.mkdir()

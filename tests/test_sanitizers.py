@@ -12,6 +12,7 @@ test under both. Needs clang with its sanitizer runtime (libclang-rt-N-dev; .ci/
 it): skipped, saying so, without it; failed in CI.
 """
 
+import functools
 import os
 import re
 import shutil
@@ -20,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+import background_builds
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,6 +46,7 @@ def _versioned(pattern: str) -> list:
     return sorted(found, key=lambda p: int(p.name.split("-")[-1]), reverse=True)
 
 
+@functools.lru_cache(maxsize=None)
 def sanitizing_clang(kind: str) -> str:
     """The newest clang++ that links a program with -fsanitize=kind, or ""."""
     for clang in [*map(str, _versioned("clang++-*")), shutil.which("clang++") or ""]:
@@ -79,6 +82,38 @@ def tool(name: str) -> str:
     return str(beside) if beside.exists() else (shutil.which(name) or "")
 
 
+def build_directory(kind: str) -> Path:
+    return REPO / "build" / f"sanitize-{kind.split(',')[0]}"
+
+
+def build_unit_tests(kind: str) -> subprocess.CompletedProcess:
+    """Configures and builds the unit tests with -fsanitize=kind; run in the background from the
+    session's start (tests/background_builds.py)."""
+    cmake, build = tool("cmake"), build_directory(kind)
+    generator = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={tool('ninja')}"] if tool("ninja") else []
+    configure = [cmake, "-S", str(REPO), "-B", str(build), *generator]
+    configure += [f"-DCMAKE_CXX_COMPILER={sanitizing_clang(kind)}", "-DRINGCOMM_BUILD_PYTHON=OFF"]
+    configure += ["-DRINGCOMM_BUILD_TESTS=ON", f"-DRINGCOMM_SANITIZE={kind}"]
+    configured = subprocess.run(
+        background_builds.idle_priority(configure), capture_output=True, text=True
+    )
+    if configured.returncode != 0:
+        return configured
+    compile_all = [cmake, "--build", str(build), "--target", "ringcomm_unit_tests"]
+    return subprocess.run(
+        background_builds.idle_priority([*compile_all, "-j", str(os.cpu_count() or 2)]),
+        capture_output=True,
+        text=True,
+    )
+
+
+def background_builds_for(item) -> dict:
+    kind = item.callspec.params["kind"]
+    if not (sanitizing_clang(kind) and tool("cmake")):
+        return {}
+    return {f"sanitize-{kind}": functools.partial(build_unit_tests, kind)}
+
+
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("kind", list(KINDS), ids=["asan-ubsan", "tsan"])
 def test_unit_tests_under_sanitizers(kind):
@@ -90,43 +125,13 @@ def test_unit_tests_under_sanitizers(kind):
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    cmake = tool("cmake")
-    if not cmake:
+    if not tool("cmake"):
         pytest.skip("cmake not installed")
-    build = REPO / "build" / f"sanitize-{kind.split(',')[0]}"
-    generator = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={tool('ninja')}"] if tool("ninja") else []
+    build = build_directory(kind)
     started = time.monotonic()
-    configured = subprocess.run(
-        [
-            cmake,
-            "-S",
-            str(REPO),
-            "-B",
-            str(build),
-            *generator,
-            f"-DCMAKE_CXX_COMPILER={clang}",
-            "-DRINGCOMM_BUILD_PYTHON=OFF",
-            "-DRINGCOMM_BUILD_TESTS=ON",
-            f"-DRINGCOMM_SANITIZE={kind}",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert configured.returncode == 0, configured.stdout[-3000:] + configured.stderr[-3000:]
-    built = subprocess.run(
-        [
-            cmake,
-            "--build",
-            str(build),
-            "--target",
-            "ringcomm_unit_tests",
-            "-j",
-            str(os.cpu_count()),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    built = background_builds.result(f"sanitize-{kind}", functools.partial(build_unit_tests, kind))
     assert built.returncode == 0, built.stdout[-5000:] + built.stderr[-5000:]
+    # The build ran at idle priority beside other tests; this is the time this test waited.
     build_seconds = time.monotonic() - started
 
     env = dict(os.environ, **KINDS[kind])
@@ -156,4 +161,5 @@ def test_unit_tests_under_sanitizers(kind):
             f"{kind} ({label}): exit {run.returncode}\n{run.stdout[-3000:]}\n{run.stderr[-12000:]}"
         )
         assert name_filter is not None or int(counts.group(1)) > 0
-    print(f"-fsanitize={kind} with {clang}: built in {build_seconds:.0f} s; " + "; ".join(summary))
+    waited = f"waited {build_seconds:.0f} s for the build"
+    print(f"-fsanitize={kind} with {clang}: {waited}; " + "; ".join(summary))
