@@ -251,7 +251,8 @@ PYBIND11_MODULE(_core, m) {
                     py::arg("cuda_architectures") = b.cudaArchitectures,
                     py::arg("cuda_runtime_version") = b.cudaRuntimeVersion,
                     py::arg("cuda_driver_version") = b.cudaDriverVersion,
-                    py::arg("reduce_kernels") = b.reduceKernels, py::arg("half_codec") = b.halfCodec);
+                    py::arg("reduce_kernels") = b.reduceKernels, py::arg("half_codec") = b.halfCodec,
+                    py::arg("wire_protection") = b.wireProtection);
   });
   m.def("mps_running", &mpsRunning, py::arg("pipe_directory"));
 

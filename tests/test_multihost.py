@@ -6,11 +6,13 @@ that reaches the store. Then the link is cut mid-run: every rank must raise, nam
 the timeout. Needs root and iproute2 (skipped otherwise).
 """
 
+import shutil
 import subprocess
+import sys
 import time
 
 import pytest
-from harness import WORKERS, finish_ranks, start_ranks_on_hosts
+from harness import WORKERS, finish_ranks, start_ranks_on_hosts, worker_env
 
 from ringcomm.bench import netns
 
@@ -125,3 +127,74 @@ def test_cut_link_is_named_within_the_link_timeout_not_the_collective_timeout(tw
         assert "rank " in result["message"] and result["peer"] is not None, result
         assert result["waited"] < link_timeout + 15.0, result
     assert any("is dead" in r["message"] for r in results), [r["message"] for r in results]
+
+
+# The firewall mark on the relay's own connections, which its DNAT rule leaves alone.
+RELAY_MARK = 7
+
+
+@pytest.mark.parametrize(
+    "protection, link_gbits",
+    [("auto", 1), ("integrity", 10), ("encrypt", 10), ("off", 1), ("auto", 10)],
+    ids=["auto-1gbit", "integrity-10gbit", "encrypt-10gbit", "off", "auto-10gbit"],
+)
+def test_relay_rewriting_frames_is_caught_where_links_are_sealed(two_hosts, protection, link_gbits):
+    """Rank 1's connections go through a relay (tests/workers/relay.py) that passes the handshake
+    and then changes a byte of every 64 KiB it forwards. Where the frames are sealed (auto on a
+    link of at most 2.5 Gbit/s; integrity; encrypt) both ranks raise, rank 0 naming rank 1 and
+    the failed check, and no result is ever wrong. Unsealed (off; auto on a faster link, which it
+    leaves unchecked for speed), the relay's bytes reach rank 0's results, as they did before
+    links were sealed: so the relay is known to work, and what auto leaves open is on record."""
+    if not shutil.which("iptables"):
+        pytest.skip("iptables not installed")
+    relay = subprocess.Popen(
+        two_hosts.command(1, [sys.executable, str(WORKERS / "relay.py"), str(RELAY_MARK)]),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    port = int(relay.stdout.readline().split()[1])
+    rule = ["OUTPUT", "-p", "tcp", "-d", two_hosts.address(0), "-m", "mark", "!", "--mark"]
+    rule += [str(RELAY_MARK), "-j", "DNAT", "--to-destination", f"{two_hosts.address(1)}:{port}"]
+    nat = ["iptables", "-t", "nat"]
+    subprocess.run(two_hosts.command(1, [*nat, "-A", *rule]), check=True)
+    try:
+        procs = [
+            subprocess.Popen(
+                two_hosts.command(rank, [sys.executable, str(WORKERS / "relayed.py")]),
+                env=worker_env(
+                    {
+                        "RANK": str(rank),
+                        "WORLD_SIZE": "2",
+                        "MASTER_ADDR": two_hosts.address(0),
+                        "MASTER_PORT": "29617",
+                        "RINGCOMM_WIRE_PROTECTION": protection,
+                        # The link's figures given, so that no probe runs at setup (the relay's
+                        # bytes then land in the collectives), and auto decides from its rate.
+                        "RINGCOMM_LINK_LATENCY_US": "50",
+                        "RINGCOMM_LINK_GBITS": str(link_gbits),
+                        **SECRET,
+                    }
+                ),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for rank in range(2)
+        ]
+        results = collect(procs, time.monotonic() + 90)
+    finally:
+        subprocess.run(two_hosts.command(1, [*nat, "-D", *rule]), check=False)
+        relay.kill()
+        relay_output = relay.communicate()[0]
+    tampered = relay_output.count("tampered")
+    print(f"RINGCOMM_WIRE_PROTECTION={protection}, {link_gbits} Gbit/s: {tampered} bytes changed")
+    print(results)
+    assert tampered > 0, relay_output  # else the relay saw no data link: the test proves nothing
+    if protection == "off" or (protection == "auto" and link_gbits > 2.5):
+        assert results[0]["error"] is not None or not all(results[0]["exact"]), results
+        return
+    for result in results:
+        assert result["error"] == "TransportError", results
+        assert all(result["exact"]), results  # nothing the relay touched was delivered
+    assert "rank 1" in results[0]["message"], results[0]
+    assert "authentication check" in results[0]["message"], results[0]

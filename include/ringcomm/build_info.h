@@ -23,6 +23,9 @@ struct RINGCOMM_API BuildInfo {
   std::string reduceKernels;
   // The fp16 wire codec this CPU runs (src/codec: "f16c" or "portable").
   std::string halfCodec;
+  // What seals TCP links' records (RINGCOMM_WIRE_PROTECTION): "AES-256-GCM, OpenSSL 3.0.19 ...",
+  // or "" in a build without OpenSSL.
+  std::string wireProtection;
 };
 
 RINGCOMM_API BuildInfo buildInfo();

@@ -41,6 +41,16 @@ enum class CrossMemory : uint8_t {
   On,    // always from the threshold on; setup fails if a local rank cannot
 };
 
+// RINGCOMM_WIRE_PROTECTION: what guards the frames of TCP links after the handshake
+// (transport/tcp/sealed_stream.h; AES-256-GCM under per-link keys, a sequence number per frame).
+enum class WireProtection : uint8_t {
+  Auto,       // integrity on links to other hosts up to 2.5 Gbit/s (kAutoSealMaxBytesPerSecond),
+              // none on faster ones or on one host's own TCP links
+  Off,        // none: the handshake alone proves who connected
+  Integrity,  // every link's records authenticated (tampering, replay, reordering detected)
+  Encrypt,    // every link's records encrypted and authenticated
+};
+
 struct RINGCOMM_API Config {
   // Default deadline of every collective and of rendezvous (RINGCOMM_TIMEOUT, seconds).
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
@@ -102,6 +112,7 @@ struct RINGCOMM_API Config {
   size_t shmRingBytes = 1024 * 1024;
   // RINGCOMM_SOCKET_BUFFER_BYTES: SO_SNDBUF/SO_RCVBUF of TCP connections.
   int socketBufferBytes = 4 * 1024 * 1024;
+  WireProtection wireProtection = WireProtection::Auto;
   // RINGCOMM_LINK_TIMEOUT (seconds): how long a TCP peer's host may go without answering
   // (keepalive probes, unacknowledged data) before its connection counts as dead and the
   // collective fails naming it; independent of how long its process computes.

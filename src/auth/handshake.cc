@@ -47,6 +47,15 @@ Digest serverProof(const std::string& secret, Purpose purpose, Caller caller,
                              bytesOf(replyNonce, kNonceBytes), bytesOf(helloNonce, kNonceBytes)});
 }
 
+// The key under which `sender` ("caller" or "listener") protects what it sends on this link.
+Digest linkKey(const std::string& secret, Purpose purpose, Caller caller, const char* sender,
+               const uint8_t* helloNonce, const uint8_t* replyNonce) {
+  return hmacSha256(secret, {"ringcomm link key", sender,
+                             std::string(1, static_cast<char>(purpose)), int32Bytes(caller.from),
+                             int32Bytes(caller.to), bytesOf(helloNonce, kNonceBytes),
+                             bytesOf(replyNonce, kNonceBytes)});
+}
+
 }  // namespace
 
 void randomBytes(void* data, size_t size) {
@@ -88,7 +97,18 @@ std::optional<std::pair<Caller, Digest>> Acceptor::check(const uint8_t* reply) c
   return std::make_pair(caller, serverProof(secret_, purpose_, caller, nonce_.data(), replyNonce));
 }
 
-void connectHandshake(int fd, const std::string& secret, Purpose purpose, Caller caller,
+LinkKeys Acceptor::keys(const uint8_t* reply) const {
+  Caller caller;
+  caller.from = static_cast<int32_t>(getU32(reply + 6));
+  caller.to = static_cast<int32_t>(getU32(reply + 10));
+  const uint8_t* replyNonce = reply + 14;
+  LinkKeys keys;
+  keys.send = linkKey(secret_, purpose_, caller, "listener", nonce_.data(), replyNonce);
+  keys.receive = linkKey(secret_, purpose_, caller, "caller", nonce_.data(), replyNonce);
+  return keys;
+}
+
+LinkKeys connectHandshake(int fd, const std::string& secret, Purpose purpose, Caller caller,
                       Clock::time_point deadline, const std::string& what) {
   auto refused = [&](const std::string& why) -> TransportError {
     return TransportError("ringcomm: " + what + " " + why, FailureContext{what, -1, -1, 0.0});
@@ -130,6 +150,10 @@ void connectHandshake(int fd, const std::string& secret, Purpose purpose, Caller
   if (!sameDigest(answer, serverProof(secret, purpose, caller, hello + 6, nonce))) {
     throw refused("did not prove it knows the job's secret: another job, or an impostor");
   }
+  LinkKeys keys;
+  keys.send = linkKey(secret, purpose, caller, "caller", hello + 6, nonce);
+  keys.receive = linkKey(secret, purpose, caller, "listener", hello + 6, nonce);
+  return keys;
 }
 
 }  // namespace ringcomm::auth

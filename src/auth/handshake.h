@@ -12,6 +12,12 @@
 //
 // The accepting side reads exactly the 78 bytes of the reply and nothing more until it has
 // checked them, so an unauthenticated peer can make it hold 78 bytes per connection at most.
+//
+// Both sides then hold the same fresh transcript, from which each derives the link's two keys
+// (one per direction) for protecting its frames (transport/tcp/sealed_stream.h):
+//     key = HMAC(secret, "ringcomm link key" direction purpose from to helloNonce replyNonce)
+// where direction is "caller" or "listener", the side that sends under it. Someone without the
+// secret learns nothing of them; a new connection (new nonces) gets new keys.
 #pragma once
 
 #include <array>
@@ -41,6 +47,12 @@ struct Caller {
   int32_t to = -1;
 };
 
+// The keys of one link, as this side uses them.
+struct LinkKeys {
+  Digest send{};
+  Digest receive{};
+};
+
 // The accepting side of one connection, fed by a non-blocking loop: send hello(), collect
 // kReplyBytes, check() them, send the proof it returns.
 class Acceptor {
@@ -50,6 +62,8 @@ class Acceptor {
   // The caller and the proof to send back, or nothing when the reply is not from a holder of
   // the secret (or not this protocol, or for another purpose).
   std::optional<std::pair<Caller, Digest>> check(const uint8_t* reply) const;
+  // The link's keys, as the accepting side uses them, for a reply check() accepted.
+  LinkKeys keys(const uint8_t* reply) const;
 
  private:
   // A copy: a reference member dangled when an Acceptor outlived the string it was made from
@@ -62,8 +76,9 @@ class Acceptor {
 
 // The connecting side, on a blocking socket, by `deadline`. Throws TransportError when the other
 // side does not speak the protocol or does not prove the secret (`what` names it: "the store at
-// host:port", "rank 3"), and TimeoutError when it does not answer in time.
-void connectHandshake(int fd, const std::string& secret, Purpose purpose, Caller caller,
+// host:port", "rank 3"), and TimeoutError when it does not answer in time. Returns the link's
+// keys, as the connecting side uses them.
+LinkKeys connectHandshake(int fd, const std::string& secret, Purpose purpose, Caller caller,
                       Clock::time_point deadline, const std::string& what);
 
 }  // namespace ringcomm::auth

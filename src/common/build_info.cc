@@ -12,6 +12,7 @@
 #include "codec/codec_f16c.h"
 #include "reduce/dispatch.h"
 #include "transport/cuda/device_path.h"
+#include "transport/tcp/sealed_stream.h"
 
 namespace ringcomm {
 
@@ -24,6 +25,9 @@ BuildInfo buildInfo() {
 #endif
   info.reduceKernels = reduce::activeKernelName();
   info.halfCodec = codec::f16c::available() ? "f16c" : "portable";
+  if (transport::wireProtectionBuilt()) {
+    info.wireProtection = "AES-256-GCM, " + transport::wireProtectionLibrary();
+  }
   device::describeBuild(info);  // the CUDA half: cuda_path.cc, or no_cuda.cc
   return info;
 }

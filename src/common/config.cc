@@ -97,6 +97,16 @@ CrossMemory parseCrossMemory(const char* text) {
   throw InvalidArgument("RINGCOMM_SHM_CMA must be auto, 0 or 1; got '" + value + "'");
 }
 
+WireProtection parseWireProtection(const char* text) {
+  const std::string value = text;
+  if (value == "auto") return WireProtection::Auto;
+  if (value == "off") return WireProtection::Off;
+  if (value == "integrity") return WireProtection::Integrity;
+  if (value == "encrypt") return WireProtection::Encrypt;
+  throw InvalidArgument("RINGCOMM_WIRE_PROTECTION must be auto, off, integrity or encrypt; got '" +
+                        value + "'");
+}
+
 }  // namespace
 
 std::chrono::milliseconds timeoutFromSeconds(double seconds, const std::string& what,
@@ -166,6 +176,9 @@ Config Config::fromEnvironment() {
   }
   if (const char* v = variable("RINGCOMM_SOCKET_BUFFER_BYTES")) {
     config.socketBufferBytes = static_cast<int>(parseNumber("RINGCOMM_SOCKET_BUFFER_BYTES", v));
+  }
+  if (const char* v = variable("RINGCOMM_WIRE_PROTECTION")) {
+    config.wireProtection = parseWireProtection(v);
   }
   if (const char* v = variable("RINGCOMM_LINK_TIMEOUT")) {
     config.linkTimeout = timeoutFromSeconds(parseNumber("RINGCOMM_LINK_TIMEOUT", v),
@@ -334,6 +347,21 @@ const std::vector<Described>& describedVariables() {
       {"RINGCOMM_SOCKET_BUFFER_BYTES", nullptr,
        [](const Config& c) { return number(c.socketBufferBytes); },
        "SO_SNDBUF and SO_RCVBUF of TCP connections", nullptr},
+      {"RINGCOMM_WIRE_PROTECTION", nullptr,
+       [](const Config& c) {
+         switch (c.wireProtection) {
+           case WireProtection::Off: return std::string("off");
+           case WireProtection::Integrity: return std::string("integrity");
+           case WireProtection::Encrypt: return std::string("encrypt");
+           default: return std::string("auto");
+         }
+       },
+       "what guards TCP frames after the handshake: auto (every frame authenticated on links to "
+       "other hosts that run at up to 2.5 Gbit/s, none on faster ones or within a host), "
+       "integrity (authenticated on every TCP link), encrypt (encrypted and authenticated), off "
+       "(the handshake only). AES-256-GCM under per-link keys, with a sequence number against "
+       "replay; needs a build with OpenSSL",
+       nullptr},
       {"RINGCOMM_LINK_TIMEOUT", nullptr, [](const Config& c) { return seconds(c.linkTimeout); },
        "seconds a TCP peer's host may stay silent (keepalive, unacknowledged data) before its link "
        "counts as dead, however long the collective may wait",

@@ -34,6 +34,7 @@
 #include "common/trace.h"
 #include "engine/engine.h"
 #include "transport/connect.h"
+#include "transport/tcp/sealed_stream.h"
 #include "transport/transport.h"
 #include "tuning/link_probe.h"
 
@@ -393,6 +394,18 @@ class CommunicatorImpl : public Communicator {
     config_.linkLatency =
         std::chrono::microseconds(std::max<int64_t>(1, link.latencySeconds * 1e6));
     config_.linkBandwidth = link.bytesPerSecond;
+    // auto: links this fast send unsealed from here on, on every rank alike (the figures are
+    // agreed); each sends an authenticated last record first (transport/tcp/sealed_stream.h).
+    if (config_.wireProtection == WireProtection::Auto && transport::wireProtectionBuilt() &&
+        link.bytesPerSecond > transport::kAutoSealMaxBytesPerSecond) {
+      transport_->stopSealing();
+      if (rank_ == 0) {
+        RINGCOMM_LOG(LogLevel::Info, kLogAuth,
+                     "links between hosts carry %.1f Gbit/s, more than RINGCOMM_WIRE_PROTECTION="
+                     "auto checks (%.1f): their frames go unsealed (integrity: sealed always)",
+                     link.bytesPerSecond * 8 / 1e9, transport::kAutoSealMaxBytesPerSecond * 8 / 1e9);
+      }
+    }
   }
 
   // Adasum has a schedule of its own (src/algorithms/adasum.h), on host memory: device buffers

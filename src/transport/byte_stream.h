@@ -22,6 +22,9 @@ class ByteStream {
   virtual std::string failure() const = 0;
   // Tell the peer this rank is going away (it sees the stream fail at once, not at its timeout).
   virtual void close() = 0;
+  // A sealed link (transport/tcp/sealed_stream.h): what this rank sends from now on travels as
+  // it is, after an authenticated record telling the peer so. Nothing on other streams.
+  virtual void stopSealing() {}
 };
 
 }  // namespace ringcomm::transport

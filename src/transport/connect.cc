@@ -24,6 +24,7 @@
 #include "ringcomm/errors.h"
 #include "transport/shm/segment.h"
 #include "transport/shm/shm_stream.h"
+#include "transport/tcp/sealed_stream.h"
 #include "transport/tcp/tcp_stream.h"
 
 namespace ringcomm::transport {
@@ -205,6 +206,13 @@ struct PendingHandshake {
   Clock::time_point deadline;
 };
 
+// What guards one link's frames: `configured`, with auto resolved for a peer on another host
+// (integrity, where this build has OpenSSL) or on this one (none: the bytes never leave it).
+WireProtection linkProtection(WireProtection configured, bool otherHost) {
+  if (configured != WireProtection::Auto) return configured;
+  return otherHost && wireProtectionBuilt() ? WireProtection::Integrity : WireProtection::Off;
+}
+
 // Lower ranks listen, higher ranks call: each pair connects exactly once. The caller proves the
 // job's secret and has the listener prove it back (auth handshake, purpose Data, naming both
 // ranks) before a byte of payload moves.
@@ -220,14 +228,15 @@ void setUpTcp(int rank, const std::vector<int>& tcpPeers, Links& links,
   label.collective = "connecting to peers";
   const Operation op(label, rank, timeout);
   std::map<int, net::UniqueFd> connected;
+  std::map<int, auth::LinkKeys> keys;
   for (int peer : tcpPeers) {
     if (peer > rank) continue;
     const bootstrap::RankRecord& record = rendezvous.ranks[peer];
     net::UniqueFd fd = net::connectTcp(record.address, record.port, op.deadline);
     try {
-      auth::connectHandshake(fd.get(), config.secret, auth::Purpose::Data,
-                             auth::Caller{rank, peer}, op.deadline,
-                             "rank " + std::to_string(peer));
+      keys[peer] = auth::connectHandshake(fd.get(), config.secret, auth::Purpose::Data,
+                                          auth::Caller{rank, peer}, op.deadline,
+                                          "rank " + std::to_string(peer));
     } catch (const TimeoutError& error) {
       raisePeerFailure<TimeoutError>(op, peer, "rank " + std::to_string(peer) +
                                                    " did not finish the handshake: " + error.what());
@@ -322,6 +331,7 @@ void setUpTcp(int rank, const std::vector<int>& tcpPeers, Links& links,
         continue;
       }
       const int from = accepted->first.from;
+      keys[from] = handshake.acceptor->keys(handshake.reply.data());
       connected[from] = std::move(handshake.fd);
       awaited.erase(from);
       it = pending.erase(it);
@@ -339,9 +349,33 @@ void setUpTcp(int rank, const std::vector<int>& tcpPeers, Links& links,
                  "challenge-response, %zu-byte secret) before any payload",
                  connected.size(), config.secret.size());
   }
+  size_t sealed = 0;
+  size_t exposed = 0;  // links to other hosts left unprotected by a build without OpenSSL
   for (auto& [peer, fd] : connected) {
-    links.streams[peer] = std::make_unique<TcpStream>(fd.release(), peer, config.socketBufferBytes,
-                                                      config.linkTimeout);
+    std::unique_ptr<ByteStream> stream = std::make_unique<TcpStream>(
+        fd.release(), peer, config.socketBufferBytes, config.linkTimeout);
+    const bool otherHost = rendezvous.ranks[rank].hostId != rendezvous.ranks[peer].hostId;
+    const WireProtection protection = linkProtection(config.wireProtection, otherHost);
+    if (protection != WireProtection::Off) {
+      stream = sealStream(std::move(stream), peer, protection, keys.at(peer));
+      ++sealed;
+    } else if (otherHost && config.wireProtection == WireProtection::Auto) {
+      ++exposed;
+    }
+    links.streams[peer] = std::move(stream);
+  }
+  if (exposed > 0) {
+    RINGCOMM_LOG(LogLevel::Warn, kLogAuth,
+                 "%zu TCP link(s) to other hosts carry frames without an integrity check: this "
+                 "build has no OpenSSL (install libssl-dev and reinstall ringcomm)",
+                 exposed);
+  }
+  if (sealed > 0) {
+    RINGCOMM_LOG(LogLevel::Info, kLogAuth,
+                 "%zu of %zu TCP link(s) carry authenticated%s records (AES-256-GCM, per-link "
+                 "keys, RINGCOMM_WIRE_PROTECTION)",
+                 sealed, connected.size(),
+                 config.wireProtection == WireProtection::Encrypt ? ", encrypted" : "");
   }
 }
 

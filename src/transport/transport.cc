@@ -392,6 +392,12 @@ void Transport::closeStreams() {
   }
 }
 
+void Transport::stopSealing() {
+  for (Peer& state : peers_) {
+    if (state.stream) state.stream->stopSealing();
+  }
+}
+
 void Transport::abort() {
   for (Peer& state : peers_) {
     if (state.stream) state.stream->close();

@@ -70,6 +70,8 @@ class Transport {
   void abort();
   // Shuts the streams down without touching request queues: safe from any thread.
   void closeStreams();
+  // Every sealed link sends unsealed from now on (RINGCOMM_WIRE_PROTECTION=auto on a fast link).
+  void stopSealing();
 
  private:
   struct Pending {
