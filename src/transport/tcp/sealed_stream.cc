@@ -120,11 +120,7 @@ class SealedStream : public ByteStream {
         peer_(peer),
         mode_(static_cast<uint8_t>(mode)),
         sending_(keys.send, true),
-        receiving_(keys.receive, false),
-        raw_(kReadAheadBytes),
-        plain_(kMaxRecordBytes) {
-    out_.reserve(kLengthBytes + kMaxRecordBytes + kTagBytes);
-  }
+        receiving_(keys.receive, false) {}
 
   const char* kind() const override { return inner_->kind(); }
   int pollFd() const override { return inner_->pollFd(); }
@@ -208,6 +204,11 @@ class SealedStream : public ByteStream {
   // Opens the next whole record into plain_, reading from the socket as needed; false when it
   // has not all arrived yet, or when it failed its check (failure_ then says so).
   bool openNextRecord() {
+    // Buffers on first use: a job across many hosts has links that never carry a byte.
+    if (raw_.empty()) {
+      raw_.resize(kReadAheadBytes);
+      plain_.resize(kMaxRecordBytes);
+    }
     size_t payload = 0;
     while (true) {
       const size_t have = rawEnd_ - rawBegin_;
