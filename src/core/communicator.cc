@@ -541,8 +541,8 @@ class CommunicatorImpl : public Communicator {
     // that broke), and the report must not wait out the store's own timeouts.
     const std::string record =
         std::to_string(blamed) + (mismatch ? " mismatch " : " failure ") + reason;
-    store_->trySet("abort/" + std::to_string(rank_), Bytes(record.begin(), record.end()),
-                   kStoreReportWait);
+    storeTookReport_ = store_->trySet("abort/" + std::to_string(rank_),
+                                      Bytes(record.begin(), record.end()), kStoreReportWait);
     // Peers waiting on this rank learn of the failure now instead of at their own timeout.
     if (links_.segments) links_.segments->markAborted(reason);
     transport_->abort();
@@ -589,6 +589,13 @@ class CommunicatorImpl : public Communicator {
     // Those along the chain record their reasons before they close anything, so all are there
     // by the time their failure reaches this rank; only the culprit's is missing. The wait for
     // the last lookup, which fails, is bounded for the whole chain.
+    if (!storeTookReport_) {
+      // Nobody's reason can be read either, and waiting for one would only keep this rank from
+      // reporting before its launcher ends it (mpirun's and torchrun's do at once).
+      return text + "; the job's store did not answer this rank either: the process that serves "
+                    "it (rank 0 under mpirun and env://, the launcher under ringcomm-run and "
+                    "torchrun) may have failed first, or the way to it did";
+    }
     const Clock::time_point deadline = Clock::now() + kPeerReasonWait;
     while (next >= 0 && seen.insert(next).second) {
       const auto reason = reasonOf(next, deadline);
@@ -809,6 +816,8 @@ class CommunicatorImpl : public Communicator {
   Config config_;
   transport::Links links_;
   std::shared_ptr<Store> store_;  // this communicator's prefix of the rendezvous store
+  // Whether the store took this rank's failure report (poison()): if not, no peer's can be read.
+  std::atomic<bool> storeTookReport_{true};
   std::string listenAddress_;     // where this rank listened: its duplicates listen there too
   std::atomic<int> duplicates_{0};
   std::unique_ptr<WaitPolicy> waitPolicy_;  // before the transport and the direct group: theirs
