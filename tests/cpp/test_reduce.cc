@@ -36,7 +36,8 @@ namespace {
 // still does: the kernels' results are compared in full by the ordinary run.
 const std::vector<size_t>& countsToCheck() {
   static const std::vector<size_t> counts{0, 1, 7, 17,
-                                          std::getenv("RINGCOMM_UNIT_TESTS_QUICK") ? 65539 : 1000003};
+                                          std::getenv("RINGCOMM_UNIT_TESTS_QUICK") ? size_t{65539}
+                                                                          : size_t{1000003}};
   return counts;
 }
 constexpr size_t kLargestSmallCount = 17;
