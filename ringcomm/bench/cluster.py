@@ -69,7 +69,9 @@ def link_bound(collective: str, layout: Sequence[int], rate: float) -> Optional[
       allreduce         2(H-1)/H   (reduce-scatter and all-gather of the hosts' shares)
       broadcast, reduce 1          (every other host needs, or holds part of, all of it)
       allgather, reduce_scatter  1 - L/p (a host receives, or sends, all blocks not its own)
-    with H hosts, p ranks and L ranks on the largest host."""
+      alltoall          L(p-L)/p   (each of a host's L ranks sends the blocks for other hosts)
+    with H hosts, p ranks and L ranks on the largest host (for alltoall, the host where
+    L(p-L) is largest)."""
     hosts = len(set(layout))
     p = len(layout)
     largest = max(layout.count(h) for h in set(layout))
@@ -79,6 +81,8 @@ def link_bound(collective: str, layout: Sequence[int], rate: float) -> Optional[
         per_byte = 1.0
     elif collective in ("allgather", "reduce_scatter"):
         per_byte = 1 - largest / p
+    elif collective == "alltoall":
+        per_byte = max(layout.count(h) * (p - layout.count(h)) / p for h in set(layout))
     else:
         return None
     return rate / per_byte / 1e9

@@ -185,7 +185,7 @@ void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
 
 void DirectGroup::stage(uint64_t round, const MessageTag& tag, size_t bytes, size_t total,
                         const Operation& op, const void* input, const void* output,
-                        bool stageInstead) {
+                        bool stageInstead, size_t outputBytes) {
   // The slot of this round was last used kDirectSlots rounds ago: wait until everyone read it.
   if (round >= shm::kDirectSlots) waitForAll(Phase::Done, round - shm::kDirectSlots + 1, op);
   shm::SlotDescriptor& descriptor = segments_.counters(rank_).descriptor[round % shm::kDirectSlots];
@@ -197,12 +197,12 @@ void DirectGroup::stage(uint64_t round, const MessageTag& tag, size_t bytes, siz
   descriptor.output.store(reinterpret_cast<uintptr_t>(output), std::memory_order_relaxed);
   descriptor.stageInstead.store(stageInstead ? 1 : 0, std::memory_order_relaxed);
   // Only the single-copy path passes buffers; the staged rounds skip the lookup's lock.
-  const auto sharedLocation = [total](const void* buffer) {
+  const auto sharedLocation = [](const void* buffer, size_t length) {
     if (buffer == nullptr) return shm::SharedLocation{};
-    return shm::findSharedBuffer(buffer, total).value_or(shm::SharedLocation{});
+    return shm::findSharedBuffer(buffer, length).value_or(shm::SharedLocation{});
   };
-  descriptor.sharedInput = sharedLocation(input);
-  descriptor.sharedOutput = sharedLocation(output);
+  descriptor.sharedInput = sharedLocation(input, total);
+  descriptor.sharedOutput = sharedLocation(output, outputBytes == SIZE_MAX ? total : outputBytes);
 }
 
 void DirectGroup::checkDescriptors(uint64_t round, const MessageTag& tag, size_t bytes,

@@ -49,6 +49,14 @@ class DirectGroup {
   bool allreduceAcrossHosts(const Operation& op, const MessageTag& tag, const void* input,
                             void* output, size_t count, DataType type, ReduceOp reduceOp,
                             const std::vector<plan::Block>& blocks, const SliceStep& across);
+  // This host's part of a hierarchical reduce-scatter, the same way: local rank j reduces
+  // blocks[j] of every local rank's input (`count` elements each) into `work`, hands it to
+  // `across` with the hooks, and writes each final element into the output of the local rank
+  // that holds it (outputs[i]: the elements of the vector local rank i's output holds).
+  bool reduceScatterAcrossHosts(const Operation& op, const MessageTag& tag, const void* input,
+                                void* output, uint8_t* work, size_t count, DataType type,
+                                ReduceOp reduceOp, const std::vector<plan::Block>& blocks,
+                                const std::vector<plan::Block>& outputs, const SliceStep& across);
   // The root stages its buffer in its slot, round by round; the others copy it out. `tag` carries
   // the root in its signature, so ranks that disagree on it get a MismatchError.
   void broadcast(const Operation& op, const MessageTag& tag, void* buffer, size_t count,
@@ -65,21 +73,33 @@ class DirectGroup {
   void publish(Phase phase, uint64_t value);
   // Describes this rank's part of `round` for the peers (checkDescriptors); `input` and `output`
   // are the caller's buffers on the single-copy path, null on the staged one.
-  void stage(uint64_t round, const MessageTag& tag, size_t bytes, size_t total,
-             const Operation& op, const void* input = nullptr, const void* output = nullptr,
-             bool stageInstead = false);
+  // `outputBytes`: the output's length where it differs from `total` (a reduce-scatter's).
+  void stage(uint64_t round, const MessageTag& tag, size_t bytes, size_t total, const Operation& op,
+             const void* input = nullptr, const void* output = nullptr, bool stageInstead = false,
+             size_t outputBytes = SIZE_MAX);
   void checkDescriptors(uint64_t round, const MessageTag& tag, size_t bytes, size_t total,
                         const Operation& op);
 
+  // What one single-copy round reduces and where its results go.
+  struct SingleCopyPlan {
+    std::vector<plan::Block> slices;  // slices[j]: the elements of the vector local rank j reduces
+    // outputs[i]: the elements of the vector local rank i's output holds, from its start; empty
+    // when every output holds the whole vector (an all-reduce).
+    std::vector<plan::Block> outputs;
+    // Where this rank reduces its slice when its output does not hold it; null: in its output.
+    uint8_t* work = nullptr;
+  };
   // The all-reduce that reads peers' buffers with cross-memory attach (direct_single_copy.cc).
   // Returns false, having moved nothing, when the lowest local rank asked every rank to stage
-  // this one through the slots instead (stageInstead()). With `blocks`, local rank j reduces
-  // blocks[j] (else plan::blockOf's share); with `across`, each rank hands its reduced block to
-  // it before writing it into its peers' outputs (allreduceAcrossHosts).
+  // this one through the slots instead (stageInstead()).
   bool allreduceSingleCopy(const Operation& op, const MessageTag& tag, const void* input,
-                           void* output, size_t count, DataType type, ReduceOp reduceOp,
-                           const std::vector<plan::Block>* blocks = nullptr,
-                           const SliceStep* across = nullptr);
+                           void* output, size_t count, DataType type, ReduceOp reduceOp);
+  // Its round, for any `plan`: each rank reduces its slice of every local input and writes it
+  // into the outputs that hold it; with `across`, each hands its slice to it first
+  // (allreduceAcrossHosts, reduceScatterAcrossHosts).
+  bool reduceSingleCopy(const Operation& op, const MessageTag& tag, const void* input, void* output,
+                        size_t count, DataType type, ReduceOp reduceOp, const SingleCopyPlan& plan,
+                        const SliceStep* across);
   // Raises naming `peer` if it has failed: its output may be its caller's again.
   void raiseIfAborted(int peer, const Operation& op);
   // Copies `bytes` into local peer `peer`'s output, mapped here at `to`, unless it has failed.

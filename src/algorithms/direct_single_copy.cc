@@ -19,6 +19,11 @@
 //   done     published. Before returning, a rank waits until every peer is done: peers read its
 //            input and write its output, and the caller may reuse both as soon as it returns.
 //
+// Across hosts (hierarchical.cc) the same round is this host's part: local rank j reduces slice j
+// of the host's inputs segment by segment as the exchange with the other hosts reaches it, and
+// writes the final segments where they belong: every peer's output for an all-reduce, the one
+// output that holds each element for a reduce-scatter (SingleCopyPlan).
+//
 // In place (input == output) is safe: rank r overwrites chunk c of slice r in peer q's buffer only
 // after reading it itself, and no one else reads slice r of q's input (q reads only slice q).
 //
@@ -130,31 +135,59 @@ bool DirectGroup::allreduceAcrossHosts(const Operation& op, const MessageTag& ta
                                        const std::vector<plan::Block>& blocks,
                                        const SliceStep& across) {
   if (segments_.singleCopyMinBytes() == SIZE_MAX) return false;  // some rank cannot reach others
-  return allreduceSingleCopy(op, tag, input, output, count, type, reduceOp, &blocks, &across);
+  SingleCopyPlan plan;
+  plan.slices = blocks;
+  return reduceSingleCopy(op, tag, input, output, count, type, reduceOp, plan, &across);
 }
 
-bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag,
-                                      const void* input, void* output, size_t count, DataType type,
-                                      ReduceOp reduceOp, const std::vector<plan::Block>* blocks,
-                                      const SliceStep* across) {
+bool DirectGroup::reduceScatterAcrossHosts(const Operation& op, const MessageTag& tag,
+                                           const void* input, void* output, uint8_t* work,
+                                           size_t count, DataType type, ReduceOp reduceOp,
+                                           const std::vector<plan::Block>& blocks,
+                                           const std::vector<plan::Block>& outputs,
+                                           const SliceStep& across) {
+  if (segments_.singleCopyMinBytes() == SIZE_MAX) return false;
+  SingleCopyPlan plan;
+  plan.slices = blocks;
+  plan.outputs = outputs;
+  plan.work = work;
+  return reduceSingleCopy(op, tag, input, output, count, type, reduceOp, plan, &across);
+}
+
+bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag, const void* input,
+                                      void* output, size_t count, DataType type,
+                                      ReduceOp reduceOp) {
+  SingleCopyPlan plan;
+  for (int j = 0; j < size_; ++j) plan.slices.push_back(plan::blockOf(count, size_, j));
+  return reduceSingleCopy(op, tag, input, output, count, type, reduceOp, plan, nullptr);
+}
+
+bool DirectGroup::reduceSingleCopy(const Operation& op, const MessageTag& tag, const void* input,
+                                   void* output, size_t count, DataType type, ReduceOp reduceOp,
+                                   const SingleCopyPlan& plan, const SliceStep* across) {
   const size_t element = elementSize(type);
   const size_t total = count * element;
   const uint64_t round = round_++;
   const uint8_t* in = static_cast<const uint8_t*>(input);
   uint8_t* out = static_cast<uint8_t*>(output);
+  // The elements of the vector that local rank `peer`'s output holds, from its start.
+  const auto windowOf = [&](int peer) {
+    return plan.outputs.empty() ? plan::Block{0, count} : plan.outputs[peer];
+  };
+  const size_t outputBytes = windowOf(rank_).count * element;
 
   // Before posting: every peer finished the previous call (its Done), and none touches these
   // buffers until this rank has posted them.
   // The lowest rank's answer goes out with its descriptor; it need not collapse buffers that
   // will be staged (the others learn it only once all have posted).
   const bool askToStage = rank_ == 0 && stageInstead();
-  stage(round, tag, total, total, op, input, output, askToStage);
+  stage(round, tag, total, total, op, input, output, askToStage, outputBytes);
   // Buffers from ringcomm.empty() (found by stage()) are shared memory, which the collapse does
   // not concern.
   const shm::SlotDescriptor& mine = segments_.counters(rank_).descriptor[round % shm::kDirectSlots];
   if (!askToStage && mine.sharedInput.serial == 0) hugePages_.note(input, total);
   if (!askToStage && mine.sharedOutput.serial == 0 && output != input) {
-    hugePages_.note(output, total);
+    hugePages_.note(output, outputBytes);
   }
   publish(Phase::Posted, round + 1);
   waitForAll(Phase::Posted, round + 1, op);
@@ -189,7 +222,7 @@ bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
   for (int peer = 0; peer < size_; ++peer) {
     const shm::SlotDescriptor& theirs = *descriptors[peer];
     if (peer == rank_ || !covers(theirs.sharedInput, total) ||
-        !covers(theirs.sharedOutput, total)) {
+        !covers(theirs.sharedOutput, windowOf(peer).count * element)) {
       continue;
     }
     const int pid = segments_.pidOf(peer);
@@ -200,7 +233,12 @@ bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
     mappedOutput[peer] = outputBase + theirs.sharedOutput.offset;
   }
 
-  const plan::Block own = blocks ? (*blocks)[rank_] : plan::blockOf(count, size_, rank_);
+  const plan::Block own = plan.slices[rank_];
+  // Where this rank's slice is reduced: in its output, which holds it (an all-reduce), or in the
+  // work buffer (a reduce-scatter). `at` is a byte offset in the vector, within the slice.
+  const auto resultAt = [&](size_t at) {
+    return plan.work == nullptr ? out + at : plan.work + (at - own.offset * element);
+  };
   const size_t chunkCount = chunkBytes / element;
   std::vector<const void*> sources(size_);
   const auto reduceChunk = [&](size_t at, size_t n) {
@@ -218,29 +256,54 @@ bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
       accessPeer(peer, false, remote, landing, n * element, op);
       sources[next++] = landing;
     }
-    reduce::reduceMany(out + at, sources.data(), size_, n, type, reduceOp);
-    reduce::finishAverage(out + at, n, type, reduceOp, size_);
+    reduce::reduceMany(resultAt(at), sources.data(), size_, n, type, reduceOp);
+    reduce::finishAverage(resultAt(at), n, type, reduceOp, size_);
+  };
+  // The part of the chunk [at, at + n elements) that `peer`'s output holds, and where there.
+  struct Destination {
+    size_t at = 0;  // byte offset in the vector
+    size_t bytes = 0;
+    size_t offset = 0;  // byte offset in the peer's output
+  };
+  const auto destinationIn = [&](int peer, size_t at, size_t n) {
+    const plan::Block window = windowOf(peer);
+    const size_t first = std::max(at / element, window.offset);
+    const size_t end = std::min(at / element + n, window.offset + window.count);
+    if (end <= first) return Destination{};
+    return Destination{first * element, (end - first) * element, (first - window.offset) * element};
   };
   // Starting after this rank, so that the ranks do not all write to rank 0 first. A peer whose
   // output lies a few bytes after this rank's (modulo the page) gets the chunk from a copy
   // placed exactly like its output (the kernel needs no alignment to read it), remade when the
-  // placement changes from one such peer to the next.
+  // placement or the part changes from one such peer to the next.
   const auto pushChunk = [&](size_t at, size_t n) {
-    uint8_t* bounce = nullptr;  // where this chunk was last placed
+    Destination bounced;        // the part last placed there
+    uint8_t* bounce = nullptr;  // where it was placed
     for (int step = 1; step < size_; ++step) {
       const int peer = (rank_ + step) % size_;
+      const Destination to = destinationIn(peer, at, n);
+      if (to.bytes == 0) continue;
+      uint8_t* source = resultAt(to.at);
       if (mappedOutput[peer] != nullptr) {
-        writeMappedPeer(peer, mappedOutput[peer] + at, out + at, n * element, op);
+        writeMappedPeer(peer, mappedOutput[peer] + to.offset, source, to.bytes, op);
         continue;
       }
-      const uint64_t remote = descriptors[peer]->output.load(std::memory_order_relaxed) + at;
-      uint8_t* source = out + at;
+      const uint64_t remote = descriptors[peer]->output.load(std::memory_order_relaxed) + to.offset;
       if (isShortForwardDistance(reinterpret_cast<const void*>(remote), source)) {
         uint8_t* placed = alignedLike(remote, 1, bounceArea);
-        if (placed != bounce) copyBytes(placed, source, n * element);
-        source = bounce = placed;
+        if (placed != bounce || to.at != bounced.at || to.bytes != bounced.bytes) {
+          copyBytes(placed, source, to.bytes);
+        }
+        bounce = placed;
+        bounced = to;
+        source = placed;
       }
-      accessPeer(peer, true, remote, source, n * element, op);
+      accessPeer(peer, true, remote, source, to.bytes, op);
+    }
+    // This rank's own part, where it reduced into a work buffer.
+    const Destination mine = destinationIn(rank_, at, n);
+    if (plan.work != nullptr && mine.bytes > 0) {
+      copyBytes(out + mine.offset, resultAt(mine.at), mine.bytes);
     }
   };
   if (across == nullptr) {
@@ -264,7 +327,8 @@ bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
       };
     };
     trace::Span span(trace::Phase::Reduce, "this rank's slice, with the other hosts");
-    (*across)(out + own.offset * element, own, SegmentHooks{inChunks(reduceChunk), inChunks(pushChunk)});
+    (*across)(resultAt(own.offset * element), own,
+              SegmentHooks{inChunks(reduceChunk), inChunks(pushChunk)});
   }
   publish(Phase::Done, round + 1);
   waitForAll(Phase::Done, round + 1, op);

@@ -77,6 +77,49 @@ void combineAcross(const Context& group, void* data, size_t count, const Allredu
   if (hooks.consume) hooks.consume(whole);
 }
 
+// The elements `a` and `b` share (none: at the later start).
+plan::Block intersect(const plan::Block& a, const plan::Block& b) {
+  const size_t begin = std::max(a.offset, b.offset);
+  const size_t end = std::min(a.offset + a.count, b.offset + b.count);
+  return end > begin ? plan::Block{begin, end - begin} : plan::Block{begin, 0};
+}
+
+// The reduce-scatter's steps within the host through each other's memory (DirectGroup), which
+// overlap the exchange across hosts: as the ring across hosts reaches each segment of local rank
+// j's slice, j reduces it over the host's inputs (produce), and each finished segment of this
+// host's part goes straight into the output of the local rank whose block holds it (consume).
+// False, having moved nothing, where the host's ranks cannot reach each other's memory or a
+// host's ranks are not consecutive.
+bool reduceScatterThroughMemory(const Context& ctx, const HostLayout& layout,
+                                DirectGroup& hostGroup, const plan::HostSlices& slices,
+                                const ReduceScatterOptions& o) {
+  if (!hostsHoldConsecutiveRanks(layout)) return false;
+  const size_t element = elementSize(o.type);
+  const size_t c = o.count;
+  std::vector<plan::Block> hostRange;
+  for (const auto& ranks : layout.hosts) hostRange.push_back({ranks.front() * c, ranks.size() * c});
+  std::vector<plan::Block> outputs;
+  for (int rank : layout.hosts[layout.host]) outputs.push_back({rank * c, c});
+  const plan::Block mine = slices.local[layout.localRank];
+  uint8_t* work = ctx.scratch.get(kHierarchyScratch, mine.count * element);
+  const auto acrossHosts = [&](uint8_t* slice, const plan::Block& block,
+                               const SegmentHooks& withinHost) {
+    // Of the slice, each host keeps the part that falls in its ranks' blocks.
+    std::vector<plan::Block> parts;
+    for (const plan::Block& range : hostRange) {
+      const plan::Block part = intersect(block, range);
+      parts.push_back(
+          {std::min(part.offset, block.offset + block.count) - block.offset, part.count});
+    }
+    trace::Span span(trace::Phase::Collective, "across hosts");
+    ringReduceScatter(ctx.subgroup(slices.across), slice, parts, o.type, partialOp(o.op),
+                      Compression::None, &withinHost);
+  };
+  return hostGroup.reduceScatterAcrossHosts(ctx.op, ctx.tag, o.input, o.output, work, c * ctx.size,
+                                            o.type, partialOp(o.op), slices.local, outputs,
+                                            acrossHosts);
+}
+
 // Large vectors: every local rank reduces, carries across and shares back a slice of its own.
 void allreduceBySlices(const Context& ctx, const HostLayout& layout, DirectGroup* hostGroup,
                        const void* input, const AllreduceOptions& o, const CrossHost& cross) {
@@ -139,6 +182,15 @@ void allreduceThroughLeaders(const Context& ctx, const HostLayout& layout, Direc
 }
 
 }  // namespace
+
+bool hostsHoldConsecutiveRanks(const HostLayout& layout) {
+  for (const auto& ranks : layout.hosts) {
+    for (size_t i = 1; i < ranks.size(); ++i) {
+      if (ranks[i] != ranks.front() + static_cast<int>(i)) return false;
+    }
+  }
+  return true;
+}
 
 void hierarchicalAllreduce(const Context& ctx, const HostLayout& layout, DirectGroup* hostGroup,
                            const AllreduceOptions& o, const CrossHost& cross) {
@@ -219,12 +271,19 @@ void hierarchicalAllgather(const Context& ctx, const HostLayout& layout,
   }
 }
 
-void hierarchicalReduceScatter(const Context& ctx, const HostLayout& layout,
+void hierarchicalReduceScatter(const Context& ctx, const HostLayout& layout, DirectGroup* hostGroup,
                                const ReduceScatterOptions& o) {
   const size_t element = elementSize(o.type);
   const size_t c = o.count;
   const size_t total = c * ctx.size;
   const int hosts = static_cast<int>(layout.hosts.size());
+  const std::vector<int>& local = layout.hosts[layout.host];
+  const plan::HostSlices slices =
+      plan::planHostSlices(layout.hosts, layout.host, layout.localRank, total);
+  if (hostGroup != nullptr && reduceScatterThroughMemory(ctx, layout, *hostGroup, slices, o)) {
+    reduce::finishAverage(o.output, c, o.type, o.op, ctx.size);
+    return;
+  }
   // The input in host-major order (as hierarchicalAllgather's): host h's ranks' blocks are then
   // one range, D_h. A copy is made anyway, since the steps reduce in place.
   std::vector<plan::Block> hostRange(hosts);
@@ -242,16 +301,8 @@ void hierarchicalReduceScatter(const Context& ctx, const HostLayout& layout,
       }
     }
   }
-  const auto intersect = [](const plan::Block& a, const plan::Block& b) {
-    const size_t begin = std::max(a.offset, b.offset);
-    const size_t end = std::min(a.offset + a.count, b.offset + b.count);
-    return end > begin ? plan::Block{begin, end - begin} : plan::Block{begin, 0};
-  };
   // Within the host: local rank j reduces slice j of the whole vector.
-  const std::vector<int>& local = layout.hosts[layout.host];
   const Context localCtx = ctx.subgroup(local);
-  const plan::HostSlices slices =
-      plan::planHostSlices(layout.hosts, layout.host, layout.localRank, total);
   ringReduceScatter(localCtx, work, slices.local, o.type, partialOp(o.op));
   // Across hosts: of slice j, each host keeps the part that falls in its own ranks' blocks.
   const plan::Block mine = slices.local[layout.localRank];

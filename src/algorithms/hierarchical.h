@@ -55,9 +55,20 @@ void hierarchicalAllgather(const Context& ctx, const HostLayout& layout,
 // Every host reduces the whole vector, local rank j slice j of it; local rank j of every host
 // reduces slice j across hosts, each host keeping the part that belongs to its ranks; the host's
 // ranks hand each other those parts. Each host sends its partial sum of the other hosts' blocks
-// once, and receives the other hosts' partial sums of its own once.
-void hierarchicalReduceScatter(const Context& ctx, const HostLayout& layout,
+// once, and receives the other hosts' partial sums of its own once. With `hostGroup`, the steps
+// within the host go through each other's memory, overlapping the exchange across hosts.
+void hierarchicalReduceScatter(const Context& ctx, const HostLayout& layout, DirectGroup* hostGroup,
                                const ReduceScatterOptions& options);
+
+// Each rank hands the blocks for other hosts to the local rank that carries their destination,
+// which sends each destination its host's blocks in one message (hierarchical_alltoall.cc).
+// Requires hostsHoldConsecutiveRanks(layout).
+void hierarchicalAlltoall(const Context& ctx, const HostLayout& layout,
+                          const AlltoallOptions& options);
+
+// Whether each host's ranks are consecutive (as launchers place them): its ranks' blocks of a
+// collective's buffer are then one range.
+bool hostsHoldConsecutiveRanks(const HostLayout& layout);
 
 // The root and one rank of every other host (its lowest) broadcast among themselves, then each
 // host from that rank: the vector crosses into each host once.

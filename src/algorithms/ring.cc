@@ -162,8 +162,12 @@ void ringReduceScatter(const Context& ctx, void* buffer, const std::vector<Block
   const auto produce = [hooks](const Block& segment) {
     if (hooks != nullptr && hooks->produce) hooks->produce(segment);
   };
+  const auto consume = [hooks](const Block& segment) {
+    if (hooks != nullptr && hooks->consume) hooks->consume(segment);
+  };
   if (ctx.size == 1) {
     for (const Block& block : blocks) produce(block);
+    consume(blocks[ctx.rank]);
     return;
   }
   trace::Span phase(trace::Phase::ReduceScatter, "ring");
@@ -203,12 +207,16 @@ void ringReduceScatter(const Context& ctx, void* buffer, const std::vector<Block
       const uint8_t* theirs = scratch[step % 2] + (posted.segment.offset - block.offset) * ring.wireElement;
       produce(posted.segment);
       wire.reduceInto(posted.segment, theirs, type, op);
-      if (step + 1 < p - 1) wire.send(posted.segment);
+      if (step + 1 < p - 1) {
+        wire.send(posted.segment);
+      } else {  // a segment of this rank's own block, final
+        reduce::finishAverage(base + posted.segment.offset * ring.element, posted.segment.count,
+                              type, op, p);
+        consume(posted.segment);
+      }
     }
     current = std::move(next);
   }
-  const Block& own = blocks[ctx.rank];
-  reduce::finishAverage(base + own.offset * ring.element, own.count, type, op, p);
   ctx.waitAll();
 }
 
@@ -273,7 +281,9 @@ void ringAllreduce(const Context& ctx, const void* input, void* output, size_t c
   }
   codec::scale(output, count, type, prescale);
   const std::vector<Block> blocks = evenBlocks(count, ctx.size);
-  ringReduceScatter(ctx, output, blocks, type, op, compression, hooks);
+  // The all-gather consumes every block, this rank's own included, once it has sent it on.
+  const SegmentHooks producing{hooks ? hooks->produce : nullptr, nullptr};
+  ringReduceScatter(ctx, output, blocks, type, op, compression, &producing);
   ringAllgather(ctx, output, blocks, type, compression, hooks);
   codec::scale(output, count, type, postscale);
 }

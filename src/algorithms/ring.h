@@ -15,8 +15,8 @@ namespace ringcomm::algorithms {
 // buffer, so that its own work overlaps the ring's transfers: `produce` fills a segment just
 // before the ring first reads it (the reduce-scatter's first send of it, or its first reduction
 // into it), `consume` takes a segment once it holds its final value and the ring no longer reads
-// it (it may change it in place). Segments are in elements of the ring's buffer. Either may be
-// empty.
+// it (it may change it in place): in a reduce-scatter, the segments of this rank's own block as
+// each is finished. Segments are in elements of the ring's buffer. Either may be empty.
 struct SegmentHooks {
   std::function<void(const plan::Block& segment)> produce;
   std::function<void(const plan::Block& segment)> consume;

@@ -16,6 +16,13 @@
 namespace ringcomm::algorithms {
 namespace {
 
+// All-to-all blocks up to this size go grouped by host across hosts. Measured on the 2-core VM,
+// 2 hosts of 2 and 4 ranks (bench/RESULTS.md, "All-to-all grouped by host"): at 1 Gbit/s grouped
+// is 1.2-1.5x the flat schedule's busbw up to blocks of 8 KiB and 0.9-0.96x from 64 KiB (two
+// more copies within the host, for the same bytes across); at 10 Gbit/s, where both hosts share
+// the two cores, the two are even up to blocks of 8 KiB, and grouped falls far behind from 32.
+constexpr size_t kGroupedAlltoallBlockBytes = 8 * 1024;
+
 // The power of two at or above `bytes`: the all-reduce's choice is logged once per such bucket.
 size_t sizeBucket(size_t bytes) {
   size_t bucket = 1;
@@ -123,7 +130,7 @@ void Schedules::allgather(const Context& ctx, const AllgatherOptions& o) {
 
 void Schedules::reduceScatter(const Context& ctx, const ReduceScatterOptions& o) {
   if (acrossHosts()) {
-    hierarchicalReduceScatter(ctx, layout_, o);
+    hierarchicalReduceScatter(ctx, layout_, hostGroup_.get(), o);
   } else {
     algorithms::reduceScatter(ctx, o);
   }
@@ -147,6 +154,15 @@ void Schedules::reduce(const Context& ctx, const ReduceOptions& o) {
     hierarchicalReduce(ctx, layout_, hostGroup_.get(), o);
   } else {
     algorithms::reduce(ctx, o);
+  }
+}
+
+void Schedules::alltoall(const Context& ctx, const AlltoallOptions& o) {
+  if (acrossHosts() && o.count * elementSize(o.type) <= kGroupedAlltoallBlockBytes &&
+      hostsHoldConsecutiveRanks(layout_)) {
+    hierarchicalAlltoall(ctx, layout_, o);
+  } else {
+    algorithms::alltoall(ctx, o);
   }
 }
 

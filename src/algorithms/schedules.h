@@ -47,6 +47,8 @@ class Schedules {
   void reduceScatter(const Context& ctx, const ReduceScatterOptions& options);
   void broadcast(const Context& ctx, const BroadcastOptions& options);
   void reduce(const Context& ctx, const ReduceOptions& options);
+  // Small blocks across hosts travel grouped by host (hierarchical_alltoall.cc); else flat.
+  void alltoall(const Context& ctx, const AlltoallOptions& options);
   void barrier(const Context& ctx);
 
   // Logs the choice once per size bucket and schedule (every call at TRACE).

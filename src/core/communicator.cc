@@ -242,7 +242,7 @@ class CommunicatorImpl : public Communicator {
                                   AlltoallOptions part = o;
                                   part.input = host[0];
                                   part.output = host[1];
-                                  algorithms::alltoall(ctx, part);
+                                  schedules_->alltoall(ctx, part);
                                 });
                    });
   }

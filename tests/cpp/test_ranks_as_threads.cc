@@ -51,7 +51,8 @@ Config configFor(TransportKind transport, std::chrono::milliseconds timeout = 60
 
 // Runs body(rank, communicator) on `size` threads, each rank with its own communicator and store
 // client. The first failure of any rank is rethrown here, after every thread has ended.
-void runRanks(int size, const Config& config,
+// `configOf(rank)`: each rank's configuration (its host, in the tests of several hosts).
+void runRanks(int size, const std::function<Config(int)>& configOf,
               const std::function<void(int, Communicator&)>& body, const std::string& scope) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
   std::mutex mutex;
@@ -62,7 +63,7 @@ void runRanks(int size, const Config& config,
       try {
         auto store = std::make_shared<TcpStore>("127.0.0.1", server.port(), 30s, kSecret);
         std::shared_ptr<Communicator> comm =
-            Communicator::createInScope(store, scope, rank, size, config);
+            Communicator::createInScope(store, scope, rank, size, configOf(rank));
         body(rank, *comm);
         comm->shutdown();
       } catch (...) {
@@ -74,6 +75,11 @@ void runRanks(int size, const Config& config,
   for (auto& thread : threads) thread.join();
   server.stop();
   if (failure) std::rethrow_exception(failure);
+}
+
+void runRanks(int size, const Config& config, const std::function<void(int, Communicator&)>& body,
+              const std::string& scope) {
+  runRanks(size, [&](int) { return config; }, body, scope);
 }
 
 // What rank r contributes at index i: small integers, so that sums are exact.
@@ -91,7 +97,11 @@ void checkCollectives(int rank, Communicator& comm) {
     }
 
     for (Algorithm algorithm : {Algorithm::Ring, Algorithm::Tree, Algorithm::Direct}) {
-      if (algorithm == Algorithm::Direct && comm.transportTo((rank + 1) % size) != "shm") continue;
+      bool oneHost = true;
+      for (int peer = 0; peer < size; ++peer) {
+        oneHost = oneHost && (peer == rank || comm.transportTo(peer) == "shm");
+      }
+      if (algorithm == Algorithm::Direct && !oneHost) continue;
       std::vector<float> output(count, -1.0f);
       AllreduceOptions o;
       o.input = input.data();
@@ -204,6 +214,20 @@ TEST(ranks_as_threads_collectives_over_tcp) {
 // Five ranks: not a power of two (the tree folds one in), an odd ring.
 TEST(ranks_as_threads_five_ranks_over_shared_memory) {
   runRanks(5, configFor(TransportKind::Shm), checkCollectives, "threads/shm5/");
+}
+
+// Two hosts of 2 and 3 ranks (RINGCOMM_HOSTID's field): the schedules that know the hosts, with
+// their steps within a host through each other's memory (process_vm_readv works on one's own
+// process too) and TCP between the hosts; all-to-all grouped by host.
+TEST(ranks_as_threads_two_hosts) {
+  runRanks(
+      5,
+      [](int rank) {
+        Config config = configFor(TransportKind::Auto);
+        config.hostId = rank < 2 ? "threads-host-a" : "threads-host-b";
+        return config;
+      },
+      checkCollectives, "threads/hosts/");
 }
 
 // Many collectives from several caller threads per rank at once: each rank's engine runs them in

@@ -238,7 +238,9 @@ def allreduce_cases() -> None:
 def reduce_scatter_cases() -> None:
     for dtype in DTYPES:
         for op in REDUCE_SCATTER_OPS.get(dtype, ["sum"]):
-            for count in SMALL_COUNTS:
+            # Large for float32: several of the single-copy path's chunks and the ring's segments.
+            bigger = [large] if large and dtype == "float32" else []
+            for count in SMALL_COUNTS + bigger:
                 name = f"reduce_scatter/{dtype}/{op}/{count}"
 
                 def body(count=count, dtype=dtype, op=op, name=name):
