@@ -14,7 +14,7 @@ os.environ["RINGCOMM_TUNING_DIR"] = "off"
 
 def pytest_sessionstart(session):
     """Build the torch.distributed backend once, before any test's timeout starts: on a fresh
-    machine it compiles for about a minute, which ranks of a test would otherwise wait out."""
+    machine it compiles for about half a minute, which ranks of a test would otherwise wait out."""
     if importlib.util.find_spec("torch") is None:
         return
     from ringcomm.c10d._build import extension

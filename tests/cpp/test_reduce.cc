@@ -34,9 +34,8 @@ namespace {
 // Under the sanitizers (RINGCOMM_UNIT_TESTS_QUICK, tests/test_sanitizers.py), where each element
 // costs ten times as much, a smaller one that still spans many blocks of every kernel.
 const std::vector<size_t>& countsToCheck() {
-  static const std::vector<size_t> counts{0, 1, 7, 17,
-                                          std::getenv("RINGCOMM_UNIT_TESTS_QUICK") ? size_t{65539}
-                                                                          : size_t{262147}};
+  static const std::vector<size_t> counts{
+      0, 1, 7, 17, std::getenv("RINGCOMM_UNIT_TESTS_QUICK") ? size_t{65539} : size_t{262147}};
   return counts;
 }
 constexpr size_t kLargestSmallCount = 17;
