@@ -7,6 +7,7 @@ unshare, as on the development and CI machines; skipped otherwise), so what is l
 the job is the job's alone.
 """
 
+import concurrent.futures
 import json
 import os
 import shlex
@@ -79,8 +80,15 @@ KILL_AFTER = [0.3, 0.6, 0.9, 1.2, 1.6, 2.2]
 @pytest.mark.timeout(300)
 def test_rank_killed_during_setup_is_named_and_leaves_nothing_behind():
     victim = 2
-    for seconds in KILL_AFTER:
-        results, stderr, left = run_with_shm(256, 4, "setup_victim.py", str(victim), str(seconds))
+
+    def job(seconds):
+        return run_with_shm(256, 4, "setup_victim.py", str(victim), str(seconds))
+
+    # Two jobs at a time (each with a /dev/shm of its own): each mostly waits for the ranks to
+    # start, and for the survivors to see the death.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        jobs = list(pool.map(job, KILL_AFTER))
+    for seconds, (results, stderr, left) in zip(KILL_AFTER, jobs):
         survivors = [r for rank, r in results.items() if rank != victim]
         assert len(survivors) == 3, (seconds, stderr)
         for result in survivors:

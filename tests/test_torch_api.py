@@ -16,7 +16,9 @@ def test_horovod_style_api(size):
     assert any(o.result["seen_pending"] for o in outcomes)
 
 
-@pytest.mark.parametrize("size", [1, 2, 3])
+# 1 rank (no peers) and 3 (uneven splits, several fused all-reduces); the queue's test below
+# runs at 2 as well.
+@pytest.mark.parametrize("size", [1, 3])
 def test_distributed_optimizer_matches_single_process(size):
     # At 3 ranks, a fusion threshold small enough to split the gradients into several all-reduces.
     env = {"RINGCOMM_FUSION_THRESHOLD": "4096"} if size == 3 else None
@@ -54,7 +56,7 @@ def test_tensor_queue_reducescatter_and_alltoall(size):
         assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"])
 
 
-@pytest.mark.parametrize("size", [1, 2, 3])
+@pytest.mark.parametrize("size", [1, 3])
 def test_horovod_parity(size):
     outcomes = run_job(size, "horovod_parity.py", deadline=240)
     assert_all_succeeded(outcomes)

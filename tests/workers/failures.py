@@ -35,8 +35,12 @@ mode, victim = sys.argv[1], int(sys.argv[2])
 rank = int(os.environ.get("RINGCOMM_RANK", os.environ.get("RANK", "0")))
 timeout = float(os.environ.get("RINGCOMM_TIMEOUT", "5"))
 
+# A late or stalled victim stays away 3 s past the others' timeout: they must have given up on it
+# by then, naming it, while it was alive.
+AWAY = timeout + 3.0
+
 if mode == "late" and rank == victim:
-    time.sleep(timeout * 3)
+    time.sleep(AWAY)
     sys.exit(0)
 
 started = time.monotonic()
@@ -55,7 +59,7 @@ try:
             if mode == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             if mode == "stall":
-                time.sleep(timeout * 3)
+                time.sleep(AWAY)
                 sys.exit(0)
             if mode == "mismatch":
                 x = np.ones((1 << 20) + 1, np.float32)
