@@ -10,8 +10,9 @@ What each launcher does once a rank fails, and so what is required under it:
   ringcomm-run  lets the others go on for --grace seconds before it stops them: every survivor
                 names the victim, whatever the fault.
   mpirun        hydra SIGKILLs every rank as soon as one dies: the survivors of a killed rank
-                are gone before they can report (each first waits up to 1 s for the dead
-                peer's reason in the store), and the PID hydra prints is often another rank's
+                are gone before they can report (over TCP each first waits up to 1 s for the
+                dead peer's reason in the store; over shared memory it sees the process gone in
+                0.1 s, still later than hydra), and the PID hydra prints is often another rank's
                 (rank 0's). Required: it says a rank was killed by signal 9 and that it cleaned up
                 the rest. An exiting rank calls MPI_Finalize (mpi4py does, at exit): hydra ends
                 nobody, every survivor names it. A stopped one is named by every survivor, who
@@ -324,9 +325,10 @@ def judge(trial, results, job):
     # at once when a rank dies (a stopped rank fails nothing until the job's script kills it,
     # past every survivor's deadline; an exiting one calls MPI_Finalize: hydra ends nobody
     # early), torchrun's agent sends SIGTERM 0.1 s (its monitor interval) after any worker
-    # failed, a survivor too. A survivor that saw a peer die first waits up to 1 s for a reason
-    # that peer left in the store (kPeerReasonWait, src/core/communicator.cc): under hydra and
-    # torchrun it is ended meanwhile, before it can print anything.
+    # failed, a survivor too. A survivor that saw a peer over TCP die first waits up to 1 s for
+    # a reason that peer left in the store (kPeerReasonWait, src/core/communicator.cc): under
+    # hydra and torchrun it is ended meanwhile, before it can print anything. (Over shared
+    # memory it sees the dead process and reports after 0.1 s, which torchrun may allow.)
     may_end_survivors = launcher == "torchrun" or (launcher == "mpirun" and fault == "kill")
     problems, detections, excused = [], [], []
     for rank in range(trial["size"]):

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "common/little_endian.h"
 #include "ringcomm/errors.h"
 
 namespace ringcomm::auth {
@@ -15,21 +16,13 @@ namespace {
 constexpr uint32_t kMagic = 0x48414352;  // "RCAH" little-endian: ringcomm auth handshake
 constexpr uint8_t kVersion = 1;
 
-void putU32(uint8_t* at, uint32_t value) {
-  for (int i = 0; i < 4; ++i) at[i] = uint8_t(value >> (8 * i));
-}
-
-uint32_t getU32(const uint8_t* at) {
-  return uint32_t(at[0]) | uint32_t(at[1]) << 8 | uint32_t(at[2]) << 16 | uint32_t(at[3]) << 24;
-}
-
 std::string bytesOf(const void* data, size_t size) {
   return std::string(static_cast<const char*>(data), size);
 }
 
 std::string int32Bytes(int32_t value) {
   uint8_t bytes[4];
-  putU32(bytes, static_cast<uint32_t>(value));
+  putLittleEndian32(bytes, static_cast<uint32_t>(value));
   return bytesOf(bytes, 4);
 }
 
@@ -74,20 +67,20 @@ void randomBytes(void* data, size_t size) {
 Acceptor::Acceptor(const std::string& secret, Purpose purpose)
     : secret_(secret), purpose_(purpose) {
   randomBytes(nonce_.data(), nonce_.size());
-  putU32(hello_.data(), kMagic);
+  putLittleEndian32(hello_.data(), kMagic);
   hello_[4] = kVersion;
   hello_[5] = static_cast<uint8_t>(purpose);
   std::memcpy(hello_.data() + 6, nonce_.data(), kNonceBytes);
 }
 
 std::optional<std::pair<Caller, Digest>> Acceptor::check(const uint8_t* reply) const {
-  if (getU32(reply) != kMagic || reply[4] != kVersion ||
+  if (getLittleEndian32(reply) != kMagic || reply[4] != kVersion ||
       reply[5] != static_cast<uint8_t>(purpose_)) {
     return std::nullopt;
   }
   Caller caller;
-  caller.from = static_cast<int32_t>(getU32(reply + 6));
-  caller.to = static_cast<int32_t>(getU32(reply + 10));
+  caller.from = static_cast<int32_t>(getLittleEndian32(reply + 6));
+  caller.to = static_cast<int32_t>(getLittleEndian32(reply + 10));
   const uint8_t* replyNonce = reply + 14;
   Digest claimed;
   std::memcpy(claimed.data(), reply + 14 + kNonceBytes, kProofBytes);
@@ -99,8 +92,8 @@ std::optional<std::pair<Caller, Digest>> Acceptor::check(const uint8_t* reply) c
 
 LinkKeys Acceptor::keys(const uint8_t* reply) const {
   Caller caller;
-  caller.from = static_cast<int32_t>(getU32(reply + 6));
-  caller.to = static_cast<int32_t>(getU32(reply + 10));
+  caller.from = static_cast<int32_t>(getLittleEndian32(reply + 6));
+  caller.to = static_cast<int32_t>(getLittleEndian32(reply + 10));
   const uint8_t* replyNonce = reply + 14;
   LinkKeys keys;
   keys.send = linkKey(secret_, purpose_, caller, "listener", nonce_.data(), replyNonce);
@@ -122,16 +115,16 @@ LinkKeys connectHandshake(int fd, const std::string& secret, Purpose purpose, Ca
     throw refused(std::string("closed the connection before its handshake (") + error.what() +
                   ")");
   }
-  if (getU32(hello) != kMagic || hello[4] != kVersion ||
+  if (getLittleEndian32(hello) != kMagic || hello[4] != kVersion ||
       hello[5] != static_cast<uint8_t>(purpose)) {
     throw refused("does not speak ringcomm's handshake (another program, or another version)");
   }
   uint8_t reply[kReplyBytes];
-  putU32(reply, kMagic);
+  putLittleEndian32(reply, kMagic);
   reply[4] = kVersion;
   reply[5] = static_cast<uint8_t>(purpose);
-  putU32(reply + 6, static_cast<uint32_t>(caller.from));
-  putU32(reply + 10, static_cast<uint32_t>(caller.to));
+  putLittleEndian32(reply + 6, static_cast<uint32_t>(caller.from));
+  putLittleEndian32(reply + 10, static_cast<uint32_t>(caller.to));
   uint8_t* nonce = reply + 14;
   randomBytes(nonce, kNonceBytes);
   const Digest proof = clientProof(secret, purpose, caller, hello + 6, nonce);

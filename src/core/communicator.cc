@@ -548,6 +548,17 @@ class CommunicatorImpl : public Communicator {
     transport_->abort();
   }
 
+  // Whether `peer` shares this host's memory and its process is gone without having aborted.
+  bool diedWithoutAborting(int peer) const {
+    if (!links_.segments) return false;
+    for (size_t local = 0; local < links_.localRanks.size(); ++local) {
+      if (links_.segments->globalRank(static_cast<int>(local)) == peer) {
+        return links_.segments->diedWithoutAborting(static_cast<int>(local));
+      }
+    }
+    return false;
+  }
+
   // What a rank recorded when it failed (poison()).
   struct RecordedFailure {
     int blamed = -1;  // the peer it named
@@ -598,6 +609,15 @@ class CommunicatorImpl : public Communicator {
     }
     const Clock::time_point deadline = Clock::now() + kPeerReasonWait;
     while (next >= 0 && seen.insert(next).second) {
+      // A rank on this host whose process is gone without having aborted never recorded a
+      // reason: no waiting for one (a launcher may end this rank any moment: mpirun's at once,
+      // torchrun's after 0.1 s).
+      if (diedWithoutAborting(next)) {
+        if (next != error.context().peer) {
+          text += "; rank " + std::to_string(next) + " died without a word (its process is gone)";
+        }
+        break;
+      }
       const auto reason = reasonOf(next, deadline);
       if (!reason) {
         if (next != error.context().peer) {

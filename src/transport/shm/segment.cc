@@ -346,6 +346,12 @@ std::string Segments::peerFailure(int local) const {
   return {};
 }
 
+bool Segments::diedWithoutAborting(int local) const {
+  const SegmentHeader& peer = header(local);
+  return peer.aborted.load(std::memory_order_acquire) == 0 && kill(peer.pid, 0) != 0 &&
+         errno == ESRCH;
+}
+
 void Segments::markAborted(const std::string& reason) {
   SegmentHeader& own = header(localRank_);
   std::strncpy(own.abortReason, reason.c_str(), sizeof(own.abortReason) - 1);

@@ -207,6 +207,9 @@ class Segments {
 
   // Empty if local peer `local` is alive and has not aborted; else a description.
   std::string peerFailure(int local) const;
+  // Whether local peer `local`'s process is gone without having aborted: it recorded no reason
+  // for its end anywhere, and none will come.
+  bool diedWithoutAborting(int local) const;
   void markAborted(const std::string& reason);
 
  private:

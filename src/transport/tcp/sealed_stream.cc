@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/little_endian.h"
 #include "ringcomm/errors.h"
 
 namespace ringcomm::transport {
@@ -21,14 +22,6 @@ constexpr size_t kTagBytes = 16;
 constexpr size_t kNonceBytes = 12;
 // Raw bytes read from the socket at once: several records per recv() when they are small.
 constexpr size_t kReadAheadBytes = 4 * (kLengthBytes + kMaxRecordBytes + kTagBytes);
-
-void putU32(uint8_t* at, uint32_t value) {
-  for (int i = 0; i < 4; ++i) at[i] = uint8_t(value >> (8 * i));
-}
-
-uint32_t getU32(const uint8_t* at) {
-  return uint32_t(at[0]) | uint32_t(at[1]) << 8 | uint32_t(at[2]) << 16 | uint32_t(at[3]) << 24;
-}
 
 // One direction of a link: its key, and the sequence number of its next record.
 class Direction {
@@ -51,7 +44,7 @@ class Direction {
   // Writes the record of `payload` to `out` (kLengthBytes + bytes + kTagBytes); with no bytes,
   // the record that ends sealing in this direction.
   void seal(const uint8_t* payload, size_t bytes, uint8_t mode, uint8_t* out) {
-    putU32(out, static_cast<uint32_t>(bytes));
+    putLittleEndian32(out, static_cast<uint32_t>(bytes));
     uint8_t* body = out + kLengthBytes;
     int moved = 0;
     bool ok = EVP_EncryptInit_ex(context_, nullptr, nullptr, nullptr, nextNonce().data()) == 1 &&
@@ -213,7 +206,7 @@ class SealedStream : public ByteStream {
     while (true) {
       const size_t have = rawEnd_ - rawBegin_;
       if (have >= kLengthBytes) {
-        payload = getU32(raw_.data() + rawBegin_);
+        payload = getLittleEndian32(raw_.data() + rawBegin_);
         if (payload > kMaxRecordBytes) {
           fail("a record of " + std::to_string(payload) + " bytes");
           return false;
@@ -248,7 +241,7 @@ class SealedStream : public ByteStream {
     const size_t have = rawEnd_ - rawBegin_;
     if (!receiveSealed_) return have > 0;
     return have >= kLengthBytes &&
-           have >= kLengthBytes + getU32(raw_.data() + rawBegin_) + kTagBytes;
+           have >= kLengthBytes + getLittleEndian32(raw_.data() + rawBegin_) + kTagBytes;
   }
 
   void fail(const std::string& what) {
