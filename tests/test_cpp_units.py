@@ -32,6 +32,7 @@ def build_targets() -> dict:
     generator = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={tool('ninja')}"] if tool("ninja") else []
     configure = [cmake, "-S", str(REPO), "-B", str(BUILD), *generator]
     configure += ["-DRINGCOMM_BUILD_PYTHON=OFF", "-DRINGCOMM_BUILD_TESTS=ON"]
+    configure += ["-DRINGCOMM_UNITY_BUILD=ON"]  # a third less compiling; the tests are the same
     configured = subprocess.run(
         background_builds.idle_priority(configure), capture_output=True, text=True
     )

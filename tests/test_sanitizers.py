@@ -97,6 +97,7 @@ def build_unit_tests(kind: str) -> subprocess.CompletedProcess:
     configure = [cmake, "-S", str(REPO), "-B", str(build), *generator]
     configure += [f"-DCMAKE_CXX_COMPILER={sanitizing_clang(kind)}", "-DRINGCOMM_BUILD_PYTHON=OFF"]
     configure += ["-DRINGCOMM_BUILD_TESTS=ON", f"-DRINGCOMM_SANITIZE={kind}"]
+    configure += ["-DRINGCOMM_UNITY_BUILD=ON"]  # a third less compiling; the tests are the same
     configured = subprocess.run(
         background_builds.idle_priority(configure), capture_output=True, text=True
     )
