@@ -267,10 +267,10 @@ bool DirectGroup::reduceSingleCopy(const Operation& op, const MessageTag& tag, c
   };
   const auto destinationIn = [&](int peer, size_t at, size_t n) {
     const plan::Block window = windowOf(peer);
-    const size_t first = std::max(at / element, window.offset);
-    const size_t end = std::min(at / element + n, window.offset + window.count);
-    if (end <= first) return Destination{};
-    return Destination{first * element, (end - first) * element, (first - window.offset) * element};
+    const plan::Block part = plan::intersect(plan::Block{at / element, n}, window);
+    if (part.count == 0) return Destination{};
+    return Destination{part.offset * element, part.count * element,
+                       (part.offset - window.offset) * element};
   };
   // Starting after this rank, so that the ranks do not all write to rank 0 first. A peer whose
   // output lies a few bytes after this rank's (modulo the page) gets the chunk from a copy

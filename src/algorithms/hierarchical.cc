@@ -77,13 +77,6 @@ void combineAcross(const Context& group, void* data, size_t count, const Allredu
   if (hooks.consume) hooks.consume(whole);
 }
 
-// The elements `a` and `b` share (none: at the later start).
-plan::Block intersect(const plan::Block& a, const plan::Block& b) {
-  const size_t begin = std::max(a.offset, b.offset);
-  const size_t end = std::min(a.offset + a.count, b.offset + b.count);
-  return end > begin ? plan::Block{begin, end - begin} : plan::Block{begin, 0};
-}
-
 // The reduce-scatter's steps within the host through each other's memory (DirectGroup), which
 // overlap the exchange across hosts: as the ring across hosts reaches each segment of local rank
 // j's slice, j reduces it over the host's inputs (produce), and each finished segment of this
@@ -107,7 +100,7 @@ bool reduceScatterThroughMemory(const Context& ctx, const HostLayout& layout,
     // Of the slice, each host keeps the part that falls in its ranks' blocks.
     std::vector<plan::Block> parts;
     for (const plan::Block& range : hostRange) {
-      const plan::Block part = intersect(block, range);
+      const plan::Block part = plan::intersect(block, range);
       parts.push_back(
           {std::min(part.offset, block.offset + block.count) - block.offset, part.count});
     }
@@ -308,18 +301,18 @@ void hierarchicalReduceScatter(const Context& ctx, const HostLayout& layout, Dir
   const plan::Block mine = slices.local[layout.localRank];
   if (!slices.across.empty()) {
     std::vector<plan::Block> parts;
-    for (int h = 0; h < hosts; ++h) parts.push_back(intersect(mine, hostRange[h]));
+    for (int h = 0; h < hosts; ++h) parts.push_back(plan::intersect(mine, hostRange[h]));
     trace::Span span(trace::Phase::Collective, "across hosts");
     ringReduceScatter(ctx.subgroup(slices.across), work, parts, o.type, partialOp(o.op));
   }
   // Within the host: local rank j hands each local rank the piece of its block it reduced.
-  const plan::Block held = intersect(mine, hostRange[layout.host]);
+  const plan::Block held = plan::intersect(mine, hostRange[layout.host]);
   const plan::Block own{position[ctx.peer(ctx.rank)] * c, c};
   uint8_t* out = static_cast<uint8_t*>(o.output);
   for (size_t i = 0; i < local.size(); ++i) {
     const plan::Block theirs{position[local[i]] * c, c};
-    const plan::Block given = intersect(held, theirs);          // mine, in their block
-    const plan::Block taken = intersect(slices.local[i], own);  // theirs, in my block
+    const plan::Block given = plan::intersect(held, theirs);          // mine, in their block
+    const plan::Block taken = plan::intersect(slices.local[i], own);  // theirs, in my block
     if (static_cast<int>(i) == layout.localRank) {
       copyBytes(out + (given.offset - own.offset) * element, work + given.offset * element,
                 given.count * element);

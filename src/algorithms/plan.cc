@@ -12,6 +12,12 @@ Block blockOf(size_t count, int parts, int index) {
   return Block{offset, base + (i < extra ? 1 : 0)};
 }
 
+Block intersect(const Block& a, const Block& b) {
+  const size_t begin = std::max(a.offset, b.offset);
+  const size_t end = std::min(a.offset + a.count, b.offset + b.count);
+  return end > begin ? Block{begin, end - begin} : Block{begin, 0};
+}
+
 std::vector<Block> segmentsOf(const Block& block, size_t segmentCount) {
   std::vector<Block> segments;
   if (segmentCount == 0) segmentCount = 1;

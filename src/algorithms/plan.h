@@ -24,6 +24,9 @@ struct Block {
 
 Block blockOf(size_t count, int parts, int index);
 
+// The elements `a` and `b` share (none: an empty block at the later start).
+Block intersect(const Block& a, const Block& b);
+
 // Splits a block into consecutive segments of at most segmentCount elements (none if empty).
 std::vector<Block> segmentsOf(const Block& block, size_t segmentCount);
 
