@@ -51,10 +51,10 @@ def build_cuda_targets() -> Build:
     configure = [cmake, "-S", str(REPO), "-B", str(build), *generator]
     configure += [f"-DCMAKE_CUDA_COMPILER={nvcc()}", "-DRINGCOMM_BUILD_CUDA=ON"]
     configure += ["-DRINGCOMM_BUILD_PYTHON=OFF", "-DRINGCOMM_UNITY_BUILD=ON"]
-    if shutil.which("nvidia-smi") is None:
-        # No GPU to run them on: the kernels compile for one architecture, not the default two
-        # (half of this build's time goes to them).
-        configure += ["-DCMAKE_CUDA_ARCHITECTURES=90"]
+    # The kernels compile for one architecture, not the default two (half of this build's time
+    # goes to them): the GPU's own where there is one, else one that nvcc 13 has.
+    native = shutil.which("nvidia-smi") is not None
+    configure += [f"-DCMAKE_CUDA_ARCHITECTURES={'native' if native else '90'}"]
     configured = subprocess.run(
         background_builds.idle_priority(configure), capture_output=True, text=True
     )

@@ -151,6 +151,10 @@ struct RINGCOMM_API Config {
 
   // RINGCOMM_CUDA_PATH=auto|staged|ipc: how an all-reduce of device buffers travels (types.h).
   CudaPath cudaPath = CudaPath::Auto;
+  // RINGCOMM_CUDA_CHUNK_BYTES: the unit of the staged path's pipeline (src/transport/cuda/
+  // staging.h): device-to-host copies, the host collective and host-to-device copies overlap one
+  // chunk apart. Each rank pins four chunks of it per device.
+  size_t cudaChunkBytes = size_t{4} << 20;
   // The job's secret: every store connection and every data link proves knowledge of it (an HMAC
   // challenge-response, src/auth) before a byte of payload is accepted, and it never travels.
   // RINGCOMM_SECRET (its text), or RINGCOMM_SECRET_FILE (a file readable by its owner only);

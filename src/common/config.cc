@@ -137,6 +137,15 @@ Config Config::fromEnvironment() {
   if (const char* v = variable("RINGCOMM_TRANSPORT")) config.transport = parseTransportKind(v);
   if (const char* v = variable("RINGCOMM_ALGORITHM")) config.algorithm = parseAlgorithm(v);
   if (const char* v = variable("RINGCOMM_CUDA_PATH")) config.cudaPath = parseCudaPath(v);
+  if (const char* v = variable("RINGCOMM_CUDA_CHUNK_BYTES")) {
+    const double bytes = parseNumber("RINGCOMM_CUDA_CHUNK_BYTES", v);
+    if (!(bytes >= 4096 && bytes <= static_cast<double>(size_t{1} << 30))) {
+      throw InvalidArgument(
+          "RINGCOMM_CUDA_CHUNK_BYTES must be a number of bytes from 4096 to 1 GiB; got '" +
+          std::string(v) + "'");
+    }
+    config.cudaChunkBytes = static_cast<size_t>(bytes);
+  }
   if (const char* v = variable("CUDA_MPS_PIPE_DIRECTORY")) config.mpsPipeDirectory = v;
   if (const char* v = variable("RINGCOMM_SECRET")) config.secret = v;
   if (const char* v = variable("RINGCOMM_SECRET_FILE")) {
@@ -271,6 +280,11 @@ const std::vector<Described>& describedVariables() {
       {"RINGCOMM_CUDA_PATH", nullptr, [](const Config& c) { return toString(c.cudaPath); },
        "how an all-reduce of CUDA buffers travels: auto, staged (through pinned host memory) or "
        "ipc (peers read each other's device memory)",
+       nullptr},
+      {"RINGCOMM_CUDA_CHUNK_BYTES", nullptr,
+       [](const Config& c) { return number(c.cudaChunkBytes); },
+       "the staged path's pipeline unit in bytes: copies out of and back to the GPU overlap the "
+       "host collective one chunk apart; each rank pins four chunks per GPU",
        nullptr},
       {"CUDA_MPS_PIPE_DIRECTORY", nullptr, [](const Config& c) { return c.mpsPipeDirectory; },
        "CUDA's own: where ringcomm looks for the MPS control daemon", nullptr},

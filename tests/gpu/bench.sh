@@ -1,18 +1,27 @@
 #!/usr/bin/env bash
-# The GPU benchmarks of bench/RESULTS.md ("CUDA"), against gloo on CUDA tensors, in one call of
-# a lent GPU machine: collectives at 2, 4 and 8 ranks on one GPU, the staged path against pinned
-# host<->device copies, the DDP step and the DistributedOptimizer, with MPS and without it.
+# The GPU benchmarks of bench/RESULTS.md ("CUDA"), in one call of a lent GPU machine, in the order
+# of issue 37's parts, each group within what is left of SECONDS:
 #
-#   tests/gpu/bench.sh [SECONDS]   # stop starting benchmarks after SECONDS (default 480)
+#   tests/gpu/bench.sh [SECONDS [GROUP...]]   # default 480 s, every group
 #
-# Run tests/gpu/run.sh build first (or have ringcomm built with CUDA). One log per MPS mode lands
-# in $OUT (the device tool's folder) or /tmp/ringcomm-gpu; the benchmarks run in the order of the
-# targets they measure, so a short budget still records the most important ones.
+#   staged    the staged path (every rank's buffers through pinned host memory) against pinned
+#             host<->device copies at 2 and 4 ranks from 64 MiB, at three pipeline chunk sizes
+#             (RINGCOMM_CUDA_CHUNK_BYTES), and its host half alone next to MPICH
+#   training  with MPS: the DistributedOptimizer against DDP on ringcomm and gloo (the training
+#             bench), and the DDP step of the 23M-parameter MLP
+#   hosts     2 namespace hosts of 2 ranks at 10 Gbit/s, CPU buffers, against gloo (16 cores)
+#   ipc       with MPS and without: the IPC all-reduce against gloo at 2, 4 and 8 ranks
+#
+# Run tests/gpu/run.sh build first (or have ringcomm built with CUDA). One log per group lands in
+# $OUT (the device tool's folder) or /tmp/ringcomm-gpu.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/ringcomm-gpu}
 mkdir -p "$OUT"
 BUDGET=${1:-480}
+shift || true
+GROUPS_WANTED=("$@")
+[ ${#GROUPS_WANTED[@]} -eq 0 ] && GROUPS_WANTED=(staged training hosts ipc)
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 PYTHON=${PYTHON:-python3}
 if ls .whl/mpich-*.whl >/dev/null 2>&1 && [ ! -d /tmp/site/mpich ]; then
@@ -25,15 +34,17 @@ fi
 bench() {
   local log=$OUT/$1 limit=$2
   shift 2
-  if [ $SECONDS -ge "$BUDGET" ]; then
+  local left=$((BUDGET - SECONDS))
+  if [ $left -lt 15 ]; then
     echo "skipped (budget of $BUDGET s spent): $*" | tee -a "$log"
     return
   fi
+  [ "$limit" -gt "$left" ] && limit=$left
   echo "\$ $*" >>"$log"
   local start=$SECONDS
   timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
   echo "# exit $? after $((SECONDS - start)) s" >>"$log"
-  echo "ok after $((SECONDS - start)) s: $*"
+  echo "done after $((SECONDS - start)) s: $*"
 }
 
 allreduce=(ringcomm-bench allreduce --device cuda --check --quiet --min-time 0.1)
@@ -45,33 +56,49 @@ mps() {
   if [ "$1" = on ]; then
     nvidia-cuda-mps-control -d && sleep 1
   else
-    echo quit | nvidia-cuda-mps-control && sleep 2
+    echo quit | nvidia-cuda-mps-control 2>/dev/null; sleep 2
   fi
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/machine.txt"
 
-# In the order of the targets they measure; MPS switched as seldom as possible.
-mps on
-bench bench-mps.log 150 "${allreduce[@]}" --compare gloo -np 4 -b 1M -e 1G -f 4
-bench bench-mps.log 150 "${ddp[@]}"
-mps off
-bench bench-no-mps.log 150 "${allreduce[@]}" --compare gloo -np 4 -b 1M -e 1G -f 4
-bench bench-no-mps.log 150 "${ddp[@]}"
-# The two paths forced: auto stages on a time-sliced GPU; these show what IPC would give there.
-bench bench-no-mps.log 100 env RINGCOMM_CUDA_PATH=staged "${ddp[@]}" --backends ringcomm
-bench bench-no-mps.log 100 env RINGCOMM_CUDA_PATH=ipc "${ddp[@]}" --backends ringcomm
-bench bench-no-mps.log 60 env RINGCOMM_CUDA_PATH=staged "${allreduce[@]}" -np 4 -b 256K -e 16M -f 4
-bench bench-no-mps.log 60 env RINGCOMM_CUDA_PATH=ipc "${allreduce[@]}" -np 4 -b 256K -e 16M -f 4
-bench bench-no-mps.log 120 "${training[@]}"
-mps on
-bench bench-mps.log 120 "${training[@]}"
-bench bench-mps.log 100 "${allreduce[@]}" --compare gloo -np 2 -b 1M -e 1G -f 32
-bench bench-mps.log 120 "${allreduce[@]}" --compare gloo -np 8 -b 1M -e 1G -f 32
-bench bench-mps.log 120 env RINGCOMM_CUDA_PATH=staged "${allreduce[@]}" --compare gloo -np 4 -b 64M -e 1G -f 4
-mps off
-# The staged path's host half on its own: the host all-reduce of its 4 MiB chunks and of whole
-# buffers, on this machine's cores, next to MPICH.
-bench bench-no-mps.log 120 ringcomm-bench allreduce --check --quiet --min-time 0.1 --compare mpi \
-  -np 4 -b 4M -e 256M -f 4
-echo "logs: $OUT/bench-mps.log $OUT/bench-no-mps.log"
+for group in "${GROUPS_WANTED[@]}"; do
+  case $group in
+    staged)
+      # No kernels on this path, so MPS does not matter to it; off, as auto stages there.
+      mps off
+      for chunk in 4194304 16777216 67108864; do
+        bench staged.log 60 env RINGCOMM_CUDA_PATH=staged RINGCOMM_CUDA_CHUNK_BYTES=$chunk \
+          "${allreduce[@]}" -np 4 -b 64M -e 1G -f 4
+      done
+      for chunk in 4194304 16777216; do
+        bench staged.log 60 env RINGCOMM_CUDA_PATH=staged RINGCOMM_CUDA_CHUNK_BYTES=$chunk \
+          "${allreduce[@]}" -np 2 -b 64M -e 1G -f 4
+      done
+      # The host half alone: the host all-reduce of chunk-sized and whole buffers, 4 ranks.
+      bench staged.log 60 ringcomm-bench allreduce --check --quiet --min-time 0.1 --compare mpi \
+        -np 4 -b 4M -e 256M -f 4
+      bench staged.log 60 env RINGCOMM_CUDA_PATH=staged "${allreduce[@]}" --compare gloo -np 4 \
+        -b 64M -e 256M -f 4
+      ;;
+    training)
+      mps on
+      bench training.log 150 "${training[@]}"
+      bench training.log 100 "${ddp[@]}"
+      mps off
+      ;;
+    hosts)
+      bench hosts.log 120 ringcomm-bench allreduce --check --quiet --min-time 0.1 --hosts 2 \
+        -np 4 --link-rate 10gbit --compare gloo -b 1M -e 256M -f 4
+      ;;
+    ipc)
+      mps on
+      bench ipc.log 100 "${allreduce[@]}" --compare gloo -np 4 -b 1M -e 1G -f 4
+      bench ipc.log 100 "${allreduce[@]}" --compare gloo -np 8 -b 1M -e 1G -f 32
+      mps off
+      bench ipc.log 100 "${allreduce[@]}" --compare gloo -np 4 -b 1M -e 1G -f 4
+      ;;
+    *) echo "unknown group $group (staged training hosts ipc)" ;;
+  esac
+done
+echo "logs: $(ls "$OUT"/*.log | tr '\n' ' ')"

@@ -10,16 +10,24 @@
 # limited to what is left of the budget, and one the budget does not reach is reported skipped.
 # RINGCOMM_GPU_BUDGET=1800 runs everything in full.
 #
-# Logs land in $OUT (the device tool's folder) or /tmp/ringcomm-gpu, one per step; the summary is
-# the last thing printed. MPI: a wheel of mpich in .whl/ (see the device tool's README) is
+# Logs land in /tmp/ringcomm-gpu, one per step, and at the end in one archive in $OUT (the device
+# tool's folder, which takes back at most 8 files); the summary is the last thing printed.
+# RINGCOMM_GPU_BENCH names the benchmark groups (tests/gpu/bench.sh; default all). MPI: a wheel of mpich in .whl/ (see the device tool's README) is
 # installed first, so the tests that launch with mpirun run too.
 #
 # The build uses the machine's own C++ compiler first (that is what a user gets), and falls back
 # to /usr/bin/g++ only if that fails, saying so in the summary.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/ringcomm-gpu}
+ARCHIVE_TO=${OUT:-}
+OUT=/tmp/ringcomm-gpu
 mkdir -p "$OUT"
+export OUT
+# Every log in one archive where the device tool collects files, however the script ends.
+archive() {
+  [ -n "$ARCHIVE_TO" ] && tar -czf "$ARCHIVE_TO/gpu-logs.tar.gz" -C "$OUT" . 2>/dev/null
+}
+trap archive EXIT
 PYTHON=${PYTHON:-python3}
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=(env build mps tests sanitizer bench)
@@ -69,6 +77,30 @@ if wanted env; then
     command -v mpirun || echo 'no mpirun (carry the mpich wheel in .whl/)'; nproc"
 fi
 
+# The kernel tests (tests/test_cuda.py's build of the kernels, their tests and the core's device
+# path, at idle CPU priority; then the tests on the device and on the host) need no ringcomm
+# installed: started now, beside the build below, and collected as the kernel-tests step.
+kernel_tests_started=$SECONDS
+if wanted tests; then
+  "$PYTHON" - >"$OUT/kernel-tests.log" 2>&1 <<'PY' &
+import subprocess, sys
+sys.path.insert(0, "tests")
+import test_cuda
+
+build = test_cuda.build_cuda_targets()
+print(build.log[-3000:], f"\nbuilt in {build.seconds:.0f} s", flush=True)
+failed = not build.ok
+for part in ("--device-only", "--host-only"):
+    if failed:
+        break
+    done = subprocess.run([str(build.tests), part], capture_output=True, text=True, timeout=900)
+    print(done.stdout[-6000:], done.stderr[-3000:], flush=True)
+    failed = done.returncode != 0 or " passed, 0 failed" not in done.stdout
+sys.exit(1 if failed else 0)
+PY
+  kernel_tests=$!
+fi
+
 build() {
   "$PYTHON" -m pip install -v --no-build-isolation --no-deps \
     -Ccmake.define.RINGCOMM_BUILD_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 -e . &&
@@ -95,8 +127,21 @@ if wanted tests; then
   # The kernel tests (all of them, device and host) and the core's device path compile in a
   # fresh build directory; then every multi-process CUDA test: torch and CuPy arrays on the
   # staged and IPC paths at 2-4 ranks, the torch backend, ringcomm.torch (the tensor queue).
-  step kernel-tests 600 "$PYTHON" -m pytest -q -x -p no:cacheprovider tests/test_cuda.py
-  step cuda-collectives 900 "$PYTHON" -m pytest -q -p no:cacheprovider -rfs \
+  start=$SECONDS
+  timeout $((BUDGET - SECONDS > 20 ? BUDGET - SECONDS : 20)) tail --pid="$kernel_tests" -f /dev/null
+  if kill -0 "$kernel_tests" 2>/dev/null; then
+    kill "$kernel_tests"
+    SUMMARY+=("TIMEOUT kernel-tests (log: $OUT/kernel-tests.log)")
+  elif wait "$kernel_tests"; then
+    SUMMARY+=("ok      kernel-tests (started beside the build, done $((SECONDS - kernel_tests_started)) s in)")
+  else
+    SUMMARY+=("FAILED  kernel-tests (log: $OUT/kernel-tests.log)")
+  fi
+  tail -n 15 "$OUT/kernel-tests.log"
+  # Four at a time where pytest-xdist is installed (the GPU machine has 16 cores).
+  parallel=()
+  "$PYTHON" -c 'import xdist' 2>/dev/null && parallel=(-n 4)
+  step cuda-collectives 900 "$PYTHON" -m pytest -q -p no:cacheprovider -rfs "${parallel[@]}" \
     tests/test_cuda_collectives.py tests/test_api.py
 fi
 
@@ -117,7 +162,11 @@ fi
 
 if wanted bench; then
   # The benchmarks of bench/RESULTS.md ("CUDA"), with MPS and without: tests/gpu/bench.sh.
-  step bench 900 tests/gpu/bench.sh 600
+  # shellcheck disable=SC2086  # a list of group names
+  step bench 900 tests/gpu/bench.sh $((BUDGET - SECONDS)) ${RINGCOMM_GPU_BENCH:-}
+  for log in "$OUT"/staged.log "$OUT"/training.log "$OUT"/hosts.log "$OUT"/ipc.log; do
+    [ -f "$log" ] && { echo "---- $log"; grep -v '^\s*$' "$log" | tail -n 60; }
+  done
 fi
 
 echo

@@ -40,7 +40,8 @@ namespace {
 class CudaPath : public DevicePath {
  public:
   CudaPath(int rank, int size, const Config& config)
-      : ipc_(rank, size, config.mpsPipeDirectory, config.cudaPath != ringcomm::CudaPath::Ipc) {}
+      : chunkBytes_(config.cudaChunkBytes),
+        ipc_(rank, size, config.mpsPipeDirectory, config.cudaPath != ringcomm::CudaPath::Ipc) {}
 
   TicketPtr prepare(std::initializer_list<const void*> addresses, void* stream,
                     const char* collective) override {
@@ -118,10 +119,11 @@ class CudaPath : public DevicePath {
   DeviceState& stateFor(int device) {
     std::lock_guard<std::mutex> lock(statesMutex_);
     auto& state = states_[device];
-    if (!state) state = std::make_unique<DeviceState>(device);
+    if (!state) state = std::make_unique<DeviceState>(device, chunkBytes_);
     return *state;
   }
 
+  const size_t chunkBytes_;
   std::mutex statesMutex_;
   std::map<int, std::unique_ptr<DeviceState>> states_;
   IpcAllreduce ipc_;  // after states_: destroyed first, while the streams it drains still exist

@@ -161,7 +161,7 @@ uint8_t* Pinned::reserve(size_t bytes) {
   return data_;
 }
 
-DeviceState::DeviceState(int id) : device(id) {
+DeviceState::DeviceState(int id, size_t chunk) : device(id), chunkBytes(chunk) {
   DeviceGuard guard(device);
   check(cudaStreamCreateWithFlags(&copyOut, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   check(cudaStreamCreateWithFlags(&copyIn, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
@@ -211,7 +211,7 @@ void DeviceState::giveEvent(cudaEvent_t event) {
 void DeviceState::ensureSlots() {
   if (slotsReady) return;
   for (Slot& slot : slots) {
-    slot.memory.reserve(kChunkBytes);
+    slot.memory.reserve(chunkBytes);
     slot.copiedOut = newEvent();
     slot.copiedIn = newEvent();
   }

@@ -28,10 +28,6 @@
 
 namespace ringcomm::device {
 
-// Pipeline unit of chunked staging: large enough that a chunk's host collective (tens of
-// microseconds of fixed cost) is small against its copies (~0.2 ms each way at 20 GB/s), small
-// enough that a 25 MiB DDP bucket is several chunks deep. Not measured yet on a GPU.
-constexpr size_t kChunkBytes = 4u << 20;
 // Chunks in flight: one being copied out, one in the host collective, one being copied in, and
 // one spare so that a copy out never waits for the host.
 constexpr int kSlots = 4;
@@ -113,13 +109,18 @@ struct DeviceState {
   cudaStream_t copyIn = nullptr;
   cudaStream_t compute = nullptr;
   cudaEvent_t done = nullptr;
+  // Pipeline unit of chunked staging (RINGCOMM_CUDA_CHUNK_BYTES, 4 MiB by default): large enough
+  // that a chunk's host collective (tens of microseconds of fixed cost) is small against its
+  // copies (~0.2 ms each way at 20 GB/s), small enough that a 25 MiB DDP bucket is several
+  // chunks deep.
+  size_t chunkBytes = 0;
   Slot slots[kSlots];
   bool slotsReady = false;
   Pinned arena;  // whole-buffer staging, grown to the largest collective
   cudaEvent_t arenaCopiedOut = nullptr;
   cudaEvent_t arenaCopiedIn = nullptr;
 
-  explicit DeviceState(int id);
+  DeviceState(int id, size_t chunkBytes);
   ~DeviceState();
   DeviceState(const DeviceState&) = delete;
   DeviceState& operator=(const DeviceState&) = delete;

@@ -108,7 +108,7 @@ void stagePipelined(const CudaTicket& t, const Operation& op, const void* input,
   s.ensureSlots();
   startAfterCaller(t, s.copyOut);
   startAfterCaller(t, s.copyIn);
-  const size_t chunkCount = std::max<size_t>(1, kChunkBytes / elementBytes);
+  const size_t chunkCount = std::max<size_t>(1, s.chunkBytes / elementBytes);
   const size_t chunks = (count + chunkCount - 1) / chunkCount;
   const auto* in = static_cast<const uint8_t*>(input);
   auto* out = static_cast<uint8_t*>(output);

@@ -2,7 +2,7 @@
 //
 // Whole: every device buffer the schedule reads is copied out of the device first, every one it
 // writes is copied back after (every collective can go this way).
-// Pipelined: the buffer is cut into chunks of kChunkBytes, and copying chunk i+1 out of the
+// Pipelined: the buffer is cut into chunks (RINGCOMM_CUDA_CHUNK_BYTES), and copying chunk i+1 out of the
 // device, the host schedule on chunk i and copying chunk i-1 back in overlap (all-reduce,
 // broadcast). This is the path that crosses hosts.
 #pragma once
