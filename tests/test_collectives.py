@@ -113,11 +113,14 @@ def test_hosts_mix_shared_memory_and_tcp(layout):
 
 
 # Inputs and outputs from ringcomm.empty (memory local peers map): the single-copy path reads and
-# writes them with loads and stores. At 4 ranks all are shared; at 3 rank 2's are private, so the
-# others reach it with the kernel's copies while it maps theirs, within each call.
+# writes them with loads and stores. At 4 ranks all are shared, and each rank's slice is reduced
+# by 3 threads where it holds 512 KiB or more (the large float32 and float64 cases; auto would
+# give 1 thread on 2 cores); at 3 rank 2's are private, so the others reach it with the kernel's
+# copies, on one thread, while it maps theirs, with threads, within each call.
 @pytest.mark.parametrize("size,private_rank", [(4, None), (3, 2)], ids=["4ranks", "3ranks-mixed"])
 def test_collectives_on_shared_arrays(size, private_rank):
     env = {"RINGCOMM_TRANSPORT": "shm", "SHARED_ARRAYS": "1", **SINGLE_COPY_FROM, **SINGLE_COPY_LOG}
+    env["RINGCOMM_REDUCE_THREADS"] = "3"
     private = {private_rank: {"SHARED_ARRAYS": "0"}} if private_rank is not None else None
     outcomes = run_cases(size, env, private)
     if any("shared buffer failed" in o.stderr for o in outcomes):
@@ -128,3 +131,7 @@ def test_collectives_on_shared_arrays(size, private_rank):
         # Every rank maps its peers' shared buffers; nobody the private rank's.
         assert "shared buffer of rank" in outcome.stderr, outcome.stderr[-2000:]
         assert f"shared buffer of rank {private_rank}:" not in outcome.stderr, outcome.rank
+        # Threads where this rank maps every peer: all at 4 ranks, only the private one at 3.
+        maps_every_peer = private_rank is None or outcome.rank == private_rank
+        threaded = "3 threads per rank" in outcome.stderr
+        assert threaded == maps_every_peer, (outcome.rank, outcome.stderr[-2000:])

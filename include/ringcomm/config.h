@@ -108,6 +108,11 @@ struct RINGCOMM_API Config {
   // together in one session); ranks in sessions of their own, as ringcomm-run, mpiexec (hydra) and
   // torchrun start them, did better with the single copy at every load measured.
   double shmCrossMemoryBusyCores = -1;
+  // RINGCOMM_REDUCE_THREADS=auto|N: threads of each rank that reduce its slice of a single-copy
+  // all-reduce between buffers every local rank maps (ringcomm.empty()'s, the staged path's
+  // pinned chunks). auto (-1): the cores shared among the host's ranks, at most 4, and 1 where
+  // ranks do not each have two cores (common/helper_threads.h).
+  int reduceThreads = -1;
   // RINGCOMM_SHM_RING_BYTES: capacity of each point-to-point shared-memory ring.
   size_t shmRingBytes = 1024 * 1024;
   // RINGCOMM_SOCKET_BUFFER_BYTES: SO_SNDBUF/SO_RCVBUF of TCP connections.

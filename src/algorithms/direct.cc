@@ -77,6 +77,7 @@ DirectGroup::DirectGroup(const shm::Segments& segments, WaitPolicy& waitPolicy,
                          const Config& config)
     : segments_(segments), rank_(segments.localRank()), size_(segments.localSize()),
       waitPolicy_(waitPolicy), hugePages_(config.shmCrossMemoryHugePages),
+      reduceThreads_(reduceThreadsFor(config.reduceThreads, size_)),
       busyCores_(config.shmCrossMemoryBusyCores) {
   // The lowest local rank decides for everyone, from its own configuration, as it does the
   // single-copy threshold (shm::Segments::settleCrossMemory).

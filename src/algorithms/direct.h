@@ -12,6 +12,7 @@
 #include "algorithms/plan.h"
 #include "algorithms/ring.h"
 #include "common/cpu_share.h"
+#include "common/helper_threads.h"
 #include "common/deadline.h"
 #include "common/tags.h"
 #include "common/wait_policy.h"
@@ -129,6 +130,10 @@ class DirectGroup {
   shm::HugePageAdvice hugePages_;
   // Peers' buffers allocated through ringcomm.empty(), mapped here by the single-copy path.
   shm::PeerBufferMappings peerBuffers_;
+  // Threads that reduce this rank's slice where every peer's buffers are mapped here
+  // (RINGCOMM_REDUCE_THREADS), and the helpers among them, started on first use.
+  int reduceThreads_;
+  std::unique_ptr<HelperThreads> helpers_;
   // Only on the lowest local rank, and only where stageInstead() may say yes.
   std::unique_ptr<OthersCpuUse> othersCpuUse_;
   double busyCores_;

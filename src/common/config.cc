@@ -180,6 +180,14 @@ Config Config::fromEnvironment() {
   if (const char* v = variable("RINGCOMM_SHM_CMA_HUGE_PAGES")) {
     config.shmCrossMemoryHugePages = parseSwitch("RINGCOMM_SHM_CMA_HUGE_PAGES", v);
   }
+  if (const char* v = variable("RINGCOMM_REDUCE_THREADS")) {
+    const double threads = parseNumberOrAuto("RINGCOMM_REDUCE_THREADS", v);
+    if (threads == 0 || threads > 64 || threads != static_cast<int>(threads)) {
+      throw InvalidArgument("RINGCOMM_REDUCE_THREADS must be auto or a whole number from 1 to 64; "
+                            "got '" + std::string(v) + "'");
+    }
+    config.reduceThreads = static_cast<int>(threads);
+  }
   if (const char* v = variable("RINGCOMM_SHM_CMA_BUSY_CORES")) {
     config.shmCrossMemoryBusyCores = parseNumberOrAuto("RINGCOMM_SHM_CMA_BUSY_CORES", v);
   }
@@ -305,6 +313,13 @@ const std::vector<Described>& describedVariables() {
       {"RINGCOMM_HOSTID", nullptr, [](const Config& c) { return c.hostId; },
        "host identity: ranks with equal ids share memory",
        "hostname, boot id and network namespace"},
+      {"RINGCOMM_REDUCE_THREADS", nullptr,
+       [](const Config& c) {
+         return c.reduceThreads < 0 ? std::string("auto") : number(c.reduceThreads);
+       },
+       "threads of each rank that reduce a single-copy all-reduce of buffers all local ranks map "
+       "(ringcomm.empty(), staged CUDA chunks); auto: cores per local rank, at most 4",
+       nullptr},
       {"RINGCOMM_SPIN_COUNT", nullptr, [](const Config& c) { return number(c.spinCount); },
        "pure polls before a wait yields", nullptr},
       {"RINGCOMM_YIELD_COUNT", nullptr,

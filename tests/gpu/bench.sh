@@ -5,8 +5,8 @@
 #   tests/gpu/bench.sh [SECONDS [GROUP...]]   # default 480 s, every group
 #
 #   staged    the staged path (every rank's buffers through pinned host memory) against pinned
-#             host<->device copies at 2 and 4 ranks from 64 MiB, at three pipeline chunk sizes
-#             (RINGCOMM_CUDA_CHUNK_BYTES), and its host half alone next to MPICH
+#             host<->device copies at 2 and 4 ranks from 64 MiB, with one thread per rank and
+#             more, at three pipeline chunk sizes; its host half alone; then against gloo
 #   training  with MPS: the DistributedOptimizer against DDP on ringcomm and gloo (the training
 #             bench), and the DDP step of the 23M-parameter MLP
 #   hosts     2 namespace hosts of 2 ranks at 10 Gbit/s, CPU buffers, against gloo (16 cores)
@@ -65,19 +65,24 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 for group in "${GROUPS_WANTED[@]}"; do
   case $group in
     staged)
-      # No kernels on this path, so MPS does not matter to it; off, as auto stages there.
+      # No kernels on this path, so MPS does not matter to it; off, as auto stages there. The
+      # pipeline's chunk size (RINGCOMM_CUDA_CHUNK_BYTES) and the threads that reduce each rank's
+      # slice of a chunk (RINGCOMM_REDUCE_THREADS, auto: 4 on 16 cores at 4 ranks).
       mps off
-      for chunk in 4194304 16777216 67108864; do
-        bench staged.log 60 env RINGCOMM_CUDA_PATH=staged RINGCOMM_CUDA_CHUNK_BYTES=$chunk \
-          "${allreduce[@]}" -np 4 -b 64M -e 1G -f 4
+      staged=(env RINGCOMM_CUDA_PATH=staged "${allreduce[@]}" -b 64M -e 1G -f 4)
+      bench staged.log 60 "${staged[@]}" -np 4
+      bench staged.log 60 env RINGCOMM_REDUCE_THREADS=1 "${staged[@]}" -np 4
+      for chunk in 16777216 1048576; do
+        bench staged.log 60 env RINGCOMM_CUDA_CHUNK_BYTES=$chunk "${staged[@]}" -np 4
       done
-      for chunk in 4194304 16777216; do
-        bench staged.log 60 env RINGCOMM_CUDA_PATH=staged RINGCOMM_CUDA_CHUNK_BYTES=$chunk \
-          "${allreduce[@]}" -np 2 -b 64M -e 1G -f 4
+      bench staged.log 60 "${staged[@]}" -np 2
+      # The host half alone: the host all-reduce between buffers the ranks map (as the staged
+      # chunks are), with the reduction's threads and without; the memory's bound at 16 ranks.
+      for threads in auto 1; do
+        bench staged.log 60 env RINGCOMM_REDUCE_THREADS=$threads ringcomm-bench allreduce --check \
+          --quiet --min-time 0.1 --memory shared -np 4 -b 1M -e 256M -f 4
       done
-      # The host half alone: the host all-reduce of chunk-sized and whole buffers, 4 ranks.
-      bench staged.log 60 ringcomm-bench allreduce --check --quiet --min-time 0.1 --compare mpi \
-        -np 4 -b 4M -e 256M -f 4
+      bench staged.log 60 ringcomm-bench allreduce --check --quiet --min-time 0.1 -np 16 --size 64M
       bench staged.log 60 env RINGCOMM_CUDA_PATH=staged "${allreduce[@]}" --compare gloo -np 4 \
         -b 64M -e 256M -f 4
       ;;
