@@ -931,3 +931,18 @@ def test_tests_read_no_tuning_file():
 
     assert os.environ["RINGCOMM_TUNING_DIR"] == "off"
     assert _tuning.directory() is None and _tuning.load_rules(2) is None
+
+
+def test_a_peer_whose_ranks_each_saw_a_world_of_their_own_is_not_reported(tmp_path):
+    """An mpirun of another MPI than mpi4py's starts singletons (seen on the GPU machine: Open
+    MPI's mpi4py under MPICH's mpirun): each "all-reduce" of one rank took 1.5 us and was reported
+    as a result. The launcher's check drops it, saying why."""
+    from ringcomm.bench import launchers
+
+    report = tmp_path / "mpi.json"
+    report.write_text(json.dumps({"nranks": 1, "results": [{"size": 4, "busbw": 0.0}]}))
+    outcome = launchers._collect("mpi", report, 0, 4, " (another MPI's mpirun)")
+    assert outcome.rows == []
+    assert "4 ranks were started but rank 0 saw a world of 1 (another MPI's mpirun)" in outcome.note
+    report.write_text(json.dumps({"nranks": 4, "results": [{"size": 4, "busbw": 1.0}]}))
+    assert launchers._collect("mpi", report, 0, 4).rows == [{"size": 4, "busbw": 1.0}]

@@ -21,8 +21,16 @@ import ringcomm
 from ringcomm import _core, _devices
 from ringcomm.bench import device as bench_device
 
-# Elements of the case that spans several pipeline chunks (4 MiB each) and splits unevenly.
+# Elements of the case that spans several pipeline chunks and splits unevenly: 1 MiB chunks here
+# (16 MiB by default), so that the float32 case spans six; each chunk's host all-reduce takes the
+# single-copy path (from 64 KiB here, 8 MiB by default), and at 2 and 3 ranks a slice is large
+# enough for 2 threads (RINGCOMM_REDUCE_THREADS).
 LARGE_COUNT = 1_500_007
+CHUNKS = {
+    "RINGCOMM_CUDA_CHUNK_BYTES": str(1 << 20),
+    "RINGCOMM_SHM_CMA_MIN_BYTES": str(64 << 10),
+    "RINGCOMM_REDUCE_THREADS": "2",
+}
 
 
 @functools.lru_cache(maxsize=None)
@@ -72,7 +80,7 @@ def test_collectives_on_cuda_arrays(library, path, size):
         size,
         "cuda_collectives.py",
         [library, str(LARGE_COUNT)],
-        env={"RINGCOMM_CUDA_PATH": path},
+        env={"RINGCOMM_CUDA_PATH": path, **CHUNKS},
         deadline=500,
     )
     assert_all_succeeded(outcomes)

@@ -158,8 +158,10 @@ struct RINGCOMM_API Config {
   CudaPath cudaPath = CudaPath::Auto;
   // RINGCOMM_CUDA_CHUNK_BYTES: the unit of the staged path's pipeline (src/transport/cuda/
   // staging.h): device-to-host copies, the host collective and host-to-device copies overlap one
-  // chunk apart. Each rank pins four chunks of it per device.
-  size_t cudaChunkBytes = size_t{4} << 20;
+  // chunk apart. Each rank pins four chunks of it per device. 16 MiB: a chunk's host all-reduce
+  // then takes the single-copy path (from 8 MiB, shm::kSingleCopyMinBytes), whose reduction
+  // threads share; 4 MiB chunks went through the slots (bench/RESULTS.md, "The staged path").
+  size_t cudaChunkBytes = size_t{16} << 20;
   // The job's secret: every store connection and every data link proves knowledge of it (an HMAC
   // challenge-response, src/auth) before a byte of payload is accepted, and it never travels.
   // RINGCOMM_SECRET (its text), or RINGCOMM_SECRET_FILE (a file readable by its owner only);

@@ -84,7 +84,9 @@ def report_file(implementation: str, workdir: Path) -> Path:
     return workdir / f"{implementation}.json"
 
 
-def _collect(implementation: str, report_path: Path, status) -> Outcome:
+def _collect(
+    implementation: str, report_path: Path, status, nranks: int, mismatch_hint: str = ""
+) -> Outcome:
     if status != 0:
         reason = "timed out" if status == "timeout" else f"exit status {status}"
         return Outcome(implementation, note=f"{implementation} run failed ({reason})")
@@ -92,6 +94,15 @@ def _collect(implementation: str, report_path: Path, status) -> Outcome:
         report = json.loads(report_path.read_text())
     except (OSError, ValueError) as error:
         return Outcome(implementation, note=f"{implementation} wrote no report ({error})")
+    # Ranks that each saw a world of their own (an mpirun of another MPI than mpi4py's starts
+    # singletons) time nothing worth a row: no data moves between them.
+    seen = report.get("nranks")
+    if seen is not None and seen != nranks:
+        return Outcome(
+            implementation,
+            note=f"{implementation} results dropped: {nranks} ranks were started but rank 0 saw a "
+            f"world of {seen}{mismatch_hint}",
+        )
     return Outcome(implementation, report, report.get("skipped"))
 
 
@@ -109,7 +120,7 @@ def run_ringcomm(
         status = wait_all(children, time.monotonic() + plan.timeout + KILL_SLACK)
     else:
         status = spawn(nranks, command, env=clean_environment())
-    return _collect("ringcomm", report, status)
+    return _collect("ringcomm", report, status, nranks)
 
 
 def wait_all(children: list, deadline: float) -> object:
@@ -147,7 +158,7 @@ def run_torch(
     if cluster is not None:
         children = cluster.start(command[1:], clean_environment())
         status = wait_all(children, time.monotonic() + plan.timeout + KILL_SLACK)
-        return _collect(name, report, status)
+        return _collect(name, report, status, nranks)
     base = dict(
         clean_environment(),
         MASTER_ADDR="127.0.0.1",
@@ -163,7 +174,7 @@ def run_torch(
         start_rank(command, dict(base, RANK=str(r), LOCAL_RANK=str(r))) for r in range(nranks)
     ]
     status = wait_all(children, time.monotonic() + plan.timeout + KILL_SLACK)
-    return _collect(name, report, status)
+    return _collect(name, report, status, nranks)
 
 
 def run_gloo(plan: Plan, nranks: int, plan_path: Path, workdir: Path, cluster=None) -> Outcome:
@@ -218,7 +229,12 @@ def run_mpi(
             os.killpg(child.pid, signal.SIGKILL)
         child.wait()
         status = "timeout"
-    return _collect("mpi", report, status)
+    hint = (
+        f" (the mpirun found, {mpirun}, belongs to another MPI than the one mpi4py was built "
+        "for: pip install mpich mpi4py into this environment, or put that MPI's mpirun first on "
+        "PATH)"
+    )
+    return _collect("mpi", report, status, nranks, hint)
 
 
 RUNNERS = {
