@@ -62,7 +62,10 @@ def run_job(
     env: Optional[dict] = None,
     deadline: float = 240.0,
     per_rank_env: Optional[dict] = None,
+    unreaped: Sequence[int] = (),
 ) -> list[RankOutcome]:
+    """`unreaped`: ranks whose exit is not collected until every other rank has ended, so that
+    one that dies stays a zombie meanwhile (as under a launcher that reaps late)."""
     secret = _secret.new_secret()
     server = _core.TcpStoreServer("127.0.0.1", 0, secret)
     base = worker_env(env)
@@ -88,8 +91,9 @@ def run_job(
                 )
             )
         ended = [None] * nranks
-        while time.monotonic() - start < deadline and any(p.poll() is None for p in procs):
-            for rank, proc in enumerate(procs):
+        watched = [(rank, proc) for rank, proc in enumerate(procs) if rank not in unreaped]
+        while time.monotonic() - start < deadline and any(p.poll() is None for _, p in watched):
+            for rank, proc in watched:
                 if ended[rank] is None and proc.poll() is not None:
                     ended[rank] = time.monotonic() - start
             time.sleep(0.02)

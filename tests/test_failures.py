@@ -43,6 +43,26 @@ def test_killed_rank_is_named_by_every_survivor(size, transport):
         assert result["after"] == "CommunicatorClosed", result
 
 
+def test_a_rank_killed_between_collectives_is_named_while_still_a_zombie():
+    """Issue 33: the liveness check of shared memory was kill(pid, 0), which succeeds for a
+    process that has exited but not been reaped: survivors waited out their whole timeout for a
+    rank killed between collectives until its parent reaped it. The harness leaves the victim
+    unreaped until the others have ended."""
+    victim = 2
+    outcomes = run_job(
+        3,
+        "failures.py",
+        ["idlekill", str(victim)],
+        deadline=60,
+        env={**transport_env("shm", single_copy=True), "RINGCOMM_TIMEOUT": "20"},
+        unreaped=[victim],
+    )
+    for result in survivors(outcomes, victim):
+        assert result["error"] == "TransportError", result
+        assert f"rank {victim}" in result["message"], result
+        assert result["waited"] < 3, result  # 20 s before
+
+
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_stalled_rank_is_named_within_the_timeout(transport):
     victim = 1

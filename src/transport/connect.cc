@@ -1,7 +1,6 @@
 #include "transport/connect.h"
 
 #include <poll.h>
-#include <signal.h>
 
 #include <cerrno>
 
@@ -19,6 +18,7 @@
 
 #include "auth/handshake.h"
 #include "common/failure.h"
+#include "common/process.h"
 #include "common/log.h"
 #include "common/wait_policy.h"
 #include "ringcomm/errors.h"
@@ -63,7 +63,7 @@ void waitWatchingLocalRanks(Store& store, const std::vector<std::string>& keys, 
     } catch (const TimeoutError& error) {
       for (int peer : localRanks) {
         const int pid = rendezvous.ranks[peer].pid;
-        if (peer != rank && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
+        if (peer != rank && processGone(pid)) {
           raisePeerFailure<TransportError>(op, peer,
                                            "rank " + std::to_string(peer) + " (pid " +
                                                std::to_string(pid) +

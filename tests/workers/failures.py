@@ -2,6 +2,7 @@
 
 argv: mode victim
   kill      the victim kills itself (SIGKILL) in the middle of a stream of 4 MiB all-reduces
+  idlekill  the victim kills itself between two all-reduces, which the others start 0.5 s later
   late      the victim arrives long after the others' rendezvous timeout
   stall     the victim stops calling collectives after the first few
   mismatch  the victim calls all-reduce with a different element count
@@ -56,8 +57,10 @@ try:
     x = np.ones(1 << 20, np.float32)
     for iteration in range(100000 if mode == "none" else 1000):
         if rank == victim and iteration == 3:
-            if mode == "kill":
+            if mode in ("kill", "idlekill"):
                 os.kill(os.getpid(), signal.SIGKILL)
+        if mode == "idlekill" and iteration == 3:
+            time.sleep(0.5)  # the victim is dead (a zombie, where the test leaves it unreaped)
             if mode == "stall":
                 time.sleep(AWAY)
                 sys.exit(0)

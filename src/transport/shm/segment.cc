@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -22,6 +21,7 @@
 #include <string>
 #include <utility>
 
+#include "common/process.h"
 #include "ringcomm/errors.h"
 #include "transport/shm/cross_memory.h"
 
@@ -339,7 +339,7 @@ std::string Segments::peerFailure(int local) const {
     return std::string("rank ") + std::to_string(localRanks_[local]) + " aborted: " +
            std::string(peer.abortReason, strnlen(peer.abortReason, sizeof(peer.abortReason)));
   }
-  if (kill(peer.pid, 0) != 0 && errno == ESRCH) {
+  if (processGone(peer.pid)) {
     return "rank " + std::to_string(localRanks_[local]) + " (pid " + std::to_string(peer.pid) +
            ") died";
   }
@@ -348,8 +348,7 @@ std::string Segments::peerFailure(int local) const {
 
 bool Segments::diedWithoutAborting(int local) const {
   const SegmentHeader& peer = header(local);
-  return peer.aborted.load(std::memory_order_acquire) == 0 && kill(peer.pid, 0) != 0 &&
-         errno == ESRCH;
+  return peer.aborted.load(std::memory_order_acquire) == 0 && processGone(peer.pid);
 }
 
 void Segments::markAborted(const std::string& reason) {
