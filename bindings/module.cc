@@ -86,6 +86,7 @@ struct ExceptionTypes {
   PyObject* transport;
   PyObject* mismatch;
   PyObject* closed;
+  PyObject* membership;
 };
 ExceptionTypes exceptionTypes{};
 
@@ -125,7 +126,13 @@ PYBIND11_MODULE(_core, m) {
                                         "The communicator was shut down or poisoned by an earlier failure.");
   Py_DECREF(closedBases);
 
-  exceptionTypes = {baseError, peerError, timeoutError, transportError, mismatchError, closedError};
+  PyObject* membershipError = makeException(
+      m, "MembershipError", baseError,
+      "shrink() on a side that may not go on: it lost its quorum, or the survivors left this "
+      "rank out.");
+
+  exceptionTypes = {baseError,     peerError,   timeoutError,   transportError,
+                    mismatchError, closedError, membershipError};
   py::register_exception_translator([](std::exception_ptr pointer) {
     const ExceptionTypes& t = exceptionTypes;
     if (!pointer) return;
@@ -143,6 +150,8 @@ PYBIND11_MODULE(_core, m) {
       PyErr_SetString(PyExc_ValueError, error.what());
     } catch (const CommunicatorClosed& error) {
       PyErr_SetString(t.closed, error.what());
+    } catch (const MembershipError& error) {
+      PyErr_SetString(t.membership, error.what());
     } catch (const Error& error) {
       PyErr_SetString(t.base, error.what());
     }
@@ -335,6 +344,12 @@ PYBIND11_MODULE(_core, m) {
         return Comm::createInScope(std::move(store), scope, rank, size, config);
       }, py::arg("store"), py::arg("scope"), py::arg("rank"), py::arg("size"), py::arg("config"))
       .def("duplicate", &Comm::duplicate, py::call_guard<py::gil_scoped_release>())
+      .def("shrink", [](Comm& c, const std::vector<int>& exclude, double timeout) {
+        py::gil_scoped_release release;
+        return c.shrink(exclude, toMilliseconds(timeout));
+      }, py::arg("exclude"), py::arg("timeout") = 0.0)
+      .def("split", &Comm::split, py::arg("color"), py::arg("key"),
+           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("rank", &Comm::rank)
       .def_property_readonly("size", &Comm::size)
       .def_property_readonly("local_rank", &Comm::localRank)

@@ -11,6 +11,7 @@ import sys as _sys
 
 from ringcomm._core import (
     CommunicatorClosed,
+    MembershipError,
     MismatchError,
     PeerError,
     RingcommError,
@@ -46,6 +47,7 @@ __all__ = [
     "TransportError",
     "MismatchError",
     "CommunicatorClosed",
+    "MembershipError",
     "empty",
     "zeros",
 ]

@@ -345,6 +345,34 @@ class Communicator:
         work = self._core.recv(x, source, tag, self._timeout(timeout), not async_op, name or "")
         return self._finish(work, x, (x,), async_op)
 
+    # ---- membership -----------------------------------------------------------------------
+    def shrink(
+        self, exclude: Optional[Sequence[int]] = None, timeout: Optional[float] = None
+    ) -> "Communicator":
+        """A new communicator of the ranks still alive, renumbered in their old order: called
+        by every survivor after a failure (MPI ULFM's ``MPIX_Comm_shrink``), or to drop the
+        ranks in ``exclude`` on purpose (every caller names the same ones).
+
+        The survivors agree on who goes on without the rendezvous store or this communicator's
+        links, so any rank may be the one lost, rank 0 included; every survivor gets the same
+        members, also when another rank dies meanwhile. This communicator is left as it is
+        (after a failure it raises :class:`CommunicatorClosed`).
+
+        Partitions: only a side with more survivors than ranks it cannot reach (ranks whose
+        processes are known to be gone do not count) goes on; elsewhere this raises
+        :class:`MembershipError`, as on a rank the others went on without. ``timeout``
+        (seconds; default the communicator's) bounds the whole call: :class:`TimeoutError` when
+        it passes without a decision.
+        """
+        core = self._core.shrink([int(r) for r in (exclude or ())], self._timeout(timeout))
+        return Communicator(core, self._environment)
+
+    def split(self, color: int, key: int = 0) -> Optional["Communicator"]:
+        """Collective (MPI's ``Comm_split``): a communicator of the ranks that pass the same
+        ``color``, numbered by ``key`` and then by rank; ``None`` for a negative color."""
+        core = self._core.split(int(color), int(key))
+        return None if core is None else Communicator(core, self._environment)
+
     # ---- lifetime -------------------------------------------------------------------------
     def abort(self, reason: str = "abort() called") -> None:
         """Fails pending and future collectives here, and makes peers fail fast too."""

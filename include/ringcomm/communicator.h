@@ -1,9 +1,11 @@
 // The communicator: one per group of ranks, owning the transports and the engine thread.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ringcomm/config.h"
 #include "ringcomm/errors.h"
@@ -34,6 +36,21 @@ class RINGCOMM_API Communicator {
   // own, so that its collectives never interleave with this one's. Every rank calls it, in the
   // same order relative to its other duplicate() calls.
   virtual std::shared_ptr<Communicator> duplicate() = 0;
+
+  // Collective over the ranks still alive (MPI ULFM's MPIX_Comm_shrink): called by the survivors
+  // after a failure, or to drop the ranks in `exclude` on purpose (every caller names the same).
+  // They agree on who goes on without the rendezvous store or the data links (src/core/
+  // membership.h), and get a new communicator of those ranks, renumbered in their old order,
+  // with connections and shared memory of its own. This one is left as it is. Raises
+  // MembershipError on a side of a partition without a strict majority of the ranks not known to
+  // be gone (a tie stops both), and on a rank the others went on without; TimeoutError when no
+  // decision comes within `timeout` (0: Config::timeout).
+  virtual std::shared_ptr<Communicator> shrink(const std::vector<int>& exclude,
+                                               std::chrono::milliseconds timeout) = 0;
+
+  // Collective (MPI's Comm_split): a communicator of the ranks that pass the same `color`,
+  // numbered by `key`, then by rank; nullptr for a negative color (MPI_UNDEFINED).
+  virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
 
   virtual int rank() const = 0;
   virtual int size() const = 0;

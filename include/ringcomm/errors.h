@@ -57,6 +57,13 @@ class RINGCOMM_API MismatchError : public PeerError {
   using PeerError::PeerError;
 };
 
+// Communicator::shrink on a side that may not go on: it lost its quorum (no strict majority of
+// the ranks not known to be gone), or the survivors left this rank out.
+class RINGCOMM_API MembershipError : public Error {
+ public:
+  using Error::Error;
+};
+
 // The communicator was shut down or poisoned by an earlier failure.
 class RINGCOMM_API CommunicatorClosed : public Error {
  public:

@@ -74,7 +74,8 @@ Rendezvous rendezvous(Store& store, int rank, int size, const RankRecord& self,
   }
   result.jobKey = toText(store.get("job", timeout));
   std::ostringstream mine;
-  mine << self.hostId << "\n" << self.address << "\n" << self.port << "\n" << self.pid;
+  mine << self.hostId << "\n" << self.address << "\n" << self.port << "\n" << self.pid << "\n"
+       << self.mailboxPort;
   store.set("rank/" + std::to_string(rank), toBytes(mine.str()));
 
   result.ranks.resize(size);
@@ -92,7 +93,7 @@ Rendezvous rendezvous(Store& store, int rank, int size, const RankRecord& self,
     RankRecord& r = result.ranks[peer];
     std::getline(record, r.hostId);
     std::getline(record, r.address);
-    record >> r.port >> r.pid;
+    record >> r.port >> r.pid >> r.mailboxPort;
   }
   return result;
 }

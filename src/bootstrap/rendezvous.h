@@ -18,6 +18,7 @@ struct RankRecord {
   std::string address;  // numeric IP the rank listens on
   int port = 0;
   int pid = 0;
+  int mailboxPort = 0;  // its membership mailbox (core/membership.h), on `address`; 0: none
 };
 
 struct Rendezvous {

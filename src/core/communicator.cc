@@ -26,6 +26,7 @@
 #include "algorithms/schedules.h"
 #include "bootstrap/rendezvous.h"
 #include "core/device_collectives.h"
+#include "core/membership.h"
 #include "common/bytes.h"
 #include "common/failure.h"
 #include "common/log.h"
@@ -68,12 +69,27 @@ OperationLabel labelOf(const char* collective, size_t count, DataType type, bool
   return label;
 }
 
+// Creates a communicator: `setupTimeout` bounds its rendezvous and connections (a shrink's are
+// bounded by the shrink's deadline), config.timeout its collectives.
+std::shared_ptr<Communicator> createCommunicator(std::shared_ptr<Store> store,
+                                                 const std::string& scope, int rank, int size,
+                                                 const Config& config,
+                                                 std::chrono::milliseconds setupTimeout);
+
 class CommunicatorImpl : public Communicator {
  public:
+  // `mailbox`: this rank's membership mailbox (core/membership.h), `mailboxes` every rank's;
+  // none for a communicator of one rank.
   CommunicatorImpl(int rank, int size, Config config, transport::Links links,
-                   std::shared_ptr<Store> store, std::string listenAddress)
+                   std::shared_ptr<Store> store, std::string listenAddress,
+                   std::shared_ptr<TcpStoreServer> mailbox, std::vector<MailboxAddress> mailboxes)
       : rank_(rank), size_(size), config_(std::move(config)), links_(std::move(links)),
-        store_(std::move(store)), listenAddress_(std::move(listenAddress)) {
+        store_(std::move(store)), listenAddress_(std::move(listenAddress)),
+        mailbox_(std::move(mailbox)) {
+    if (mailbox_) {
+      membership_ = std::make_unique<Membership>(rank_, std::move(mailboxes), config_.secret,
+                                                 config_.linkTimeout);
+    }
     waitPolicy_ = std::make_unique<WaitPolicy>(config_.spinCount, config_.yieldCount,
                                                static_cast<int>(links_.localRanks.size()));
     transport_ = std::make_unique<transport::Transport>(rank_, std::move(links_.streams),
@@ -98,6 +114,73 @@ class CommunicatorImpl : public Communicator {
     const std::string scope = "duplicate/" + std::to_string(duplicates_.fetch_add(1)) + "/";
     return createInScope(store_, scope, rank_, size_, config);
   }
+
+  std::shared_ptr<Communicator> shrink(const std::vector<int>& exclude,
+                                       std::chrono::milliseconds timeout) override {
+    std::set<int> dropped;
+    for (int r : exclude) {
+      if (r < 0 || r >= size_) {
+        throw InvalidArgument("shrink: exclude names rank " + std::to_string(r) +
+                              ", which is not a rank of this communicator of " +
+                              std::to_string(size_));
+      }
+      if (r == rank_) {
+        throw InvalidArgument("shrink: exclude names this rank (" + std::to_string(r) +
+                              "); a rank leaves a shrink by not calling it");
+      }
+      dropped.insert(r);
+    }
+    const auto deadline =
+        net::deadlineAfter(timeout.count() > 0 ? timeout : config_.timeout);
+    if (!membership_) return duplicate();  // one rank: nobody to agree with
+    std::lock_guard<std::mutex> lock(membershipMutex_);
+    const std::string call = "shrink/" + std::to_string(shrinks_++);
+    for (int attempt = 0;; ++attempt) {
+      const std::string round = call + "/" + std::to_string(attempt);
+      const Survivors survivors = membership_->agree(round, dropped, deadline);
+      try {
+        return join(survivors.ranks, survivors.leader, round + "/comm/", deadline);
+      } catch (const PeerError& error) {
+        // A survivor failed while the new communicator formed: every survivor that saw it
+        // agrees again, and the next round finds who is gone.
+        if (Clock::now() >= deadline) throw;
+        RINGCOMM_LOG(LogLevel::Warn, kLogInit,
+                     "shrink: the survivors' communicator did not form (%s); agreeing again",
+                     error.what());
+      }
+    }
+  }
+
+  std::shared_ptr<Communicator> split(int color, int key) override {
+    const int64_t mine[2] = {color, key};
+    std::vector<int64_t> all(2 * static_cast<size_t>(size_));
+    AllgatherOptions exchange;
+    exchange.input = mine;
+    exchange.output = all.data();
+    exchange.count = 2;
+    exchange.type = DataType::Int64;
+    exchange.name = "split";
+    allgather(exchange)->wait();
+    std::lock_guard<std::mutex> lock(membershipMutex_);
+    const std::string scope =
+        "split/" + std::to_string(splits_++) + "/" + std::to_string(color) + "/";
+    if (color < 0) return nullptr;
+    std::vector<std::pair<int64_t, int>> group;  // (key, rank)
+    for (int r = 0; r < size_; ++r) {
+      if (all[2 * static_cast<size_t>(r)] == color) group.emplace_back(all[2 * r + 1], r);
+    }
+    std::sort(group.begin(), group.end());
+    std::vector<int> ranks;
+    int leader = size_;
+    for (const auto& [ignored, r] : group) {
+      ranks.push_back(r);
+      leader = std::min(leader, r);
+    }
+    return join(ranks, leader, scope, net::deadlineAfter(config_.timeout));
+  }
+
+  // Keeps `owner` (a mailbox the new communicator meets through) as long as this one.
+  void keepAlive(std::shared_ptr<void> owner) { keepAlive_.push_back(std::move(owner)); }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -380,9 +463,30 @@ class CommunicatorImpl : public Communicator {
       schedules_->release();
       links_.segments.reset();
     }
+    // A communicator that met through it (a shrink's or split's, on the rank that led) keeps it.
+    mailbox_.reset();
   }
 
  private:
+  // The communicator of `ranks` (this communicator's ranks, in the new order), meeting in
+  // `leader`'s mailbox under `scope`: a shrink's survivors, or a split's group.
+  std::shared_ptr<Communicator> join(const std::vector<int>& ranks, int leader,
+                                     const std::string& scope, Clock::time_point deadline) {
+    const int newRank = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) -
+                                         ranks.begin());
+    std::shared_ptr<Store> store =
+        membership_ ? membership_->mailbox(leader, ranks, deadline) : store_;
+    Config config = config_;
+    config.listenAddress = listenAddress_;
+    const auto setup = std::max(std::chrono::milliseconds(1),
+                                std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    deadline - Clock::now()));
+    std::shared_ptr<Communicator> created = createCommunicator(
+        std::move(store), scope, newRank, static_cast<int>(ranks.size()), config, setup);
+    if (leader == rank_ && mailbox_) static_cast<CommunicatorImpl&>(*created).keepAlive(mailbox_);
+    return created;
+  }
+
   // Across hosts: the network's figures every rank's cost model takes (tuning/link_probe.h).
   void settleLink() {
     if (links_.hostCount < 2) return;
@@ -859,6 +963,14 @@ class CommunicatorImpl : public Communicator {
   std::atomic<bool> closed_{false};  // closedReason_ is set: checked on every call without a lock
   bool shutDown_ = false;
   bool traceOwner_ = false;  // this communicator writes RINGCOMM_TRACE at shutdown
+  // Membership (core/membership.h): this rank's mailbox, the agreement over everyone's, and the
+  // mailboxes of other communicators whose members meet in them through this one.
+  std::shared_ptr<TcpStoreServer> mailbox_;
+  std::unique_ptr<Membership> membership_;
+  std::mutex membershipMutex_;  // shrink() and split() number their calls
+  int shrinks_ = 0;
+  int splits_ = 0;
+  std::vector<std::shared_ptr<void>> keepAlive_;
   std::unique_ptr<engine::Engine> engine_;  // created last, stopped first
 };
 
@@ -886,6 +998,15 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
 std::shared_ptr<Communicator> Communicator::createInScope(std::shared_ptr<Store> store,
                                                           const std::string& scope, int rank,
                                                           int size, const Config& config) {
+  return createCommunicator(std::move(store), scope, rank, size, config, config.timeout);
+}
+
+namespace {
+
+std::shared_ptr<Communicator> createCommunicator(std::shared_ptr<Store> store,
+                                                 const std::string& scope, int rank, int size,
+                                                 const Config& config,
+                                                 std::chrono::milliseconds setupTimeout) {
   configureObservability(config, rank);
   if (!store) throw InvalidArgument("Communicator::create: store is null");
   if (size < 1) throw InvalidArgument("size must be >= 1; got " + std::to_string(size));
@@ -906,13 +1027,28 @@ std::shared_ptr<Communicator> Communicator::createInScope(std::shared_ptr<Store>
   self.address = address;
   self.port = net::localAddress(listener.get()).port();
   self.pid = static_cast<int>(getpid());
+  // Served from now until the communicator is shut down: the survivors of a failure agree
+  // through it (core/membership.h).
+  std::shared_ptr<TcpStoreServer> mailbox;
+  if (size > 1) {
+    mailbox = std::make_shared<TcpStoreServer>(address, 0, config.secret);
+    self.mailboxPort = mailbox->port();
+  }
 
   const bootstrap::Rendezvous rendezvous =
-      bootstrap::rendezvous(*scoped, rank, size, self, config.timeout);
+      bootstrap::rendezvous(*scoped, rank, size, self, setupTimeout);
+  Config setup = config;
+  setup.timeout = setupTimeout;
   transport::Links links =
-      transport::connectPeers(*scoped, rank, rendezvous, std::move(listener), config);
+      transport::connectPeers(*scoped, rank, rendezvous, std::move(listener), setup);
+  std::vector<MailboxAddress> mailboxes;
+  for (const bootstrap::RankRecord& record : rendezvous.ranks) {
+    mailboxes.push_back(MailboxAddress{record.address, record.mailboxPort});
+  }
   return std::make_shared<CommunicatorImpl>(rank, size, config, std::move(links), scoped,
-                                            address);
+                                            address, std::move(mailbox), std::move(mailboxes));
 }
+
+}  // namespace
 
 }  // namespace ringcomm

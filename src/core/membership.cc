@@ -1,0 +1,336 @@
+#include "core/membership.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+#include "common/log.h"
+#include "common/socket.h"
+#include "ringcomm/errors.h"
+
+namespace ringcomm {
+namespace {
+
+// How long one liveness question waits for the connection to be accepted or refused.
+constexpr std::chrono::milliseconds kProbeWait{200};
+// How often a waiting rank asks the mailboxes of those it waits for whether they still live.
+constexpr std::chrono::milliseconds kProbeInterval{100};
+// How long one wait for a key in a mailbox blocks before the waiter looks around again.
+constexpr std::chrono::milliseconds kWaitSlice{50};
+// At most this much of what is left before the deadline the leader keeps for writing its
+// decision, so that the others read it before theirs.
+constexpr std::chrono::milliseconds kDecisionGrace{500};
+
+std::chrono::milliseconds left(Clock::time_point deadline) {
+  return std::max(std::chrono::milliseconds(0),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+}
+
+std::string joined(const std::set<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += (text.empty() ? "" : " ") + std::to_string(r);
+  return text.empty() ? "none" : text;
+}
+
+Bytes bytesOf(const std::string& text) { return Bytes(text.begin(), text.end()); }
+std::string textOf(const Bytes& bytes) { return std::string(bytes.begin(), bytes.end()); }
+
+// "<word> 1 2 3": the word and the numbers after it.
+std::pair<std::string, std::set<int>> parseList(const std::string& text) {
+  std::istringstream in(text);
+  std::string word;
+  in >> word;
+  std::set<int> ranks;
+  for (int r; in >> r;) ranks.insert(r);
+  return {word, ranks};
+}
+
+// A store whose waits watch that the members still live (Membership::mailbox).
+class WatchedStore : public Store {
+ public:
+  WatchedStore(std::shared_ptr<Store> inner, std::vector<std::pair<int, MailboxAddress>> members,
+               int rank)
+      : inner_(std::move(inner)), members_(std::move(members)), rank_(rank) {}
+
+  void set(const std::string& key, const Bytes& value) override { inner_->set(key, value); }
+  int64_t add(const std::string& key, int64_t delta) override { return inner_->add(key, delta); }
+  std::optional<Bytes> tryGet(const std::string& key, std::chrono::milliseconds within) override {
+    return inner_->tryGet(key, within);
+  }
+  bool trySet(const std::string& key, const Bytes& value,
+              std::chrono::milliseconds within) override {
+    return inner_->trySet(key, value, within);
+  }
+
+  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override {
+    const auto deadline = net::deadlineAfter(timeout);
+    for (;;) {
+      try {
+        return inner_->get(key, std::min(kProbeInterval, left(deadline)));
+      } catch (const TimeoutError&) {
+        if (Clock::now() >= deadline) throw;
+      }
+      for (const auto& [member, address] : members_) {
+        if (probeMailbox(address, std::min(deadline, Clock::now() + kProbeWait)) ==
+            Reach::Refused) {
+          throw TransportError("ringcomm: rank " + std::to_string(member) +
+                                   " is gone (its mailbox refuses) while the survivors met",
+                               FailureContext{"shrink", rank_, member, 0.0});
+        }
+      }
+    }
+  }
+
+ private:
+  std::shared_ptr<Store> inner_;
+  std::vector<std::pair<int, MailboxAddress>> members_;
+  int rank_;
+};
+
+}  // namespace
+
+Reach probeMailbox(const MailboxAddress& address, Clock::time_point deadline) {
+  std::vector<net::Address> resolved;
+  try {
+    resolved = net::resolve(address.host, address.port, /*passive=*/false);
+  } catch (const Error&) {
+    return Reach::Silent;
+  }
+  for (const net::Address& target : resolved) {
+    net::UniqueFd fd(::socket(target.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!fd) continue;
+    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&target.storage), target.length) ==
+        0) {
+      return Reach::Answers;
+    }
+    if (errno == ECONNREFUSED) return Reach::Refused;
+    if (errno != EINPROGRESS && errno != EINTR) continue;
+    if (!net::waitReady(fd.get(), POLLOUT, deadline)) return Reach::Silent;
+    int error = 0;
+    socklen_t length = sizeof(error);
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &length) != 0) error = errno;
+    if (error == 0) return Reach::Answers;
+    if (error == ECONNREFUSED) return Reach::Refused;
+  }
+  return Reach::Silent;  // unreachable: no route, no host, or nothing answered
+}
+
+Membership::Membership(int rank, std::vector<MailboxAddress> mailboxes, std::string secret,
+                       std::chrono::milliseconds linkTimeout)
+    : rank_(rank), mailboxes_(std::move(mailboxes)), secret_(std::move(secret)),
+      linkTimeout_(linkTimeout) {}
+
+std::shared_ptr<Store> Membership::client(int rank, Clock::time_point deadline) {
+  auto found = clients_.find(rank);
+  if (found != clients_.end()) return found->second;
+  const MailboxAddress& address = mailboxes_.at(static_cast<size_t>(rank));
+  // The constructor retries a refused connection until its timeout (a server may start late);
+  // mailboxes start with their communicator, so one that refuses is gone: ask once first.
+  if (rank != rank_ && probeMailbox(address, std::min(deadline, Clock::now() + kProbeWait)) !=
+                           Reach::Answers) {
+    throw TransportError("ringcomm: rank " + std::to_string(rank) + "'s mailbox at " +
+                             net::formatHostPort(address.host, address.port) + " does not answer",
+                         FailureContext{"shrink", rank_, rank, 0.0});
+  }
+  auto store = std::make_shared<TcpStore>(
+      address.host, address.port, std::max(std::chrono::milliseconds(1000), left(deadline)),
+      secret_);
+  clients_[rank] = store;
+  return store;
+}
+
+std::shared_ptr<Store> Membership::mailbox(int rank, const std::vector<int>& members,
+                                           Clock::time_point deadline) {
+  std::vector<std::pair<int, MailboxAddress>> watched;
+  for (int member : members) {
+    if (member != rank_) watched.emplace_back(member, mailboxes_.at(static_cast<size_t>(member)));
+  }
+  return std::make_shared<WatchedStore>(client(rank, deadline), std::move(watched), rank_);
+}
+
+bool Membership::gone(int rank, Clock::time_point deadline,
+                      std::map<int, Clock::time_point>& silentSince) {
+  if (refused_.count(rank) || silent_.count(rank)) return true;
+  const auto now = Clock::now();
+  switch (probeMailbox(mailboxes_.at(static_cast<size_t>(rank)),
+                       std::min(deadline, now + kProbeWait))) {
+    case Reach::Answers:
+      silentSince.erase(rank);
+      return false;
+    case Reach::Refused:
+      refused_.insert(rank);
+      clients_.erase(rank);
+      RINGCOMM_LOG(LogLevel::Info, kLogInit, "shrink: rank %d is gone (its mailbox refuses)",
+                   rank);
+      return true;
+    case Reach::Silent:
+      break;
+  }
+  const auto first = silentSince.emplace(rank, now).first->second;
+  if (Clock::now() - first < linkTimeout_) return false;
+  silent_.insert(rank);
+  clients_.erase(rank);
+  RINGCOMM_LOG(LogLevel::Info, kLogInit,
+               "shrink: rank %d is lost (its mailbox has not answered for %.1f s, "
+               "RINGCOMM_LINK_TIMEOUT)",
+               rank, linkTimeout_.count() / 1000.0);
+  return true;
+}
+
+Survivors Membership::agree(const std::string& round, const std::set<int>& exclude,
+                            Clock::time_point deadline) {
+  for (;;) {
+    int leader = -1;
+    for (int r = 0; r < static_cast<int>(mailboxes_.size()); ++r) {
+      if (!refused_.count(r) && !silent_.count(r) && !exclude.count(r)) {
+        leader = r;
+        break;
+      }
+    }
+    if (leader == rank_) return lead(round, exclude, deadline);
+    if (std::optional<Survivors> decided = follow(leader, round, exclude, deadline)) {
+      return *decided;
+    }
+    if (Clock::now() >= deadline) {
+      throw TimeoutError("ringcomm: shrink: no decision on who goes on within the deadline (rank " +
+                             std::to_string(leader) + " led the last attempt)",
+                         FailureContext{"shrink", rank_, leader, 0.0});
+    }
+  }
+}
+
+std::optional<Survivors> Membership::follow(int leader, const std::string& round,
+                                            const std::set<int>& exclude,
+                                            Clock::time_point deadline) {
+  std::map<int, Clock::time_point> silentSince;
+  std::shared_ptr<Store> store;
+  // Post this rank's view to the leader's mailbox.
+  for (;;) {
+    if (Clock::now() >= deadline) return std::nullopt;
+    try {
+      if (!store) store = client(leader, deadline);
+      std::string view = "exclude";
+      for (int r : exclude) view += " " + std::to_string(r);
+      if (store->trySet(round + "/view/" + std::to_string(rank_), bytesOf(view),
+                        std::min(left(deadline), linkTimeout_))) {
+        break;
+      }
+    } catch (const Error&) {
+      store.reset();
+    }
+    if (gone(leader, deadline, silentSince)) return std::nullopt;
+    std::this_thread::sleep_for(kWaitSlice);
+  }
+  // Wait for its decision, asking now and then whether it still lives.
+  auto lastProbe = Clock::now();
+  for (;;) {
+    if (Clock::now() >= deadline) return std::nullopt;
+    try {
+      const Bytes decision = store->get(round + "/decision", std::min(kWaitSlice, left(deadline)));
+      const auto [word, ranks] = parseList(textOf(decision));
+      if (word == "survivors") {
+        if (!ranks.count(rank_)) {
+          throw MembershipError("ringcomm: shrink: the survivors, led by rank " +
+                                std::to_string(leader) + ", went on without rank " +
+                                std::to_string(rank_) + " (survivors: " + joined(ranks) +
+                                "); it was excluded, or did not join the agreement in time");
+        }
+        return Survivors{std::vector<int>(ranks.begin(), ranks.end()), leader};
+      }
+      throw MembershipError("ringcomm: shrink on rank " + std::to_string(rank_) + ": " +
+                            textOf(decision).substr(word.size() + 1));
+    } catch (const MembershipError&) {
+      throw;
+    } catch (const Error&) {
+      // Not decided yet (a timeout of this slice), or the leader's mailbox broke: ask below.
+    }
+    if (Clock::now() - lastProbe >= kProbeInterval) {
+      lastProbe = Clock::now();
+      if (gone(leader, deadline, silentSince)) return std::nullopt;
+    }
+  }
+}
+
+Survivors Membership::lead(const std::string& round, const std::set<int>& exclude,
+                           Clock::time_point deadline) {
+  std::shared_ptr<Store> own = client(rank_, deadline);
+  std::set<int> pending;
+  for (int r = 0; r < static_cast<int>(mailboxes_.size()); ++r) {
+    if (r != rank_ && !refused_.count(r) && !silent_.count(r) && !exclude.count(r)) {
+      pending.insert(r);
+    }
+  }
+  std::set<int> posted;
+  std::set<int> excluded = exclude;
+  std::map<int, Clock::time_point> silentSince;
+  const auto collectUntil = deadline - std::min(kDecisionGrace, left(deadline) / 5);
+  // The first look at once: a rank killed is usually why this agreement runs.
+  auto lastProbe = Clock::now() - kProbeInterval;
+  while (!pending.empty() && Clock::now() < collectUntil) {
+    for (auto it = pending.begin(); it != pending.end();) {
+      const std::optional<Bytes> view =
+          own->tryGet(round + "/view/" + std::to_string(*it), kProbeWait);
+      if (!view) {
+        ++it;
+        continue;
+      }
+      const auto [word, theirExclude] = parseList(textOf(*view));
+      excluded.insert(theirExclude.begin(), theirExclude.end());
+      posted.insert(*it);
+      silent_.erase(*it);
+      it = pending.erase(it);
+    }
+    if (pending.empty()) break;
+    if (Clock::now() - lastProbe >= kProbeInterval) {
+      lastProbe = Clock::now();
+      for (auto it = pending.begin(); it != pending.end();) {
+        it = gone(*it, collectUntil, silentSince) ? pending.erase(it) : std::next(it);
+      }
+      if (pending.empty()) break;
+    }
+    try {  // sleeps until the first missing view arrives, or a slice
+      own->get(round + "/view/" + std::to_string(*pending.begin()),
+               std::min(kWaitSlice, left(collectUntil)));
+    } catch (const Error&) {
+    }
+  }
+  // Alive but not there by the deadline: as good as beyond a partition.
+  silent_.insert(pending.begin(), pending.end());
+
+  std::set<int> survivors{rank_};
+  for (int r : posted) {
+    if (!excluded.count(r)) survivors.insert(r);
+  }
+  std::set<int> lost;
+  for (int r : silent_) {
+    if (!excluded.count(r) && !survivors.count(r)) lost.insert(r);
+  }
+  std::string decision;
+  const bool quorum = survivors.size() > lost.size();
+  if (quorum) {
+    decision = "survivors " + joined(survivors);
+  } else {
+    decision = "quorum: this side lost its quorum (it holds ranks " + joined(survivors) +
+               ", and cannot reach ranks " + joined(lost) +
+               ", which may go on beyond a partition: only a strict majority of the ranks not "
+               "known to be gone may go on; gone for sure: " +
+               joined(refused_) + ")";
+  }
+  RINGCOMM_LOG(LogLevel::Info, kLogInit, "shrink %s: rank %d decided: %s", round.c_str(), rank_,
+               decision.c_str());
+  own->set(round + "/decision", bytesOf(decision));
+  if (!quorum) {
+    throw MembershipError("ringcomm: shrink on rank " + std::to_string(rank_) + ": " +
+                          decision.substr(std::string("quorum: ").size()));
+  }
+  return Survivors{std::vector<int>(survivors.begin(), survivors.end()), rank_};
+}
+
+}  // namespace ringcomm

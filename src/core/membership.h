@@ -1,0 +1,108 @@
+// Membership: which ranks of a communicator go on after a failure, agreed by the survivors
+// (Communicator::shrink), in the sense of MPI ULFM's MPIX_Comm_shrink.
+//
+// The agreement needs nothing that may have died with a rank: not the rendezvous store (rank 0
+// serves it under mpirun and env://) and not the data links (a broken collective may have left
+// them mid-frame). Every rank of a communicator serves a mailbox instead, a small store server
+// of its own for as long as the communicator lives (TcpStoreServer: connections prove the job's
+// secret), whose address the rendezvous published. A rank's mailbox answers exactly while its
+// process lives, so asking it is the liveness test:
+//
+//   answers   the process lives (it may be slow to join the agreement: it is waited for);
+//   refused   the process is gone: its host's kernel refused the connection. Gone for sure;
+//   silent    no answer within RINGCOMM_LINK_TIMEOUT: its host or the way to it is lost. It may
+//             live on the other side of a partition.
+//
+// One round of the agreement (every survivor calls it, with the same round name):
+//
+//   1. The leader is the lowest rank this rank does not know to be gone. This rank posts its view
+//      (which ranks the caller excludes on purpose) to the leader's mailbox; a leader that does
+//      not answer is gone, and the next lowest leads.
+//   2. The leader waits until every rank it does not know to be gone has posted, asking the
+//      mailbox of each that has not every 100 ms, by the deadline: refused and silent ranks are
+//      gone, a rank still missing at the deadline is taken for silent.
+//   3. The leader decides: the survivors are itself and the ranks that posted, less those
+//      anyone excludes. It writes the decision into its own mailbox, where every survivor reads
+//      it; ranks that read it and are not among the survivors raise. A leader that dies before
+//      deciding is found gone by the others, who agree again under the next leader.
+//
+// Partitions: only a side that holds a strict majority of the ranks not known to be gone may
+// decide, that is more survivors than silent ranks (refused and excluded ones do not count): of
+// two sides that cannot reach each other at most one goes on, and a tie stops both. Both sides'
+// leaders write a decision; the side without the majority writes that it lost its quorum, and its
+// ranks raise MembershipError saying what they see.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+#include "ringcomm/store.h"
+
+namespace ringcomm {
+
+// Where a rank's mailbox listens.
+struct MailboxAddress {
+  std::string host;
+  int port = 0;
+};
+
+enum class Reach { Answers, Refused, Silent };
+
+// One connection attempt to `address` by `deadline` (no retries): what the liveness test above
+// reads from it.
+Reach probeMailbox(const MailboxAddress& address, Clock::time_point deadline);
+
+// What the survivors agreed on.
+struct Survivors {
+  std::vector<int> ranks;  // their ranks in the communicator shrunk, ascending
+  int leader = -1;         // whose mailbox holds the decision, and serves the new rendezvous
+};
+
+class Membership {
+ public:
+  // `mailboxes`: every rank's, this one's included, in rank order.
+  Membership(int rank, std::vector<MailboxAddress> mailboxes, std::string secret,
+             std::chrono::milliseconds linkTimeout);
+
+  // One round of the agreement (above) under the name `round`, which every survivor gives
+  // alike and no earlier round used. `exclude`: ranks the caller drops on purpose. Returns the
+  // survivors, this rank among them; raises MembershipError where this side lost its quorum or
+  // the others excluded this rank, TimeoutError where no decision came by `deadline`.
+  Survivors agree(const std::string& round, const std::set<int>& exclude,
+                  Clock::time_point deadline);
+
+  // A client of `rank`'s mailbox (this rank's own included): the store through which a new
+  // communicator of the survivors meets. Raises TransportError where it does not answer.
+  // Its waits ask the mailboxes of `members` every 100 ms whether they still live, and raise
+  // TransportError naming one that is gone: a survivor that dies after the decision stops the
+  // new communicator's rendezvous at once instead of at its deadline (shrink then agrees again).
+  std::shared_ptr<Store> mailbox(int rank, const std::vector<int>& members,
+                                 Clock::time_point deadline);
+
+ private:
+  std::optional<Survivors> follow(int leader, const std::string& round,
+                                  const std::set<int>& exclude, Clock::time_point deadline);
+  Survivors lead(const std::string& round, const std::set<int>& exclude,
+                 Clock::time_point deadline);
+  // Asks `rank`'s mailbox whether it lives; records what it found. `silentSince`: when the rank
+  // was first found silent in this wait (a rank is gone only after a whole link timeout of it).
+  bool gone(int rank, Clock::time_point deadline,
+            std::map<int, Clock::time_point>& silentSince);
+  std::shared_ptr<Store> client(int rank, Clock::time_point deadline);
+
+  const int rank_;
+  const std::vector<MailboxAddress> mailboxes_;
+  const std::string secret_;
+  const std::chrono::milliseconds linkTimeout_;
+  std::map<int, std::shared_ptr<Store>> clients_;
+  std::set<int> refused_;  // gone for sure
+  std::set<int> silent_;   // lost: they may live beyond a partition
+};
+
+}  // namespace ringcomm

@@ -1,0 +1,106 @@
+"""Communicator.shrink: the survivors of a lost rank agree on who goes on and get a working
+communicator, without restarting (issue 33). Each job runs ranks of tests/workers/shrink.py,
+which shrink after every failure as a training loop would."""
+
+import pytest
+from harness import free_port, run_job
+
+# Far beyond what a shrink takes here (10-150 ms): a survivor that waited for a dead rank's
+# timeout would show.
+TIMEOUT = 20
+SHRINK_WITHIN = 3.0
+
+
+def survivors_agree(outcomes, victims, expected_shrinks=None, late_victim=None):
+    """Every survivor went on with the same communicator: the others, renumbered in order, with
+    the same bits; returns their reports. `late_victim` may have died only after the survivors
+    were done with it (then it is among them, and finished too)."""
+    alive = sorted(o.rank for o in outcomes if o.rank not in victims)
+    finished = {o.rank: o.result for o in outcomes if o.result and "digest" in o.result}
+    if late_victim is not None and late_victim in finished:
+        alive = sorted(alive + [late_victim])
+    reports = []
+    for outcome in outcomes:
+        if outcome.rank not in alive:
+            continue
+        exited = outcome.returncode == 0 or outcome.rank == late_victim
+        assert exited and outcome.result is not None, outcome.describe()
+        result = outcome.result
+        assert "shrink_error" not in result, result
+        assert result["survivors"] == alive, result
+        assert result["rank_after"] == alive.index(outcome.rank), result
+        assert result["size_after"] == len(alive), result
+        assert result["exact"], result
+        assert result["broadcast_from"] == alive[-1], result
+        assert all(s["seconds"] < SHRINK_WITHIN for s in result["shrinks"]), result
+        if expected_shrinks is not None:
+            assert len(result["shrinks"]) == expected_shrinks, result
+        reports.append(result)
+    assert len({r["digest"] for r in reports}) == 1, reports
+    return reports
+
+
+CASES = [(2, "shm", "1"), (3, "tcp", "0"), (4, "shm", "2"), (5, "tcp", "1,3"), (8, "shm", "0,5")]
+
+
+@pytest.mark.parametrize(
+    "size,transport,victims", CASES, ids=[f"{s}ranks-{t}-kill{v}" for s, t, v in CASES]
+)
+def test_survivors_of_a_killed_rank_go_on(size, transport, victims):
+    outcomes = run_job(
+        size,
+        "shrink.py",
+        ["kill", victims],
+        env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "RINGCOMM_TRANSPORT": transport},
+        deadline=90,
+    )
+    survivors_agree(outcomes, {int(v) for v in victims.split(",")}, expected_shrinks=1)
+
+
+def test_rank_0_that_served_the_store_is_lost():
+    """env://, as under mpirun: rank 0 serves the job's store, and dies with it. The agreement
+    needs no store."""
+    outcomes = run_job(
+        4,
+        "shrink.py",
+        ["kill", "0", str(free_port())],
+        env={"RINGCOMM_TIMEOUT": str(TIMEOUT)},
+        deadline=90,
+    )
+    survivors_agree(outcomes, {0}, expected_shrinks=1)
+
+
+@pytest.mark.parametrize("delay_ms", [0, 5, 15])
+def test_a_second_death_during_the_shrink(delay_ms):
+    """Rank 1 dies in the stream; rank 3 dies delay_ms into the shrink: during the agreement, as
+    the new communicator forms, or in its first collectives (the survivors shrink again). Either
+    way every survivor ends with the same members."""
+    outcomes = run_job(
+        6,
+        "shrink.py",
+        ["during", "1,3"],
+        env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "SECOND_DEATH_MS": str(delay_ms)},
+        deadline=90,
+    )
+    survivors_agree(outcomes, {1, 3}, late_victim=3)
+
+
+def test_ranks_dropped_on_purpose():
+    outcomes = run_job(
+        5, "shrink.py", ["exclude", "1,2"], env={"RINGCOMM_TIMEOUT": str(TIMEOUT)}, deadline=90
+    )
+    for outcome in outcomes:
+        assert outcome.returncode == 0, outcome.describe()
+    survivors_agree(outcomes, {1, 2}, expected_shrinks=1)
+
+
+def test_split_by_color_numbered_by_key():
+    outcomes = run_job(5, "shrink.py", ["split", ""], env={"RINGCOMM_TIMEOUT": str(TIMEOUT)})
+    for outcome in outcomes:
+        assert outcome.returncode == 0 and outcome.result, outcome.describe()
+        result = outcome.result
+        members = result["members"]
+        assert result["size_after"] == len(members)
+        # key = -rank: numbered backwards
+        assert result["rank_after"] == sorted(members, reverse=True).index(outcome.rank)
+        assert result["sum"] == sum(members)
