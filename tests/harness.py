@@ -129,16 +129,22 @@ def assert_all_succeeded(outcomes: list[RankOutcome]) -> None:
 
 
 def start_ranks_on_hosts(
-    hosts, argv: Sequence[str], env: dict, store_address: str, port: int
+    hosts,
+    argv: Sequence[str],
+    env: dict,
+    store_address: str,
+    port: int,
+    layout: Sequence[int] = (0, 0, 1, 1),
 ) -> list[subprocess.Popen]:
-    """4 ranks of `python argv...`, 2 on each of two network-namespace hosts (ringcomm.bench.netns),
-    meeting at store_address:port through env:// (env carries the job's secret)."""
+    """Ranks of `python argv...` on network-namespace hosts (ringcomm.bench.netns), rank r on host
+    layout[r] (default 4 ranks, 2 on each of two hosts), meeting at store_address:port through
+    env:// (env carries the job's secret)."""
     procs = []
-    for rank in range(4):
+    for rank, host in enumerate(layout):
         rank_env = worker_env(
             {
                 "RANK": str(rank),
-                "WORLD_SIZE": "4",
+                "WORLD_SIZE": str(len(layout)),
                 "MASTER_ADDR": store_address,
                 "MASTER_PORT": str(port),
                 **env,
@@ -146,7 +152,7 @@ def start_ranks_on_hosts(
         )
         procs.append(
             subprocess.Popen(
-                hosts.command(rank // 2, [sys.executable, *argv]),
+                hosts.command(host, [sys.executable, *argv]),
                 env=rank_env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

@@ -2,8 +2,12 @@
 communicator, without restarting (issue 33). Each job runs ranks of tests/workers/shrink.py,
 which shrink after every failure as a training loop would."""
 
+import time
+
 import pytest
-from harness import free_port, run_job
+from harness import WORKERS, finish_ranks, free_port, run_job, start_ranks_on_hosts
+
+from ringcomm.bench import netns
 
 # Far beyond what a shrink takes here (10-150 ms): a survivor that waited for a dead rank's
 # timeout would show.
@@ -104,3 +108,68 @@ def test_split_by_color_numbered_by_key():
         # key = -rank: numbered backwards
         assert result["rank_after"] == sorted(members, reverse=True).index(outcome.rank)
         assert result["sum"] == sum(members)
+
+
+# Addresses of our own test hosts, inside namespaces this test creates and deletes.
+SUBNET = "10.231.79"
+SECRET = {"RINGCOMM_SECRET": "shrink-test-secret-0123456789abcdef"}
+LINK_TIMEOUT = 2.0
+
+
+@pytest.fixture(scope="module")
+def two_hosts():
+    try:
+        with netns.two_hosts(SUBNET, tag="rs") as hosts:
+            yield hosts
+    except netns.NamespacesUnavailableError as reason:
+        pytest.skip(str(reason))
+
+
+@pytest.mark.parametrize(
+    "layout,majority",
+    [((0, 0, 0, 1), (0, 1, 2)), ((0, 0, 1, 1), ()), ((0, 1, 1, 1), (1, 2, 3))],
+    ids=["3+1", "2+2", "1+3"],
+)
+def test_a_partition_leaves_at_most_one_side_running(two_hosts, tmp_path, layout, majority):
+    """The link between two hosts is cut: the side with a strict majority of the ranks shrinks
+    and goes on within about RINGCOMM_LINK_TIMEOUT of its failure; the other side (and both of
+    a tie) raises MembershipError saying it lost its quorum. In 1+3 rank 0, which served the
+    store, is the minority."""
+    procs = start_ranks_on_hosts(
+        two_hosts,
+        [str(WORKERS / "shrink.py"), "partition", ""],
+        {
+            **SECRET,
+            "RINGCOMM_TIMEOUT": "30",
+            "RINGCOMM_LINK_TIMEOUT": str(LINK_TIMEOUT),
+            "TEST_READY_DIR": str(tmp_path),
+        },
+        f"{SUBNET}.1",
+        free_port(),
+        layout=layout,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.iterdir())) < len(layout) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        cut_at = time.time()
+        two_hosts.cut(1)
+        finished = finish_ranks(procs, time.monotonic() + 90)
+    finally:
+        two_hosts.mend(1)
+    digests = set()
+    for rank, (result, code, out, err) in enumerate(finished):
+        assert result is not None, f"rank {rank} exited {code}\n{out[-2000:]}\n{err[-3000:]}"
+        if rank in majority:
+            assert "shrink_error" not in result, result
+            assert result["survivors"] == list(majority), result
+            assert result["exact"], result
+            digests.add(result["digest"])
+            # Found by the link's timeout (3.2-3.4 s here at 2 s), then agreed at once: the lost
+            # side's mailboxes have been silent as long (0.1-0.6 s). Generous for 2 loaded cores.
+            assert result["shrunk_at"] - cut_at < 2 * LINK_TIMEOUT + 3, result
+            assert result["shrunk_at"] - result["failed_at"] < 2.0, result
+        else:
+            assert result.get("shrink_error") == "MembershipError", result
+            assert "lost its quorum" in result["message"], result
+    assert len(digests) <= 1

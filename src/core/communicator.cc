@@ -137,7 +137,7 @@ class CommunicatorImpl : public Communicator {
     const std::string call = "shrink/" + std::to_string(shrinks_++);
     for (int attempt = 0;; ++attempt) {
       const std::string round = call + "/" + std::to_string(attempt);
-      const Survivors survivors = membership_->agree(round, dropped, deadline);
+      const Survivors survivors = membership_->agree(round, dropped, deadline, quietSince());
       try {
         return join(survivors.ranks, survivors.leader, round + "/comm/", deadline);
       } catch (const PeerError& error) {
@@ -619,8 +619,16 @@ class CommunicatorImpl : public Communicator {
     std::lock_guard<std::mutex> lock(stateMutex_);
     if (!closedReason_.empty()) return false;
     closedReason_ = reason;
+    closedAt_ = Clock::now();
     closed_.store(true, std::memory_order_release);
     return true;
+  }
+
+  // Since when peers that do not answer now may have been silent (Membership::agree): a link
+  // timeout before this communicator failed, or now while it runs.
+  Clock::time_point quietSince() {
+    std::lock_guard<std::mutex> lock(stateMutex_);
+    return closedReason_.empty() ? Clock::now() : closedAt_ - config_.linkTimeout;
   }
 
   std::string closedReason() {
@@ -960,6 +968,7 @@ class CommunicatorImpl : public Communicator {
   uint64_t sequence_ = 0;
   std::mutex stateMutex_;
   std::string closedReason_;
+  Clock::time_point closedAt_;
   std::atomic<bool> closed_{false};  // closedReason_ is set: checked on every call without a lock
   bool shutDown_ = false;
   bool traceOwner_ = false;  // this communicator writes RINGCOMM_TRACE at shutdown

@@ -156,13 +156,13 @@ std::shared_ptr<Store> Membership::mailbox(int rank, const std::vector<int>& mem
 }
 
 bool Membership::gone(int rank, Clock::time_point deadline,
-                      std::map<int, Clock::time_point>& silentSince) {
+                      std::map<int, Silence>& silences) {
   if (refused_.count(rank) || silent_.count(rank)) return true;
   const auto now = Clock::now();
   switch (probeMailbox(mailboxes_.at(static_cast<size_t>(rank)),
                        std::min(deadline, now + kProbeWait))) {
     case Reach::Answers:
-      silentSince.erase(rank);
+      silences.erase(rank);
       return false;
     case Reach::Refused:
       refused_.insert(rank);
@@ -173,8 +173,8 @@ bool Membership::gone(int rank, Clock::time_point deadline,
     case Reach::Silent:
       break;
   }
-  const auto first = silentSince.emplace(rank, now).first->second;
-  if (Clock::now() - first < linkTimeout_) return false;
+  Silence& silence = silences.emplace(rank, Silence{std::min(now, quietSince_)}).first->second;
+  if (++silence.asks < 2 || Clock::now() - silence.since < linkTimeout_) return false;
   silent_.insert(rank);
   clients_.erase(rank);
   RINGCOMM_LOG(LogLevel::Info, kLogInit,
@@ -185,7 +185,8 @@ bool Membership::gone(int rank, Clock::time_point deadline,
 }
 
 Survivors Membership::agree(const std::string& round, const std::set<int>& exclude,
-                            Clock::time_point deadline) {
+                            Clock::time_point deadline, Clock::time_point quietSince) {
+  quietSince_ = quietSince;
   for (;;) {
     int leader = -1;
     for (int r = 0; r < static_cast<int>(mailboxes_.size()); ++r) {
@@ -209,7 +210,7 @@ Survivors Membership::agree(const std::string& round, const std::set<int>& exclu
 std::optional<Survivors> Membership::follow(int leader, const std::string& round,
                                             const std::set<int>& exclude,
                                             Clock::time_point deadline) {
-  std::map<int, Clock::time_point> silentSince;
+  std::map<int, Silence> silences;
   std::shared_ptr<Store> store;
   // Post this rank's view to the leader's mailbox.
   for (;;) {
@@ -225,7 +226,7 @@ std::optional<Survivors> Membership::follow(int leader, const std::string& round
     } catch (const Error&) {
       store.reset();
     }
-    if (gone(leader, deadline, silentSince)) return std::nullopt;
+    if (gone(leader, deadline, silences)) return std::nullopt;
     std::this_thread::sleep_for(kWaitSlice);
   }
   // Wait for its decision, asking now and then whether it still lives.
@@ -253,7 +254,7 @@ std::optional<Survivors> Membership::follow(int leader, const std::string& round
     }
     if (Clock::now() - lastProbe >= kProbeInterval) {
       lastProbe = Clock::now();
-      if (gone(leader, deadline, silentSince)) return std::nullopt;
+      if (gone(leader, deadline, silences)) return std::nullopt;
     }
   }
 }
@@ -269,7 +270,7 @@ Survivors Membership::lead(const std::string& round, const std::set<int>& exclud
   }
   std::set<int> posted;
   std::set<int> excluded = exclude;
-  std::map<int, Clock::time_point> silentSince;
+  std::map<int, Silence> silences;
   const auto collectUntil = deadline - std::min(kDecisionGrace, left(deadline) / 5);
   // The first look at once: a rank killed is usually why this agreement runs.
   auto lastProbe = Clock::now() - kProbeInterval;
@@ -291,7 +292,7 @@ Survivors Membership::lead(const std::string& round, const std::set<int>& exclud
     if (Clock::now() - lastProbe >= kProbeInterval) {
       lastProbe = Clock::now();
       for (auto it = pending.begin(); it != pending.end();) {
-        it = gone(*it, collectUntil, silentSince) ? pending.erase(it) : std::next(it);
+        it = gone(*it, collectUntil, silences) ? pending.erase(it) : std::next(it);
       }
       if (pending.empty()) break;
     }

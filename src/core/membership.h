@@ -74,8 +74,12 @@ class Membership {
   // alike and no earlier round used. `exclude`: ranks the caller drops on purpose. Returns the
   // survivors, this rank among them; raises MembershipError where this side lost its quorum or
   // the others excluded this rank, TimeoutError where no decision came by `deadline`.
+  // `quietSince`: since when a rank whose mailbox is silent now may have been (now, for a shrink
+  // on purpose): a silent mailbox counts as lost once RINGCOMM_LINK_TIMEOUT has passed since
+  // then, and at the second ask at the earliest. A communicator that failed across a lost link
+  // found it after a link timeout of silence: the caller gives the failure's time less that.
   Survivors agree(const std::string& round, const std::set<int>& exclude,
-                  Clock::time_point deadline);
+                  Clock::time_point deadline, Clock::time_point quietSince);
 
   // A client of `rank`'s mailbox (this rank's own included): the store through which a new
   // communicator of the survivors meets. Raises TransportError where it does not answer.
@@ -86,20 +90,25 @@ class Membership {
                                  Clock::time_point deadline);
 
  private:
+  // Silence seen in one wait: since when, how many asks (a rank is gone only after a whole link
+  // timeout of it, counted from the failure at the earliest).
+  struct Silence {
+    Clock::time_point since;
+    int asks = 0;
+  };
   std::optional<Survivors> follow(int leader, const std::string& round,
                                   const std::set<int>& exclude, Clock::time_point deadline);
   Survivors lead(const std::string& round, const std::set<int>& exclude,
                  Clock::time_point deadline);
-  // Asks `rank`'s mailbox whether it lives; records what it found. `silentSince`: when the rank
-  // was first found silent in this wait (a rank is gone only after a whole link timeout of it).
-  bool gone(int rank, Clock::time_point deadline,
-            std::map<int, Clock::time_point>& silentSince);
+  // Asks `rank`'s mailbox whether it lives; records what it found.
+  bool gone(int rank, Clock::time_point deadline, std::map<int, Silence>& silences);
   std::shared_ptr<Store> client(int rank, Clock::time_point deadline);
 
   const int rank_;
   const std::vector<MailboxAddress> mailboxes_;
   const std::string secret_;
   const std::chrono::milliseconds linkTimeout_;
+  Clock::time_point quietSince_;  // of the agreement under way (agree())
   std::map<int, std::shared_ptr<Store>> clients_;
   std::set<int> refused_;  // gone for sure
   std::set<int> silent_;   // lost: they may live beyond a partition

@@ -8,6 +8,8 @@ argv: mode victims [store_port]
   exclude   nobody fails: every rank but the victims shrinks with exclude=victims, the victims
             exit after the stream
   split     nobody fails: the ranks split by parity of rank, numbered backwards (key = -rank)
+  partition nobody fails: the ranks stream all-reduces until the test cuts the link between
+            their hosts (they say when they stream: TEST_READY_DIR), then shrink
 victims: comma-separated ranks. store_port: given, rank 0 serves the job's store itself
 (env://, as under mpirun), so that a killed rank 0 takes the store with it.
 
@@ -29,8 +31,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from report import report  # noqa: E402
 
 mode, victims = sys.argv[1], [int(v) for v in sys.argv[2].split(",") if v]
-rank = int(os.environ.get("RINGCOMM_RANK", "0"))
-size = int(os.environ.get("RINGCOMM_WORLD_SIZE", "1"))
+rank = int(os.environ.get("RINGCOMM_RANK", os.environ.get("RANK", "0")))
+size = int(os.environ.get("RINGCOMM_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
 if len(sys.argv) > 3:  # env://: rank 0 serves the store
     for variable in ("RINGCOMM_STORE", "RINGCOMM_RANK", "RINGCOMM_WORLD_SIZE"):
         os.environ.pop(variable)
@@ -86,6 +88,12 @@ def checks(new) -> dict:
 shrinks, failed_at, iteration = [], None, 0
 while True:
     try:
+        if mode == "partition" and not shrinks:
+            comm.allreduce(x)
+            iteration += 1
+            if iteration == 10:
+                open(os.path.join(os.environ["TEST_READY_DIR"], str(rank)), "w").close()
+            continue
         if iteration < 6:
             if rank in victims and iteration == 3 and mode in ("kill", "during"):
                 if mode == "kill" or rank == victims[0]:
@@ -100,6 +108,7 @@ while True:
     except (ringcomm.RingcommError, StopIteration) as error:
         failed_at = time.monotonic()
         outcome.setdefault("errors", []).append(type(error).__name__)
+        outcome.setdefault("failed_at", time.time())
     if mode == "exclude" and rank in victims:
         break  # leaves without shrinking
     if mode == "during" and rank in victims and not shrinks:
@@ -111,6 +120,7 @@ while True:
     except ringcomm.RingcommError as error:
         outcome.update(shrink_error=type(error).__name__, message=str(error))
         break
+    outcome["shrunk_at"] = time.time()  # wall clock: the test compares it with its own
     shrinks.append(
         {"seconds": time.monotonic() - started, "after_failure": time.monotonic() - failed_at}
     )
