@@ -348,6 +348,10 @@ PYBIND11_MODULE(_core, m) {
         py::gil_scoped_release release;
         return c.shrink(exclude, toMilliseconds(timeout));
       }, py::arg("exclude"), py::arg("timeout") = 0.0)
+      .def("survivors", [](Comm& c, double timeout) {
+        py::gil_scoped_release release;
+        return c.survivors(toMilliseconds(timeout));
+      }, py::arg("timeout") = 0.0)
       .def("split", &Comm::split, py::arg("color"), py::arg("key"),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("rank", &Comm::rank)

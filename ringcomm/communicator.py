@@ -367,6 +367,12 @@ class Communicator:
         core = self._core.shrink([int(r) for r in (exclude or ())], self._timeout(timeout))
         return Communicator(core, self._environment)
 
+    def survivors(self, timeout: Optional[float] = None) -> list[int]:
+        """Collective over the ranks still alive: the ranks of this communicator that go on, as
+        every survivor agrees (the agreement of :meth:`shrink` without a new communicator), for
+        callers that must name the lost ranks themselves. Raises as :meth:`shrink` does."""
+        return list(self._core.survivors(self._timeout(timeout)))
+
     def split(self, color: int, key: int = 0) -> Optional["Communicator"]:
         """Collective (MPI's ``Comm_split``): a communicator of the ranks that pass the same
         ``color``, numbered by ``key`` and then by rank; ``None`` for a negative color."""

@@ -48,6 +48,12 @@ class RINGCOMM_API Communicator {
   virtual std::shared_ptr<Communicator> shrink(const std::vector<int>& exclude,
                                                std::chrono::milliseconds timeout) = 0;
 
+  // Collective over the ranks still alive: which ranks of this communicator go on, as every
+  // survivor agrees (the agreement of shrink() without a new communicator; what MPI ULFM's
+  // failure acknowledgement gives). For callers that must name the lost ranks themselves, as
+  // torch.distributed.shrink_group does. Raises as shrink() does.
+  virtual std::vector<int> survivors(std::chrono::milliseconds timeout) = 0;
+
   // Collective (MPI's Comm_split): a communicator of the ranks that pass the same `color`,
   // numbered by `key`, then by rank; nullptr for a negative color (MPI_UNDEFINED).
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;

@@ -90,11 +90,67 @@ def register() -> None:
         return
     if BACKEND_NAME not in dist.Backend.backend_list:
         dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=_devices())
+        _label_shrunk_groups()
     from ringcomm.c10d import _mpi_rendezvous
 
     _mpi_rendezvous.install()
 
 
+def _label_shrunk_groups() -> None:
+    """Two things torch's shrink_group (torch 2.13) gets wrong for a backend like ours, put right
+    for ringcomm's:
+
+    - it files the new group's backend as NCCL's (CUDA) or gloo's (CPU), whatever it is; DDP's
+      logger then takes a backend filed as gloo's for a ProcessGroupGloo and crashes on ours. The
+      group is filed as a custom backend's again, as dist.new_group files it;
+    - it gives the new group a clone of the old group's store, which connects anew: where the
+      lost rank served that store (rank 0 under env://), the clone waits for it until torch's
+      store timeout (30 minutes). ringcomm's new group needs no store (its ranks met through
+      their own mailboxes): it gets an in-process one when the old one no longer answers."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    create = getattr(c10d, "_create_shrunk_process_group", None)
+    if create is None or getattr(create, "_ringcomm_labels", False):
+        return
+
+    def create_and_label(new_backend, remaining_ranks, metadata, is_default_group):
+        if new_backend.name() != BACKEND_NAME:
+            return create(new_backend, remaining_ranks, metadata, is_default_group)
+        try:
+            metadata["store"].num_keys()  # a closed connection fails at once; no new one
+        except Exception:  # noqa: BLE001 (whatever the store raises: it is gone)
+            metadata = dict(metadata, store=dist.HashStore())
+        group = create(new_backend, remaining_ranks, metadata, is_default_group)
+        device = metadata.get("bound_device_id") or torch.device("cpu")
+        group._register_backend(device, dist.ProcessGroup.BackendType.CUSTOM, new_backend)
+        group._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
+        return group
+
+    create_and_label._ringcomm_labels = True
+    c10d._create_shrunk_process_group = create_and_label
+
+
 def autoload() -> None:
     """torch's ``torch.backends`` entry point: runs while ``import torch`` finishes."""
     register()
+
+
+def lost_ranks(group=None) -> list:
+    """The ranks of ``group`` (default: the default group), in its numbering, that are gone, as
+    every survivor agrees: what ``torch.distributed.shrink_group`` needs to be told. Every
+    survivor calls it, then ``shrink_group`` with what it returns::
+
+        try:
+            loss.backward()
+        except RuntimeError:
+            dist.shrink_group(ringcomm.c10d.lost_ranks())
+            model = DistributedDataParallel(model.module)  # on the shrunk default group
+
+    Raises ringcomm.MembershipError on a side of a partition that may not go on."""
+    import torch
+    import torch.distributed as dist
+
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    return [int(r) for r in pg._get_backend(torch.device("cpu")).lost_ranks()]

@@ -151,6 +151,14 @@ class CommunicatorImpl : public Communicator {
     }
   }
 
+  std::vector<int> survivors(std::chrono::milliseconds timeout) override {
+    if (!membership_) return {0};
+    const auto deadline = net::deadlineAfter(timeout.count() > 0 ? timeout : config_.timeout);
+    std::lock_guard<std::mutex> lock(membershipMutex_);
+    const std::string round = "survivors/" + std::to_string(survivorQueries_++);
+    return membership_->agree(round, {}, deadline, quietSince()).ranks;
+  }
+
   std::shared_ptr<Communicator> split(int color, int key) override {
     const int64_t mine[2] = {color, key};
     std::vector<int64_t> all(2 * static_cast<size_t>(size_));
@@ -978,6 +986,7 @@ class CommunicatorImpl : public Communicator {
   std::unique_ptr<Membership> membership_;
   std::mutex membershipMutex_;  // shrink() and split() number their calls
   int shrinks_ = 0;
+  int survivorQueries_ = 0;
   int splits_ = 0;
   std::vector<std::shared_ptr<void>> keepAlive_;
   std::unique_ptr<engine::Engine> engine_;  // created last, stopped first

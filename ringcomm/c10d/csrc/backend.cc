@@ -127,6 +127,38 @@ RingcommBackend::RingcommBackend(const c10::intrusive_ptr<::c10d::Store>& store,
                                               "ringcomm/", rank, size, config);
 }
 
+RingcommBackend::RingcommBackend(std::shared_ptr<Communicator> communicator)
+    : ::c10d::Backend(communicator->rank(), communicator->size()),
+      communicator_(std::move(communicator)) {}
+
+c10::intrusive_ptr<::c10d::Backend> RingcommBackend::shrink(
+    const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
+    const c10::intrusive_ptr<Options>& /*optionsOverride: ringcomm has none of torch's*/) {
+  // torch's SHRINK_ABORT: end what this group still runs before the survivors meet.
+  constexpr int kShrinkAbort = 1;
+  if (shrinkFlags & kShrinkAbort) communicator_->abort("shrink_group with SHRINK_ABORT");
+  const std::vector<int> exclude(ranksToExclude.begin(), ranksToExclude.end());
+  std::shared_ptr<Communicator> shrunk = communicator_->shrink(exclude, std::chrono::milliseconds(0));
+  const int expected = size_ - static_cast<int>(exclude.size());
+  if (shrunk->size() != expected) {
+    shrunk->shutdown();
+    TORCH_CHECK(false, "ringcomm shrink_group: ", shrunk->size(), " ranks go on where ", expected,
+                " were expected: other ranks than those in ranks_to_exclude are gone too. "
+                "torch numbers the new group from that list, so it must name every lost rank: "
+                "ringcomm.c10d.lost_ranks(group) names them, as every survivor agrees");
+  }
+  return c10::make_intrusive<RingcommBackend>(std::move(shrunk));
+}
+
+std::vector<int64_t> RingcommBackend::lostRanks() {
+  const std::vector<int> alive = communicator_->survivors(std::chrono::milliseconds(0));
+  std::vector<int64_t> lost;
+  for (int r = 0; r < size_; ++r) {
+    if (std::find(alive.begin(), alive.end(), r) == alive.end()) lost.push_back(r);
+  }
+  return lost;
+}
+
 RingcommBackend::~RingcommBackend() {
   try {
     communicator_->shutdown();

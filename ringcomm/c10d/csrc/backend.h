@@ -37,6 +37,8 @@ class RingcommBackend : public ::c10d::Backend {
                   std::chrono::milliseconds timeout, const std::string& secret,
                   Rules shmRules = {}, Rules tcpRules = {}, double linkLatency = 0,
                   double linkBandwidth = 0);
+  // A backend on a communicator made already (shrink()'s).
+  explicit RingcommBackend(std::shared_ptr<Communicator> communicator);
   ~RingcommBackend() override;
 
   const std::string getBackendName() const override { return "ringcomm"; }
@@ -96,6 +98,17 @@ class RingcommBackend : public ::c10d::Backend {
 
   void abort() override;
   void shutdown() override;
+
+  // torch.distributed.shrink_group: a backend of the ranks not in `ranksToExclude`, agreed by
+  // them (Communicator::shrink). SHRINK_ABORT aborts this backend's operations first. Raises
+  // where other ranks than those excluded are gone too: torch numbers the new group from the
+  // excluded list, so it must name every lost rank (lostRanks() does).
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<::c10d::Backend> shrink(
+      const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
+      const c10::intrusive_ptr<Options>& optionsOverride) override;
+  // The ranks of this group that are gone, as every survivor agrees (Communicator::survivors).
+  std::vector<int64_t> lostRanks();
 
   // The communicator under this backend (diagnostics and tests).
   const Communicator& communicator() const { return *communicator_; }

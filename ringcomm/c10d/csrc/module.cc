@@ -57,6 +57,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("secret"), py::arg("shm_allreduce_rules") = NamedRules{},
            py::arg("tcp_allreduce_rules") = NamedRules{}, py::arg("link_latency") = 0.0,
            py::arg("link_bandwidth") = 0.0)
+      .def("lost_ranks", &RingcommBackend::lostRanks, py::call_guard<py::gil_scoped_release>())
       .def("transport_to",
            [](const RingcommBackend& backend, int peer) {
              return backend.communicator().transportTo(peer);
