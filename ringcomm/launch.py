@@ -9,7 +9,8 @@ also sets what torch.distributed's env:// rendezvous reads (RANK, WORLD_SIZE, LO
 LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), as torchrun does, so init_process_group() works
 under it too. Each rank runs in a session of its own, as under mpiexec and torchrun
 (ringcomm/_ranks.py). If one rank fails, the others are stopped (after a grace period, so they
-can report the failure themselves), and the launcher exits with the failing rank's status.
+can report the failure themselves), and the launcher exits with the failing rank's status;
+with --keep-survivors they go on, as a job that shrinks its communicator wants.
 
 SIGTERM, SIGHUP and SIGINT (what timeout, Slurm, Kubernetes and a terminal send) are passed on to
 every rank; ranks still running after the grace period are killed, and the launcher exits with
@@ -65,9 +66,14 @@ def _serve_store(base: dict):
 
 
 def spawn(
-    nranks: int, command: Sequence[str], env: Optional[dict] = None, grace: float = _GRACE_SECONDS
+    nranks: int,
+    command: Sequence[str],
+    env: Optional[dict] = None,
+    grace: float = _GRACE_SECONDS,
+    keep_survivors: bool = False,
 ) -> int:
-    """Runs ``command`` as ``nranks`` ranks; returns the job's exit status (0 if all succeeded)."""
+    """Runs ``command`` as ``nranks`` ranks; returns the job's exit status (0 if all succeeded;
+    with ``keep_survivors``, 0 if any rank ran to a successful end: see _supervise)."""
     if nranks < 1:
         raise ValueError(f"-np must be at least 1; got {nranks}")
     base = dict(os.environ if env is None else env)
@@ -93,7 +99,7 @@ def spawn(
                 LOCAL_RANK=str(rank),
             )
             children.append(start_rank(command, child_env))
-        return _supervise(children, grace, signals)
+        return _supervise(children, grace, signals, keep_survivors)
     finally:
         signals.restore()
         for child in children:
@@ -194,17 +200,34 @@ class _SignalsToForward:
             signal.signal(number, handler)
 
 
-def _supervise(children, grace: float, signals: _SignalsToForward) -> int:
+def _supervise(
+    children, grace: float, signals: _SignalsToForward, keep_survivors: bool = False
+) -> int:
+    """Waits for the ranks. A failed rank ends the job: the others are stopped after `grace`.
+    With `keep_survivors` they go on instead (they may shrink their communicator, see
+    docs/guides/recovery.md), and the job succeeds if any rank ran to a successful end."""
     status = 0
     deadline = None  # when ranks still running are killed
     forwarded = 0
+    reported = set()
     while True:
         running = [c for c in children if c.poll() is None]
-        for child in children:
+        for rank, child in enumerate(children):
             code = child.returncode
-            if code not in (None, 0) and status == 0:
+            if code in (None, 0) or rank in reported:
+                continue
+            reported.add(rank)
+            if keep_survivors:
+                print(
+                    f"ringcomm-run: rank {rank} exited with status {code}; the other ranks go on "
+                    "(--keep-survivors)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            if status == 0:
                 status = code if code > 0 else 128 - code
-                deadline = time.monotonic() + grace
+                if not keep_survivors:
+                    deadline = time.monotonic() + grace
         while forwarded < len(signals.received):
             number = signals.received[forwarded]
             forwarded += 1
@@ -214,6 +237,8 @@ def _supervise(children, grace: float, signals: _SignalsToForward) -> int:
             if deadline is None:
                 deadline = time.monotonic() + grace
         if not running:
+            if keep_survivors and not forwarded and any(c.returncode == 0 for c in children):
+                return 0
             return status
         if deadline is not None and time.monotonic() > deadline:
             for child in running:
@@ -305,6 +330,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds ranks may go on after one failed or a signal came, before they are killed "
         f"({_GRACE_SECONDS:g})",
     )
+    parser.add_argument(
+        "--keep-survivors",
+        action="store_true",
+        help="when a rank fails, let the others go on (they may shrink their communicator: "
+        "docs/guides/recovery.md); the job succeeds if any rank ends successfully",
+    )
     parser.add_argument("-m", dest="module", help="run a module, as python -m does")
     parser.add_argument(
         "program",
@@ -332,7 +363,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if getattr(args, flag) is not None:
                 parser.error(f"--{flag.replace('_', '-')} needs --host-discovery-script")
         nranks = default_ranks() if args.nranks is None else args.nranks
-        return spawn(nranks, command, grace=args.grace)
+        return spawn(nranks, command, grace=args.grace, keep_survivors=args.keep_survivors)
     start = next((n for n in (args.nranks, args.min_np, args.max_np) if n is not None), None)
     if start is None:
         parser.error("an elastic job needs -np (or --min-np)")

@@ -2,10 +2,13 @@
 communicator, without restarting (issue 33). Each job runs ranks of tests/workers/shrink.py,
 which shrink after every failure as a training loop would."""
 
+import json
+import subprocess
+import sys
 import time
 
 import pytest
-from harness import WORKERS, finish_ranks, free_port, run_job, start_ranks_on_hosts
+from harness import WORKERS, finish_ranks, free_port, run_job, start_ranks_on_hosts, worker_env
 
 from ringcomm.bench import netns
 
@@ -132,6 +135,23 @@ def test_ddp_trains_on_after_a_rank_is_killed(victim):
         # Measured here: 0.12-0.3 s from the kill to the next completed step.
         assert result["recovered_at"] - killed_at < 2.0, result
     assert len({o.result["params"] for o in alive}) == 1
+
+
+def test_ringcomm_run_keeps_the_survivors_when_asked():
+    """ringcomm-run --keep-survivors: a killed rank does not end the job; the survivors shrink,
+    finish, and the job succeeds."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ringcomm.launch", "--keep-survivors", "-np", "4",
+         str(WORKERS / "shrink.py"), "kill", "2"],
+        capture_output=True, text=True, timeout=120,
+        env=worker_env({"RINGCOMM_TIMEOUT": str(TIMEOUT)}),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "rank 2 exited with status -9; the other ranks go on" in done.stderr, done.stderr
+    results = [json.loads(line[len("RESULT ") :]) for line in done.stdout.splitlines()
+               if line.startswith("RESULT ")]  # fmt: skip
+    assert sorted(r["rank"] for r in results) == [0, 1, 3], done.stdout
+    assert all(r["survivors"] == [0, 1, 3] for r in results), results
 
 
 # Addresses of our own test hosts, inside namespaces this test creates and deletes.
