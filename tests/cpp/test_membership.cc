@@ -1,0 +1,196 @@
+// Membership without launching processes: the agreement of shrink() among ranks played by
+// threads, each with a mailbox of its own (core/membership.h); a rank whose mailbox is stopped is
+// gone, one whose address nobody answers is lost beyond a partition. Also the helper threads of the
+// single-copy reduction and the zombie test of processGone().
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "check.h"
+#include "common/helper_threads.h"
+#include "common/process.h"
+#include "core/membership.h"
+#include "ringcomm/errors.h"
+#include "ringcomm/store.h"
+
+using namespace ringcomm;
+
+namespace {
+
+const std::string kSecret = "membership-test-secret-0123456789";
+
+// An address whose connections go unanswered, as a host beyond a partition's: a listener whose
+// accept queue is full, so that the kernel drops further SYNs (an outside address will not do: a
+// sandbox's network may answer for any). Filled by connections nobody accepts.
+class Unanswered {
+ public:
+  Unanswered() {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+    listen(listener_, 0);
+    socklen_t length = sizeof(address);
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length);
+    port_ = ntohs(address.sin_port);
+    for (int i = 0; i < 4; ++i) {
+      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+      connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+      fillers_.push_back(fd);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ~Unanswered() {
+    for (int fd : fillers_) close(fd);
+    close(listener_);
+  }
+  MailboxAddress address() const { return {"127.0.0.1", port_}; }
+
+ private:
+  int listener_ = -1;
+  int port_ = 0;
+  std::vector<int> fillers_;
+};
+
+struct Outcome {
+  std::vector<int> survivors;
+  std::string error;
+};
+
+// `ranks` ranks as threads: those in `dead` have no mailbox any more, those in `lost` one nobody
+// answers; the others agree. Returns each rank's outcome (empty for dead and lost ranks).
+std::vector<Outcome> agreeAmong(int ranks, const std::set<int>& dead, const std::set<int>& lost,
+                                const std::set<int>& exclude = {}) {
+  std::vector<std::unique_ptr<TcpStoreServer>> servers;
+  std::vector<MailboxAddress> mailboxes;
+  const Unanswered unanswered;
+  for (int r = 0; r < ranks; ++r) {
+    servers.push_back(std::make_unique<TcpStoreServer>("127.0.0.1", 0, kSecret));
+    mailboxes.push_back(lost.count(r) ? unanswered.address()
+                                      : MailboxAddress{"127.0.0.1", servers.back()->port()});
+  }
+  for (int r : dead) servers[static_cast<size_t>(r)]->stop();
+  std::vector<Outcome> outcomes(static_cast<size_t>(ranks));
+  std::vector<std::thread> threads;
+  const auto linkTimeout = std::chrono::milliseconds(300);
+  for (int r = 0; r < ranks; ++r) {
+    if (dead.count(r) || lost.count(r)) continue;
+    threads.emplace_back([&, r] {
+      Membership membership(r, mailboxes, kSecret, linkTimeout);
+      try {
+        // As after a failure found by a link timeout: silent mailboxes count as lost at once.
+        const auto now = Clock::now();
+        outcomes[static_cast<size_t>(r)].survivors =
+            membership.agree("test", exclude, now + std::chrono::seconds(10), now - linkTimeout)
+                .ranks;
+      } catch (const std::exception& error) {
+        outcomes[static_cast<size_t>(r)].error = error.what();
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return outcomes;
+}
+
+}  // namespace
+
+TEST(survivorsAgreeWithoutTheDeadOnes) {
+  const auto outcomes = agreeAmong(5, {0, 3}, {});  // rank 0, the first leader, among them
+  for (int r : {1, 2, 4}) {
+    CHECK_EQ(outcomes[static_cast<size_t>(r)].error, std::string());
+    CHECK((outcomes[static_cast<size_t>(r)].survivors == std::vector<int>{1, 2, 4}));
+  }
+}
+
+TEST(ranksExcludedOnPurposeAreLeftOut) {
+  const auto outcomes = agreeAmong(4, {}, {}, {2});
+  CHECK((outcomes[0].survivors == std::vector<int>{0, 1, 3}));
+  CHECK((outcomes[3].survivors == std::vector<int>{0, 1, 3}));
+  // Rank 2 was excluded but called too: the others went on without it.
+  CHECK(outcomes[2].error.find("went on without rank 2") != std::string::npos);
+}
+
+TEST(aMajorityBeyondWhichRanksAreLostGoesOn) {
+  const auto outcomes = agreeAmong(4, {}, {3});
+  CHECK((outcomes[0].survivors == std::vector<int>{0, 1, 2}));
+  CHECK((outcomes[2].survivors == std::vector<int>{0, 1, 2}));
+}
+
+TEST(aTieStops) {
+  const auto outcomes = agreeAmong(4, {}, {2, 3});
+  for (int r : {0, 1}) {
+    CHECK(outcomes[static_cast<size_t>(r)].survivors.empty());
+    CHECK(outcomes[static_cast<size_t>(r)].error.find("lost its quorum") != std::string::npos);
+  }
+}
+
+TEST(goneRanksDoNotCountAgainstTheQuorum) {
+  // Two of four gone for sure (their hosts refused): the other two are no minority.
+  const auto outcomes = agreeAmong(4, {2, 3}, {});
+  CHECK((outcomes[0].survivors == std::vector<int>{0, 1}));
+}
+
+TEST(probingTellsGoneFromLost) {
+  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  const MailboxAddress alive{"127.0.0.1", server.port()};
+  const auto soon = [] { return Clock::now() + std::chrono::milliseconds(200); };
+  CHECK(probeMailbox(alive, soon()) == Reach::Answers);
+  server.stop();
+  CHECK(probeMailbox(alive, soon()) == Reach::Refused);
+  const Unanswered unanswered;
+  CHECK(probeMailbox(unanswered.address(), soon()) == Reach::Silent);
+}
+
+TEST(helperThreadsRunEveryPartAndRaiseTheFirstFailure) {
+  HelperThreads helpers(3);
+  CHECK_EQ(helpers.threads(), 4);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<std::atomic<int>> ran(4);
+    helpers.run(round % 5, [&](int part) { ran[static_cast<size_t>(part)]++; });
+    for (int part = 0; part < 4; ++part) {
+      CHECK_EQ(ran[static_cast<size_t>(part)].load(), part < round % 5 ? 1 : 0);
+    }
+  }
+  bool raised = false;
+  try {
+    helpers.run(4, [](int part) {
+      if (part == 2) throw std::runtime_error("part 2 failed");
+    });
+  } catch (const std::runtime_error& error) {
+    raised = std::string(error.what()) == "part 2 failed";
+  }
+  CHECK(raised);
+  std::atomic<int> after{0};
+  helpers.run(4, [&](int) { after++; });  // still usable
+  CHECK_EQ(after.load(), 4);
+}
+
+TEST(anExitedProcessIsGoneBeforeItIsReaped) {
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  // A zombie until waited for: kill(pid, 0) still succeeds.
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = processGone(child);
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(gone);
+  CHECK_EQ(kill(child, 0), 0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(processGone(child));
+  CHECK(!processGone(getpid()));
+}
