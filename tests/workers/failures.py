@@ -59,13 +59,13 @@ try:
         if rank == victim and iteration == 3:
             if mode in ("kill", "idlekill"):
                 os.kill(os.getpid(), signal.SIGKILL)
-        if mode == "idlekill" and iteration == 3:
-            time.sleep(0.5)  # the victim is dead (a zombie, where the test leaves it unreaped)
             if mode == "stall":
                 time.sleep(AWAY)
                 sys.exit(0)
             if mode == "mismatch":
                 x = np.ones((1 << 20) + 1, np.float32)
+        if mode == "idlekill" and iteration == 3:
+            time.sleep(0.5)  # the victim is dead (a zombie, where the test leaves it unreaped)
         if mode == "none" and iteration == 10 and os.environ.get("TEST_READY_DIR"):
             # Connected and streaming: the test may break the link now.
             open(os.path.join(os.environ["TEST_READY_DIR"], str(rank)), "w").close()
