@@ -219,7 +219,24 @@ def _srun(timeout: float, secret: bytes, keepalive: list) -> LaunchEnvironment:
     return LaunchEnvironment(task.rank, task.size, store, "slurm", secret, keepalive, path)
 
 
+def _survive_hydra_notices() -> None:
+    """MPICH's launcher (hydra), run with -disable-auto-cleanup so that the survivors of a lost
+    rank go on, tells them of the loss with SIGUSR1, which ends a process that has not asked for
+    it otherwise. ringcomm finds lost ranks itself (and the survivors shrink: docs/guides/
+    recovery.md), so it ignores that notice, unless the program handles SIGUSR1 itself."""
+    if "HYDI_CONTROL_FD" not in os.environ:
+        return
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set a handler; then the program decides
+    if signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+
 def _mpi(timeout: float, secret: bytes, keepalive: list) -> LaunchEnvironment:
+    _survive_hydra_notices()
     try:
         from mpi4py import MPI
     except ImportError:

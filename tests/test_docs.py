@@ -14,9 +14,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
-# An example's first line says how to run it; "with a GPU" ones run only where there is one.
+# An example's first line says how to run it (ringcomm-run's flags may come first); "with a
+# GPU" ones run only where there is one.
 EXAMPLE = re.compile(
-    r"```python\n# (with a GPU and a CUDA build: )?(ringcomm-run -np \d+ (\S+\.py))\n(.*?)```",
+    r"```python\n# (with a GPU and a CUDA build: )?"
+    r"(ringcomm-run (?:--[a-z-]+ )*-np \d+ (\S+\.py))\n(.*?)```",
     re.S,
 )
 

@@ -1,12 +1,17 @@
 """What workers share: printing the one RESULT line the harness reads, and collecting failures."""
 
 import json
+import os
 import sys
 import traceback
 
 
 def report(result: dict) -> None:
-    sys.stdout.write("RESULT " + json.dumps(result) + "\n")
+    line = "RESULT " + json.dumps(result) + "\n"
+    if os.environ.get("RESULT_DIR"):  # a launcher that may drop the output of a failed job's ranks
+        with open(os.path.join(os.environ["RESULT_DIR"], f"{os.getpid()}.result"), "w") as f:
+            f.write(line)
+    sys.stdout.write(line)
     sys.stdout.flush()
 
 
