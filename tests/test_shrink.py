@@ -137,6 +137,23 @@ def test_ddp_trains_on_after_a_rank_is_killed(victim):
     assert len({o.result["params"] for o in alive}) == 1
 
 
+@pytest.mark.parametrize("victim", [0, 2])
+def test_the_horovod_api_trains_on_after_a_worker_is_killed(victim):
+    """hvd.elastic.run without an elastic driver: the survivors restore the last commit, shrink
+    the job's communicator in place and go on, with the same parameters."""
+    outcomes = run_job(
+        4, "horovod_shrink.py", [str(victim)], env={"RINGCOMM_TIMEOUT": str(TIMEOUT)}, deadline=90
+    )
+    killed_at = float(outcomes[victim].stdout.split("KILLED_AT ")[1].split()[0])
+    alive = [o for o in outcomes if o.rank != victim]
+    for outcome in alive:
+        assert outcome.returncode == 0 and outcome.result is not None, outcome.describe()
+        assert outcome.result["size_after"] == 3, outcome.result
+        assert outcome.result["resets"] == [3], outcome.result
+        assert outcome.result["recovered_at"] - killed_at < 2.0, outcome.result
+    assert len({o.result["params"] for o in alive}) == 1
+
+
 def test_ringcomm_run_keeps_the_survivors_when_asked():
     """ringcomm-run --keep-survivors: a killed rank does not end the job; the survivors shrink,
     finish, and the job succeeds."""

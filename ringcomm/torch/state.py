@@ -79,6 +79,11 @@ def init(comm=None, process_sets=None, *, join_policy: str = "zeros", **kwargs) 
         _exit_hook_installed = True
 
 
+def last_arguments() -> dict:
+    """The arguments of the last init(), without static process sets (see reinit())."""
+    return dict(_last_arguments)
+
+
 def reinit() -> None:
     """init() again with the arguments of the last one, but no static process sets (elastic
     resets: the job's ranks may have changed)."""

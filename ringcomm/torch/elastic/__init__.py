@@ -16,6 +16,8 @@ state; when the driver posts a host change (HostsUpdatedInterrupt, at ``state.co
 and initialized again, which under an elastic ``ringcomm-run`` meets the driver's next
 generation of workers (new ranks, new size), the reset callbacks run, the state is synchronized
 (new workers get it; skipped when hosts were only removed) and the function is called again.
+Without a driver (any other launcher that lets the survivors live), the survivors of a failure
+shrink the job's communicator in place instead, and go on as the next generation.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import functools
 import warnings
 
 from ringcomm import RingcommError
+from ringcomm.elastic import worker
 from ringcomm.torch import state as job
 from ringcomm.torch.elastic.sampler import ElasticSampler
 from ringcomm.torch.elastic.state import (
@@ -67,12 +70,26 @@ def run(func):
             except HorovodInternalError:
                 state.restore()
                 skip_sync = False
+                if not worker.active():
+                    _shrink_in_place()
+                    state.on_reset()
+                    continue
             except HostsUpdatedInterrupt as interrupt:
                 skip_sync = interrupt.skip_sync
             _reset()
             state.on_reset()
 
     return wrapper
+
+
+def _shrink_in_place() -> None:
+    """Without an elastic driver (ringcomm-run --keep-survivors, mpirun, torchrun's env:// or a
+    launcher of one's own), the survivors of a lost worker go on in place: they shrink the job's
+    communicator (Communicator.shrink: they agree on who is left) and start a ringcomm.torch
+    session on it, with the arguments of the last init() (docs/guides/recovery.md)."""
+    survivors = job.comm().shrink()
+    job.shutdown()
+    job.init(comm=survivors, **job.last_arguments())
 
 
 # Consecutive failed attempts to meet the next generation before a reset gives up.
