@@ -657,12 +657,24 @@ class CommunicatorImpl : public Communicator {
     if (!markClosed(reason)) return;
     // Leave the reason where peers can read it: a TCP peer only sees the connection close, and a
     // peer that timed out waiting for this rank wants to know what this rank was waiting for.
-    // Bounded: the store may be unreachable (served by the rank that died, or across the link
-    // that broke), and the report must not wait out the store's own timeouts.
+    // In this rank's own mailbox (Membership::post), which is there while this rank lives; the
+    // job's store, for a communicator of one rank, may be unreachable (served by the rank that
+    // died, or across the link that broke): bounded, not to wait out its own timeouts.
     const std::string record =
         std::to_string(blamed) + (mismatch ? " mismatch " : " failure ") + reason;
-    storeTookReport_ = store_->trySet("abort/" + std::to_string(rank_),
-                                      Bytes(record.begin(), record.end()), kStoreReportWait);
+    const Bytes recorded(record.begin(), record.end());
+    const std::string key = "abort/" + std::to_string(rank_);
+    if (membership_) {
+      storeTookReport_ = membership_->post("abort", recorded, kStoreReportWait);
+      // Also in the job's store, which keeps it once this communicator is gone (a peer that
+      // finds out late reads it there): on a thread of its own, so that a store that died with a
+      // rank does not hold this rank up.
+      std::thread([store = store_, key, recorded] {
+        store->trySet(key, recorded, kStoreReportWait);
+      }).detach();
+    } else {
+      storeTookReport_ = store_->trySet(key, recorded, kStoreReportWait);
+    }
     // Peers waiting on this rank learn of the failure now instead of at their own timeout.
     if (links_.segments) links_.segments->markAborted(reason);
     transport_->abort();
@@ -687,13 +699,19 @@ class CommunicatorImpl : public Communicator {
   };
 
   // What `peer` recorded when it failed, or nothing by `deadline` (it left no reason: it died,
-  // stopped or exited, or it has not failed).
+  // stopped or exited, or it has not failed); looked for once at least. In its mailbox first
+  // (Membership::post), then in the job's store, which keeps it after the peer has left.
   std::optional<RecordedFailure> reasonOf(int peer, Clock::time_point deadline) {
     const std::string key = "abort/" + std::to_string(peer);
-    for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    for (bool first = true;; first = false) {
+      const auto left = std::max(
+          std::chrono::milliseconds(first ? 50 : 0),
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
       if (left.count() <= 0) return std::nullopt;
-      if (std::optional<Bytes> value = store_->tryGet(key, left)) {
+      std::optional<Bytes> value;
+      if (membership_) value = membership_->read(peer, "abort", std::min(left, kPeerReasonPoll));
+      if (!value) value = store_->tryGet(key, std::min(left, kPeerReasonPoll));
+      if (value) {
         // "<blamed> mismatch|failure <reason>"
         std::istringstream text(std::string(value->begin(), value->end()));
         RecordedFailure recorded;
@@ -703,6 +721,7 @@ class CommunicatorImpl : public Communicator {
         std::getline(text >> std::ws, recorded.reason);
         return recorded;
       }
+      if (Clock::now() >= deadline) return std::nullopt;
       std::this_thread::sleep_for(kPeerReasonPoll);
     }
   }
@@ -732,15 +751,23 @@ class CommunicatorImpl : public Communicator {
       // A rank on this host whose process is gone without having aborted never recorded a
       // reason: no waiting for one (a launcher may end this rank any moment: mpirun's at once,
       // torchrun's after 0.1 s).
+      // Nor one on another host whose mailbox refuses connections (core/membership.h): its
+      // process is gone too (over TCP the wait for its reason cost the survivors a second).
       if (diedWithoutAborting(next)) {
         if (next != error.context().peer) {
           text += "; rank " + std::to_string(next) + " died without a word (its process is gone)";
         }
         break;
       }
-      const auto reason = reasonOf(next, deadline);
+      // A rank whose mailbox refuses has no reason to come: its process is gone, or it closed
+      // this communicator (then its reason is in the store, if it left one): one look, no wait.
+      const bool left = membership_ && membership_->refuses(next);
+      const auto reason = reasonOf(next, left ? Clock::now() : deadline);
       if (!reason) {
-        if (next != error.context().peer) {
+        if (left && next != error.context().peer) {
+          text += "; rank " + std::to_string(next) +
+                  " is gone without a word (its process died, or it left this communicator)";
+        } else if (next != error.context().peer) {
           text += "; rank " + std::to_string(next) +
                   " recorded no reason: the failure may have started there (it died, stopped or"
                   " exited, cannot reach the store, or has not failed yet)";
@@ -916,12 +943,16 @@ class CommunicatorImpl : public Communicator {
   void checkPeerRunsTheSame(const Operation& op, bool& published, int peer) {
     const std::string mine = inflightRecord(op);
     // Bounded calls: the store may be across the very link this rank waits on.
+    // In mailboxes (Membership::post), where there are: the job's store may be the one away.
     if (!published) {
-      published = store_->trySet("inflight/" + std::to_string(rank_),
-                                 Bytes(mine.begin(), mine.end()), kPeerLookupWait);
+      const Bytes record(mine.begin(), mine.end());
+      published = membership_ ? membership_->post("inflight", record, kPeerLookupWait)
+                              : store_->trySet("inflight/" + std::to_string(rank_), record,
+                                               kPeerLookupWait);
     }
     const std::optional<Bytes> value =
-        store_->tryGet("inflight/" + std::to_string(peer), kPeerLookupWait);
+        membership_ ? membership_->read(peer, "inflight", kPeerLookupWait)
+                    : store_->tryGet("inflight/" + std::to_string(peer), kPeerLookupWait);
     if (!value) return;  // the peer has not waited this long (yet), or the store is out of reach
     const std::string theirs(value->begin(), value->end());
     const std::string sequence = theirs.substr(0, theirs.find(' '));
@@ -956,7 +987,7 @@ class CommunicatorImpl : public Communicator {
   Config config_;
   transport::Links links_;
   std::shared_ptr<Store> store_;  // this communicator's prefix of the rendezvous store
-  // Whether the store took this rank's failure report (poison()): if not, no peer's can be read.
+  // Whether this rank's failure report was taken (poison()): if not, no peer's can be read.
   std::atomic<bool> storeTookReport_{true};
   std::string listenAddress_;     // where this rank listened: its duplicates listen there too
   std::atomic<int> duplicates_{0};

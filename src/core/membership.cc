@@ -127,6 +127,67 @@ Membership::Membership(int rank, std::vector<MailboxAddress> mailboxes, std::str
     : rank_(rank), mailboxes_(std::move(mailboxes)), secret_(std::move(secret)),
       linkTimeout_(linkTimeout) {}
 
+bool Membership::refuses(int rank) const {
+  if (rank < 0 || rank >= static_cast<int>(mailboxes_.size()) || rank == rank_) return false;
+  return probeMailbox(mailboxes_[static_cast<size_t>(rank)], Clock::now() + kProbeWait) ==
+         Reach::Refused;
+}
+
+bool Membership::post(const std::string& key, const Bytes& value,
+                      std::chrono::milliseconds within) {
+  std::shared_ptr<Store> own;
+  {
+    std::lock_guard<std::mutex> lock(recordsMutex_);
+    auto& client = recordClients_[rank_];
+    if (!client) {
+      const MailboxAddress& address = mailboxes_.at(static_cast<size_t>(rank_));
+      try {
+        client = std::make_shared<TcpStore>(address.host, address.port, within, secret_);
+      } catch (const Error&) {
+        recordClients_.erase(rank_);
+        return false;
+      }
+    }
+    own = client;
+  }
+  return own->trySet(key, value, within);
+}
+
+std::optional<Bytes> Membership::read(int rank, const std::string& key,
+                                      std::chrono::milliseconds within) {
+  if (rank < 0 || rank >= static_cast<int>(mailboxes_.size())) return std::nullopt;
+  const auto deadline = Clock::now() + within;
+  std::shared_ptr<Store> peer;
+  {
+    std::lock_guard<std::mutex> lock(recordsMutex_);
+    if (recordsGone_.count(rank)) return std::nullopt;
+    peer = recordClients_[rank];
+  }
+  if (!peer) {
+    const MailboxAddress& address = mailboxes_.at(static_cast<size_t>(rank));
+    const Reach reach = rank == rank_ ? Reach::Answers
+                                      : probeMailbox(address, std::min(deadline, Clock::now() +
+                                                                                   kProbeWait));
+    if (reach != Reach::Answers) {
+      if (reach == Reach::Refused) {
+        std::lock_guard<std::mutex> lock(recordsMutex_);
+        recordsGone_.insert(rank);
+      }
+      return std::nullopt;
+    }
+    try {
+      peer = std::make_shared<TcpStore>(address.host, address.port,
+                                        std::max(std::chrono::milliseconds(1), left(deadline)),
+                                        secret_);
+    } catch (const Error&) {
+      return std::nullopt;
+    }
+    std::lock_guard<std::mutex> lock(recordsMutex_);
+    recordClients_[rank] = peer;
+  }
+  return peer->tryGet(key, std::max(std::chrono::milliseconds(1), left(deadline)));
+}
+
 std::shared_ptr<Store> Membership::client(int rank, Clock::time_point deadline) {
   auto found = clients_.find(rank);
   if (found != clients_.end()) return found->second;

@@ -36,6 +36,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -81,6 +82,19 @@ class Membership {
   Survivors agree(const std::string& round, const std::set<int>& exclude,
                   Clock::time_point deadline, Clock::time_point quietSince);
 
+  // Whether `rank`'s mailbox refuses a connection now: its process is gone (one ask, at most
+  // 200 ms; false where it answers or is silent). For a failing rank that follows the reasons
+  // its peers recorded: a gone one will record none.
+  bool refuses(int rank) const;
+
+  // Records a rank leaves in its own mailbox for its peers, and reads in theirs: why it failed,
+  // which collective it waits in (core/communicator.cc). In the mailbox rather than the job's
+  // store, which may have died with the rank that failed first, or lie across the broken link:
+  // a rank's own is always there, and a peer's answers exactly while that peer lives. Each call
+  // is bounded by `within`; safe from any thread (the agreement's state is not touched).
+  bool post(const std::string& key, const Bytes& value, std::chrono::milliseconds within);
+  std::optional<Bytes> read(int rank, const std::string& key, std::chrono::milliseconds within);
+
   // A client of `rank`'s mailbox (this rank's own included): the store through which a new
   // communicator of the survivors meets. Raises TransportError where it does not answer.
   // Its waits ask the mailboxes of `members` every 100 ms whether they still live, and raise
@@ -110,6 +124,10 @@ class Membership {
   const std::chrono::milliseconds linkTimeout_;
   Clock::time_point quietSince_;  // of the agreement under way (agree())
   std::map<int, std::shared_ptr<Store>> clients_;
+  // post() and read()'s own clients, and the mailboxes they found gone.
+  std::mutex recordsMutex_;
+  std::map<int, std::shared_ptr<Store>> recordClients_;
+  std::set<int> recordsGone_;
   std::set<int> refused_;  // gone for sure
   std::set<int> silent_;   // lost: they may live beyond a partition
 };

@@ -4,6 +4,8 @@ import os
 
 
 def use_harness_rendezvous() -> None:
+    if "RINGCOMM_RANK" not in os.environ:
+        return  # started with torch's own variables (tests/harness.py's start_ranks_on_hosts)
     os.environ.setdefault("RANK", os.environ["RINGCOMM_RANK"])
     os.environ.setdefault("WORLD_SIZE", os.environ["RINGCOMM_WORLD_SIZE"])
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

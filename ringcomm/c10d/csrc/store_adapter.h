@@ -4,9 +4,13 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <future>
+#include <memory>
 #include <optional>
+#include <thread>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,18 +37,51 @@ class TorchStoreAdapter : public ringcomm::Store {
     store_->wait(keys, timeout);
   }
 
-  // torch reads a zero timeout as "none": look first, then get.
-  std::optional<Bytes> tryGet(const std::string& key, std::chrono::milliseconds) override {
-    try {
-      if (!store_->check({key})) return std::nullopt;
-      return store_->get(key);
-    } catch (const std::exception&) {
-      return std::nullopt;
-    }
+  // The calls with a hard deadline (ringcomm::Store): a failing rank reports its reason and
+  // reads its peers' through them, and must not wait on a store that died with a rank (torch's
+  // TCPStore client reconnects until its own timeout, minutes: the survivors of a lost rank 0
+  // under env:// hung there). torch's call runs on a thread of its own, and one that has not
+  // answered by the deadline is left to finish; until it has, these calls answer "nothing" at
+  // once, so that at most one thread waits on a dead store.
+  std::optional<Bytes> tryGet(const std::string& key, std::chrono::milliseconds within) override {
+    // torch reads a zero timeout as "none": look first, then get.
+    return bounded<std::optional<Bytes>>(within, std::nullopt,
+                                         [store = store_, key]() -> std::optional<Bytes> {
+                                           if (!store->check({key})) return std::nullopt;
+                                           return store->get(key);
+                                         });
+  }
+
+  bool trySet(const std::string& key, const Bytes& value,
+              std::chrono::milliseconds within) override {
+    return bounded<bool>(within, false, [store = store_, key, value] {
+      store->set(key, value);
+      return true;
+    });
   }
 
  private:
+  template <typename Result, typename Call>
+  Result bounded(std::chrono::milliseconds within, Result otherwise, Call call) {
+    if (waiting_->load()) return otherwise;  // an earlier call still waits on the store
+    auto answer = std::make_shared<std::promise<Result>>();
+    std::future<Result> future = answer->get_future();
+    waiting_->store(true);
+    std::thread([answer, call, otherwise, waiting = waiting_] {
+      try {
+        answer->set_value(call());
+      } catch (...) {
+        answer->set_value(otherwise);
+      }
+      waiting->store(false);
+    }).detach();
+    if (future.wait_for(within) != std::future_status::ready) return otherwise;
+    return future.get();
+  }
+
   c10::intrusive_ptr<::c10d::Store> store_;
+  // Whether a bounded call's thread is still in torch's store (shared with that thread).
+  std::shared_ptr<std::atomic<bool>> waiting_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace ringcomm::c10d_backend
