@@ -473,6 +473,7 @@ class CommunicatorImpl : public Communicator {
     }
     // A communicator that met through it (a shrink's or split's, on the rank that led) keeps it.
     mailbox_.reset();
+    if (reporter_.joinable()) reporter_.join();  // its failure report, into the job's store
   }
 
  private:
@@ -668,10 +669,11 @@ class CommunicatorImpl : public Communicator {
       storeTookReport_ = membership_->post("abort", recorded, kStoreReportWait);
       // Also in the job's store, which keeps it once this communicator is gone (a peer that
       // finds out late reads it there): on a thread of its own, so that a store that died with a
-      // rank does not hold this rank up.
-      std::thread([store = store_, key, recorded] {
+      // rank does not hold this rank up; shutdown() waits for it (bounded), so that a rank that
+      // exits after failing has left it there.
+      reporter_ = std::thread([store = store_, key, recorded] {
         store->trySet(key, recorded, kStoreReportWait);
-      }).detach();
+      });
     } else {
       storeTookReport_ = store_->trySet(key, recorded, kStoreReportWait);
     }
@@ -760,9 +762,9 @@ class CommunicatorImpl : public Communicator {
         break;
       }
       // A rank whose mailbox refuses has no reason to come: its process is gone, or it closed
-      // this communicator (then its reason is in the store, if it left one): one look, no wait.
+      // this communicator (then its reason is in the store, if it left one): a look or two.
       const bool left = membership_ && membership_->refuses(next);
-      const auto reason = reasonOf(next, left ? Clock::now() : deadline);
+      const auto reason = reasonOf(next, left ? Clock::now() + kPeerReasonPoll : deadline);
       if (!reason) {
         if (left && next != error.context().peer) {
           text += "; rank " + std::to_string(next) +
@@ -987,6 +989,7 @@ class CommunicatorImpl : public Communicator {
   Config config_;
   transport::Links links_;
   std::shared_ptr<Store> store_;  // this communicator's prefix of the rendezvous store
+  std::thread reporter_;  // poison()'s report into the job's store
   // Whether this rank's failure report was taken (poison()): if not, no peer's can be read.
   std::atomic<bool> storeTookReport_{true};
   std::string listenAddress_;     // where this rank listened: its duplicates listen there too
