@@ -30,11 +30,44 @@ def _create_backend(store, rank: int, size: int, timeout: timedelta):
     rules = _tuning.rules_for(_core.Config.from_environment(), size)
     latency, bandwidth = _tuning.load_link() or (0.0, 0.0)
     backend = extension().RingcommBackend(
-        store, rank, size, timeout, secret, rules["shm"], rules["tcp"], latency, bandwidth
+        store,
+        rank,
+        size,
+        timeout,
+        secret,
+        rules["shm"],
+        rules["tcp"],
+        latency,
+        bandwidth,
+        listen_address=_address_towards(store),
     )
     if path is not None:  # every rank of the group has met: the file has served its purpose
         _secret.remove_host_secret(path)
     return backend
+
+
+def _address_towards(store) -> str:
+    """This host's address on the way to torch's store (MASTER_ADDR, torchrun's rendezvous
+    host): where the ranks of a job across hosts reach each other, as ringcomm.init() listens
+    where its store connection comes from. "" where the store is on this host (loopback: every
+    rank is local, or the store says nothing), or RINGCOMM_SOCKET_IFNAME or
+    RINGCOMM_LISTEN_ADDRESS chooses (the backend keeps those)."""
+    import socket
+
+    while hasattr(store, "underlying_store"):
+        store = store.underlying_store
+    host, port = getattr(store, "host", ""), getattr(store, "port", 0)
+    if not host:
+        return ""
+    try:
+        address = socket.gethostbyname(host)
+        if address.startswith("127."):
+            return ""
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((address, port or 9))  # a UDP "connect" sends nothing: it routes
+            return probe.getsockname()[0]
+    except OSError:
+        return ""
 
 
 def _per_attempt(store):

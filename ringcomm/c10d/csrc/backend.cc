@@ -110,9 +110,13 @@ void requireSameDtype(const std::vector<at::Tensor>& tensors, const char* operat
 RingcommBackend::RingcommBackend(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
                                  int size, std::chrono::milliseconds timeout,
                                  const std::string& secret, Rules shmRules, Rules tcpRules,
-                                 double linkLatency, double linkBandwidth)
+                                 double linkLatency, double linkBandwidth,
+                                 const std::string& listenAddress)
     : ::c10d::Backend(rank, size) {
   Config config = Config::fromEnvironment();
+  if (config.listenAddress.empty() && config.socketInterface.empty()) {
+    config.listenAddress = listenAddress;
+  }
   if (timeout.count() > 0) config.timeout = timeout;
   if (!secret.empty()) config.secret = secret;
   config.shmAllreduceRules = std::move(shmRules);

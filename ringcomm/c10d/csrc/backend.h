@@ -33,10 +33,12 @@ class RingcommBackend : public ::c10d::Backend {
   // shmRules, tcpRules: this host's tuning file's, as ringcomm.init() reads them
   // (ringcomm/_tuning.py); empty: the cost model decides what "auto" runs. linkLatency
   // (seconds), linkBandwidth (bytes/s): this host's link file's (Config::linkLatency); 0: none.
+  // listenAddress: where to listen when neither RINGCOMM_SOCKET_IFNAME nor
+  // RINGCOMM_LISTEN_ADDRESS says (this host's address towards torch's store); "": 127.0.0.1.
   RingcommBackend(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                   std::chrono::milliseconds timeout, const std::string& secret,
                   Rules shmRules = {}, Rules tcpRules = {}, double linkLatency = 0,
-                  double linkBandwidth = 0);
+                  double linkBandwidth = 0, const std::string& listenAddress = "");
   // A backend on a communicator made already (shrink()'s).
   explicit RingcommBackend(std::shared_ptr<Communicator> communicator);
   ~RingcommBackend() override;

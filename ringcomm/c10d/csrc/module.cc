@@ -32,10 +32,11 @@ c10::intrusive_ptr<RingcommBackend> createBackend(const c10::intrusive_ptr<::c10
                                                   const std::string& secret,
                                                   const NamedRules& shmRules,
                                                   const NamedRules& tcpRules, double linkLatency,
-                                                  double linkBandwidth) {
+                                                  double linkBandwidth,
+                                                  const std::string& listenAddress) {
   return c10::make_intrusive<RingcommBackend>(store, rank, size, timeout, secret,
                                               parsedRules(shmRules), parsedRules(tcpRules),
-                                              linkLatency, linkBandwidth);
+                                              linkLatency, linkBandwidth, listenAddress);
 }
 
 }  // namespace
@@ -47,16 +48,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(py::init([](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, const py::bytes& secret,
                        const NamedRules& shmRules, const NamedRules& tcpRules, double linkLatency,
-                       double linkBandwidth) {
+                       double linkBandwidth, const std::string& listenAddress) {
              std::string key = secret;
              py::gil_scoped_release release;
              return createBackend(store, rank, size, timeout, key, shmRules, tcpRules,
-                                  linkLatency, linkBandwidth);
+                                  linkLatency, linkBandwidth, listenAddress);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::arg("secret"), py::arg("shm_allreduce_rules") = NamedRules{},
            py::arg("tcp_allreduce_rules") = NamedRules{}, py::arg("link_latency") = 0.0,
-           py::arg("link_bandwidth") = 0.0)
+           py::arg("link_bandwidth") = 0.0, py::arg("listen_address") = std::string())
       .def("lost_ranks", &RingcommBackend::lostRanks, py::call_guard<py::gil_scoped_release>())
       .def("transport_to",
            [](const RingcommBackend& backend, int peer) {
