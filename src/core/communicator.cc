@@ -26,6 +26,7 @@
 #include "algorithms/schedules.h"
 #include "bootstrap/rendezvous.h"
 #include "core/device_collectives.h"
+#include "core/failure_records.h"
 #include "core/membership.h"
 #include "common/bytes.h"
 #include "common/failure.h"
@@ -42,14 +43,6 @@
 namespace ringcomm {
 namespace {
 
-// How long a rank that saw a peer's connection close looks for that peer's stated reason.
-constexpr std::chrono::milliseconds kPeerReasonWait{1000};
-// How long a waiting collective's look at what a peer runs may take, each call.
-constexpr std::chrono::milliseconds kPeerLookupWait{200};
-// How often it looks for that reason meanwhile.
-constexpr std::chrono::milliseconds kPeerReasonPoll{50};
-// How long a failing rank waits for the store to take its reason before raising anyway.
-constexpr std::chrono::milliseconds kStoreReportWait{500};
 // How long the idle engine waits for a pending send or receive before looking at its queue again:
 // a collective submitted meanwhile waits at most this long to start.
 constexpr std::chrono::milliseconds kPointToPointPollSlice{1};
@@ -90,6 +83,8 @@ class CommunicatorImpl : public Communicator {
       membership_ = std::make_unique<Membership>(rank_, std::move(mailboxes), config_.secret,
                                                  config_.linkTimeout);
     }
+    records_ = std::make_unique<FailureRecords>(
+        rank_, store_, membership_.get(), [this](int peer) { return diedWithoutAborting(peer); });
     waitPolicy_ = std::make_unique<WaitPolicy>(config_.spinCount, config_.yieldCount,
                                                static_cast<int>(links_.localRanks.size()));
     transport_ = std::make_unique<transport::Transport>(rank_, std::move(links_.streams),
@@ -473,7 +468,7 @@ class CommunicatorImpl : public Communicator {
     }
     // A communicator that met through it (a shrink's or split's, on the rank that led) keeps it.
     mailbox_.reset();
-    if (reporter_.joinable()) reporter_.join();  // its failure report, into the job's store
+    records_->finish();  // this rank's failure record, into the job's store
   }
 
  private:
@@ -656,27 +651,10 @@ class CommunicatorImpl : public Communicator {
   // raise too.
   void poison(const std::string& reason, int blamed = -1, bool mismatch = false) {
     if (!markClosed(reason)) return;
-    // Leave the reason where peers can read it: a TCP peer only sees the connection close, and a
-    // peer that timed out waiting for this rank wants to know what this rank was waiting for.
-    // In this rank's own mailbox (Membership::post), which is there while this rank lives; the
-    // job's store, for a communicator of one rank, may be unreachable (served by the rank that
-    // died, or across the link that broke): bounded, not to wait out its own timeouts.
-    const std::string record =
-        std::to_string(blamed) + (mismatch ? " mismatch " : " failure ") + reason;
-    const Bytes recorded(record.begin(), record.end());
-    const std::string key = "abort/" + std::to_string(rank_);
-    if (membership_) {
-      storeTookReport_ = membership_->post("abort", recorded, kStoreReportWait);
-      // Also in the job's store, which keeps it once this communicator is gone (a peer that
-      // finds out late reads it there): on a thread of its own, so that a store that died with a
-      // rank does not hold this rank up; shutdown() waits for it (bounded), so that a rank that
-      // exits after failing has left it there.
-      reporter_ = std::thread([store = store_, key, recorded] {
-        store->trySet(key, recorded, kStoreReportWait);
-      });
-    } else {
-      storeTookReport_ = store_->trySet(key, recorded, kStoreReportWait);
-    }
+    // Leave the reason where peers can read it (core/failure_records.h): a TCP peer only sees the
+    // connection close, and a peer that timed out waiting for this rank wants to know what this
+    // rank was waiting for.
+    records_->record(reason, blamed, mismatch);
     // Peers waiting on this rank learn of the failure now instead of at their own timeout.
     if (links_.segments) links_.segments->markAborted(reason);
     transport_->abort();
@@ -693,104 +671,11 @@ class CommunicatorImpl : public Communicator {
     return false;
   }
 
-  // What a rank recorded when it failed (poison()).
-  struct RecordedFailure {
-    int blamed = -1;  // the peer it named
-    bool mismatch = false;
-    std::string reason;
-  };
-
-  // What `peer` recorded when it failed, or nothing by `deadline` (it left no reason: it died,
-  // stopped or exited, or it has not failed); looked for once at least. In its mailbox first
-  // (Membership::post), then in the job's store, which keeps it after the peer has left.
-  std::optional<RecordedFailure> reasonOf(int peer, Clock::time_point deadline) {
-    const std::string key = "abort/" + std::to_string(peer);
-    for (bool first = true;; first = false) {
-      const auto left = std::max(
-          std::chrono::milliseconds(first ? 50 : 0),
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-      if (left.count() <= 0) return std::nullopt;
-      std::optional<Bytes> value;
-      if (membership_) value = membership_->read(peer, "abort", std::min(left, kPeerReasonPoll));
-      if (!value) value = store_->tryGet(key, std::min(left, kPeerReasonPoll));
-      if (value) {
-        // "<blamed> mismatch|failure <reason>"
-        std::istringstream text(std::string(value->begin(), value->end()));
-        RecordedFailure recorded;
-        std::string kind;
-        text >> recorded.blamed >> kind;
-        recorded.mismatch = kind == "mismatch";
-        std::getline(text >> std::ws, recorded.reason);
-        return recorded;
-      }
-      if (Clock::now() >= deadline) return std::nullopt;
-      std::this_thread::sleep_for(kPeerReasonPoll);
-    }
-  }
-
-  // "rank 3 closed its connection" or "timed out waiting for rank 3" says little when rank 3 was
-  // itself stuck behind rank 5, which failed because rank 2 died: over TCP at 6 or 8 ranks each
-  // survivor saw only its neighbour fail, and none named rank 2 (tests/test_fault_injection.py).
-  // So follow the reasons the ranks recorded, rank to rank, to the one that left none (or blamed
-  // nobody), and append each: the message leads to the culprit.
-  // Sets `mismatch` when a rank along the chain failed on ranks that disagreed.
-  std::string withPeerReason(const PeerError& error, bool& mismatch) {
-    std::string text = error.what();
-    int next = error.context().peer;
-    std::set<int> seen{rank_};
-    // Those along the chain record their reasons before they close anything, so all are there
-    // by the time their failure reaches this rank; only the culprit's is missing. The wait for
-    // the last lookup, which fails, is bounded for the whole chain.
-    if (!storeTookReport_) {
-      // Nobody's reason can be read either, and waiting for one would only keep this rank from
-      // reporting before its launcher ends it (mpirun's and torchrun's do at once).
-      return text + "; the job's store did not answer this rank either: the process that serves "
-                    "it (rank 0 under mpirun and env://, the launcher under ringcomm-run and "
-                    "torchrun) may have failed first, or the way to it did";
-    }
-    const Clock::time_point deadline = Clock::now() + kPeerReasonWait;
-    while (next >= 0 && seen.insert(next).second) {
-      // A rank on this host whose process is gone without having aborted never recorded a
-      // reason: no waiting for one (a launcher may end this rank any moment: mpirun's at once,
-      // torchrun's after 0.1 s).
-      // Nor one on another host whose mailbox refuses connections (core/membership.h): its
-      // process is gone too (over TCP the wait for its reason cost the survivors a second).
-      if (diedWithoutAborting(next)) {
-        if (next != error.context().peer) {
-          text += "; rank " + std::to_string(next) + " died without a word (its process is gone)";
-        }
-        break;
-      }
-      // A rank whose mailbox refuses has no reason to come: its process is gone, or it closed
-      // this communicator (then its reason is in the store, if it left one): a look or two.
-      const bool left = membership_ && membership_->refuses(next);
-      const auto reason = reasonOf(next, left ? Clock::now() + kPeerReasonPoll : deadline);
-      if (!reason) {
-        if (left && next != error.context().peer) {
-          text += "; rank " + std::to_string(next) +
-                  " is gone without a word (its process died, or it left this communicator)";
-        } else if (next != error.context().peer) {
-          text += "; rank " + std::to_string(next) +
-                  " recorded no reason: the failure may have started there (it died, stopped or"
-                  " exited, cannot reach the store, or has not failed yet)";
-        }
-        break;
-      }
-      // A shared-memory abort already quotes the peer's reason ("rank 3 aborted: ...").
-      if (text.find(reason->reason) == std::string::npos) {
-        text += "; rank " + std::to_string(next) + " reported: " + reason->reason;
-      }
-      mismatch = mismatch || reason->mismatch;
-      next = reason->blamed;
-    }
-    return text;
-  }
-
   [[noreturn]] void failWith(const PeerError& error) {
     bool mismatch = dynamic_cast<const MismatchError*>(&error) != nullptr;
     // First, so that peers reading our reason are not kept waiting.
     poison(error.what(), error.context().peer, mismatch);
-    const std::string what = withPeerReason(error, mismatch);
+    const std::string what = records_->traced(error, mismatch);
     // Ranks that disagreed on a collective: every rank raises it as such, also those that only
     // saw the first to notice close its connection (they too called something else).
     if (mismatch) throw MismatchError(what, error.context());
@@ -945,18 +830,10 @@ class CommunicatorImpl : public Communicator {
   void checkPeerRunsTheSame(const Operation& op, bool& published, int peer) {
     const std::string mine = inflightRecord(op);
     // Bounded calls: the store may be across the very link this rank waits on.
-    // In mailboxes (Membership::post), where there are: the job's store may be the one away.
-    if (!published) {
-      const Bytes record(mine.begin(), mine.end());
-      published = membership_ ? membership_->post("inflight", record, kPeerLookupWait)
-                              : store_->trySet("inflight/" + std::to_string(rank_), record,
-                                               kPeerLookupWait);
-    }
-    const std::optional<Bytes> value =
-        membership_ ? membership_->read(peer, "inflight", kPeerLookupWait)
-                    : store_->tryGet("inflight/" + std::to_string(peer), kPeerLookupWait);
-    if (!value) return;  // the peer has not waited this long (yet), or the store is out of reach
-    const std::string theirs(value->begin(), value->end());
+    if (!published) published = records_->publishInFlight(mine);
+    const std::optional<std::string> value = records_->inFlightOf(peer);
+    if (!value) return;  // the peer has not waited this long (yet), or is out of reach
+    const std::string& theirs = *value;
     const std::string sequence = theirs.substr(0, theirs.find(' '));
     if (sequence != std::to_string(op.label.sequence)) return;  // behind or ahead, not another
     const std::string what = mine.substr(0, mine.find('\n'));
@@ -989,9 +866,6 @@ class CommunicatorImpl : public Communicator {
   Config config_;
   transport::Links links_;
   std::shared_ptr<Store> store_;  // this communicator's prefix of the rendezvous store
-  std::thread reporter_;  // poison()'s report into the job's store
-  // Whether this rank's failure report was taken (poison()): if not, no peer's can be read.
-  std::atomic<bool> storeTookReport_{true};
   std::string listenAddress_;     // where this rank listened: its duplicates listen there too
   std::atomic<int> duplicates_{0};
   std::unique_ptr<WaitPolicy> waitPolicy_;  // before the transport and the direct group: theirs
@@ -1018,6 +892,7 @@ class CommunicatorImpl : public Communicator {
   // mailboxes of other communicators whose members meet in them through this one.
   std::shared_ptr<TcpStoreServer> mailbox_;
   std::unique_ptr<Membership> membership_;
+  std::unique_ptr<FailureRecords> records_;  // after membership_, which it asks
   std::mutex membershipMutex_;  // shrink() and split() number their calls
   int shrinks_ = 0;
   int survivorQueries_ = 0;

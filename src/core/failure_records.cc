@@ -1,0 +1,143 @@
+#include "core/failure_records.h"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+#include <utility>
+
+namespace ringcomm {
+namespace {
+
+// How long a failing rank looks for the records along its chain, in all.
+constexpr std::chrono::milliseconds kChainWait{1000};
+// How long one look at a record, or at what a peer runs, may take.
+constexpr std::chrono::milliseconds kLookupWait{200};
+// How often a rank looks for a record meanwhile.
+constexpr std::chrono::milliseconds kLookupPoll{50};
+// How long a failing rank waits for its own record to be taken.
+constexpr std::chrono::milliseconds kRecordWait{500};
+
+std::string storeKey(const char* kind, int rank) {
+  return std::string(kind) + "/" + std::to_string(rank);
+}
+
+}  // namespace
+
+FailureRecords::FailureRecords(int rank, std::shared_ptr<Store> store, Membership* membership,
+                               std::function<bool(int)> diedWithoutAborting)
+    : rank_(rank), store_(std::move(store)), membership_(membership),
+      diedWithoutAborting_(std::move(diedWithoutAborting)) {}
+
+FailureRecords::~FailureRecords() { finish(); }
+
+void FailureRecords::finish() {
+  if (reporter_.joinable()) reporter_.join();
+}
+
+void FailureRecords::record(const std::string& reason, int blamed, bool mismatch) {
+  // "<blamed> mismatch|failure <reason>"
+  const std::string text =
+      std::to_string(blamed) + (mismatch ? " mismatch " : " failure ") + reason;
+  const Bytes bytes(text.begin(), text.end());
+  const std::string key = storeKey("abort", rank_);
+  if (!membership_) {
+    recorded_ = store_->trySet(key, bytes, kRecordWait);
+    return;
+  }
+  recorded_ = membership_->post("abort", bytes, kRecordWait);
+  if (!reporter_.joinable()) {
+    reporter_ = std::thread([store = store_, key, bytes] { store->trySet(key, bytes, kRecordWait); });
+  }
+}
+
+std::optional<FailureRecords::Recorded> FailureRecords::recordOf(int peer,
+                                                                 Clock::time_point deadline) {
+  const std::string key = storeKey("abort", peer);
+  for (bool first = true;; first = false) {
+    const auto left = std::max(
+        std::chrono::milliseconds(first ? 50 : 0),
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+    if (left.count() <= 0) return std::nullopt;
+    std::optional<Bytes> value;
+    if (membership_) value = membership_->read(peer, "abort", std::min(left, kLookupPoll));
+    if (!value) value = store_->tryGet(key, std::min(left, kLookupPoll));
+    if (value) {
+      std::istringstream text(std::string(value->begin(), value->end()));
+      Recorded recorded;
+      std::string kind;
+      text >> recorded.blamed >> kind;
+      recorded.mismatch = kind == "mismatch";
+      std::getline(text >> std::ws, recorded.reason);
+      return recorded;
+    }
+    if (Clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(kLookupPoll);
+  }
+}
+
+std::string FailureRecords::traced(const PeerError& error, bool& mismatch) {
+  std::string text = error.what();
+  int next = error.context().peer;
+  std::set<int> seen{rank_};
+  if (!recorded_) {
+    // Nobody's record can be read either, and waiting for one would only keep this rank from
+    // reporting before its launcher ends it (mpirun's and torchrun's do at once).
+    return text + "; the job's store did not answer this rank either: the process that serves "
+                  "it (rank 0 under mpirun and env://, the launcher under ringcomm-run and "
+                  "torchrun) may have failed first, or the way to it did";
+  }
+  // Those along the chain record their reasons before they close anything, so all are there by
+  // the time their failure reaches this rank; only the culprit's is missing. The wait for the
+  // last lookup, which fails, is bounded for the whole chain.
+  const Clock::time_point deadline = Clock::now() + kChainWait;
+  while (next >= 0 && seen.insert(next).second) {
+    // A rank on this host whose process is gone without having aborted never recorded a reason:
+    // no waiting for one (a launcher may end this rank any moment: mpirun's at once, torchrun's
+    // after 0.1 s).
+    if (diedWithoutAborting_(next)) {
+      if (next != error.context().peer) {
+        text += "; rank " + std::to_string(next) + " died without a word (its process is gone)";
+      }
+      break;
+    }
+    // Nor will one whose mailbox refuses: its process is gone (over TCP the wait for its reason
+    // cost the survivors a second), or it left the communicator (then its record is in the store,
+    // if it left one): a look or two.
+    const bool left = membership_ && membership_->refuses(next);
+    const auto recorded = recordOf(next, left ? Clock::now() + kLookupPoll : deadline);
+    if (!recorded) {
+      if (left && next != error.context().peer) {
+        text += "; rank " + std::to_string(next) +
+                " is gone without a word (its process died, or it left this communicator)";
+      } else if (next != error.context().peer) {
+        text += "; rank " + std::to_string(next) +
+                " recorded no reason: the failure may have started there (it died, stopped or"
+                " exited, cannot reach the store, or has not failed yet)";
+      }
+      break;
+    }
+    // A shared-memory abort already quotes the peer's reason ("rank 3 aborted: ...").
+    if (text.find(recorded->reason) == std::string::npos) {
+      text += "; rank " + std::to_string(next) + " reported: " + recorded->reason;
+    }
+    mismatch = mismatch || recorded->mismatch;
+    next = recorded->blamed;
+  }
+  return text;
+}
+
+bool FailureRecords::publishInFlight(const std::string& record) {
+  const Bytes bytes(record.begin(), record.end());
+  return membership_ ? membership_->post("inflight", bytes, kLookupWait)
+                     : store_->trySet(storeKey("inflight", rank_), bytes, kLookupWait);
+}
+
+std::optional<std::string> FailureRecords::inFlightOf(int peer) {
+  const std::optional<Bytes> value =
+      membership_ ? membership_->read(peer, "inflight", kLookupWait)
+                  : store_->tryGet(storeKey("inflight", peer), kLookupWait);
+  if (!value) return std::nullopt;
+  return std::string(value->begin(), value->end());
+}
+
+}  // namespace ringcomm

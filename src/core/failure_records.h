@@ -1,0 +1,75 @@
+// What the ranks of a communicator record when they fail, and how a failing rank follows them
+// back to where the failure started (core/communicator.cc's failWith and its in-flight check).
+//
+// "rank 3 closed its connection" or "timed out waiting for rank 3" says little when rank 3 was
+// itself stuck behind rank 5, which failed because rank 2 died: over TCP at 6 or 8 ranks each
+// survivor saw only its neighbour fail, and none named rank 2 (tests/test_fault_injection.py).
+// So every failing rank records why it failed and which peer it blamed, before it closes anything;
+// a rank that fails follows the records, rank to rank, to the one that left none (or blamed
+// nobody), and its message leads to the culprit.
+//
+// Where: in the rank's own mailbox (core/membership.h), which is there exactly while the rank
+// lives, whatever else died (the job's store is served by rank 0 under mpirun and env://, and may
+// lie across the link that broke); and in the job's store too, which keeps it after the rank has
+// left, written on a thread of its own so that a dead store does not hold the rank up. A
+// communicator of one rank has no mailbox: its records go to the store alone.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "common/deadline.h"
+#include "core/membership.h"
+#include "ringcomm/errors.h"
+#include "ringcomm/store.h"
+
+namespace ringcomm {
+
+class FailureRecords {
+ public:
+  // `membership`: none for a communicator of one rank. `diedWithoutAborting`: whether a peer on
+  // this host is gone without having recorded anything (its shared-memory segment says so).
+  FailureRecords(int rank, std::shared_ptr<Store> store, Membership* membership,
+                 std::function<bool(int peer)> diedWithoutAborting);
+  ~FailureRecords();
+  FailureRecords(const FailureRecords&) = delete;
+  FailureRecords& operator=(const FailureRecords&) = delete;
+
+  // Records why this rank failed, the peer it blamed (-1: none), and whether ranks disagreed on
+  // a collective (a MismatchError, which the ranks that read it raise too).
+  void record(const std::string& reason, int blamed, bool mismatch);
+
+  // `error`'s message followed by what the ranks along its chain recorded; sets `mismatch` when
+  // one of them failed on ranks that disagreed. Waits at most a second for the records.
+  std::string traced(const PeerError& error, bool& mismatch);
+
+  // What a collective that has waited a while runs, for a peer to compare (the in-flight check),
+  // and what a peer runs; each bounded, as the store may lie across the very link waited on.
+  bool publishInFlight(const std::string& record);
+  std::optional<std::string> inFlightOf(int peer);
+
+  // Waits (bounded) until the record has reached the job's store: before a rank leaves.
+  void finish();
+
+ private:
+  struct Recorded {
+    int blamed = -1;
+    bool mismatch = false;
+    std::string reason;
+  };
+  std::optional<Recorded> recordOf(int peer, Clock::time_point deadline);
+
+  const int rank_;
+  const std::shared_ptr<Store> store_;
+  Membership* const membership_;
+  const std::function<bool(int)> diedWithoutAborting_;
+  std::atomic<bool> recorded_{true};  // this rank's own record was taken (else none can be read)
+  std::thread reporter_;             // record()'s write into the job's store
+};
+
+}  // namespace ringcomm
