@@ -1,12 +1,11 @@
 #include "core/membership.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <iterator>
 #include <sstream>
 #include <thread>
 #include <utility>
