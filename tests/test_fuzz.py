@@ -29,6 +29,7 @@ SOURCES = [
     "src/auth/sha256.cc",
     "src/auth/handshake.cc",
     "src/engine/negotiation.cc",
+    "src/common/process.cc",
     "src/transport/shm/segment.cc",
     "src/transport/shm/cross_memory.cc",
 ]
