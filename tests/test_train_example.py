@@ -13,7 +13,12 @@ SCRIPT = str(REPO / "examples" / "train.py")
 ARGS = ["--epochs", "2"]
 
 
-def run(command):
+# How gloo's process ends in some runs under mpirun, after training has finished (torch 2.13:
+# 2 of 8 runs with ringcomm not imported at all): a C++ thread still joinable at exit.
+GLOO_EXIT_ABORT = "terminate called without an active exception"
+
+
+def run(command, peer_may_abort_at_exit=False):
     done = subprocess.run(
         command,
         env=worker_env({"OMP_NUM_THREADS": "1"}),
@@ -21,8 +26,11 @@ def run(command):
         text=True,
         timeout=180,
     )
-    assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
-    assert "parameters identical on all" in done.stdout and ": True" in done.stdout, done.stdout
+    finished = "parameters identical on all" in done.stdout and ": True" in done.stdout
+    # The comparison with a peer must not fail on the peer's own exit, once training is done.
+    aborted_at_exit = peer_may_abort_at_exit and finished and GLOO_EXIT_ABORT in done.stderr
+    assert done.returncode == 0 or aborted_at_exit, f"{command}\n{done.stdout}\n{done.stderr}"
+    assert finished, done.stdout
     return done.stdout
 
 
@@ -84,6 +92,7 @@ def test_ddp_on_gloo_under_mpirun_for_comparison():
             "ddp",
             "--backend",
             "gloo",
-        ]
+        ],
+        peer_may_abort_at_exit=True,
     )
     assert "all 2 ranks" in out
