@@ -76,6 +76,10 @@ class Outcome:
 def clean_environment() -> dict:
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARIABLES}
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # torch's C++ warnings, which a peer's ranks print once each where they do not matter here
+    # ("The hostname of the client socket cannot be retrieved" on a simulated cluster's hosts):
+    # errors still show. A user's own TORCH_CPP_LOG_LEVEL stands.
+    env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     return env
 
 
