@@ -832,12 +832,15 @@ def test_simulated_cluster_against_gloo_and_mpi_with_the_link_bound(tmp_path):
     assert "UCX_TLS=tcp,self" in stdout  # MPICH held to the links, and said so
     assert_all_right(document, ["ringcomm", "gloo", "mpi"], 2)
     # Nothing beats the link: every implementation's busbw stays under the bound (with room for
-    # the shaper's burst allowance and the timer's resolution at 64 KiB).
+    # the timer's resolution), for messages larger than what the shaper lets through at once
+    # (its 256 KiB burst: MPICH's 64 KiB all-reduce went at 1.8-2.1x the bound whenever the
+    # bucket had refilled between its three timed calls).
     limit = document["limit_busbw"]
     assert limit == pytest.approx(0.125 * 1.5)
     for name in ("ringcomm", "gloo", "mpi"):
         for row in document["implementations"][name]["results"]:
-            assert row["busbw"] < 1.5 * limit, (name, row)
+            if row["size"] > 256 * 1024:
+                assert row["busbw"] < 1.5 * limit, (name, row)
     assert all(
         r["algorithm"] == "hierarchical" for r in document["implementations"]["ringcomm"]["results"]
     )
