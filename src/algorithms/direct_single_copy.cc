@@ -321,18 +321,19 @@ bool DirectGroup::reduceSingleCopy(const Operation& op, const MessageTag& tag, c
   const int parts = !everyPeerMapped ? 1
                     : static_cast<int>(std::clamp<size_t>(own.count * element / kBytesPerReduceThread,
                                                           1, static_cast<size_t>(reduceThreads_)));
-  if (across == nullptr && parts > 1) {
-    if (!helpers_) {
+  if (across == nullptr) {
+    if (parts > 1 && !helpers_) {
       helpers_ = std::make_unique<HelperThreads>(reduceThreads_ - 1);
       RINGCOMM_LOG(LogLevel::Info, kLogTransport,
                    "single-copy all-reduce between mapped buffers: %d threads per rank reduce "
                    "slices of %zu B and more (RINGCOMM_REDUCE_THREADS)",
                    reduceThreads_, 2 * kBytesPerReduceThread);
     }
-    trace::Span span(trace::Phase::Reduce, "this rank's slice, into every peer's output, threads");
-    // Each part a run of whole chunks, so that parts start on the landing alignment.
+    // Each reduced chunk goes to the peers while it is still in the cache. Each part of the
+    // slice is a run of whole chunks, so that parts start on the landing alignment.
+    trace::Span span(trace::Phase::Reduce, "this rank's slice, into every peer's output");
     const size_t chunksPerPart = (chunksInSlice + parts - 1) / static_cast<size_t>(parts);
-    helpers_->run(parts, [&](int part) {
+    const auto reducePart = [&](int part) {
       std::vector<const void*> partSources(size_);
       const size_t first = static_cast<size_t>(part) * chunksPerPart * chunkCount;
       const size_t end = std::min(own.count, first + chunksPerPart * chunkCount);
@@ -342,15 +343,11 @@ bool DirectGroup::reduceSingleCopy(const Operation& op, const MessageTag& tag, c
         reduceChunkWith(partSources, at, n);
         pushChunk(at, n);
       }
-    });
-  } else if (across == nullptr) {
-    // Each reduced chunk goes to the peers while it is still in the cache.
-    trace::Span span(trace::Phase::Reduce, "this rank's slice, into every peer's output");
-    for (size_t done = 0; done < own.count; done += chunkCount) {
-      const size_t at = (own.offset + done) * element;
-      const size_t n = std::min(chunkCount, own.count - done);
-      reduceChunk(at, n);
-      pushChunk(at, n);
+    };
+    if (parts > 1) {
+      helpers_->run(parts, reducePart);
+    } else {
+      reducePart(0);
     }
   } else if (own.count > 0) {
     // Segment by segment as the exchange across hosts reaches each, so that these copies

@@ -14,6 +14,12 @@ namespace ringcomm {
 
 using Clock = std::chrono::steady_clock;
 
+// What is left until `deadline`, in whole milliseconds, 0 once it has passed.
+inline std::chrono::milliseconds millisecondsLeft(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return left.count() > 0 ? left : std::chrono::milliseconds(0);
+}
+
 // How long a wait blocks on one peer before it asks what that peer is doing (Operation::
 // checkPeer), and how often it asks again: long enough that healthy collectives never pay for
 // it, short against any deadline.

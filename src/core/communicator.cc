@@ -482,9 +482,7 @@ class CommunicatorImpl : public Communicator {
         membership_ ? membership_->mailbox(leader, ranks, deadline) : store_;
     Config config = config_;
     config.listenAddress = listenAddress_;
-    const auto setup = std::max(std::chrono::milliseconds(1),
-                                std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    deadline - Clock::now()));
+    const auto setup = std::max(std::chrono::milliseconds(1), millisecondsLeft(deadline));
     std::shared_ptr<Communicator> created = createCommunicator(
         std::move(store), scope, newRank, static_cast<int>(ranks.size()), config, setup);
     if (leader == rank_ && mailbox_) static_cast<CommunicatorImpl&>(*created).keepAlive(mailbox_);

@@ -54,9 +54,8 @@ std::optional<FailureRecords::Recorded> FailureRecords::recordOf(int peer,
                                                                  Clock::time_point deadline) {
   const std::string key = storeKey("abort", peer);
   for (bool first = true;; first = false) {
-    const auto left = std::max(
-        std::chrono::milliseconds(first ? 50 : 0),
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+    const auto left = std::max(std::chrono::milliseconds(first ? 50 : 0),
+                               millisecondsLeft(deadline));
     if (left.count() <= 0) return std::nullopt;
     std::optional<Bytes> value;
     if (membership_) value = membership_->read(peer, "abort", std::min(left, kLookupPoll));

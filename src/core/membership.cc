@@ -27,11 +27,6 @@ constexpr std::chrono::milliseconds kWaitSlice{50};
 // decision, so that the others read it before theirs.
 constexpr std::chrono::milliseconds kDecisionGrace{500};
 
-std::chrono::milliseconds left(Clock::time_point deadline) {
-  return std::max(std::chrono::milliseconds(0),
-                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-}
-
 std::string joined(const std::set<int>& ranks) {
   std::string text;
   for (int r : ranks) text += (text.empty() ? "" : " ") + std::to_string(r);
@@ -72,7 +67,7 @@ class WatchedStore : public Store {
     const auto deadline = net::deadlineAfter(timeout);
     for (;;) {
       try {
-        return inner_->get(key, std::min(kProbeInterval, left(deadline)));
+        return inner_->get(key, std::min(kProbeInterval, millisecondsLeft(deadline)));
       } catch (const TimeoutError&) {
         if (Clock::now() >= deadline) throw;
       }
@@ -132,76 +127,68 @@ bool Membership::refuses(int rank) const {
          Reach::Refused;
 }
 
+std::shared_ptr<Store> Membership::open(int rank, Clock::time_point deadline,
+                                        Reach& reach) const {
+  const MailboxAddress& address = mailboxes_.at(static_cast<size_t>(rank));
+  // TcpStore's constructor retries a refused connection until its timeout (a server may start
+  // late); mailboxes start with their communicator, so one that refuses is gone: ask once first.
+  reach = rank == rank_ ? Reach::Answers
+                        : probeMailbox(address, std::min(deadline, Clock::now() + kProbeWait));
+  if (reach != Reach::Answers) return nullptr;
+  try {
+    return std::make_shared<TcpStore>(
+        address.host, address.port,
+        std::max(std::chrono::milliseconds(1), millisecondsLeft(deadline)), secret_);
+  } catch (const Error&) {
+    reach = Reach::Silent;
+    return nullptr;
+  }
+}
+
 bool Membership::post(const std::string& key, const Bytes& value,
                       std::chrono::milliseconds within) {
-  std::shared_ptr<Store> own;
-  {
-    std::lock_guard<std::mutex> lock(recordsMutex_);
-    auto& client = recordClients_[rank_];
-    if (!client) {
-      const MailboxAddress& address = mailboxes_.at(static_cast<size_t>(rank_));
-      try {
-        client = std::make_shared<TcpStore>(address.host, address.port, within, secret_);
-      } catch (const Error&) {
-        recordClients_.erase(rank_);
-        return false;
-      }
-    }
-    own = client;
-  }
-  return own->trySet(key, value, within);
+  const std::optional<std::shared_ptr<Store>> own = recordClient(rank_, Clock::now() + within);
+  return own && (*own)->trySet(key, value, within);
 }
 
 std::optional<Bytes> Membership::read(int rank, const std::string& key,
                                       std::chrono::milliseconds within) {
   if (rank < 0 || rank >= static_cast<int>(mailboxes_.size())) return std::nullopt;
   const auto deadline = Clock::now() + within;
-  std::shared_ptr<Store> peer;
+  const std::optional<std::shared_ptr<Store>> peer = recordClient(rank, deadline);
+  if (!peer) return std::nullopt;
+  return (*peer)->tryGet(key, std::max(std::chrono::milliseconds(1), millisecondsLeft(deadline)));
+}
+
+std::optional<std::shared_ptr<Store>> Membership::recordClient(int rank,
+                                                                Clock::time_point deadline) {
   {
     std::lock_guard<std::mutex> lock(recordsMutex_);
     if (recordsGone_.count(rank)) return std::nullopt;
-    peer = recordClients_[rank];
+    auto found = recordClients_.find(rank);
+    if (found != recordClients_.end()) return found->second;
   }
-  if (!peer) {
-    const MailboxAddress& address = mailboxes_.at(static_cast<size_t>(rank));
-    const Reach reach = rank == rank_ ? Reach::Answers
-                                      : probeMailbox(address, std::min(deadline, Clock::now() +
-                                                                                   kProbeWait));
-    if (reach != Reach::Answers) {
-      if (reach == Reach::Refused) {
-        std::lock_guard<std::mutex> lock(recordsMutex_);
-        recordsGone_.insert(rank);
-      }
-      return std::nullopt;
-    }
-    try {
-      peer = std::make_shared<TcpStore>(address.host, address.port,
-                                        std::max(std::chrono::milliseconds(1), left(deadline)),
-                                        secret_);
-    } catch (const Error&) {
-      return std::nullopt;
-    }
-    std::lock_guard<std::mutex> lock(recordsMutex_);
-    recordClients_[rank] = peer;
-  }
-  return peer->tryGet(key, std::max(std::chrono::milliseconds(1), left(deadline)));
+  Reach reach = Reach::Silent;
+  std::shared_ptr<Store> store = open(rank, deadline, reach);
+  std::lock_guard<std::mutex> lock(recordsMutex_);
+  if (reach == Reach::Refused) recordsGone_.insert(rank);
+  if (!store) return std::nullopt;
+  recordClients_[rank] = store;
+  return store;
 }
 
 std::shared_ptr<Store> Membership::client(int rank, Clock::time_point deadline) {
   auto found = clients_.find(rank);
   if (found != clients_.end()) return found->second;
-  const MailboxAddress& address = mailboxes_.at(static_cast<size_t>(rank));
-  // The constructor retries a refused connection until its timeout (a server may start late);
-  // mailboxes start with their communicator, so one that refuses is gone: ask once first.
-  if (rank != rank_ && probeMailbox(address, std::min(deadline, Clock::now() + kProbeWait)) !=
-                           Reach::Answers) {
+  Reach reach = Reach::Silent;
+  std::shared_ptr<Store> store =
+      open(rank, std::max(deadline, Clock::now() + std::chrono::milliseconds(1000)), reach);
+  if (!store) {
+    const MailboxAddress& address = mailboxes_.at(static_cast<size_t>(rank));
     throw TransportError("ringcomm: rank " + std::to_string(rank) + "'s mailbox at " +
                              net::formatHostPort(address.host, address.port) + " does not answer",
                          FailureContext{"shrink", rank_, rank, 0.0});
   }
-  auto store = std::make_shared<TcpStore>(
-      address.host, address.port, std::max(std::chrono::milliseconds(1000), left(deadline)),
-      secret_);
   clients_[rank] = store;
   return store;
 }
@@ -280,7 +267,7 @@ std::optional<Survivors> Membership::follow(int leader, const std::string& round
       std::string view = "exclude";
       for (int r : exclude) view += " " + std::to_string(r);
       if (store->trySet(round + "/view/" + std::to_string(rank_), bytesOf(view),
-                        std::min(left(deadline), linkTimeout_))) {
+                        std::min(millisecondsLeft(deadline), linkTimeout_))) {
         break;
       }
     } catch (const Error&) {
@@ -294,7 +281,7 @@ std::optional<Survivors> Membership::follow(int leader, const std::string& round
   for (;;) {
     if (Clock::now() >= deadline) return std::nullopt;
     try {
-      const Bytes decision = store->get(round + "/decision", std::min(kWaitSlice, left(deadline)));
+      const Bytes decision = store->get(round + "/decision", std::min(kWaitSlice, millisecondsLeft(deadline)));
       const auto [word, ranks] = parseList(textOf(decision));
       if (word == "survivors") {
         if (!ranks.count(rank_)) {
@@ -331,7 +318,7 @@ Survivors Membership::lead(const std::string& round, const std::set<int>& exclud
   std::set<int> posted;
   std::set<int> excluded = exclude;
   std::map<int, Silence> silences;
-  const auto collectUntil = deadline - std::min(kDecisionGrace, left(deadline) / 5);
+  const auto collectUntil = deadline - std::min(kDecisionGrace, millisecondsLeft(deadline) / 5);
   // The first look at once: a rank killed is usually why this agreement runs.
   auto lastProbe = Clock::now() - kProbeInterval;
   while (!pending.empty() && Clock::now() < collectUntil) {
@@ -358,7 +345,7 @@ Survivors Membership::lead(const std::string& round, const std::set<int>& exclud
     }
     try {  // sleeps until the first missing view arrives, or a slice
       own->get(round + "/view/" + std::to_string(*pending.begin()),
-               std::min(kWaitSlice, left(collectUntil)));
+               std::min(kWaitSlice, millisecondsLeft(collectUntil)));
     } catch (const Error&) {
     }
   }

@@ -117,6 +117,11 @@ class Membership {
   // Asks `rank`'s mailbox whether it lives; records what it found.
   bool gone(int rank, Clock::time_point deadline, std::map<int, Silence>& silences);
   std::shared_ptr<Store> client(int rank, Clock::time_point deadline);
+  // A new client of `rank`'s mailbox after one liveness question (its answer in `reach`), or
+  // nullptr where the mailbox does not answer.
+  std::shared_ptr<Store> open(int rank, Clock::time_point deadline, Reach& reach) const;
+  // post() and read()'s client of `rank`'s mailbox (kept), or nothing where it is gone.
+  std::optional<std::shared_ptr<Store>> recordClient(int rank, Clock::time_point deadline);
 
   const int rank_;
   const std::vector<MailboxAddress> mailboxes_;
