@@ -83,6 +83,33 @@ def test_collectives_on_cuda_arrays(library, path, size):
         env={"RINGCOMM_CUDA_PATH": path, **CHUNKS},
         deadline=500,
     )
+    assert_right_and_alike(outcomes)
+
+
+HOST_CASES = [(library, path) for library in ("torch", "cupy") for path in ("auto", "ipc")]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    "library,path", HOST_CASES, ids=[f"{lib}-{path}" for lib, path in HOST_CASES]
+)
+def test_collectives_on_cuda_arrays_across_hosts(library, path):
+    """4 ranks as 2 hosts of 2 (RINGCOMM_HOSTID): ipc reduces within each host through CUDA IPC
+    and stages each rank's reduced slice across hosts; auto, with the ranks sharing a GPU without
+    MPS, finds IPC unavailable and sends the same messages across hosts from host memory."""
+    require_cuda(library)
+    outcomes = run_job(
+        4,
+        "cuda_collectives.py",
+        [library, str(LARGE_COUNT)],
+        env={"RINGCOMM_CUDA_PATH": path, **CHUNKS},
+        per_rank_env={rank: {"RINGCOMM_HOSTID": f"host{rank // 2}"} for rank in range(4)},
+        deadline=500,
+    )
+    assert_right_and_alike(outcomes)
+
+
+def assert_right_and_alike(outcomes) -> None:
     assert_all_succeeded(outcomes)
     for outcome in outcomes:
         assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"][:20])

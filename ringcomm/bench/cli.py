@@ -351,8 +351,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 2
     if (args.link_rate or args.mtu != 1500) and not args.hosts:
         parser.error("--link-rate and --mtu shape the links of a simulated cluster: add --hosts H")
-    if args.hosts and args.device != "cpu":
-        parser.error("--hosts simulates hosts with host memory; measure --device cuda on one host")
     if launched_as_rank():
         if args.hosts:
             parser.error(

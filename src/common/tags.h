@@ -84,6 +84,8 @@ enum class MemoryPath : uint8_t {
   Host = 0,
   DeviceChunked = 1,  // device memory staged in pipelined chunks: one schedule per chunk
   DeviceIpc = 2,      // device memory read by peers through CUDA IPC (all-reduce)
+  // Across hosts: CUDA IPC among each host's ranks, each rank's slice staged to the network.
+  DeviceIpcAcrossHosts = 3,
 };
 
 inline const char* toString(MemoryPath path) {
@@ -91,6 +93,7 @@ inline const char* toString(MemoryPath path) {
     case MemoryPath::Host: return "host buffers";
     case MemoryPath::DeviceChunked: return "device buffers, staged in chunks";
     case MemoryPath::DeviceIpc: return "device buffers, CUDA IPC";
+    case MemoryPath::DeviceIpcAcrossHosts: return "device buffers, CUDA IPC within hosts";
   }
   return "unknown buffers";
 }

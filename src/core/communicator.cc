@@ -90,11 +90,10 @@ class CommunicatorImpl : public Communicator {
     transport_ = std::make_unique<transport::Transport>(rank_, std::move(links_.streams),
                                                         links_.segments.get(), *waitPolicy_);
     settleLink();
-    schedules_ = std::make_unique<algorithms::Schedules>(
-        rank_, size_, config_,
-        algorithms::HostLayout{links_.hostRanks, links_.hostIndex, localRank()},
-        links_.segments.get(), *waitPolicy_);
-    device_ = std::make_unique<DeviceCollectives>(rank_, size_, config_, everyRankOnThisHost());
+    const algorithms::HostLayout layout{links_.hostRanks, links_.hostIndex, localRank()};
+    schedules_ = std::make_unique<algorithms::Schedules>(rank_, size_, config_, layout,
+                                                         links_.segments.get(), *waitPolicy_);
+    device_ = std::make_unique<DeviceCollectives>(rank_, size_, config_, layout);
     engine_ = std::make_unique<engine::Engine>(
         [this](bool mayBlock) { return pollPointToPoint(mayBlock); });
     traceOwner_ = trace::claimTraceFile();
@@ -597,7 +596,6 @@ class CommunicatorImpl : public Communicator {
     }
   }
 
-  bool everyRankOnThisHost() const { return static_cast<int>(links_.localRanks.size()) == size_; }
 
   // The all-reduce of device buffers, on the path every rank picks alike (DeviceCollectives).
   WorkPtr allreduceOnDevice(const AllreduceOptions& o, Algorithm algorithm,

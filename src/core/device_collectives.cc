@@ -1,13 +1,21 @@
 #include "core/device_collectives.h"
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "algorithms/collectives.h"
+#include "algorithms/ring.h"
 #include "common/log.h"
 #include "common/trace.h"
+#include "reduce/reduce.h"
 #include "ringcomm/errors.h"
+#include "transport/cuda/ipc_plan.h"
 
 namespace ringcomm {
 namespace {
@@ -19,11 +27,37 @@ namespace {
 // (bench/RESULTS.md, "CUDA"). RINGCOMM_CUDA_PATH=ipc forces IPC at every size.
 constexpr size_t kIpcMinBytes = 256 * 1024;
 
+// Ranks on several hosts, the same number on each, more than one: the IPC all-reduce within each
+// host and its slices across hosts line up (local rank i of every host holds the same slice).
+bool evenlySpread(const algorithms::HostLayout& layout) {
+  if (layout.hosts.size() < 2) return false;
+  const size_t local = layout.hosts.front().size();
+  if (local < 2 || local > static_cast<size_t>(device::kMaxIpcRanks)) return false;
+  return std::all_of(layout.hosts.begin(), layout.hosts.end(),
+                     [local](const std::vector<int>& host) { return host.size() == local; });
+}
+
+// How the IPC all-reduce talks to the ranks of `ctx`: through the host schedules.
+device::Peers peersOver(const algorithms::Context& ctx, const std::function<void()>& barrier) {
+  device::Peers peers;
+  peers.allgather = [&ctx](const void* mine, void* all, size_t bytes) {
+    AllgatherOptions exchange;
+    exchange.input = mine;
+    exchange.output = all;
+    exchange.count = bytes;
+    exchange.type = DataType::Uint8;
+    algorithms::allgather(ctx, exchange);
+  };
+  peers.barrier = barrier;
+  return peers;
+}
+
 }  // namespace
 
 DeviceCollectives::DeviceCollectives(int rank, int size, const Config& config,
-                                     bool everyRankOnThisHost)
-    : rank_(rank), size_(size), config_(config), everyRankOnThisHost_(everyRankOnThisHost),
+                                     algorithms::HostLayout layout)
+    : rank_(rank), size_(size), config_(config), layout_(std::move(layout)),
+      everyRankOnThisHost_(layout_.hosts.size() == 1), evenHosts_(evenlySpread(layout_)),
       path_(device::createDevicePath(rank, size, config)) {}
 
 device::TicketPtr DeviceCollectives::prepare(const CommonOptions& options,
@@ -54,6 +88,23 @@ void DeviceCollectives::stageWhole(const device::TicketPtr& ticket, const algori
   path_->staged(*ticket, ctx.op, regions, body);
 }
 
+const char* DeviceCollectives::whyNotIpc(const AllreduceOptions& o) const {
+  if (size_ == 1) return "one rank";
+  if (everyRankOnThisHost_ && size_ > device::kMaxIpcRanks) {
+    return "more ranks than the IPC all-reduce takes";
+  }
+  if (!everyRankOnThisHost_ && !evenHosts_) {
+    return "hosts with one rank, or with different numbers of ranks";
+  }
+  if (o.compression != Compression::None) return "compression needs the host path";
+  if (o.prescale != 1.0 || o.postscale != 1.0) return "scaling needs the host path";
+  if (config_.cudaPath == CudaPath::Staged) return "RINGCOMM_CUDA_PATH=staged";
+  if (config_.cudaPath == CudaPath::Auto && o.count * elementSize(o.type) < kIpcMinBytes) {
+    return "below the IPC threshold";
+  }
+  return nullptr;
+}
+
 MemoryPath DeviceCollectives::allreducePath(const AllreduceOptions& o,
                                             const device::Ticket& ticket) const {
   // An empty all-reduce moves nothing: it takes the host path whatever its (maybe null)
@@ -62,27 +113,18 @@ MemoryPath DeviceCollectives::allreducePath(const AllreduceOptions& o,
   // Adasum's coefficients come from the whole vector: chunks would each get their own, so it is
   // staged whole and runs its host schedule (src/algorithms/adasum.h).
   if (!bothOnDevice || o.op == ReduceOp::Adasum) return MemoryPath::Host;
-  const bool ipcPossible = size_ > 1 && size_ <= device::kMaxIpcRanks && everyRankOnThisHost_ &&
-                           o.compression == Compression::None && o.prescale == 1.0 &&
-                           o.postscale == 1.0;
-  const bool ipcWanted =
-      config_.cudaPath == CudaPath::Ipc ||
-      (config_.cudaPath == CudaPath::Auto && o.count * elementSize(o.type) >= kIpcMinBytes);
-  const MemoryPath path =
-      ipcPossible && ipcWanted ? MemoryPath::DeviceIpc : MemoryPath::DeviceChunked;
+  const char* whyNot = whyNotIpc(o);
+  const MemoryPath path = whyNot != nullptr       ? MemoryPath::DeviceChunked
+                          : everyRankOnThisHost_ ? MemoryPath::DeviceIpc
+                                                 : MemoryPath::DeviceIpcAcrossHosts;
   if (log::enabled(LogLevel::Info, kLogCuda)) {
-    const char* why = path == MemoryPath::DeviceIpc
-                          ? (config_.cudaPath == CudaPath::Ipc ? "RINGCOMM_CUDA_PATH=ipc"
-                                                               : "at or above the IPC threshold")
-                      : size_ == 1              ? "one rank"
-                      : size_ > device::kMaxIpcRanks ? "more ranks than the IPC all-reduce takes"
-                      : !everyRankOnThisHost_   ? "ranks on other hosts"
-                      : o.compression != Compression::None ? "compression needs the host path"
-                      : o.prescale != 1.0 || o.postscale != 1.0 ? "scaling needs the host path"
-                      : config_.cudaPath == CudaPath::Staged    ? "RINGCOMM_CUDA_PATH=staged"
-                                                                : "below the IPC threshold";
+    const char* why = whyNot != nullptr                  ? whyNot
+                      : config_.cudaPath == CudaPath::Ipc ? "RINGCOMM_CUDA_PATH=ipc"
+                                                          : "at or above the IPC threshold";
     logPath(path == MemoryPath::DeviceIpc ? "IPC (peers read each other's device memory)"
-                                          : "staged through pinned host memory in chunks",
+            : path == MemoryPath::DeviceIpcAcrossHosts
+                ? "IPC within each host, each rank's reduced slice staged across hosts"
+                : "staged through pinned host memory in chunks",
             why, o.count * elementSize(o.type));
   }
   return path;
@@ -104,18 +146,13 @@ void DeviceCollectives::allreduce(const device::TicketPtr& ticket, const algorit
                                   const AllreduceOptions& o, MemoryPath path,
                                   const HostAllreduce& hostAllreduce,
                                   const std::function<void()>& barrier) {
+  if (path == MemoryPath::DeviceIpcAcrossHosts) {
+    allreduceAcrossHosts(ticket, ctx, o);
+    return;
+  }
   if (path == MemoryPath::DeviceIpc) {
-    device::Peers peers;
-    peers.allgather = [&ctx](const void* mine, void* all, size_t bytes) {
-      AllgatherOptions exchange;
-      exchange.input = mine;
-      exchange.output = all;
-      exchange.count = bytes;
-      exchange.type = DataType::Uint8;
-      algorithms::allgather(ctx, exchange);
-    };
-    peers.barrier = barrier;
-    if (path_->ipcAllreduce(*ticket, ctx.op, peers, o.input, o.output, o.count, o.type, o.op)) {
+    if (path_->ipcAllreduce(*ticket, ctx.op, peersOver(ctx, barrier), o.input, o.output, o.count,
+                            o.type, o.op)) {
       return;
     }
     // Every rank stages this one instead: some rank cannot map its peers' buffers, or ranks
@@ -139,6 +176,66 @@ void DeviceCollectives::allreduce(const device::TicketPtr& ticket, const algorit
                part.input = host[0];
                part.output = host[1];
                hostAllreduce(part);
+             });
+}
+
+void DeviceCollectives::allreduceAcrossHosts(const device::TicketPtr& ticket,
+                                             const algorithms::Context& ctx,
+                                             const AllreduceOptions& o) {
+  const std::vector<int>& local = layout_.hosts[layout_.host];
+  std::vector<int> acrossMembers;  // this rank's counterparts: local rank i of every host
+  for (const std::vector<int>& host : layout_.hosts) acrossMembers.push_back(host[layout_.localRank]);
+  const algorithms::Context within = ctx.subgroup(local);
+  const algorithms::Context across = ctx.subgroup(acrossMembers);
+  const size_t elementBytes = elementSize(o.type);
+  // An average is a sum until the end, where it divides by every rank of every host.
+  const ReduceOp partial = o.op == ReduceOp::Avg ? ReduceOp::Sum : o.op;
+  auto reduceAcross = [&](void* chunk, size_t count) {
+    algorithms::ringAllreduce(across, chunk, chunk, count, o.type, partial);
+    reduce::finishAverage(chunk, count, o.type, o.op, size_);
+  };
+  const device::SliceStep stagedAcross = [&](void* slice, size_t, size_t count) {
+    path_->pipelined(*ticket, ctx.op, slice, slice, count, elementBytes, true, true,
+                     [&](void* chunk, size_t, size_t chunkCount) { reduceAcross(chunk, chunkCount); });
+  };
+  if (path_->ipcAllreduceWithinHost(*ticket, ctx.op,
+                                    peersOver(within, [&] { algorithms::barrier(within); }),
+                                    within.rank, within.size, o.input, o.output, o.count, o.type,
+                                    partial, stagedAcross)) {
+    return;
+  }
+  // IPC is unavailable on this host (every rank of it says so alike), maybe not on the others:
+  // the same messages across hosts, the host's part in host memory. The sum within the host on
+  // every rank, this rank's slice across hosts in the chunks the staging cuts, then every slice
+  // gathered within the host.
+  const size_t bytes = o.count * elementBytes;
+  stageWhole(ticket, ctx, {{o.input, bytes, true, false}, {o.output, bytes, false, true}},
+             [&](const std::vector<void*>& host) {
+               auto* out = static_cast<uint8_t*>(host[1]);
+               algorithms::ringAllreduce(within, host[0], out, o.count, o.type, partial);
+               const device::Slice mine = device::ipcSlice(o.count, elementBytes, within.size,
+                                                           within.rank);
+               const size_t chunk = std::max<size_t>(1, config_.cudaChunkBytes / elementBytes);
+               for (size_t done = 0; done < mine.count; done += chunk) {
+                 reduceAcross(out + (mine.begin + done) * elementBytes,
+                              std::min(chunk, mine.count - done));
+               }
+               const size_t sliceBytes =
+                   device::ipcSlice(o.count, elementBytes, within.size, 0).count * elementBytes;
+               std::vector<uint8_t> slices(sliceBytes * within.size);
+               std::memcpy(slices.data() + sliceBytes * within.rank,
+                           out + mine.begin * elementBytes, mine.count * elementBytes);
+               AllgatherOptions gather;
+               gather.input = slices.data() + sliceBytes * within.rank;
+               gather.output = slices.data();
+               gather.count = sliceBytes;
+               gather.type = DataType::Uint8;
+               algorithms::allgather(within, gather);
+               for (int r = 0; r < within.size; ++r) {
+                 const device::Slice theirs = device::ipcSlice(o.count, elementBytes, within.size, r);
+                 std::memcpy(out + theirs.begin * elementBytes, slices.data() + sliceBytes * r,
+                             theirs.count * elementBytes);
+               }
              });
 }
 

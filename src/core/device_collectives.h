@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "algorithms/context.h"
+#include "algorithms/hierarchical.h"
 #include "common/tags.h"
 #include "ringcomm/config.h"
 #include "ringcomm/options.h"
@@ -22,8 +23,9 @@ namespace ringcomm {
 
 class DeviceCollectives {
  public:
-  // everyRankOnThisHost: whether the IPC all-reduce may be chosen at all.
-  DeviceCollectives(int rank, int size, const Config& config, bool everyRankOnThisHost);
+  // layout: where the ranks are (the IPC all-reduce needs a process per rank on one host, or
+  // across hosts as many on each).
+  DeviceCollectives(int rank, int size, const Config& config, algorithms::HostLayout layout);
 
   // On the caller's thread: null unless the caller said buffers may be on a device (the bindings
   // set options.deviceMemory) and one of `addresses` is.
@@ -60,11 +62,22 @@ class DeviceCollectives {
  private:
   // Logs the path an all-reduce of device memory takes and why (once per reason at INFO).
   void logPath(const char* path, const char* why, size_t bytes) const;
+  // Why the IPC all-reduce cannot take these options here, or null if it can.
+  const char* whyNotIpc(const AllreduceOptions& options) const;
+  // MemoryPath::DeviceIpcAcrossHosts: each host reduces through CUDA IPC, and each of its ranks
+  // staged its reduced slice across hosts; or, on a host where IPC is unavailable, the same
+  // messages across hosts from host memory.
+  void allreduceAcrossHosts(const device::TicketPtr& ticket, const algorithms::Context& ctx,
+                            const AllreduceOptions& options);
 
   int rank_;
   int size_;
   Config config_;
+  algorithms::HostLayout layout_;
   bool everyRankOnThisHost_;
+  // Ranks on several hosts, as many on each, and more than one on each: the layout of the IPC
+  // all-reduce across hosts.
+  bool evenHosts_;
   std::unique_ptr<device::DevicePath> path_;  // needs no CUDA until used
   mutable std::mutex loggedMutex_;
   mutable std::set<std::string> logged_;  // the reasons logged so far

@@ -82,3 +82,24 @@ TEST(uuidTextIsWrittenAsNvidiaSmiDoes) {
 TEST(thisProcessHasAPidNamespace) {
   CHECK(currentPidNamespace() != 0);
 }
+
+TEST(slicesCoverTheBufferInAlignedPieces) {
+  // 1000 float32 at 3 ranks: 334 rounded up to 64 elements (256 bytes) is 384 each.
+  CHECK(ipcSlice(1000, 4, 3, 0).begin == 0 && ipcSlice(1000, 4, 3, 0).count == 384);
+  CHECK(ipcSlice(1000, 4, 3, 1).begin == 384 && ipcSlice(1000, 4, 3, 1).count == 384);
+  CHECK(ipcSlice(1000, 4, 3, 2).begin == 768 && ipcSlice(1000, 4, 3, 2).count == 232);
+  // Fewer elements than one aligned piece per rank: the first rank has them all.
+  CHECK(ipcSlice(10, 8, 4, 0).count == 10);
+  CHECK(ipcSlice(10, 8, 4, 3).begin == 10 && ipcSlice(10, 8, 4, 3).count == 0);
+  CHECK(ipcSlice(0, 2, 2, 1).count == 0);
+  for (const size_t count : {1ul, 255ul, 4097ul, 1500007ul}) {
+    size_t covered = 0;
+    for (int r = 0; r < 5; ++r) {
+      const Slice slice = ipcSlice(count, 2, 5, r);
+      CHECK(slice.begin == covered || slice.count == 0);
+      CHECK(slice.begin * 2 % kSliceAlignBytes == 0 || slice.count == 0);
+      covered += slice.count;
+    }
+    CHECK(covered == count);
+  }
+}

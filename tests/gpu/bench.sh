@@ -9,7 +9,12 @@
 #             more, at three pipeline chunk sizes; its host half alone; then against gloo
 #   training  with MPS: the DistributedOptimizer against DDP on ringcomm and gloo (the training
 #             bench), and the DDP step of the 23M-parameter MLP
-#   hosts     2 namespace hosts of 2 ranks at 10 Gbit/s, CPU buffers, against gloo (16 cores)
+#   staged2   the staged path at 2 ranks against pinned copies (the defaults only)
+#   hosts     2 namespace hosts of 2 and 4 ranks at 10 Gbit/s, and of 2 at 25 Gbit/s, CPU
+#             buffers, against gloo (16 cores: TCP where cores do not limit it)
+#   hosts-cuda  2 namespace hosts of 2 ranks at 10 Gbit/s, CUDA buffers, with MPS: IPC within
+#             each host and only each rank's slice staged across (auto), against staging whole
+#             buffers (RINGCOMM_CUDA_PATH=staged) and gloo
 #   ipc       with MPS and without: the IPC all-reduce against gloo at 2, 4 and 8 ranks
 #
 # Run tests/gpu/run.sh build first (or have ringcomm built with CUDA). One log per group lands in
@@ -21,7 +26,7 @@ mkdir -p "$OUT"
 BUDGET=${1:-480}
 shift || true
 GROUPS_WANTED=("$@")
-[ ${#GROUPS_WANTED[@]} -eq 0 ] && GROUPS_WANTED=(staged training hosts ipc)
+[ ${#GROUPS_WANTED[@]} -eq 0 ] && GROUPS_WANTED=(staged staged2 training hosts hosts-cuda ipc)
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 PYTHON=${PYTHON:-python3}
 if ls .whl/mpich-*.whl >/dev/null 2>&1 && [ ! -d /tmp/site/mpich ]; then
@@ -92,9 +97,22 @@ for group in "${GROUPS_WANTED[@]}"; do
       bench training.log 100 "${ddp[@]}"
       mps off
       ;;
+    staged2)
+      mps off
+      bench staged.log 60 env RINGCOMM_CUDA_PATH=staged "${allreduce[@]}" -b 64M -e 1G -f 4 -np 2
+      ;;
     hosts)
-      bench hosts.log 120 ringcomm-bench allreduce --check --quiet --min-time 0.1 --hosts 2 \
-        -np 4 --link-rate 10gbit --compare gloo -b 1M -e 256M -f 4
+      across=(ringcomm-bench allreduce --check --quiet --min-time 0.1 --hosts 2 --compare gloo)
+      bench hosts.log 90 "${across[@]}" -np 4 --link-rate 10gbit -b 1M -e 256M -f 4
+      bench hosts.log 90 "${across[@]}" -np 8 --link-rate 10gbit -b 4M -e 256M -f 4
+      bench hosts.log 90 "${across[@]}" -np 4 --link-rate 25gbit -b 4M -e 256M -f 4
+      ;;
+    hosts-cuda)
+      mps on
+      across=("${allreduce[@]}" --hosts 2 -np 4 --link-rate 10gbit -b 4M -e 256M -f 4)
+      bench hosts-cuda.log 90 "${across[@]}" --compare gloo
+      bench hosts-cuda.log 60 env RINGCOMM_CUDA_PATH=staged "${across[@]}"
+      mps off
       ;;
     ipc)
       mps on
@@ -103,7 +121,7 @@ for group in "${GROUPS_WANTED[@]}"; do
       mps off
       bench ipc.log 100 "${allreduce[@]}" --compare gloo -np 4 -b 1M -e 1G -f 4
       ;;
-    *) echo "unknown group $group (staged training hosts ipc)" ;;
+    *) echo "unknown group $group (staged staged2 training hosts hosts-cuda ipc)" ;;
   esac
 done
 echo "logs: $(ls "$OUT"/*.log | tr '\n' ' ')"

@@ -3,7 +3,7 @@
 # a short benchmark, and prints one summary. CI has no GPU; run this wherever one is at hand:
 #
 #   tests/gpu/run.sh            # every step, in RINGCOMM_GPU_BUDGET seconds (450 by default)
-#   tests/gpu/run.sh build tests  # only the named steps (env build mps tests sanitizer bench)
+#   tests/gpu/run.sh build tests  # only the named steps (env build mps kernels tests sanitizer bench)
 #
 # A lent GPU machine gives a session 15 minutes, its start included: the steps run in the order
 # that matters most (the build, the MPS check, the tests, the sanitizer, the benchmark), each
@@ -30,7 +30,7 @@ archive() {
 trap archive EXIT
 PYTHON=${PYTHON:-python3}
 STEPS=("$@")
-[ ${#STEPS[@]} -eq 0 ] && STEPS=(env build mps tests sanitizer bench)
+[ ${#STEPS[@]} -eq 0 ] && STEPS=(env build mps kernels tests sanitizer bench)
 BUDGET=${RINGCOMM_GPU_BUDGET:-450}
 SUMMARY=()
 export PYTHONUNBUFFERED=1
@@ -69,6 +69,10 @@ if ls .whl/mpich-*.whl >/dev/null 2>&1; then
     && export PATH=/tmp/site/bin:$PATH
 fi
 
+# The GPU machine has no iproute2, which the simulated cluster (network namespaces) needs: a copy
+# carried in .whl/iproute2 (Debian's ip and tc with their libraries, behind wrappers).
+[ -x .whl/iproute2/bin/ip ] && ! command -v ip >/dev/null && export PATH=$PWD/.whl/iproute2/bin:$PATH
+
 if wanted env; then
   step env 60 bash -c "nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,driver_version \
     --format=csv; nvcc --version | tail -1; \${CXX:-c++} --version | head -1; \
@@ -81,7 +85,7 @@ fi
 # path, at idle CPU priority; then the tests on the device and on the host) need no ringcomm
 # installed: started now, beside the build below, and collected as the kernel-tests step.
 kernel_tests_started=$SECONDS
-if wanted tests; then
+if wanted kernels; then
   "$PYTHON" - >"$OUT/kernel-tests.log" 2>&1 <<'PY' &
 import subprocess, sys
 sys.path.insert(0, "tests")
@@ -123,11 +127,9 @@ if wanted mps; then
   step mps 600 "$PYTHON" tests/gpu/check_mps.py
 fi
 
-if wanted tests; then
+if wanted kernels; then
   # The kernel tests (all of them, device and host) and the core's device path compile in a
-  # fresh build directory; then every multi-process CUDA test: torch and CuPy arrays on the
-  # staged and IPC paths at 2-4 ranks, the torch backend, ringcomm.torch (the tensor queue).
-  start=$SECONDS
+  # fresh build directory.
   timeout $((BUDGET - SECONDS > 20 ? BUDGET - SECONDS : 20)) tail --pid="$kernel_tests" -f /dev/null
   if kill -0 "$kernel_tests" 2>/dev/null; then
     kill "$kernel_tests"
@@ -138,6 +140,11 @@ if wanted tests; then
     SUMMARY+=("FAILED  kernel-tests (log: $OUT/kernel-tests.log)")
   fi
   tail -n 15 "$OUT/kernel-tests.log"
+fi
+
+if wanted tests; then
+  # Every multi-process CUDA test: torch and CuPy arrays on the staged and IPC paths at 2-4 ranks
+  # and across 2 hosts, the torch backend, ringcomm.torch (the tensor queue).
   # Four at a time where pytest-xdist is installed (the GPU machine has 16 cores).
   parallel=()
   "$PYTHON" -c 'import xdist' 2>/dev/null && parallel=(-n 4)
@@ -164,7 +171,8 @@ if wanted bench; then
   # The benchmarks of bench/RESULTS.md ("CUDA"), with MPS and without: tests/gpu/bench.sh.
   # shellcheck disable=SC2086  # a list of group names
   step bench 900 tests/gpu/bench.sh $((BUDGET - SECONDS)) ${RINGCOMM_GPU_BENCH:-}
-  for log in "$OUT"/staged.log "$OUT"/training.log "$OUT"/hosts.log "$OUT"/ipc.log; do
+  for log in "$OUT"/staged.log "$OUT"/training.log "$OUT"/hosts.log "$OUT"/hosts-cuda.log \
+    "$OUT"/ipc.log; do
     [ -f "$log" ] && { echo "---- $log"; grep -v '^\s*$' "$log" | tail -n 60; }
   done
 fi

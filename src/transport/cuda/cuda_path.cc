@@ -41,7 +41,9 @@ class CudaPath : public DevicePath {
  public:
   CudaPath(int rank, int size, const Config& config)
       : chunkBytes_(config.cudaChunkBytes),
-        ipc_(rank, size, config.mpsPipeDirectory, config.cudaPath != ringcomm::CudaPath::Ipc) {}
+        mpsPipeDirectory_(config.mpsPipeDirectory),
+        stageWhenTimeSliced_(config.cudaPath != ringcomm::CudaPath::Ipc),
+        ipc_(rank, size, mpsPipeDirectory_, stageWhenTimeSliced_) {}
 
   TicketPtr prepare(std::initializer_list<const void*> addresses, void* stream,
                     const char* collective) override {
@@ -115,6 +117,18 @@ class CudaPath : public DevicePath {
                     reduceOp);
   }
 
+  bool ipcAllreduceWithinHost(const Ticket& ticket, const Operation& op, const Peers& hostPeers,
+                              int hostRank, int hostSize, const void* input, void* output,
+                              size_t count, DataType type, ReduceOp reduceOp,
+                              const SliceStep& betweenHalves) override {
+    if (!hostIpc_) {
+      hostIpc_ = std::make_unique<IpcAllreduce>(hostRank, hostSize, mpsPipeDirectory_,
+                                                stageWhenTimeSliced_);
+    }
+    return hostIpc_->run(static_cast<const CudaTicket&>(ticket), op, hostPeers, input, output,
+                         count, type, reduceOp, &betweenHalves);
+  }
+
  private:
   DeviceState& stateFor(int device) {
     std::lock_guard<std::mutex> lock(statesMutex_);
@@ -124,9 +138,14 @@ class CudaPath : public DevicePath {
   }
 
   const size_t chunkBytes_;
+  const std::string mpsPipeDirectory_;
+  const bool stageWhenTimeSliced_;
   std::mutex statesMutex_;
   std::map<int, std::unique_ptr<DeviceState>> states_;
-  IpcAllreduce ipc_;  // after states_: destroyed first, while the streams it drains still exist
+  // After states_: destroyed first, while the streams they drain still exist. hostIpc_: the
+  // ranks of this host when the communicator spans hosts (made at its first all-reduce).
+  IpcAllreduce ipc_;
+  std::unique_ptr<IpcAllreduce> hostIpc_;
 };
 
 }  // namespace

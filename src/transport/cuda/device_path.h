@@ -10,7 +10,9 @@
 //     broadcast);
 //   - or, for an all-reduce with every rank on this host, skip host memory altogether: each rank
 //     reduces its slice straight from its peers' device buffers (CUDA IPC), then copies the
-//     slices the others reduced (ipcAllreduce).
+//     slices the others reduced (ipcAllreduce);
+//   - or, across hosts, do that among the ranks of each host, and stage only each rank's reduced
+//     slice through host memory to the network between the two halves (ipcAllreduceWithinHost).
 //
 // Streams. A collective is ordered after the work the caller queued on its stream before
 // submitting it (prepare() records an event there, on the caller's thread), and the caller's
@@ -66,6 +68,11 @@ struct Peers {
   std::function<void()> barrier;
 };
 
+// A step on a rank's reduced slice of an IPC all-reduce, between the reduction and the gather:
+// `slice` is device memory holding elements [offset, offset + count) of the result, which the
+// step may change in place (the network's half of an all-reduce across hosts).
+using SliceStep = std::function<void(void* slice, size_t offset, size_t count)>;
+
 // A host step of a chunked collective: run the host schedule on `count` elements at `chunk`
 // (pinned host memory), which stand for elements [offset, offset + count) of the caller's buffers.
 using ChunkStep = std::function<void(void* chunk, size_t offset, size_t count)>;
@@ -102,6 +109,15 @@ class DevicePath {
   virtual bool ipcAllreduce(const Ticket& ticket, const Operation& op, const Peers& peers,
                             const void* input, void* output, size_t count, DataType type,
                             ReduceOp reduceOp) = 0;
+
+  // The same among the ranks of this host only (`hostPeers` reach them; this rank is `hostRank`
+  // of `hostSize`), with `betweenHalves` run on this rank's reduced slice before the ranks gather
+  // every slice: with the rest of the slice's all-reduce across hosts there, the result is the
+  // whole communicator's. Returns false as ipcAllreduce does, before `betweenHalves` has run.
+  virtual bool ipcAllreduceWithinHost(const Ticket& ticket, const Operation& op,
+                                      const Peers& hostPeers, int hostRank, int hostSize,
+                                      const void* input, void* output, size_t count, DataType type,
+                                      ReduceOp reduceOp, const SliceStep& betweenHalves) = 0;
 };
 
 // rank and size of the communicator this serves; config for what the device path reads of it.

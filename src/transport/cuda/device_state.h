@@ -25,16 +25,14 @@
 
 #include "common/deadline.h"
 #include "transport/cuda/device_path.h"
+#include "transport/cuda/ipc_plan.h"
 
 namespace ringcomm::device {
 
 // Chunks in flight: one being copied out, one in the host collective, one being copied in, and
 // one spare so that a copy out never waits for the host.
 constexpr int kSlots = 4;
-// Buffers cut into one slice per rank are cut at multiples of this many bytes (every element size
-// divides it, and the kernels' 16-byte vectors stay aligned); staging places regions at multiples
-// of it too.
-constexpr size_t kSliceAlignBytes = 256;
+// (kSliceAlignBytes, where buffers are cut into slices and staging places regions: ipc_plan.h.)
 
 // Throws Error("ringcomm: <call> failed: <name> (<description>)") unless status is cudaSuccess.
 void check(cudaError_t status, const char* call);

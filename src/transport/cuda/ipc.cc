@@ -199,17 +199,19 @@ IpcAllreduce::PerDevice& IpcAllreduce::stateFor(DeviceState& device) {
 
 bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& peers,
                        const void* input, void* output, size_t count, DataType type,
-                       ReduceOp reduceOp) {
+                       ReduceOp reduceOp, const SliceStep* betweenHalves) {
   if (unavailable_) return false;
   if (stagesTimeSliced_) return false;
   DeviceState& s = t.state();
   DeviceGuard guard(s.device);
   PerDevice& d = stateFor(s);
   const size_t elementBytes = elementSize(type);
-  const size_t align = kSliceAlignBytes / elementBytes;
-  const size_t perRank = ((count + size_ - 1) / size_ + align - 1) / align * align;
-  auto sliceBegin = [&](int r) { return std::min(count, perRank * r); };
-  auto sliceEnd = [&](int r) { return std::min(count, perRank * (r + 1)); };
+  const size_t perRank = ipcSlice(count, elementBytes, size_, 0).count;  // the longest
+  auto sliceBegin = [&](int r) { return ipcSlice(count, elementBytes, size_, r).begin; };
+  auto sliceEnd = [&](int r) {
+    const Slice slice = ipcSlice(count, elementBytes, size_, r);
+    return slice.begin + slice.count;
+  };
 
   // Step 1, round 1: every rank's input, scratch and events. A rank that cannot export them
   // says why, and every rank stages instead.
@@ -354,6 +356,18 @@ bool IpcAllreduce::run(const CudaTicket& t, const Operation& op, const Peers& pe
                    why.empty() ? "no reason given" : why.c_str());
     }
     return false;
+  }
+
+  if (betweenHalves != nullptr) {
+    // This rank's reduced slice, changed in place (its all-reduce across hosts), before any peer
+    // reads it: the step's copies start after the reduction (the state's `done`, which they wait
+    // for), the slice is "reduced" again once they are over, and the barrier keeps every peer
+    // from waiting on that event before it is recorded there.
+    check(cudaEventRecord(s.done, s.compute), "cudaEventRecord");
+    (*betweenHalves)(scratch, sliceBegin(rank_), sliceEnd(rank_) - sliceBegin(rank_));
+    check(cudaStreamWaitEvent(s.compute, s.done, 0), "cudaStreamWaitEvent (the slice's step)");
+    check(cudaEventRecord(d.events[kReduced], s.compute), "cudaEventRecord");
+    peers.barrier();
   }
 
   // Step 3: every rank's slice from its scratch, each after that rank's "reduced".

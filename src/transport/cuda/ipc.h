@@ -16,6 +16,9 @@
 //      record "reduced".
 //      round 2: all-gather "could map every peer" flags; if any rank could not, every rank
 //      stages this all-reduce (and every later one) instead.
+//      Across hosts (ipcAllreduceWithinHost), the ranks are one host's, and each now runs the
+//      step it was given on its reduced slice in scratch (the slice's all-reduce across hosts,
+//      staged through host memory), records "reduced" again, and a barrier lets peers go on.
 //   3. after every peer's "reduced": copy every rank's slice from its scratch into the output.
 //
 // Device memory traffic per rank, for N bytes at p ranks: step 2 reads N and writes N/p, step 3
@@ -67,9 +70,10 @@ class IpcAllreduce {
   IpcAllreduce(const IpcAllreduce&) = delete;
   IpcAllreduce& operator=(const IpcAllreduce&) = delete;
 
-  // DevicePath::ipcAllreduce.
+  // DevicePath::ipcAllreduce, and ipcAllreduceWithinHost with `betweenHalves`.
   bool run(const CudaTicket& ticket, const Operation& op, const Peers& peers, const void* input,
-           void* output, size_t count, DataType type, ReduceOp reduceOp);
+           void* output, size_t count, DataType type, ReduceOp reduceOp,
+           const SliceStep* betweenHalves = nullptr);
 
  private:
   struct PerDevice;

@@ -2,10 +2,18 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
 namespace ringcomm::device {
+
+Slice ipcSlice(size_t count, size_t elementBytes, int parts, int index) {
+  const size_t align = std::max<size_t>(1, kSliceAlignBytes / elementBytes);
+  const size_t perRank = ((count + parts - 1) / parts + align - 1) / align * align;
+  const size_t begin = std::min(count, perRank * index);
+  return Slice{begin, std::min(count, perRank * (index + 1)) - begin};
+}
 
 bool sameProcess(const RankDevice& a, const RankDevice& b) {
   return a.pid == b.pid && a.pidNamespace == b.pidNamespace;

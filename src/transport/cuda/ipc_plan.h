@@ -7,11 +7,25 @@
 // containers that share a host's network (one host to ringcomm) may reuse each other's pids.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace ringcomm::device {
+
+// Buffers cut into one slice per rank are cut at multiples of this many bytes (every element size
+// divides it, and the kernels' 16-byte vectors stay aligned); staging places regions at multiples
+// of it too.
+constexpr size_t kSliceAlignBytes = 256;
+
+// The IPC all-reduce cuts `count` elements into `parts` slices, one per rank, of equal length in
+// multiples of kSliceAlignBytes (the last ones shorter, or empty for small counts): slice `index`.
+struct Slice {
+  size_t begin = 0;
+  size_t count = 0;
+};
+Slice ipcSlice(size_t count, size_t elementBytes, int parts, int index);
 
 struct RankDevice {
   int64_t pid = 0;

@@ -42,6 +42,10 @@ class NoCuda : public DevicePath {
                     DataType, ReduceOp) override {
     refuse("allreduce");
   }
+  bool ipcAllreduceWithinHost(const Ticket&, const Operation&, const Peers&, int, int, const void*,
+                              void*, size_t, DataType, ReduceOp, const SliceStep&) override {
+    refuse("allreduce");
+  }
 };
 
 class NoCudaQueue : public QueueDevice {
