@@ -13,6 +13,12 @@
 // Requests always complete on the queue's thread, even at one rank, so an asynchronous request is
 // in flight when submit() returns, as in Horovod.
 //
+// A caller that waits for a request (Work::wait) before it completes cuts the rank's current
+// cycle short: nothing it submits later can join what it waits for, so the next exchange starts
+// at once (the ranks meet there, each as soon as its own caller waits or its cycle ends). A
+// training step's last gradients are then negotiated when the optimizer waits for them, not up
+// to a cycle later.
+//
 // CUDA tensors (a build with CUDA): a request is ordered after the work its caller's stream had
 // queued when it was submitted, without the caller waiting for it. The queue's thread fuses
 // device tensors in device memory on a stream of its own, and a completed Work's results are

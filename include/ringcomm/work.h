@@ -28,12 +28,16 @@ class RINGCOMM_API Work {
 
   // Engine side.
   void complete(std::exception_ptr error);
+  // Runs once, on the caller's thread, when wait() is first called before completion: the
+  // tensor queue starts its next cycle then instead of sleeping the rest of it (tensor_queue.h).
+  void onFirstWait(std::function<void()> hook);
 
  private:
   mutable std::mutex mutex_;
   std::condition_variable done_;
   bool completed_ = false;
   std::exception_ptr error_;
+  std::function<void()> firstWaitHook_;
   std::vector<std::function<void(std::exception_ptr)>> callbacks_;
 };
 

@@ -9,7 +9,8 @@ total(p) / (p x total(1)). Each rank gets max(1, cores // p) compute threads, so
 use every core, as in a single-process run.
 
 ``--device cuda`` trains on GPUs (rank r on GPU r % count: all ranks share one GPU where there is
-one), and adds DDP on the ringcomm backend to the runs.
+one), and adds DDP on the ringcomm backend to the runs. ``--model resnet50`` trains torchvision's
+ResNet-50 on 3x224x224 images instead (Horovod's benchmark model); ``--runs`` picks the runs.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def _run(impl: str, compression: str, nranks: int, args, workdir: Path) -> dict:
         str(threads),
         "--device",
         args.device,
+        "--model",
+        args.model,
         "--out",
         str(out),
     ]
@@ -84,6 +87,19 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument(
+        "--model",
+        choices=("cnn", "resnet50"),
+        default="cnn",
+        help="cnn: the 2.7M-parameter CNN (3x32x32 images); resnet50: torchvision's ResNet-50 "
+        "(3x224x224), as Horovod's synthetic benchmark (needs torchvision)",
+    )
+    parser.add_argument(
+        "--runs",
+        default=None,
+        help="which of ringcomm, ringcomm-fp16, gloo, ringcomm-ddp (cuda) to run, "
+        "comma-separated (default: all)",
+    )
     args = parser.parse_args(argv)
     if args.device == "cuda":
         from ringcomm.bench import device as bench_device
@@ -92,9 +108,19 @@ def main(argv=None) -> int:
         if problem is not None:
             parser.error(f"--device cuda: {problem}")
     counts = [int(n) for n in args.np.split(",")]
-    runs = [("ringcomm", "none"), ("ringcomm", "fp16"), ("gloo", "none")]
-    if args.device == "cuda":
-        runs.append(("ringcomm-ddp", "none"))
+    every = {
+        "ringcomm": ("ringcomm", "none"),
+        "ringcomm-fp16": ("ringcomm", "fp16"),
+        "gloo": ("gloo", "none"),
+        "ringcomm-ddp": ("ringcomm-ddp", "none"),
+    }
+    if args.device != "cuda":
+        del every["ringcomm-ddp"]
+    chosen = args.runs.split(",") if args.runs else list(every)
+    unknown = [name for name in chosen if name not in every]
+    if unknown:
+        parser.error(f"--runs: {', '.join(unknown)} not among {', '.join(every)}")
+    runs = [every[name] for name in chosen]
     info = machine.describe()
     console = Console(width=160)
     shown = " ".join(sys.argv[1:] if argv is None else argv)
@@ -122,7 +148,7 @@ def main(argv=None) -> int:
     ):
         table.add_column(column, justify="right")
     for nranks in counts:
-        gloo = results[("gloo", "none", nranks)].get("images_per_second")
+        gloo = results.get(("gloo", "none", nranks), {}).get("images_per_second")
         for impl, compression in runs:
             row = results[(impl, compression, nranks)]
             name = {"ringcomm": "ringcomm", "gloo": "gloo", "ringcomm-ddp": "ringcomm"}[impl]

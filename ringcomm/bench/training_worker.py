@@ -1,5 +1,5 @@
 """One rank of the training benchmark (ringcomm/bench/training.py): times optimizer steps of a
-small CNN on synthetic images, with ringcomm's DistributedOptimizer, or with DDP on gloo or on
+small CNN (or ResNet-50) on synthetic images, with ringcomm's DistributedOptimizer, or with DDP on gloo or on
 the ringcomm backend; on the CPU or on a GPU (rank r on GPU r % count)."""
 
 from __future__ import annotations
@@ -12,8 +12,19 @@ import time
 import torch
 
 
-def make_model() -> torch.nn.Module:
-    """A CNN of 2.7M parameters (10.8 MB of float32 gradients) for 3x32x32 images."""
+# Each model's input images (channels, height, width) and classes.
+INPUTS = {"cnn": ((3, 32, 32), 10), "resnet50": ((3, 224, 224), 1000)}
+
+
+def make_model(name: str = "cnn") -> torch.nn.Module:
+    """cnn: 2.7M parameters (10.8 MB of float32 gradients) for 3x32x32 images; resnet50:
+    torchvision's, 25.6M parameters for 3x224x224 (Horovod's pytorch_synthetic_benchmark)."""
+    if name == "resnet50":
+        try:
+            import torchvision
+        except ImportError as error:
+            raise SystemExit("--model resnet50 needs torchvision (pip install torchvision)") from error
+        return torchvision.models.resnet50()
     return torch.nn.Sequential(
         torch.nn.Conv2d(3, 64, 3, padding=1),
         torch.nn.ReLU(),
@@ -37,6 +48,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--compression", default="none")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--model", choices=sorted(INPUTS), default="cnn")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -46,7 +58,7 @@ def main() -> None:
         local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RINGCOMM_LOCAL_RANK", "0")))
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
-    model = make_model().to(device)
+    model = make_model(args.model).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     if args.impl == "ringcomm":
@@ -68,8 +80,9 @@ def main() -> None:
         device_ids = [device] if device.type == "cuda" else None
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
 
-    images = torch.randn(args.batch_size, 3, 32, 32).to(device)
-    labels = torch.randint(0, 10, (args.batch_size,)).to(device)
+    shape, classes = INPUTS[args.model]
+    images = torch.randn(args.batch_size, *shape).to(device)
+    labels = torch.randint(0, classes, (args.batch_size,)).to(device)
 
     def settle() -> None:
         """Every rank's steps so far done: the GPU's too, not only queued."""

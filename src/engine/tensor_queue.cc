@@ -159,7 +159,8 @@ std::string namesOf(const std::vector<ReadyTensor>& ready, size_t begin, size_t 
   return text;
 }
 
-class TensorQueueImpl : public TensorQueue {
+class TensorQueueImpl : public TensorQueue,
+                        public std::enable_shared_from_this<TensorQueueImpl> {
  public:
   TensorQueueImpl(std::shared_ptr<Communicator> comm, JoinPolicy joinPolicy)
       : comm_(std::move(comm)),
@@ -225,6 +226,9 @@ class TensorQueueImpl : public TensorQueue {
     for (size_t i = 0; i < requests.size(); ++i) {
       Pending pending;
       pending.work = std::make_shared<TensorWork>();
+      pending.work->onFirstWait([queue = weak_from_this()] {
+        if (auto alive = queue.lock()) alive->hurry();
+      });
       pending.submitted = Clock::now();
       pending.traceId = nextTraceId_++;
       pending.request = std::move(requests[i]);
@@ -423,14 +427,16 @@ class TensorQueueImpl : public TensorQueue {
     auto last = Clock::now();
     for (;;) {
       {
-        // Sleep out the cycle; while backing off, a submission (or shutdown) cuts it short.
+        // Sleep out the cycle; while backing off, a submission (or shutdown) cuts it short, but
+        // not below one cycle time, which lets tensors gather for fusion. A caller waiting for
+        // a request (hurry) cuts either short.
         std::unique_lock<std::mutex> lock(mutex_);
         submitted_.wait_until(lock, last + interval, [&] {
-          return interval > config_.cycleTime && hasNewsLocked();
+          return hurried_ || (interval > config_.cycleTime && hasNewsLocked());
         });
+        submitted_.wait_until(lock, last + config_.cycleTime, [&] { return hurried_; });
+        hurried_ = false;
       }
-      const auto now = Clock::now();
-      if (now < last + config_.cycleTime) std::this_thread::sleep_until(last + config_.cycleTime);
       last = Clock::now();
       try {
         bool idle = false;
@@ -442,6 +448,15 @@ class TensorQueueImpl : public TensorQueue {
         return;
       }
     }
+  }
+
+  // A caller waits for a request: the next cycle starts now (tensor_queue.h).
+  void hurry() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      hurried_ = true;
+    }
+    submitted_.notify_one();
   }
 
   // Called with mutex_ held: whether this rank has something to announce.
@@ -1249,6 +1264,7 @@ class TensorQueueImpl : public TensorQueue {
 
   mutable std::mutex mutex_;
   std::condition_variable submitted_;
+  bool hurried_ = false;  // a caller waits for a request: the next cycle starts at once
   std::vector<Pending> incoming_;          // submitted, not yet announced
   std::map<std::string, Pending> pending_;  // announced, not yet run
   TensorWorkPtr joinWork_;

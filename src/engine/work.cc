@@ -13,6 +13,13 @@ bool Work::isCompleted() const {
 
 void Work::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
+  if (!completed_ && firstWaitHook_) {
+    const std::function<void()> hook = std::move(firstWaitHook_);
+    firstWaitHook_ = nullptr;
+    lock.unlock();
+    hook();
+    lock.lock();
+  }
   if (timeout.count() > 0) {
     if (!done_.wait_for(lock, timeout, [this] { return completed_; })) {
       throw std::runtime_error("Work.wait: not completed within " +
@@ -35,6 +42,11 @@ void Work::onCompletion(std::function<void(std::exception_ptr)> callback) {
   callback(error);
 }
 
+void Work::onFirstWait(std::function<void()> hook) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  firstWaitHook_ = std::move(hook);
+}
+
 void Work::complete(std::exception_ptr error) {
   std::vector<std::function<void(std::exception_ptr)>> callbacks;
   {
@@ -42,6 +54,7 @@ void Work::complete(std::exception_ptr error) {
     completed_ = true;
     error_ = error;
     callbacks.swap(callbacks_);
+    firstWaitHook_ = nullptr;  // may hold the queue: nothing waits any more
   }
   done_.notify_all();
   for (auto& callback : callbacks) callback(error);

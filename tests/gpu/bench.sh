@@ -9,12 +9,15 @@
 #             more, at three pipeline chunk sizes; its host half alone; then against gloo
 #   training  with MPS: the DistributedOptimizer against DDP on ringcomm and gloo (the training
 #             bench), and the DDP step of the 23M-parameter MLP
+#   training-queue  with MPS: the DistributedOptimizer against DDP on ringcomm alone, the CNN
+#             (and gloo) and ResNet-50
 #   staged2   the staged path at 2 ranks against pinned copies (the defaults only)
 #   hosts     2 namespace hosts of 2 and 4 ranks at 10 Gbit/s, and of 2 at 25 Gbit/s, CPU
 #             buffers, against gloo (16 cores: TCP where cores do not limit it)
 #   hosts-cuda  2 namespace hosts of 2 ranks at 10 Gbit/s, CUDA buffers, with MPS: IPC within
 #             each host and only each rank's slice staged across (auto), against staging whole
 #             buffers (RINGCOMM_CUDA_PATH=staged) and gloo
+#   hosts-fast  at 25 Gbit/s and unshaped: one rank per host; CUDA buffers at 2 per host
 #   ipc       with MPS and without: the IPC all-reduce against gloo at 2, 4 and 8 ranks
 #
 # Run tests/gpu/run.sh build first (or have ringcomm built with CUDA). One log per group lands in
@@ -97,6 +100,14 @@ for group in "${GROUPS_WANTED[@]}"; do
       bench training.log 100 "${ddp[@]}"
       mps off
       ;;
+    training-queue)
+      # Issue 37 part 3 only: the DistributedOptimizer against DDP on ringcomm, the CNN and
+      # ResNet-50, with MPS.
+      mps on
+      bench training.log 120 "${training[@]}" --steps 30 --runs ringcomm,ringcomm-ddp,gloo
+      bench training.log 120 "${training[@]}" --model resnet50 --runs ringcomm,ringcomm-ddp
+      mps off
+      ;;
     staged2)
       mps off
       bench staged.log 60 env RINGCOMM_CUDA_PATH=staged "${allreduce[@]}" -b 64M -e 1G -f 4 -np 2
@@ -114,6 +125,18 @@ for group in "${GROUPS_WANTED[@]}"; do
       bench hosts-cuda.log 60 env RINGCOMM_CUDA_PATH=staged "${across[@]}"
       mps off
       ;;
+    hosts-fast)
+      # 25 Gbit/s: one rank per host (a single connection between the hosts), shaped and not;
+      # CUDA buffers with IPC within the hosts against staging whole buffers.
+      one=(ringcomm-bench allreduce --check --quiet --min-time 0.1 --hosts 2 -np 2 -b 4M -e 256M -f 4)
+      bench hosts.log 60 "${one[@]}" --link-rate 25gbit
+      bench hosts.log 60 "${one[@]}"
+      mps on
+      across=("${allreduce[@]}" --hosts 2 -np 4 --link-rate 25gbit -b 16M -e 256M -f 4)
+      bench hosts-cuda.log 60 "${across[@]}"
+      bench hosts-cuda.log 60 env RINGCOMM_CUDA_PATH=staged "${across[@]}"
+      mps off
+      ;;
     ipc)
       mps on
       bench ipc.log 100 "${allreduce[@]}" --compare gloo -np 4 -b 1M -e 1G -f 4
@@ -121,7 +144,7 @@ for group in "${GROUPS_WANTED[@]}"; do
       mps off
       bench ipc.log 100 "${allreduce[@]}" --compare gloo -np 4 -b 1M -e 1G -f 4
       ;;
-    *) echo "unknown group $group (staged staged2 training hosts hosts-cuda ipc)" ;;
+    *) echo "unknown group $group (staged staged2 training training-queue hosts hosts-cuda hosts-fast ipc)" ;;
   esac
 done
 echo "logs: $(ls "$OUT"/*.log | tr '\n' ' ')"

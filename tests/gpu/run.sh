@@ -148,8 +148,9 @@ if wanted tests; then
   # Four at a time where pytest-xdist is installed (the GPU machine has 16 cores).
   parallel=()
   "$PYTHON" -c 'import xdist' 2>/dev/null && parallel=(-n 4)
+  # RINGCOMM_GPU_TESTS: a pytest -k expression, to run some of them only.
   step cuda-collectives 900 "$PYTHON" -m pytest -q -p no:cacheprovider -rfs "${parallel[@]}" \
-    tests/test_cuda_collectives.py tests/test_api.py
+    ${RINGCOMM_GPU_TESTS:+-k "$RINGCOMM_GPU_TESTS"} tests/test_cuda_collectives.py tests/test_api.py
 fi
 
 
