@@ -17,6 +17,8 @@
 #   hosts-cuda  2 namespace hosts of 2 ranks at 10 Gbit/s, CUDA buffers, with MPS: IPC within
 #             each host and only each rank's slice staged across (auto), against staging whole
 #             buffers (RINGCOMM_CUDA_PATH=staged) and gloo
+#   queue-knobs  with MPS: the DistributedOptimizer under one knob each (cycle time, fusion,
+#             path), and traces of it and of DDP (RINGCOMM_TRACE)
 #   hosts-fast  at 25 Gbit/s and unshaped: one rank per host; CUDA buffers at 2 per host
 #   ipc       with MPS and without: the IPC all-reduce against gloo at 2, 4 and 8 ranks
 #
@@ -125,6 +127,20 @@ for group in "${GROUPS_WANTED[@]}"; do
       bench hosts-cuda.log 60 env RINGCOMM_CUDA_PATH=staged "${across[@]}"
       mps off
       ;;
+    queue-knobs)
+      # Where the DistributedOptimizer's step goes (issue 37 part 3): the cycle time, fusion and
+      # the path of its all-reduces, one knob at a time; then a trace of it and of DDP.
+      mps on
+      for knob in RINGCOMM_CYCLE_TIME=0.2 RINGCOMM_CYCLE_TIME=5 HOROVOD_FUSION_THRESHOLD=0 \
+        RINGCOMM_CUDA_PATH=staged RINGCOMM_CUDA_PATH=ipc; do
+        bench training.log 40 env "$knob" "${training[@]}" --steps 30 --runs ringcomm
+      done
+      bench training.log 40 env RINGCOMM_TRACE="$OUT/distopt-trace.json" "${training[@]}" \
+        --steps 30 --runs ringcomm
+      bench training.log 40 env RINGCOMM_TRACE="$OUT/ddp-trace.json" "${training[@]}" \
+        --steps 30 --runs ringcomm-ddp
+      mps off
+      ;;
     hosts-fast)
       # 25 Gbit/s: one rank per host (a single connection between the hosts), shaped and not;
       # CUDA buffers with IPC within the hosts against staging whole buffers.
@@ -144,7 +160,7 @@ for group in "${GROUPS_WANTED[@]}"; do
       mps off
       bench ipc.log 100 "${allreduce[@]}" --compare gloo -np 4 -b 1M -e 1G -f 4
       ;;
-    *) echo "unknown group $group (staged staged2 training training-queue hosts hosts-cuda hosts-fast ipc)" ;;
+    *) echo "unknown group $group (staged staged2 training training-queue queue-knobs hosts hosts-cuda hosts-fast ipc)" ;;
   esac
 done
 echo "logs: $(ls "$OUT"/*.log | tr '\n' ' ')"
