@@ -46,6 +46,22 @@ def test_a_name_some_rank_never_submits_is_reported_then_fails_and_the_queue_goe
         assert outcome.result["horovod_kind"], "not a HorovodInternalError"
         # The queue goes on: the next request succeeds.
         assert outcome.result["after"] == [2.0, 2.0]
+        # Both ranks wait and nothing moves: the cycles keep their pace instead of spinning
+        # (0.2 s of CPU time in the 4 s here; a spinning queue thread takes a core).
+        assert outcome.result["stalled_cpu"] < 2.0, outcome.result["stalled_cpu"]
+
+
+def test_a_waiting_caller_does_not_wait_out_the_cycle_time():
+    # A 2 s cycle, and rank 1 submitting 0.1 s after rank 0 every round: each all-reduce takes
+    # about 0.1 s where it took up to two cycles (rank 0's cycle with its request alone, then the
+    # next) before a waiting caller kept the cycles coming.
+    outcomes = run_job(
+        2, "queue_waits.py", ["5", "0.1"], env={"RINGCOMM_CYCLE_TIME": "2000"}, deadline=120
+    )
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        took = sorted(outcome.result["took"])
+        assert took[len(took) // 2] < 1.0, f"rank {outcome.rank}: rounds took {took} s"
 
 
 @pytest.mark.parametrize("size", [1, 2, 3])

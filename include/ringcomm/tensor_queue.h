@@ -13,11 +13,12 @@
 // Requests always complete on the queue's thread, even at one rank, so an asynchronous request is
 // in flight when submit() returns, as in Horovod.
 //
-// A caller that waits for a request (Work::wait) before it completes cuts the rank's current
-// cycle short: nothing it submits later can join what it waits for, so the next exchange starts
-// at once (the ranks meet there, each as soon as its own caller waits or its cycle ends). A
-// training step's last gradients are then negotiated when the optimizer waits for them, not up
-// to a cycle later.
+// While a caller waits for a request (Work::wait) that has not run yet, the rank's cycles follow
+// each other without sleeping: nothing it submits meanwhile can join what it waits for, and the
+// ranks meet in each exchange as soon as the slowest arrives (by its own caller's wait or its
+// cycle time). A training step's last gradients are then negotiated when the optimizer waits for
+// them, not a cycle later on any rank. Where every rank waits and a cycle moves nothing (names
+// some rank never submits), the cycle time applies again.
 //
 // CUDA tensors (a build with CUDA): a request is ordered after the work its caller's stream had
 // queued when it was submitted, without the caller waiting for it. The queue's thread fuses

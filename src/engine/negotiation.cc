@@ -75,6 +75,7 @@ class Reader {
 
 constexpr uint8_t kJoin = 1;
 constexpr uint8_t kShutdown = 2;
+constexpr uint8_t kAwaiting = 4;
 constexpr uint8_t kDeviceMemory = 1;  // an announcement's flags
 
 std::string shapeText(const std::vector<int64_t>& shape) {
@@ -156,7 +157,8 @@ std::string Announcement::describe() const {
 
 std::vector<uint8_t> encode(const CycleMessage& message) {
   Writer out;
-  out.put<uint8_t>((message.join ? kJoin : 0) | (message.shutdown ? kShutdown : 0));
+  out.put<uint8_t>((message.join ? kJoin : 0) | (message.shutdown ? kShutdown : 0) |
+                   (message.awaiting ? kAwaiting : 0));
   out.put<uint32_t>(static_cast<uint32_t>(message.expired.size()));
   for (const Expiry& expiry : message.expired) {
     out.putString(expiry.name);
@@ -187,6 +189,7 @@ CycleMessage decode(const uint8_t* data, size_t size) {
   const auto flags = in.get<uint8_t>();
   message.join = (flags & kJoin) != 0;
   message.shutdown = (flags & kShutdown) != 0;
+  message.awaiting = (flags & kAwaiting) != 0;
   const auto expiries = in.get<uint32_t>();
   for (uint32_t i = 0; i < expiries; ++i) {
     Expiry expiry;

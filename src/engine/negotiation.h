@@ -54,6 +54,7 @@ struct Expiry {
 struct CycleMessage {
   bool join = false;      // this rank called join() since its last message
   bool shutdown = false;  // this rank is closing its queue
+  bool awaiting = false;  // a caller on this rank waits for a request not yet run
   std::vector<Expiry> expired;
   std::vector<Announcement> announcements;
 };

@@ -226,8 +226,8 @@ class TensorQueueImpl : public TensorQueue,
     for (size_t i = 0; i < requests.size(); ++i) {
       Pending pending;
       pending.work = std::make_shared<TensorWork>();
-      pending.work->onFirstWait([queue = weak_from_this()] {
-        if (auto alive = queue.lock()) alive->hurry();
+      pending.work->onFirstWait([queue = weak_from_this(), name = requests[i].name] {
+        if (auto alive = queue.lock()) alive->await(name);
       });
       pending.submitted = Clock::now();
       pending.traceId = nextTraceId_++;
@@ -428,14 +428,16 @@ class TensorQueueImpl : public TensorQueue,
     for (;;) {
       {
         // Sleep out the cycle; while backing off, a submission (or shutdown) cuts it short, but
-        // not below one cycle time, which lets tensors gather for fusion. A caller waiting for
-        // a request (hurry) cuts either short.
+        // not below one cycle time, which lets tensors gather for fusion. While a caller waits
+        // for a request, cycles follow each other at once (tensor_queue.h), unless the last one
+        // found every rank waiting and nothing moving (names that never become ready: the
+        // stall warning's case), where they would only spin.
         std::unique_lock<std::mutex> lock(mutex_);
+        auto hurried = [&] { return hurry_ && !awaited_.empty(); };
         submitted_.wait_until(lock, last + interval, [&] {
-          return hurried_ || (interval > config_.cycleTime && hasNewsLocked());
+          return hurried() || (interval > config_.cycleTime && hasNewsLocked());
         });
-        submitted_.wait_until(lock, last + config_.cycleTime, [&] { return hurried_; });
-        hurried_ = false;
+        submitted_.wait_until(lock, last + config_.cycleTime, hurried);
       }
       last = Clock::now();
       try {
@@ -450,11 +452,13 @@ class TensorQueueImpl : public TensorQueue,
     }
   }
 
-  // A caller waits for a request: the next cycle starts now (tensor_queue.h).
-  void hurry() {
+  // A caller waits for the request `name`: cycles follow each other at once until it has run
+  // (tensor_queue.h).
+  void await(const std::string& name) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      hurried_ = true;
+      if (pending_.count(name) == 0 && !incomingNames(name)) return;  // already taken to run
+      awaited_.insert(name);
     }
     submitted_.notify_one();
   }
@@ -474,6 +478,9 @@ class TensorQueueImpl : public TensorQueue,
       return m.announcements.empty() && !m.join && !m.shutdown && m.expired.empty();
     });
     CycleOutcome outcome = table_.record(messages);
+    const bool everyRankWaits = std::all_of(messages.begin(), messages.end(),
+                                            [](const CycleMessage& m) { return m.awaiting; });
+    hurry_ = !(everyRankWaits && *idle && outcome.ready.empty());
     if (trace::on()) {
       traceNegotiation(messages, outcome, cycleStart);
     } else if (!negotiations_.empty()) {
@@ -612,6 +619,7 @@ class TensorQueueImpl : public TensorQueue,
       joinAnnounced_ = true;
     }
     message.shutdown = shutdownRequested_;
+    message.awaiting = !awaited_.empty();
     message.expired = expiredRequests();
     return message;
   }
@@ -1156,6 +1164,7 @@ class TensorQueueImpl : public TensorQueue,
     if (it == pending_.end()) return std::nullopt;  // this rank had joined
     Pending pending = std::move(it->second);
     pending_.erase(it);
+    awaited_.erase(name);
     return pending;
   }
 
@@ -1225,6 +1234,7 @@ class TensorQueueImpl : public TensorQueue,
       if (joinWork_) works.push_back(joinWork_);
       pending_.clear();
       incoming_.clear();
+      awaited_.clear();
       joinWork_.reset();
     }
     for (auto& work : works) work->complete(error);
@@ -1264,7 +1274,10 @@ class TensorQueueImpl : public TensorQueue,
 
   mutable std::mutex mutex_;
   std::condition_variable submitted_;
-  bool hurried_ = false;  // a caller waits for a request: the next cycle starts at once
+  std::set<std::string> awaited_;  // requests a caller waits for, not yet taken to run
+  // Whether awaited requests start cycles at once: false after a cycle where every rank was
+  // waiting and nothing was announced or ready (queue thread only).
+  bool hurry_ = true;
   std::vector<Pending> incoming_;          // submitted, not yet announced
   std::map<std::string, Pending> pending_;  // announced, not yet run
   TensorWorkPtr joinWork_;

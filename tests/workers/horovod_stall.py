@@ -4,6 +4,7 @@ that request's alone."""
 
 import os
 import sys
+import time
 
 import torch
 
@@ -17,6 +18,9 @@ hvd.init()
 rank = hvd.rank()
 errors = []
 horovod_kind = False
+# The rank's CPU time while the request waits out its timeout: every rank waits and nothing
+# moves, so the queue's cycles keep their pace (a waiting caller does not make them spin).
+cpu_started = time.process_time()
 try:
     if rank == 0:
         hvd.allreduce(torch.ones(3), name="only.on.rank.0")
@@ -25,6 +29,7 @@ try:
 except ringcomm.RingcommError as error:
     errors.append(f"{type(error).__name__}: {error}")
     horovod_kind = isinstance(error, hvd.HorovodInternalError)
+stalled_cpu = time.process_time() - cpu_started
 after = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after.timeout")
 report(
     {
@@ -32,6 +37,7 @@ report(
         "errors": errors,
         "horovod_kind": horovod_kind,
         "after": after.tolist(),
+        "stalled_cpu": stalled_cpu,
     }
 )
 hvd.shutdown()
