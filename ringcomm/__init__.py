@@ -18,11 +18,10 @@ from ringcomm._core import (
     TimeoutError,
     TransportError,
 )
+from ringcomm._version import __version__
 from ringcomm.communicator import Communicator, Work, init
 from ringcomm.ops import ADASUM, AVG, MAX, MIN, PROD, SUM
 from ringcomm.shared_arrays import empty, zeros
-
-__version__ = "0.1.0"
 
 # torch.distributed backend "ringcomm": torch registers it through its entry point when it is
 # imported after us; when torch came first, register it here.

@@ -70,8 +70,7 @@ def _version_of(module_name: str) -> Optional[str]:
 
 def _ringcomm() -> dict:
     import ringcomm
-    from ringcomm import _core
-    from ringcomm.bench import machine
+    from ringcomm import _core, _host
 
     return {
         "version": ringcomm.__version__,
@@ -80,7 +79,7 @@ def _ringcomm() -> dict:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "host": socket.gethostname(),
-        "cpu": machine.cpu_model(),
+        "cpu": _host.cpu_model(),
         "cores": len(os.sched_getaffinity(0))
         if hasattr(os, "sched_getaffinity")
         else os.cpu_count(),

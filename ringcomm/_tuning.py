@@ -72,8 +72,8 @@ def machine_id() -> str:
 
 def identity() -> dict:
     """What a tuning file must match to apply here."""
-    import ringcomm
     from ringcomm import _core
+    from ringcomm._version import __version__
 
     cpu = ""
     try:
@@ -88,7 +88,7 @@ def identity() -> dict:
         "machine_id": machine_id(),
         "cpu": cpu,
         "cores": os.cpu_count(),
-        "ringcomm": ringcomm.__version__,
+        "ringcomm": __version__,
         "kernels": _core.build_info()["reduce_kernels"],
     }
 

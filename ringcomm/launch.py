@@ -34,7 +34,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from ringcomm import _core, _secret
+from ringcomm import _core, _host, _secret
 from ringcomm._ports import free_port
 from ringcomm._ranks import start_rank
 
@@ -44,12 +44,6 @@ _FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 # terminated: long enough for them to notice the failure through the transport and print their
 # own error, or to act on the signal.
 _GRACE_SECONDS = 10.0
-
-
-def default_ranks() -> int:
-    return (
-        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    )
 
 
 def _serve_store(base: dict):
@@ -362,7 +356,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for flag in ("min_np", "max_np", "slots_per_host", "elastic_timeout", "reset_limit"):
             if getattr(args, flag) is not None:
                 parser.error(f"--{flag.replace('_', '-')} needs --host-discovery-script")
-        nranks = default_ranks() if args.nranks is None else args.nranks
+        nranks = _host.cores() if args.nranks is None else args.nranks
         return spawn(nranks, command, grace=args.grace, keep_survivors=args.keep_survivors)
     start = next((n for n in (args.nranks, args.min_np, args.max_np) if n is not None), None)
     if start is None:

@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ringcomm import _slurm
 from ringcomm.bench import background_load, cluster, machine, memory_bandwidth, netns, plot, report
 from ringcomm.bench import device as bench_device
+from ringcomm.bench.cluster import link_rate
 from ringcomm.bench.collectives import COLLECTIVES, REDUCING, limit_busbw
 from ringcomm.bench.dtypes import DTYPES
-from ringcomm.bench.launchers import PEERS, RUNNERS, Outcome, report_file
+from ringcomm.bench.launchers import PEERS, RUNNERS, Outcome, launched_as_rank, report_file
 from ringcomm.bench.plan import Plan, run_deadline
 from ringcomm.bench.progress import SweepProgress
 from ringcomm.bench.sizes import parse_size, sweep
@@ -37,15 +36,6 @@ from ringcomm.bench.worker import progress_path
 OPS = ("sum", "avg", "min", "max", "prod")
 ALGORITHMS = ("auto", "ring", "tree", "direct", "hierarchical")
 _DEFAULT_BEGIN, _DEFAULT_END, _DEFAULT_FACTOR = "8", "128M", 4
-# A process is a rank of someone else's job when one of these is set (see ringcomm._environment).
-_RANK_VARIABLES = (
-    "RINGCOMM_RANK",
-    "PMI_RANK",
-    "OMPI_COMM_WORLD_RANK",
-    "PMIX_RANK",
-    "MV2_COMM_WORLD_RANK",
-)
-_TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def _size(text: str) -> int:
@@ -53,15 +43,6 @@ def _size(text: str) -> int:
         return parse_size(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def link_rate(text: str) -> str:
-    """argparse type of --link-rate: tc's units, checked."""
-    try:
-        cluster.parse_rate(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return text
 
 
 def _peers(text: str) -> list[str]:
@@ -251,14 +232,6 @@ def make_plan(args: argparse.Namespace, sizes: list[int], nranks: int) -> Plan:
         device=args.device,
         memory=args.memory,
         timeout=args.timeout or run_deadline(sizes, nranks),
-    )
-
-
-def launched_as_rank(env=os.environ) -> bool:
-    return (
-        any(v in env for v in _RANK_VARIABLES)
-        or all(v in env for v in _TORCHRUN_VARIABLES)
-        or _slurm.is_step(env)
     )
 
 

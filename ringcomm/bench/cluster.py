@@ -13,6 +13,7 @@ can reach at most rate * H / (2(H-1)); the other collectives' bounds are in link
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import re
@@ -49,6 +50,15 @@ def parse_rate(text: str) -> float:
             f"1gbit or 500mbit); got {text!r}"
         )
     return float(match.group(1)) * _UNITS[match.group(2)] / 8
+
+
+def link_rate(text: str) -> str:
+    """argparse type of --link-rate: tc's units, checked."""
+    try:
+        parse_rate(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
 
 
 def spread(nranks: int, hosts: int) -> list[int]:

@@ -21,11 +21,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ringcomm import _slurm
 from ringcomm._ports import free_port
 from ringcomm._ranks import start_rank
 from ringcomm.bench.cluster import MPI_ACROSS_HOSTS, Cluster
 from ringcomm.bench.plan import Plan
 from ringcomm.launch import spawn
+
+# A process is a rank of someone else's job when one of these is set (see ringcomm._environment).
+_RANK_VARIABLES = (
+    "RINGCOMM_RANK",
+    "PMI_RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "PMIX_RANK",
+    "MV2_COMM_WORLD_RANK",
+)
+_TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def launched_as_rank(env=os.environ) -> bool:
+    return (
+        any(v in env for v in _RANK_VARIABLES)
+        or all(v in env for v in _TORCHRUN_VARIABLES)
+        or _slurm.is_step(env)
+    )
+
 
 IMPLEMENTATIONS = ("ringcomm", "gloo", "mpi", "torch-ringcomm")
 # torch-ringcomm: ringcomm again, through torch.distributed (what the backend adds to the core).

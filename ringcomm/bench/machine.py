@@ -10,23 +10,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional, Sequence
 
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def cores() -> int:
-    """Cores this process may run on (its affinity), as -np's default."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+from ringcomm._host import cores, cpu_model
 
 
 def memory_gib() -> Optional[float]:

@@ -1,6 +1,6 @@
 """One rank of the training benchmark (ringcomm/bench/training.py): times optimizer steps of a
-small CNN (or ResNet-50) on synthetic images, with ringcomm's DistributedOptimizer, or with DDP on gloo or on
-the ringcomm backend; on the CPU or on a GPU (rank r on GPU r % count)."""
+small CNN (or ResNet-50) on synthetic images, with ringcomm's DistributedOptimizer, or with DDP
+on gloo or on the ringcomm backend; on the CPU or on a GPU (rank r on GPU r % count)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import os
 import time
 
 import torch
-
 
 # Each model's input images (channels, height, width) and classes.
 INPUTS = {"cnn": ((3, 32, 32), 10), "resnet50": ((3, 224, 224), 1000)}
@@ -23,7 +22,9 @@ def make_model(name: str = "cnn") -> torch.nn.Module:
         try:
             import torchvision
         except ImportError as error:
-            raise SystemExit("--model resnet50 needs torchvision (pip install torchvision)") from error
+            raise SystemExit(
+                "--model resnet50 needs torchvision: pip install torchvision"
+            ) from error
         return torchvision.models.resnet50()
     return torch.nn.Sequential(
         torch.nn.Conv2d(3, 64, 3, padding=1),

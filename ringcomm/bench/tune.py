@@ -35,8 +35,8 @@ from typing import Optional, Sequence
 
 from ringcomm import _tuning
 from ringcomm.bench import machine
-from ringcomm.bench.cli import launched_as_rank, link_rate
-from ringcomm.bench.launchers import RUNNERS, report_file
+from ringcomm.bench.cluster import link_rate
+from ringcomm.bench.launchers import RUNNERS, launched_as_rank, report_file
 from ringcomm.bench.plan import Plan, run_deadline
 from ringcomm.bench.progress import SweepProgress
 from ringcomm.bench.sizes import human, parse_size, sweep

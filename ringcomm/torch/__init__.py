@@ -54,10 +54,10 @@ from ringcomm.torch.collectives.reducescatter import (
 )
 from ringcomm.torch.collectives.sparse import sparse_allreduce_async
 from ringcomm.torch.compression import Compression
+from ringcomm.torch.distributed_optimizer import DistributedOptimizer
 from ringcomm.torch.errors import HorovodInternalError
 from ringcomm.torch.handles import poll, synchronize
 from ringcomm.torch.objects import allgather_object, broadcast_object, broadcast_parameters
-from ringcomm.torch.optimizer import DistributedOptimizer
 from ringcomm.torch.optimizer_state import broadcast_optimizer_state
 from ringcomm.torch.process_sets import (
     ProcessSet,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 import weakref
-from typing import Callable, Iterable, Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -29,8 +29,8 @@ from ringcomm.torch import handles, state
 from ringcomm.torch.collectives import allreduce
 from ringcomm.torch.collectives.sparse import sparse_allreduce_async
 from ringcomm.torch.compression import Compression, is_none, wire_codec
-from ringcomm.torch.process_sets import global_process_set, member
-from ringcomm.torch.reduce_ops import Adasum, Average
+from ringcomm.torch.process_sets import member
+from ringcomm.torch.reduce_ops import Average
 
 # The most recently created DistributedOptimizer of this process: under the 'contributors' join
 # policy, join() makes every replica equal to the last rank to join.
@@ -223,6 +223,10 @@ class DistributedOptimizerMixin:
         finally:
             self._should_synchronize = True
 
+    def _ringcomm_local_step(self) -> None:
+        """The wrapped optimizer's own step, without any all-reduce (optimizer_state.py)."""
+        super().step()
+
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
@@ -340,55 +344,3 @@ def _make_groups(params: list, groups) -> dict:
             "groups should be a non-negative integer or a list of list of torch.Tensor."
         )
     return {id(p): tuple(chunk) for chunk in chunks if len(chunk) > 1 for p in chunk}
-
-
-def DistributedOptimizer(  # noqa: N802 (Horovod's name)
-    optimizer: torch.optim.Optimizer,
-    named_parameters: Optional[Iterable] = None,
-    compression=Compression.none,
-    backward_passes_per_step: int = 1,
-    op=Average,
-    gradient_predivide_factor: float = 1.0,
-    num_groups: int = 0,
-    groups=None,
-    sparse_as_dense: bool = False,
-    process_set=global_process_set,
-):
-    """Wraps ``optimizer`` so that step() applies gradients reduced with ``op`` (default: the
-    average) over the process set's ranks; with ``op=Adasum``, the optimizer's own steps
-    combined with Adasum (adasum_optimizer.py)."""
-    if gradient_predivide_factor != 1.0 and op != Average:
-        raise ValueError("gradient_predivide_factor not supported with op != Average")
-    if num_groups != 0:
-        warnings.warn(
-            "Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        if groups is None:
-            groups = num_groups
-    if backward_passes_per_step <= 0:
-        raise ValueError("backward_passes_per_step must be > 0")
-    if op == Adasum and state.size() > 1:
-        # Horovod's _DistributedAdasumOptimizer (at one rank, as in Horovod, the plain one).
-        from ringcomm.torch.adasum_optimizer import AdasumOptimizerMixin
-
-        cls = type(optimizer.__class__.__name__, (AdasumOptimizerMixin, optimizer.__class__), {})
-        optimizer.__class__ = cls
-        optimizer._ringcomm_adasum_setup(
-            named_parameters, compression, backward_passes_per_step, process_set
-        )
-        return optimizer
-    cls = type(optimizer.__class__.__name__, (DistributedOptimizerMixin, optimizer.__class__), {})
-    optimizer.__class__ = cls
-    optimizer._ringcomm_setup(
-        named_parameters,
-        compression,
-        backward_passes_per_step,
-        op,
-        gradient_predivide_factor,
-        groups,
-        sparse_as_dense,
-        process_set,
-    )
-    return optimizer

@@ -20,12 +20,8 @@ from ringcomm.torch.process_sets import global_process_set
 
 
 def _step_without_synchronizing(optimizer: torch.optim.Optimizer) -> None:
-    from ringcomm.torch.optimizer import DistributedOptimizerMixin
-
-    if isinstance(optimizer, DistributedOptimizerMixin):
-        super(DistributedOptimizerMixin, optimizer).step()
-    else:
-        optimizer.step()
+    # A DistributedOptimizer's wrapped optimizer steps alone (DistributedOptimizerMixin).
+    getattr(optimizer, "_ringcomm_local_step", optimizer.step)()
 
 
 def _sparse_parameter_ids(model) -> set:

@@ -18,7 +18,7 @@ from typing import Optional
 
 import ringcomm
 from ringcomm import _core
-from ringcomm.torch import handles, timeline
+from ringcomm.torch import handles
 from ringcomm.torch import process_sets as sets
 from ringcomm.torch.errors import NotInitializedError
 
@@ -66,7 +66,7 @@ def init(comm=None, process_sets=None, *, join_policy: str = "zeros", **kwargs) 
     # store of its own (an elastic generation's), the same on every rank, new or old.
     environment = getattr(created, "_environment", None)
     session = getattr(environment, "scope", "") or _sessions
-    timeline.start_from_environment(_core.Config.from_environment())
+    _start_timeline_from_environment(_core.Config.from_environment())
     try:
         sets.setup(created, queue, policy, session, process_sets or [])
     except BaseException:
@@ -103,13 +103,27 @@ def _check_covers_every_rank(comm, size: int) -> None:
         )
 
 
+# HOROVOD_TIMELINE=DYNAMIC is how Horovod allows start_timeline() without a file at init;
+# ringcomm always allows it, and reads DYNAMIC as "no file at init".
+_TIMELINE_DYNAMIC = "DYNAMIC"
+
+
+def _start_timeline_from_environment(config: "_core.Config") -> None:
+    """At init(): HOROVOD_TIMELINE (and HOROVOD_TIMELINE_MARK_CYCLES), read by the core's
+    Config; the timeline itself is ringcomm/torch/timeline.py's."""
+    path = config.horovod_timeline
+    if path and path != _TIMELINE_DYNAMIC:
+        _core.start_horovod_timeline(path, config.horovod_timeline_mark_cycles)
+
+
 def shutdown() -> None:
     """Closes every queue and communicator of this rank (tells the other ranks' queues too).
     Never raises for what failed before."""
     global _comm, _queue
     if _comm is not None:
         # Rank 0 writes the timeline while the queue's events are all in.
-        timeline.stop_at_shutdown()
+        if _core.horovod_timeline_active():
+            _core.stop_horovod_timeline()
     sets.teardown()
     if _queue is not None:
         try:

@@ -6,16 +6,13 @@ rank 0 when it stops (stop_timeline(), or shutdown() for HOROVOD_TIMELINE): one 
 name with NEGOTIATE_<OP> (a tick per rank as its announcement arrived), then <OP> with QUEUE,
 MEMCPY_IN_FUSION_BUFFER, RINGCOMM_<OP> and MEMCPY_OUT_FUSION_BUFFER, and CYCLE_START markers
 with ``mark_cycles``. Unlike Horovod's, the file is written at the end, not as it goes.
+HOROVOD_TIMELINE starts one at init() (ringcomm/torch/state.py).
 """
 
 from __future__ import annotations
 
 from ringcomm import _core
 from ringcomm.torch import state
-
-# HOROVOD_TIMELINE=DYNAMIC is how Horovod allows start_timeline() without a file at init;
-# ringcomm always allows it, and reads DYNAMIC as "no file at init".
-DYNAMIC = "DYNAMIC"
 
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
@@ -33,16 +30,3 @@ def stop_timeline() -> None:
     if not state.is_initialized():
         raise ValueError("Horovod has not been initialized; use hvd.init().")
     _core.stop_horovod_timeline()
-
-
-def start_from_environment(config: "_core.Config") -> None:
-    """At init(): HOROVOD_TIMELINE (and HOROVOD_TIMELINE_MARK_CYCLES), read by the core's
-    Config."""
-    path = config.horovod_timeline
-    if path and path != DYNAMIC:
-        _core.start_horovod_timeline(path, config.horovod_timeline_mark_cycles)
-
-
-def stop_at_shutdown() -> None:
-    if _core.horovod_timeline_active():
-        _core.stop_horovod_timeline()

@@ -1,6 +1,6 @@
 """allreduce and its forms, with Horovod's arguments: in place (trailing underscore),
 asynchronous (``*_async``, a handle for poll() / synchronize()), grouped (tensors announced
-together, so they travel fused), and differentiable (autograd.py).
+together, so they travel fused), and differentiable (the Functions at the end).
 
 Every form takes ``process_set=`` and, beyond Horovod, ``compression=`` (async and in-place forms
 too). A built-in 16-bit compressor runs as the core's wire codec; any other runs around the
@@ -13,7 +13,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from ringcomm.torch import autograd, handles, requests
+from ringcomm.torch import handles, requests
 from ringcomm.torch.compression import Compression, is_none, wire_codec
 from ringcomm.torch.process_sets import Member, global_process_set, member
 from ringcomm.torch.reduce_ops import Adasum, Average, Sum, check_adasum, resolve_op
@@ -208,11 +208,11 @@ def allreduce(
     checked(tensor)
     if wire_codec(compression) is None and not is_none(compression):
         compressed, context = compression.compress(tensor)
-        reduced = autograd.Allreduce.apply(
+        reduced = Allreduce.apply(
             compressed, op, Compression.none, prescale_factor, postscale_factor, name, process_set
         )
         return compression.decompress(reduced, context)
-    return autograd.Allreduce.apply(
+    return Allreduce.apply(
         tensor, op, compression, prescale_factor, postscale_factor, name, process_set
     )
 
@@ -307,12 +307,12 @@ def grouped_allreduce(
     op = resolve_op(op, average)
     if wire_codec(compression) is None and not is_none(compression):
         compressed, contexts = zip(*[compression.compress(t) for t in tensors])
-        reduced = autograd.GroupedAllreduce.apply(
+        reduced = GroupedAllreduce.apply(
             op, Compression.none, prescale_factor, postscale_factor, name, process_set, *compressed
         )
         return [compression.decompress(r, c) for r, c in zip(reduced, contexts)]
     return list(
-        autograd.GroupedAllreduce.apply(
+        GroupedAllreduce.apply(
             op, compression, prescale_factor, postscale_factor, name, process_set, *tensors
         )
     )
@@ -335,3 +335,70 @@ def grouped_allreduce_(
             tensors, average, name, op, prescale_factor, postscale_factor, process_set, compression
         )
     )
+
+
+# ---- the gradients (Horovod's torch/mpi_ops.py: see ringcomm/torch/collectives/__init__.py) ----
+
+
+class Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, op, compression, prescale_factor, postscale_factor, name, process_set):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return handles.synchronize(
+            allreduce_async(
+                tensor,
+                None,
+                name,
+                op,
+                prescale_factor,
+                postscale_factor,
+                process_set,
+                compression,
+            )
+        )
+
+    @staticmethod
+    def backward(ctx, grad):
+        op, prescale_factor, postscale_factor, process_set = ctx.args
+        reduced = allreduce(
+            grad,
+            op=op,
+            prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor,
+            process_set=process_set,
+        )
+        return reduced, None, None, None, None, None, None
+
+
+class GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx, op, compression, prescale_factor, postscale_factor, name, process_set, *tensors
+    ):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return tuple(
+            handles.synchronize(
+                grouped_allreduce_async(
+                    list(tensors),
+                    None,
+                    name,
+                    op,
+                    prescale_factor,
+                    postscale_factor,
+                    process_set,
+                    compression,
+                )
+            )
+        )
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, prescale_factor, postscale_factor, process_set = ctx.args
+        reduced = grouped_allreduce(
+            list(grads),
+            op=op,
+            prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor,
+            process_set=process_set,
+        )
+        return (None,) * 6 + tuple(reduced)

@@ -14,7 +14,7 @@ import concurrent.futures
 
 import torch
 
-from ringcomm.torch import autograd, handles, requests
+from ringcomm.torch import handles, requests
 from ringcomm.torch.errors import HorovodInternalError
 from ringcomm.torch.process_sets import global_process_set, member
 from ringcomm.torch.tensors import checked
@@ -79,4 +79,24 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Without ``splits``, the rows received; with them, ``(output, received_splits)``.
     Differentiable."""
-    return autograd.Alltoall.apply(checked(tensor), splits, name, process_set)
+    return Alltoall.apply(checked(tensor), splits, name, process_set)
+
+
+# ---- the gradients (Horovod's torch/mpi_ops.py: see ringcomm/torch/collectives/__init__.py) ----
+
+
+class Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received = handles.synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.process_set = process_set
+        ctx.received = received
+        if splits is None:
+            return output
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad, *unused):
+        returned, _ = alltoall(grad.contiguous(), splits=ctx.received, process_set=ctx.process_set)
+        return returned, None, None, None

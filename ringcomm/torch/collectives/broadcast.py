@@ -4,8 +4,12 @@ Horovod). New-tensor, in-place (trailing underscore), asynchronous and different
 
 from __future__ import annotations
 
-from ringcomm.torch import autograd, handles, requests
+import torch
+
+from ringcomm.torch import handles, requests, state
+from ringcomm.torch.collectives import allreduce as allreduce_ops
 from ringcomm.torch.process_sets import global_process_set, member
+from ringcomm.torch.reduce_ops import Average
 from ringcomm.torch.tensors import checked, contiguous_for_in_place
 
 
@@ -34,9 +38,27 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """A new tensor holding the root's ``tensor``; differentiable."""
-    return autograd.Broadcast.apply(checked(tensor), root_rank, name, process_set)
+    return Broadcast.apply(checked(tensor), root_rank, name, process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """Overwrites ``tensor`` with the root's, in place."""
     return handles.synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+# ---- the gradients (Horovod's torch/mpi_ops.py: see ringcomm/torch/collectives/__init__.py) ----
+
+
+class Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank = root_rank
+        ctx.process_set = process_set
+        return handles.synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad):
+        averaged = allreduce_ops.allreduce(grad, op=Average, process_set=ctx.process_set)
+        if state.rank() != ctx.root_rank:
+            averaged = averaged * 0
+        return averaged, None, None, None

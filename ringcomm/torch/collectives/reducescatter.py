@@ -13,11 +13,12 @@ from typing import Sequence
 
 import torch
 
-from ringcomm.torch import autograd, handles, requests
+from ringcomm.torch import handles, requests
+from ringcomm.torch.collectives import allgather as allgather_ops
 from ringcomm.torch.compression import Compression
 from ringcomm.torch.errors import UnsupportedRequestError
 from ringcomm.torch.process_sets import global_process_set, member
-from ringcomm.torch.reduce_ops import Adasum, Average
+from ringcomm.torch.reduce_ops import Adasum, Average, Sum
 from ringcomm.torch.tensors import check_scalable, checked
 
 
@@ -102,7 +103,7 @@ def reducescatter(
     """This rank's part of the reduction; differentiable. ``compression`` runs around it, as
     in Horovod (the 16-bit ones cast)."""
     compressed, context = compression.compress(checked(tensor))
-    reduced = autograd.Reducescatter.apply(
+    reduced = Reducescatter.apply(
         compressed, name, op, process_set, prescale_factor, postscale_factor
     )
     return compression.decompress(reduced, context)
@@ -124,7 +125,61 @@ def grouped_reducescatter(
         c, context = compression.compress(checked(tensor))
         compressed.append(c)
         contexts.append(context)
-    reduced = autograd.GroupedReducescatter.apply(
+    reduced = GroupedReducescatter.apply(
         name, op, process_set, prescale_factor, postscale_factor, *compressed
     )
     return [compression.decompress(r, c) for r, c in zip(reduced, contexts)]
+
+
+# ---- the gradients (Horovod's torch/mpi_ops.py: see ringcomm/torch/collectives/__init__.py) ----
+
+
+def _scaled_for_reducescatter(grad, op, prescale_factor, postscale_factor, process_set):
+    if op == Sum:
+        grad = grad * process_set.size()
+    if prescale_factor != 1.0:
+        grad = grad * prescale_factor
+    if postscale_factor != 1.0:
+        grad = grad * postscale_factor
+    return grad
+
+
+class Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return handles.synchronize(
+            reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor)
+        )
+
+    @staticmethod
+    def backward(ctx, grad):
+        op, prescale_factor, postscale_factor, process_set = ctx.args
+        scaled = _scaled_for_reducescatter(grad, op, prescale_factor, postscale_factor, process_set)
+        gathered = allgather_ops.allgather(scaled.contiguous(), process_set=process_set)
+        return gathered, None, None, None, None, None
+
+
+class GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return tuple(
+            handles.synchronize(
+                grouped_reducescatter_async(
+                    list(tensors), name, op, process_set, prescale_factor, postscale_factor
+                )
+            )
+        )
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, prescale_factor, postscale_factor, process_set = ctx.args
+        scaled = [
+            _scaled_for_reducescatter(
+                g, op, prescale_factor, postscale_factor, process_set
+            ).contiguous()
+            for g in grads
+        ]
+        gathered = allgather_ops.grouped_allgather(scaled, process_set=process_set)
+        return (None,) * 5 + tuple(gathered)
