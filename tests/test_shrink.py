@@ -8,7 +8,15 @@ import sys
 import time
 
 import pytest
-from harness import WORKERS, finish_ranks, free_port, run_job, start_ranks_on_hosts, worker_env
+from harness import (
+    WORKERS,
+    RankOutcome,
+    finish_ranks,
+    free_port,
+    run_job,
+    start_ranks_on_hosts,
+    worker_env,
+)
 
 from ringcomm.bench import netns
 
@@ -184,6 +192,27 @@ def two_hosts():
             yield hosts
     except netns.NamespacesUnavailableError as reason:
         pytest.skip(str(reason))
+
+
+def test_a_second_death_during_the_shrink_across_two_hosts(two_hosts):
+    """8 ranks, 4 on each of two namespace hosts: rank 1 dies in the stream of all-reduces, and
+    rank 5, on the other host, 5 ms into the survivors' shrink. Every survivor on both hosts ends
+    with the same members and the same bits, within the shrink's time."""
+    started = time.monotonic()
+    procs = start_ranks_on_hosts(
+        two_hosts,
+        [str(WORKERS / "shrink.py"), "during", "1,5"],
+        {**SECRET, "RINGCOMM_TIMEOUT": str(TIMEOUT), "SECOND_DEATH_MS": "5"},
+        f"{SUBNET}.1",
+        free_port(),
+        layout=(0, 0, 0, 0, 1, 1, 1, 1),
+    )
+    finished = finish_ranks(procs, time.monotonic() + 90)
+    outcomes = [
+        RankOutcome(rank, code, out, err, time.monotonic() - started, result)
+        for rank, (result, code, out, err) in enumerate(finished)
+    ]
+    survivors_agree(outcomes, {1, 5}, late_victim=5)
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,7 @@
 #include <vector>
 
 #include "algorithms/context.h"
-#include "algorithms/plan.h"
+#include "plan/plan.h"
 #include "ringcomm/types.h"
 
 namespace ringcomm::plan {

@@ -15,7 +15,7 @@
 #include <cstring>
 #include <vector>
 
-#include "algorithms/plan.h"
+#include "plan/plan.h"
 #include "algorithms/ring.h"
 #include "common/bytes.h"
 #include "common/trace.h"

@@ -31,7 +31,7 @@
 #include <utility>
 #include <vector>
 
-#include "algorithms/plan.h"
+#include "plan/plan.h"
 #include "common/bytes.h"
 #include "common/failure.h"
 #include "common/log.h"

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "algorithms/plan.h"
+#include "plan/plan.h"
 #include "algorithms/ring.h"
 #include "common/cpu_share.h"
 #include "common/helper_threads.h"

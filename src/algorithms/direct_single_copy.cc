@@ -46,7 +46,7 @@
 #include <vector>
 
 #include "algorithms/direct.h"
-#include "algorithms/plan.h"
+#include "plan/plan.h"
 #include "common/bytes.h"
 #include "common/failure.h"
 #include "common/log.h"

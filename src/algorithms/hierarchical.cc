@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "algorithms/collectives.h"
-#include "algorithms/plan.h"
+#include "plan/plan.h"
 #include "algorithms/ring.h"
 #include "algorithms/tree.h"
 #include "codec/codec.h"

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "algorithms/context.h"
-#include "algorithms/plan.h"
+#include "plan/plan.h"
 #include "ringcomm/types.h"
 
 namespace ringcomm::algorithms {

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "algorithms/plan.h"
+#include "plan/plan.h"
 #include "common/bytes.h"
 #include "common/trace.h"
 #include "reduce/reduce.h"

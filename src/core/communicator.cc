@@ -10,12 +10,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
-#include <list>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -28,6 +26,7 @@
 #include "core/device_collectives.h"
 #include "core/failure_records.h"
 #include "core/membership.h"
+#include "core/point_to_point.h"
 #include "common/bytes.h"
 #include "common/failure.h"
 #include "common/log.h"
@@ -43,9 +42,6 @@
 namespace ringcomm {
 namespace {
 
-// How long the idle engine waits for a pending send or receive before looking at its queue again:
-// a collective submitted meanwhile waits at most this long to start.
-constexpr std::chrono::milliseconds kPointToPointPollSlice{1};
 // At shutdown, how long rank 0 waits for the other ranks' parts of RINGCOMM_TRACE (at most: the
 // communicator's own timeout when shorter). A rank that died never sends one.
 constexpr std::chrono::milliseconds kTraceGatherWait{30000};
@@ -95,7 +91,10 @@ class CommunicatorImpl : public Communicator {
                                                          links_.segments.get(), *waitPolicy_);
     device_ = std::make_unique<DeviceCollectives>(rank_, size_, config_, layout);
     engine_ = std::make_unique<engine::Engine>(
-        [this](bool mayBlock) { return pollPointToPoint(mayBlock); });
+        [this](bool mayBlock) {
+          return pointToPoint_.poll(*transport_, mayBlock,
+                                    [this](const PeerError& error) { failWith(error); });
+        });
     traceOwner_ = trace::claimTraceFile();
     logCreation();
   }
@@ -410,10 +409,10 @@ class CommunicatorImpl : public Communicator {
   WorkPtr send(const SendOptions& o) override {
     o.validate(size_, rank_);
     device_->refusePointToPoint(o, o.buffer, "send");
-    return enqueuePointToPoint(o, pointToPointLabel("send", o.peer, o.tag, o.bytes),
+    return enqueuePointToPoint(o, PointToPoint::labelOf("send", o.peer, o.tag, o.bytes),
                                [o](const algorithms::Context& ctx) {
                                  return ctx.transport.postSend(o.peer, o.buffer, o.bytes,
-                                                               pointToPointTag(o.tag, o.type));
+                                                               PointToPoint::tagOf(o.tag, o.type));
                                });
   }
 
@@ -421,8 +420,8 @@ class CommunicatorImpl : public Communicator {
     o.validate(size_, rank_);
     device_->refusePointToPoint(o, o.buffer, "recv");
     return enqueuePointToPoint(
-        o, pointToPointLabel("recv", o.peer, o.tag, o.bytes), [o](const algorithms::Context& ctx) {
-          const MessageTag tag = pointToPointTag(o.tag, o.type);
+        o, PointToPoint::labelOf("recv", o.peer, o.tag, o.bytes), [o](const algorithms::Context& ctx) {
+          const MessageTag tag = PointToPoint::tagOf(o.tag, o.type);
           // A receive from any rank waits here, in its turn, for a sender to show itself.
           const int peer = o.peer == kAnySource ? ctx.transport.waitForAnySender(tag, ctx.op) : o.peer;
           if (o.source != nullptr) *o.source = peer;
@@ -451,11 +450,7 @@ class CommunicatorImpl : public Communicator {
     }
     const bool healthy = markClosed("communicator was shut down on rank " + std::to_string(rank_));
     // The engine's threads are gone: sends and receives still in flight will not complete.
-    for (auto& pending : pointToPoint_) {
-      pending.work->complete(std::make_exception_ptr(CommunicatorClosed(
-          "ringcomm: " + pending.op.name() + ": the communicator was shut down before it completed")));
-    }
-    pointToPoint_.clear();
+    pointToPoint_.abandon();
     if (healthy) warnOfUnreadMessages();
     closeStreams();
     // Unmap the shared memory now rather than when the object goes (Python may hold it long
@@ -680,20 +675,6 @@ class CommunicatorImpl : public Communicator {
     throw PeerError(what, error.context());
   }
 
-  // A send's or receive's tag: the user's, and the element type when the caller gave one.
-  static MessageTag pointToPointTag(int tag, const std::optional<DataType>& type) {
-    return MessageTag{userTag(tag), type ? signatureOf(&*type, nullptr, -1) : 0u};
-  }
-
-  static OperationLabel pointToPointLabel(const char* what, int peer, int tag, size_t bytes) {
-    OperationLabel label;
-    label.collective = what;
-    label.peer = peer;
-    label.tag = tag;
-    label.bytes = bytes;
-    return label;
-  }
-
   template <typename Options, typename Body>
   WorkPtr enqueue(CollectiveKind kind, const Options& options, OperationLabel label,
                   uint32_t signature, Body body, uint32_t variant = 0) {
@@ -721,47 +702,11 @@ class CommunicatorImpl : public Communicator {
                               scratch_};
       try {
         transport::Transport::Request request = post(ctx);
-        pointToPoint_.push_back(PendingPointToPoint{request, std::move(op), work});
+        pointToPoint_.add(request, std::move(op), work);
       } catch (const PeerError& error) {
         failWith(error);
       }
     });
-  }
-
-  // The engine's poller: completes the sends and receives whose bytes have all moved, fails
-  // those past their deadline, and fails them all if a peer failed.
-  engine::PollResult pollPointToPoint(bool mayBlock) {
-    engine::PollResult result;
-    if (pointToPoint_.empty()) return result;
-    std::exception_ptr failure;
-    try {
-      transport_->progress(pointToPoint_.front().op, mayBlock, kPointToPointPollSlice);
-      for (auto it = pointToPoint_.begin(); it != pointToPoint_.end();) {
-        if (transport_->isDone(it->request)) {
-          result.finished.emplace_back(it->work, nullptr);
-          it = pointToPoint_.erase(it);
-        } else if (it->op.expired()) {
-          transport_->wait(it->request, it->op);  // raises the timeout, naming the peer
-          ++it;
-        } else {
-          ++it;
-        }
-      }
-    } catch (const PeerError& error) {
-      try {
-        failWith(error);
-      } catch (...) {
-        failure = std::current_exception();
-      }
-    } catch (...) {
-      failure = std::current_exception();
-    }
-    if (failure) {
-      for (auto& pending : pointToPoint_) result.finished.emplace_back(pending.work, failure);
-      pointToPoint_.clear();
-    }
-    result.pending = !pointToPoint_.empty();
-    return result;
   }
 
   void throwIfClosed(const OperationLabel& label) {
@@ -824,37 +769,13 @@ class CommunicatorImpl : public Communicator {
   // disagree so often wait for messages the other never sends (gather against scatter, ring
   // against tree, all-reduce against all-gather on shared memory).
   void checkPeerRunsTheSame(const Operation& op, bool& published, int peer) {
-    const std::string mine = inflightRecord(op);
-    // Bounded calls: the store may be across the very link this rank waits on.
-    if (!published) published = records_->publishInFlight(mine);
-    const std::optional<std::string> value = records_->inFlightOf(peer);
-    if (!value) return;  // the peer has not waited this long (yet), or is out of reach
-    const std::string& theirs = *value;
-    const std::string sequence = theirs.substr(0, theirs.find(' '));
-    if (sequence != std::to_string(op.label.sequence)) return;  // behind or ahead, not another
-    const std::string what = mine.substr(0, mine.find('\n'));
-    const std::string theirWhat = theirs.substr(0, theirs.find('\n'));
-    if (what == theirWhat) return;
-    const std::string description = theirs.substr(theirs.find('\n') + 1);
+    const std::optional<std::string> theirs = records_->otherCollectiveOf(op, published, peer);
+    if (!theirs) return;
     raisePeerFailure<MismatchError>(
         op, peer,
-        "rank " + std::to_string(peer) + " runs " + description +
+        "rank " + std::to_string(peer) + " runs " + *theirs +
             " (ranks called different collectives, or with another size, type, reduction, "
             "root, algorithm or compression)");
-  }
-
-  // "sequence kind signature count\n<description>": what checkPeerRunsTheSame compares.
-  static std::string inflightRecord(const Operation& op) {
-    const OperationLabel& l = op.label;
-    // An alltoallv's counts are each rank's own: they may differ.
-    const bool countsAgree = std::string(l.collective) != "alltoallv";
-    std::ostringstream record;
-    record << l.sequence << " " << l.collective << " " << (l.type ? l.type : "-") << " "
-           << (l.reduceOp ? l.reduceOp : "-") << " " << l.root << " "
-           << (l.algorithm ? l.algorithm : "-") << " " << (l.compression ? l.compression : "-")
-           << " " << (countsAgree ? std::to_string(l.count) : "-") << "\n"
-           << l.describe();
-    return record.str();
   }
 
   int rank_;
@@ -869,12 +790,7 @@ class CommunicatorImpl : public Communicator {
   std::unique_ptr<algorithms::Schedules> schedules_;
   std::unique_ptr<DeviceCollectives> device_;  // device buffers; needs no CUDA until used
   algorithms::Scratch scratch_;
-  struct PendingPointToPoint {
-    transport::Transport::Request request;
-    Operation op;
-    WorkPtr work;
-  };
-  std::list<PendingPointToPoint> pointToPoint_;  // touched only by whoever runs the engine's turn
+  PointToPoint pointToPoint_;  // sends and receives in flight
 
   std::mutex submitMutex_;  // sequence numbers are handed out in queue order
   uint64_t sequence_ = 0;

@@ -56,8 +56,12 @@ device::Peers peersOver(const algorithms::Context& ctx, const std::function<void
 
 DeviceCollectives::DeviceCollectives(int rank, int size, const Config& config,
                                      algorithms::HostLayout layout)
-    : rank_(rank), size_(size), config_(config), layout_(std::move(layout)),
-      everyRankOnThisHost_(layout_.hosts.size() == 1), evenHosts_(evenlySpread(layout_)),
+    : rank_(rank),
+      size_(size),
+      config_(config),
+      layout_(std::move(layout)),
+      everyRankOnThisHost_(layout_.hosts.size() == 1),
+      evenHosts_(evenlySpread(layout_)),
       path_(device::createDevicePath(rank, size, config)) {}
 
 device::TicketPtr DeviceCollectives::prepare(const CommonOptions& options,
@@ -114,11 +118,11 @@ MemoryPath DeviceCollectives::allreducePath(const AllreduceOptions& o,
   // staged whole and runs its host schedule (src/algorithms/adasum.h).
   if (!bothOnDevice || o.op == ReduceOp::Adasum) return MemoryPath::Host;
   const char* whyNot = whyNotIpc(o);
-  const MemoryPath path = whyNot != nullptr       ? MemoryPath::DeviceChunked
+  const MemoryPath path = whyNot != nullptr      ? MemoryPath::DeviceChunked
                           : everyRankOnThisHost_ ? MemoryPath::DeviceIpc
                                                  : MemoryPath::DeviceIpcAcrossHosts;
   if (log::enabled(LogLevel::Info, kLogCuda)) {
-    const char* why = whyNot != nullptr                  ? whyNot
+    const char* why = whyNot != nullptr                   ? whyNot
                       : config_.cudaPath == CudaPath::Ipc ? "RINGCOMM_CUDA_PATH=ipc"
                                                           : "at or above the IPC threshold";
     logPath(path == MemoryPath::DeviceIpc ? "IPC (peers read each other's device memory)"
@@ -184,7 +188,8 @@ void DeviceCollectives::allreduceAcrossHosts(const device::TicketPtr& ticket,
                                              const AllreduceOptions& o) {
   const std::vector<int>& local = layout_.hosts[layout_.host];
   std::vector<int> acrossMembers;  // this rank's counterparts: local rank i of every host
-  for (const std::vector<int>& host : layout_.hosts) acrossMembers.push_back(host[layout_.localRank]);
+  for (const std::vector<int>& host : layout_.hosts)
+    acrossMembers.push_back(host[layout_.localRank]);
   const algorithms::Context within = ctx.subgroup(local);
   const algorithms::Context across = ctx.subgroup(acrossMembers);
   const size_t elementBytes = elementSize(o.type);
@@ -195,13 +200,13 @@ void DeviceCollectives::allreduceAcrossHosts(const device::TicketPtr& ticket,
     reduce::finishAverage(chunk, count, o.type, o.op, size_);
   };
   const device::SliceStep stagedAcross = [&](void* slice, size_t, size_t count) {
-    path_->pipelined(*ticket, ctx.op, slice, slice, count, elementBytes, true, true,
-                     [&](void* chunk, size_t, size_t chunkCount) { reduceAcross(chunk, chunkCount); });
+    path_->pipelined(
+        *ticket, ctx.op, slice, slice, count, elementBytes, true, true,
+        [&](void* chunk, size_t, size_t chunkCount) { reduceAcross(chunk, chunkCount); });
   };
-  if (path_->ipcAllreduceWithinHost(*ticket, ctx.op,
-                                    peersOver(within, [&] { algorithms::barrier(within); }),
-                                    within.rank, within.size, o.input, o.output, o.count, o.type,
-                                    partial, stagedAcross)) {
+  if (path_->ipcAllreduceWithinHost(
+          *ticket, ctx.op, peersOver(within, [&] { algorithms::barrier(within); }), within.rank,
+          within.size, o.input, o.output, o.count, o.type, partial, stagedAcross)) {
     return;
   }
   // IPC is unavailable on this host (every rank of it says so alike), maybe not on the others:
@@ -213,8 +218,8 @@ void DeviceCollectives::allreduceAcrossHosts(const device::TicketPtr& ticket,
              [&](const std::vector<void*>& host) {
                auto* out = static_cast<uint8_t*>(host[1]);
                algorithms::ringAllreduce(within, host[0], out, o.count, o.type, partial);
-               const device::Slice mine = device::ipcSlice(o.count, elementBytes, within.size,
-                                                           within.rank);
+               const device::Slice mine =
+                   device::ipcSlice(o.count, elementBytes, within.size, within.rank);
                const size_t chunk = std::max<size_t>(1, config_.cudaChunkBytes / elementBytes);
                for (size_t done = 0; done < mine.count; done += chunk) {
                  reduceAcross(out + (mine.begin + done) * elementBytes,
@@ -232,7 +237,8 @@ void DeviceCollectives::allreduceAcrossHosts(const device::TicketPtr& ticket,
                gather.type = DataType::Uint8;
                algorithms::allgather(within, gather);
                for (int r = 0; r < within.size; ++r) {
-                 const device::Slice theirs = device::ipcSlice(o.count, elementBytes, within.size, r);
+                 const device::Slice theirs =
+                     device::ipcSlice(o.count, elementBytes, within.size, r);
                  std::memcpy(out + theirs.begin * elementBytes, slices.data() + sliceBytes * r,
                              theirs.count * elementBytes);
                }

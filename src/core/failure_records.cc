@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 #include <sstream>
+#include <string>
 #include <utility>
 
 namespace ringcomm {
@@ -123,6 +124,32 @@ std::string FailureRecords::traced(const PeerError& error, bool& mismatch) {
     next = recorded->blamed;
   }
   return text;
+}
+
+std::optional<std::string> FailureRecords::otherCollectiveOf(const Operation& op, bool& published,
+                                                             int peer) {
+  const std::string mine = inflightRecord(op);
+  if (!published) published = publishInFlight(mine);
+  const std::optional<std::string> value = inFlightOf(peer);
+  if (!value) return std::nullopt;  // the peer has not waited this long (yet), or is out of reach
+  const std::string& theirs = *value;
+  const std::string sequence = theirs.substr(0, theirs.find(' '));
+  if (sequence != std::to_string(op.label.sequence)) return std::nullopt;  // behind or ahead
+  if (mine.substr(0, mine.find('\n')) == theirs.substr(0, theirs.find('\n'))) return std::nullopt;
+  return theirs.substr(theirs.find('\n') + 1);
+}
+
+std::string FailureRecords::inflightRecord(const Operation& op) {
+  const OperationLabel& l = op.label;
+  // An alltoallv's counts are each rank's own: they may differ.
+  const bool countsAgree = std::string(l.collective) != "alltoallv";
+  std::ostringstream record;
+  record << l.sequence << " " << l.collective << " " << (l.type ? l.type : "-") << " "
+         << (l.reduceOp ? l.reduceOp : "-") << " " << l.root << " "
+         << (l.algorithm ? l.algorithm : "-") << " " << (l.compression ? l.compression : "-")
+         << " " << (countsAgree ? std::to_string(l.count) : "-") << "\n"
+         << l.describe();
+  return record.str();
 }
 
 bool FailureRecords::publishInFlight(const std::string& record) {

@@ -48,15 +48,22 @@ class FailureRecords {
   // one of them failed on ranks that disagreed. Waits at most a second for the records.
   std::string traced(const PeerError& error, bool& mismatch);
 
-  // What a collective that has waited a while runs, for a peer to compare (the in-flight check),
-  // and what a peer runs; each bounded, as the store may lie across the very link waited on.
-  bool publishInFlight(const std::string& record);
-  std::optional<std::string> inFlightOf(int peer);
+  // The in-flight check of a collective `op` that has waited a while for `peer`: publishes what
+  // this rank runs (once: `published`) and reads what the peer runs; the description of the
+  // peer's collective when it runs another one under the same number, else nothing (the peer
+  // runs the same, is behind or ahead, or has not waited this long). Each call bounded, as the
+  // store may lie across the very link waited on.
+  std::optional<std::string> otherCollectiveOf(const Operation& op, bool& published, int peer);
 
   // Waits (bounded) until the record has reached the job's store: before a rank leaves.
   void finish();
 
  private:
+  // "sequence kind signature count\n<description>": what the in-flight check compares.
+  static std::string inflightRecord(const Operation& op);
+  bool publishInFlight(const std::string& record);
+  std::optional<std::string> inFlightOf(int peer);
+
   struct Recorded {
     int blamed = -1;
     bool mismatch = false;

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "algorithms/plan.h"
+#include "plan/plan.h"
 
 namespace ringcomm::tuning {
 namespace {

@@ -6,7 +6,7 @@
 #include <set>
 #include <vector>
 
-#include "algorithms/plan.h"
+#include "plan/plan.h"
 #include "check.h"
 
 using namespace ringcomm::plan;

@@ -1,4 +1,4 @@
-#include "algorithms/plan.h"
+#include "plan/plan.h"
 
 #include <algorithm>
 
