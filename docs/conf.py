@@ -31,6 +31,9 @@ myst_heading_anchors = 4
 myst_enable_extensions = ["colon_fence"]
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
+# Quotes and ellipses made typographic, dashes not: "--compare" and "-np" are options to type,
+# which an en dash would break.
+smartquotes_action = "qe"
 # The documentation builds offline: no intersphinx, nothing fetched.
 html_theme = "furo"
 html_title = "ringcomm"

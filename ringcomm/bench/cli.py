@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-n",
         dest="nranks",
         type=at_least(int, 1),
-        help=f"ranks (default: one per core, {machine.cores()} here)",
+        help="ranks (default: one per core this process may run on)",
     )
     parser.add_argument(
         "--compression",
