@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -59,11 +60,14 @@ OperationLabel labelOf(const char* collective, size_t count, DataType type, bool
 }
 
 // Creates a communicator: `setupTimeout` bounds its rendezvous and connections (a shrink's are
-// bounded by the shrink's deadline), config.timeout its collectives.
+// bounded by the shrink's deadline), config.timeout its collectives. `watch`, where given, is
+// called while connecting and raises where the communicator can no longer form (a shrink's
+// FormingStore::check).
 std::shared_ptr<Communicator> createCommunicator(std::shared_ptr<Store> store,
                                                  const std::string& scope, int rank, int size,
                                                  const Config& config,
-                                                 std::chrono::milliseconds setupTimeout);
+                                                 std::chrono::milliseconds setupTimeout,
+                                                 const std::function<void()>& watch);
 
 class CommunicatorImpl : public Communicator {
  public:
@@ -472,13 +476,24 @@ class CommunicatorImpl : public Communicator {
                                      const std::string& scope, Clock::time_point deadline) {
     const int newRank = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) -
                                          ranks.begin());
-    std::shared_ptr<Store> store =
-        membership_ ? membership_->mailbox(leader, ranks, deadline) : store_;
     Config config = config_;
     config.listenAddress = listenAddress_;
     const auto setup = std::max(std::chrono::milliseconds(1), millisecondsLeft(deadline));
-    std::shared_ptr<Communicator> created = createCommunicator(
-        std::move(store), scope, newRank, static_cast<int>(ranks.size()), config, setup);
+    if (!membership_) {
+      return createCommunicator(store_, scope, newRank, static_cast<int>(ranks.size()), config,
+                                setup, nullptr);
+    }
+    const std::shared_ptr<FormingStore> forming =
+        membership_->forming(leader, ranks, scope, deadline);
+    std::shared_ptr<Communicator> created;
+    try {
+      created = createCommunicator(forming, scope, newRank, static_cast<int>(ranks.size()),
+                                   config, setup, [&forming] { forming->check(); });
+      forming->commit(deadline);
+    } catch (const PeerError& error) {
+      forming->abandon(error.what());
+      throw;
+    }
     if (leader == rank_ && mailbox_) static_cast<CommunicatorImpl&>(*created).keepAlive(mailbox_);
     return created;
   }
@@ -837,7 +852,7 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
 std::shared_ptr<Communicator> Communicator::createInScope(std::shared_ptr<Store> store,
                                                           const std::string& scope, int rank,
                                                           int size, const Config& config) {
-  return createCommunicator(std::move(store), scope, rank, size, config, config.timeout);
+  return createCommunicator(std::move(store), scope, rank, size, config, config.timeout, nullptr);
 }
 
 namespace {
@@ -845,7 +860,8 @@ namespace {
 std::shared_ptr<Communicator> createCommunicator(std::shared_ptr<Store> store,
                                                  const std::string& scope, int rank, int size,
                                                  const Config& config,
-                                                 std::chrono::milliseconds setupTimeout) {
+                                                 std::chrono::milliseconds setupTimeout,
+                                                 const std::function<void()>& watch) {
   configureObservability(config, rank);
   if (!store) throw InvalidArgument("Communicator::create: store is null");
   if (size < 1) throw InvalidArgument("size must be >= 1; got " + std::to_string(size));
@@ -879,7 +895,7 @@ std::shared_ptr<Communicator> createCommunicator(std::shared_ptr<Store> store,
   Config setup = config;
   setup.timeout = setupTimeout;
   transport::Links links =
-      transport::connectPeers(*scoped, rank, rendezvous, std::move(listener), setup);
+      transport::connectPeers(*scoped, rank, rendezvous, std::move(listener), setup, watch);
   std::vector<MailboxAddress> mailboxes;
   for (const bootstrap::RankRecord& record : rendezvous.ranks) {
     mailboxes.push_back(MailboxAddress{record.address, record.mailboxPort});

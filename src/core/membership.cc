@@ -46,48 +46,6 @@ std::pair<std::string, std::set<int>> parseList(const std::string& text) {
   return {word, ranks};
 }
 
-// A store whose waits watch that the members still live (Membership::mailbox).
-class WatchedStore : public Store {
- public:
-  WatchedStore(std::shared_ptr<Store> inner, std::vector<std::pair<int, MailboxAddress>> members,
-               int rank)
-      : inner_(std::move(inner)), members_(std::move(members)), rank_(rank) {}
-
-  void set(const std::string& key, const Bytes& value) override { inner_->set(key, value); }
-  int64_t add(const std::string& key, int64_t delta) override { return inner_->add(key, delta); }
-  std::optional<Bytes> tryGet(const std::string& key, std::chrono::milliseconds within) override {
-    return inner_->tryGet(key, within);
-  }
-  bool trySet(const std::string& key, const Bytes& value,
-              std::chrono::milliseconds within) override {
-    return inner_->trySet(key, value, within);
-  }
-
-  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override {
-    const auto deadline = net::deadlineAfter(timeout);
-    for (;;) {
-      try {
-        return inner_->get(key, std::min(kProbeInterval, millisecondsLeft(deadline)));
-      } catch (const TimeoutError&) {
-        if (Clock::now() >= deadline) throw;
-      }
-      for (const auto& [member, address] : members_) {
-        if (probeMailbox(address, std::min(deadline, Clock::now() + kProbeWait)) ==
-            Reach::Refused) {
-          throw TransportError("ringcomm: rank " + std::to_string(member) +
-                                   " is gone (its mailbox refuses) while the survivors met",
-                               FailureContext{"shrink", rank_, member, 0.0});
-        }
-      }
-    }
-  }
-
- private:
-  std::shared_ptr<Store> inner_;
-  std::vector<std::pair<int, MailboxAddress>> members_;
-  int rank_;
-};
-
 }  // namespace
 
 Reach probeMailbox(const MailboxAddress& address, Clock::time_point deadline) {
@@ -193,13 +151,115 @@ std::shared_ptr<Store> Membership::client(int rank, Clock::time_point deadline) 
   return store;
 }
 
-std::shared_ptr<Store> Membership::mailbox(int rank, const std::vector<int>& members,
-                                           Clock::time_point deadline) {
+std::shared_ptr<FormingStore> Membership::forming(int leader, const std::vector<int>& members,
+                                                  const std::string& scope,
+                                                  Clock::time_point deadline) {
   std::vector<std::pair<int, MailboxAddress>> watched;
   for (int member : members) {
     if (member != rank_) watched.emplace_back(member, mailboxes_.at(static_cast<size_t>(member)));
   }
-  return std::make_shared<WatchedStore>(client(rank, deadline), std::move(watched), rank_);
+  return std::make_shared<FormingStore>(client(leader, deadline), std::move(watched), scope,
+                                        rank_);
+}
+
+FormingStore::FormingStore(std::shared_ptr<Store> inner,
+                           std::vector<std::pair<int, MailboxAddress>> members, std::string scope,
+                           int rank)
+    : inner_(std::move(inner)), members_(std::move(members)), scope_(std::move(scope)),
+      rank_(rank) {}
+
+void FormingStore::set(const std::string& key, const Bytes& value) { inner_->set(key, value); }
+int64_t FormingStore::add(const std::string& key, int64_t delta) {
+  return inner_->add(key, delta);
+}
+std::optional<Bytes> FormingStore::tryGet(const std::string& key,
+                                          std::chrono::milliseconds within) {
+  return inner_->tryGet(key, within);
+}
+bool FormingStore::trySet(const std::string& key, const Bytes& value,
+                          std::chrono::milliseconds within) {
+  return inner_->trySet(key, value, within);
+}
+
+Bytes FormingStore::get(const std::string& key, std::chrono::milliseconds timeout) {
+  const auto deadline = net::deadlineAfter(timeout);
+  for (;;) {
+    try {
+      return inner_->get(key, std::min(kProbeInterval, millisecondsLeft(deadline)));
+    } catch (const TimeoutError&) {
+      if (Clock::now() >= deadline) throw;
+    }
+    check();
+  }
+}
+
+std::string FormingStore::formedKey(int rank) const {
+  return scope_ + "forming/formed/" + std::to_string(rank);
+}
+
+void FormingStore::raiseIfGone(int member, const MailboxAddress& address) {
+  if (probeMailbox(address, Clock::now() + kProbeWait) == Reach::Refused) {
+    throw TransportError("ringcomm: rank " + std::to_string(member) +
+                             " is gone (its mailbox refuses) while the survivors met",
+                         FailureContext{"shrink", rank_, member, 0.0});
+  }
+}
+
+void FormingStore::check() {
+  if (Clock::now() - lastCheck_ < kProbeInterval) return;
+  lastCheck_ = Clock::now();
+  if (const std::optional<Bytes> why = inner_->tryGet(scope_ + "forming/abandoned", kProbeWait)) {
+    throw TransportError("ringcomm: the survivors' communicator did not form: " + textOf(*why),
+                         FailureContext{"shrink", rank_, -1, 0.0});
+  }
+  for (const auto& [member, address] : members_) raiseIfGone(member, address);
+}
+
+void FormingStore::abandon(const std::string& why) {
+  inner_->trySet(scope_ + "forming/abandoned",
+                 bytesOf("rank " + std::to_string(rank_) + " failed: " + why), kProbeWait);
+}
+
+void FormingStore::commit(Clock::time_point deadline) {
+  inner_->set(formedKey(rank_), bytesOf("formed"));
+  std::vector<std::pair<int, MailboxAddress>> pending = members_;
+  while (!pending.empty()) {
+    // Blocks on the first that has not formed it for a slice; a broken leader's mailbox raises.
+    try {
+      inner_->get(formedKey(pending.front().first),
+                  std::max(std::chrono::milliseconds(1),
+                           std::min(kWaitSlice, millisecondsLeft(deadline))));
+    } catch (const TimeoutError&) {
+      if (Clock::now() >= deadline) {
+        throw TimeoutError("ringcomm: rank " + std::to_string(pending.front().first) +
+                               " did not form the survivors' communicator by the deadline",
+                           FailureContext{"shrink", rank_, pending.front().first, 0.0});
+      }
+    }
+    auto formed = [&](int member) {
+      return inner_->tryGet(formedKey(member), kProbeWait).has_value();
+    };
+    pending.erase(std::remove_if(pending.begin(), pending.end(),
+                                 [&](const auto& member) { return formed(member.first); }),
+                  pending.end());
+    if (pending.empty() || Clock::now() - lastCheck_ < kProbeInterval) continue;
+    lastCheck_ = Clock::now();
+    if (const std::optional<Bytes> why =
+            inner_->tryGet(scope_ + "forming/abandoned", kProbeWait)) {
+      throw TransportError("ringcomm: the survivors' communicator did not form: " + textOf(*why),
+                           FailureContext{"shrink", rank_, -1, 0.0});
+    }
+    // Only those that have not formed it: one that did and died after is the new
+    // communicator's failure. Read again after the ask, since it may have formed it between.
+    for (const auto& [member, address] : pending) {
+      if (probeMailbox(address, Clock::now() + kProbeWait) == Reach::Refused && !formed(member)) {
+        throw TransportError("ringcomm: rank " + std::to_string(member) +
+                                 " is gone (its mailbox refuses) before it formed the survivors' "
+                                 "communicator",
+                             FailureContext{"shrink", rank_, member, 0.0});
+      }
+    }
+  }
 }
 
 bool Membership::gone(int rank, Clock::time_point deadline,

@@ -65,6 +65,53 @@ struct Survivors {
   int leader = -1;         // whose mailbox holds the decision, and serves the new rendezvous
 };
 
+// A client of the leader's mailbox through which the survivors' new communicator forms
+// (rendezvous, connections, shared memory), watching that it can still form: its waits, and
+// check(), ask the members' mailboxes every 100 ms whether they live and look whether a member
+// gave up (abandon()), and raise TransportError naming it. A survivor that dies, or fails to
+// form the communicator, stops every other at once instead of at the deadline, and they all
+// agree again (Communicator::shrink).
+//
+// commit() ends the forming: the communicator is used only once every member formed it, so that
+// the survivors go on together or agree again together, never some of each:
+//   - a member posts "formed" once its communicator exists, or "abandoned" where it failed;
+//   - a member goes on once it has read every member's "formed" in the leader's mailbox; one
+//     that reads an "abandoned", or finds a member gone that had not formed it, abandons too.
+// A member that dies once every member formed it does not stop those that read so: the new
+// communicator's first collective names it, and the survivors shrink that one. What this cannot decide alike is the
+// leader dying in the moment between some members reading the last "formed" and others reading
+// it: those go on, these agree again on the old communicator (and find the first ones silent).
+class FormingStore : public Store {
+ public:
+  FormingStore(std::shared_ptr<Store> inner, std::vector<std::pair<int, MailboxAddress>> members,
+               std::string scope, int rank);
+
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  std::optional<Bytes> tryGet(const std::string& key, std::chrono::milliseconds within) override;
+  bool trySet(const std::string& key, const Bytes& value,
+              std::chrono::milliseconds within) override;
+
+  // Raises TransportError where a member is gone or gave up; asks at most every 100 ms.
+  void check();
+  // This rank failed to form the communicator (`why`): every other member stops too.
+  void abandon(const std::string& why);
+  // This rank formed the communicator: waits until every member did (above), by `deadline`.
+  void commit(Clock::time_point deadline);
+
+ private:
+  std::string formedKey(int rank) const;
+  // Raises where `member`'s mailbox refuses: the process is gone.
+  void raiseIfGone(int member, const MailboxAddress& address);
+
+  std::shared_ptr<Store> inner_;
+  const std::vector<std::pair<int, MailboxAddress>> members_;  // all but this rank
+  const std::string scope_;
+  const int rank_;
+  Clock::time_point lastCheck_{};
+};
+
 class Membership {
  public:
   // `mailboxes`: every rank's, this one's included, in rank order.
@@ -95,13 +142,10 @@ class Membership {
   bool post(const std::string& key, const Bytes& value, std::chrono::milliseconds within);
   std::optional<Bytes> read(int rank, const std::string& key, std::chrono::milliseconds within);
 
-  // A client of `rank`'s mailbox (this rank's own included): the store through which a new
-  // communicator of the survivors meets. Raises TransportError where it does not answer.
-  // Its waits ask the mailboxes of `members` every 100 ms whether they still live, and raise
-  // TransportError naming one that is gone: a survivor that dies after the decision stops the
-  // new communicator's rendezvous at once instead of at its deadline (shrink then agrees again).
-  std::shared_ptr<Store> mailbox(int rank, const std::vector<int>& members,
-                                 Clock::time_point deadline);
+  // The store through which the communicator of `members` forms under `scope` in `leader`'s
+  // mailbox (FormingStore, below). Raises TransportError where that mailbox does not answer.
+  std::shared_ptr<FormingStore> forming(int leader, const std::vector<int>& members,
+                                        const std::string& scope, Clock::time_point deadline);
 
  private:
   // Silence seen in one wait: since when, how many asks (a rank is gone only after a whole link

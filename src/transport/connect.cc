@@ -206,6 +206,25 @@ struct PendingHandshake {
   Clock::time_point deadline;
 };
 
+// How often a connecting rank calls its watch (connectPeers) while it waits.
+constexpr std::chrono::milliseconds kWatchInterval{100};
+
+// net::connectTcp by `deadline`, calling `watch` between attempts: a peer that refuses may have
+// given up forming the communicator, which the watch finds (connectTcp itself retries a refusal
+// until the deadline, since a listener may start late).
+net::UniqueFd connectWatched(const std::string& host, int port, Clock::time_point deadline,
+                             const std::function<void()>& watch) {
+  if (!watch) return net::connectTcp(host, port, deadline);
+  for (;;) {
+    try {
+      return net::connectTcp(host, port, std::min(deadline, Clock::now() + kWatchInterval));
+    } catch (const PeerError&) {
+      if (Clock::now() >= deadline) throw;
+    }
+    watch();
+  }
+}
+
 // What guards one link's frames: `configured`, with auto resolved for a peer on another host
 // (integrity, where this build has OpenSSL) or on this one (none: the bytes never leave it).
 WireProtection linkProtection(WireProtection configured, bool otherHost) {
@@ -223,7 +242,7 @@ WireProtection linkProtection(WireProtection configured, bool otherHost) {
 // (the oldest gives way to a newcomer, so a flood delays the job's ranks, never keeps them out).
 void setUpTcp(int rank, const std::vector<int>& tcpPeers, Links& links,
               const bootstrap::Rendezvous& rendezvous, net::UniqueFd listener, const Config& config,
-              std::chrono::milliseconds timeout) {
+              std::chrono::milliseconds timeout, const std::function<void()>& watch) {
   OperationLabel label;
   label.collective = "connecting to peers";
   const Operation op(label, rank, timeout);
@@ -232,7 +251,7 @@ void setUpTcp(int rank, const std::vector<int>& tcpPeers, Links& links,
   for (int peer : tcpPeers) {
     if (peer > rank) continue;
     const bootstrap::RankRecord& record = rendezvous.ranks[peer];
-    net::UniqueFd fd = net::connectTcp(record.address, record.port, op.deadline);
+    net::UniqueFd fd = connectWatched(record.address, record.port, op.deadline, watch);
     try {
       keys[peer] = auth::connectHandshake(fd.get(), config.secret, auth::Purpose::Data,
                                           auth::Caller{rank, peer}, op.deadline,
@@ -265,11 +284,14 @@ void setUpTcp(int rank, const std::vector<int>& tcpPeers, Links& links,
       wake = std::min(wake, handshake.deadline);
     }
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()).count();
-    if (::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<int64_t>(left, 0, 1000))) < 0 &&
+    const int64_t longest = watch ? kWatchInterval.count() : 1000;
+    if (::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<int64_t>(left, 0, longest))) <
+            0 &&
         errno != EINTR) {
       throw TransportError(std::string("ringcomm: poll() failed: ") + std::strerror(errno),
                            FailureContext{label.collective, rank, -1, 0.0});
     }
+    if (watch) watch();
     if (op.expired()) {
       raisePeerFailure<TimeoutError>(op, *awaited.begin(),
                                      "timed out waiting for ranks " + rankList(awaited) +
@@ -382,7 +404,8 @@ void setUpTcp(int rank, const std::vector<int>& tcpPeers, Links& links,
 }  // namespace
 
 Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvous,
-                   net::UniqueFd listener, const Config& config) {
+                   net::UniqueFd listener, const Config& config,
+                   const std::function<void()>& watch) {
   const int size = static_cast<int>(rendezvous.ranks.size());
   Links links;
   links.streams.resize(size);
@@ -450,7 +473,7 @@ Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvo
       links.streams[peer] = std::make_unique<ShmStream>(*links.segments, peerLocal);
     }
   }
-  setUpTcp(rank, tcpPeers, links, rendezvous, std::move(listener), config, config.timeout);
+  setUpTcp(rank, tcpPeers, links, rendezvous, std::move(listener), config, config.timeout, watch);
   return links;
 }
 

@@ -2,6 +2,7 @@
 // connections to the others (or to everyone, when RINGCOMM_TRANSPORT forces one).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -24,7 +25,10 @@ struct Links {
   std::vector<std::vector<int>> hostRanks;
 };
 
+// `watch`, where given, is called at least every 100 ms while waiting for a peer, and raises
+// where the communicator can no longer form (a peer that gave up forming it, or is gone).
 Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvous,
-                   net::UniqueFd listener, const Config& config);
+                   net::UniqueFd listener, const Config& config,
+                   const std::function<void()>& watch = nullptr);
 
 }  // namespace ringcomm::transport
