@@ -21,7 +21,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -45,10 +45,13 @@ def _die_with(launcher: int) -> Optional[Callable[[], None]]:
     return in_child
 
 
-def start_rank(command: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen:
+def start_rank(command: Sequence[str], env: Mapping[str, str], **popen: Any) -> subprocess.Popen:
+    """``command`` in a session of its own, killed when this process dies (``popen``: more of
+    subprocess.Popen's arguments, such as stdin)."""
     return subprocess.Popen(
         list(command),
         env=dict(env),
         start_new_session=True,
         preexec_fn=_die_with(os.getpid()),
+        **popen,
     )

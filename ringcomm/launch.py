@@ -1,8 +1,14 @@
-"""Starts N local ranks of a Python program, like a one-host mpirun, with no MPI needed.
+"""Starts N ranks of a Python program, like mpirun, with no MPI needed: on this machine, or on
+several hosts over ssh as horovodrun does.
 
     ringcomm-run -np 4 train.py --epochs 3
     ringcomm-run -np 4 python train.py --epochs 3     # as mpirun and horovodrun take it
     python -m ringcomm.launch -np 4 -m mypackage.worker
+    ringcomm-run -np 8 -H node1:4,node2:4 train.py    # or --hostfile (ringcomm/_hostlist.py)
+
+A rank on another host starts through ``ssh HOST`` (ringcomm/_remote.py), which gets the job, its
+environment and secret on its standard input, never on a command line; the hosts need the same
+Python environment at the same path, as mpirun assumes.
 
 The launcher serves the rendezvous store itself and passes its address in RINGCOMM_STORE. It
 also sets what torch.distributed's env:// rendezvous reads (RANK, WORLD_SIZE, LOCAL_RANK,
@@ -20,23 +26,24 @@ Elastic jobs, with Horovod's flags (ringcomm/elastic/driver.py):
 
     ringcomm-run -np 2 --min-np 1 --max-np 4 --host-discovery-script ./hosts.sh train.py
 
-run between --min-np and --max-np workers on the slots the script prints (``host:slots`` lines,
-every host a name of this machine), re-running it every second.
+run between --min-np and --max-np workers on the slots the script prints (``host:slots`` lines;
+a host other than this machine over ssh), re-running it every second.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import signal
 import sys
 import time
 from typing import Optional, Sequence
 
-from ringcomm import _core, _host, _secret
+from ringcomm import _core, _host, _hostlist, _secret
 from ringcomm._ports import free_port
-from ringcomm._ranks import start_rank
+from ringcomm._remote import DEFAULT_SSH, Ssh, start_on
 
 # Signals the launcher passes on to its ranks.
 _FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
@@ -46,16 +53,19 @@ _FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 _GRACE_SECONDS = 10.0
 
 
-def _serve_store(base: dict):
+def _serve_store(base: dict, address: str = "127.0.0.1"):
     """(the job's secret, a store server for the job): the user's secret (RINGCOMM_SECRET /
     _FILE), or a fresh one in the ranks' environment, which only this user's processes can
-    read; RINGCOMM_STORE tells the ranks where the store is."""
+    read; RINGCOMM_STORE tells the ranks where the store is. ``address``: where ranks reach it
+    (an address of this machine; the server listens on every interface where it is not a
+    loopback one, as ranks on several hosts reach it through theirs)."""
     secret = base.get("RINGCOMM_SECRET", "").encode() or _core.Config.from_environment().secret
     if not secret:
         secret = _secret.new_secret()
         base["RINGCOMM_SECRET"] = secret.decode()
-    server = _core.TcpStoreServer("127.0.0.1", 0, secret)
-    base["RINGCOMM_STORE"] = f"127.0.0.1:{server.port}"
+    loopback = address.startswith("127.") or address == "::1"
+    server = _core.TcpStoreServer(address if loopback else "0.0.0.0", 0, secret)
+    base["RINGCOMM_STORE"] = f"{address}:{server.port}"
     return secret, server
 
 
@@ -65,34 +75,42 @@ def spawn(
     env: Optional[dict] = None,
     grace: float = _GRACE_SECONDS,
     keep_survivors: bool = False,
+    hosts: Optional[Sequence[tuple[str, int]]] = None,
+    ssh: Ssh = DEFAULT_SSH,
 ) -> int:
     """Runs ``command`` as ``nranks`` ranks; returns the job's exit status (0 if all succeeded;
-    with ``keep_survivors``, 0 if any rank ran to a successful end: see _supervise)."""
+    with ``keep_survivors``, 0 if any rank ran to a successful end: see _supervise). ``hosts``:
+    [(host, slots)] to place them on (ringcomm/_hostlist.py), this machine where not given."""
     if nranks < 1:
         raise ValueError(f"-np must be at least 1; got {nranks}")
+    placements = _hostlist.place(hosts or [("localhost", nranks)], nranks)
+    remote = [p.host for p in placements if not _host.is_local_host(p.host)]
+    # Every rank reaches the store, and the others, through the address on the way to the
+    # other hosts: a rank here that met through 127.0.0.1 would listen where none can call it.
+    address = _host.address_towards(remote[0]) if remote else "127.0.0.1"
     base = dict(os.environ if env is None else env)
-    secret, server = _serve_store(base)
+    secret, server = _serve_store(base, address)
     base["RINGCOMM_WORLD_SIZE"] = str(nranks)
-    base["RINGCOMM_LOCAL_WORLD_SIZE"] = str(nranks)
     # torch.distributed's env:// convention, as torchrun sets it (rank 0 serves torch's store).
     base.update(
         WORLD_SIZE=str(nranks),
-        LOCAL_WORLD_SIZE=str(nranks),
-        MASTER_ADDR="127.0.0.1",
+        MASTER_ADDR=address if placements[0].host not in remote else placements[0].host,
         MASTER_PORT=str(free_port()),
     )
     children = []
     signals = _SignalsToForward()
     try:
-        for rank in range(nranks):
+        for rank, placement in enumerate(placements):
             child_env = dict(
                 base,
                 RINGCOMM_RANK=str(rank),
-                RINGCOMM_LOCAL_RANK=str(rank),
+                RINGCOMM_LOCAL_RANK=str(placement.local_rank),
+                RINGCOMM_LOCAL_WORLD_SIZE=str(placement.local_size),
                 RANK=str(rank),
-                LOCAL_RANK=str(rank),
+                LOCAL_RANK=str(placement.local_rank),
+                LOCAL_WORLD_SIZE=str(placement.local_size),
             )
-            children.append(start_rank(command, child_env))
+            children.append(start_on(placement.host, command, child_env, ssh))
         return _supervise(children, grace, signals, keep_survivors)
     finally:
         signals.restore()
@@ -131,8 +149,10 @@ def spawn_elastic(
     env: Optional[dict] = None,
     grace: float = _GRACE_SECONDS,
     verbose: bool = False,
+    ssh: Ssh = DEFAULT_SSH,
 ) -> int:
-    """Runs ``command`` as an elastic job (ringcomm/elastic/driver.py); returns its status."""
+    """Runs ``command`` as an elastic job (ringcomm/elastic/driver.py); returns its status.
+    Workers on hosts other than this machine start over ``ssh``."""
     from ringcomm.elastic import discovery, driver
 
     if not 1 <= min_np <= start_np <= max_np:
@@ -147,7 +167,9 @@ def spawn_elastic(
         for k, v in (os.environ if env is None else env).items()
         if k not in _NOT_FOR_ELASTIC_WORKERS
     }
-    secret, server = _serve_store(base)
+    # On every interface: hosts may be discovered later; each worker is told the address on
+    # the way to its host (driver.py).
+    secret, server = _serve_store(base, "0.0.0.0")
     signals = _SignalsToForward()
     try:
         store = _core.TcpStore("127.0.0.1", server.port, 30.0, secret)
@@ -167,6 +189,8 @@ def spawn_elastic(
             grace=grace,
             signals=signals,
             verbose=verbose,
+            ssh=ssh,
+            store_port=server.port,
         ).run()
     finally:
         signals.restore()
@@ -270,7 +294,8 @@ def _names_python(path: str) -> bool:
 def build_parser() -> argparse.ArgumentParser:
     """ringcomm-run's arguments (the documentation's reference is generated from them)."""
     parser = argparse.ArgumentParser(
-        prog="ringcomm-run", description="Run N local ranks of a Python program."
+        prog="ringcomm-run",
+        description="Run N ranks of a Python program, on this machine or on hosts over ssh.",
     )
     parser.add_argument(
         "-np",
@@ -278,10 +303,35 @@ def build_parser() -> argparse.ArgumentParser:
         dest="nranks",
         type=int,
         default=None,
-        help="number of ranks (default: one per core); elastic: the number to start with",
+        help="number of ranks (default: the slots of -H or --hostfile, else one per core); "
+        "elastic: the number to start with",
     )
+    hosts = parser.add_argument_group(
+        "hosts (horovodrun's and mpirun's flags; ranks on other hosts start over ssh)"
+    )
+    where = hosts.add_mutually_exclusive_group()
+    where.add_argument(
+        "-H",
+        "--hosts",
+        metavar="HOST:SLOTS,...",
+        help="hosts to run on and the ranks each takes, in order (default: this machine)",
+    )
+    where.add_argument(
+        "--hostfile",
+        "-hostfile",
+        metavar="FILE",
+        help="a file of hosts, one a line: 'host slots=N', 'host:N' or 'host'",
+    )
+    hosts.add_argument(
+        "--ssh-command",
+        default="ssh",
+        metavar="COMMAND",
+        help="the ssh client and its options, as one string ('ssh -F ./ssh_config'; default ssh)",
+    )
+    hosts.add_argument("--ssh-port", type=int, help="the port of the other hosts' ssh servers")
+    hosts.add_argument("--ssh-identity-file", metavar="FILE", help="the key ssh logs in with")
     elastic = parser.add_argument_group(
-        "elastic jobs (Horovod's flags; every discovered host must be this machine)"
+        "elastic jobs (Horovod's flags; hosts other than this machine are reached over ssh)"
     )
     elastic.add_argument(
         "--host-discovery-script",
@@ -352,12 +402,35 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         command = _command_of(program)
     else:
         parser.error("give a script to run (or -m module)")
+    ssh = Ssh(tuple(shlex.split(args.ssh_command)), args.ssh_port, args.ssh_identity_file)
     if args.host_discovery_script is None:
         for flag in ("min_np", "max_np", "slots_per_host", "elastic_timeout", "reset_limit"):
             if getattr(args, flag) is not None:
                 parser.error(f"--{flag.replace('_', '-')} needs --host-discovery-script")
-        nranks = _host.cores() if args.nranks is None else args.nranks
-        return spawn(nranks, command, grace=args.grace, keep_survivors=args.keep_survivors)
+        try:
+            hosts = (
+                _hostlist.parse_hosts(args.hosts)
+                if args.hosts
+                else _hostlist.read_hostfile(args.hostfile)
+                if args.hostfile
+                else None
+            )
+            if args.nranks is not None:
+                nranks = args.nranks
+            else:
+                nranks = sum(slots for _, slots in hosts) if hosts else _host.cores()
+            return spawn(
+                nranks,
+                command,
+                grace=args.grace,
+                keep_survivors=args.keep_survivors,
+                hosts=hosts,
+                ssh=ssh,
+            )
+        except (ValueError, OSError) as error:
+            parser.error(str(error))
+    if args.hosts or args.hostfile:
+        parser.error("an elastic job takes its hosts from --host-discovery-script, not -H")
     start = next((n for n in (args.nranks, args.min_np, args.max_np) if n is not None), None)
     if start is None:
         parser.error("an elastic job needs -np (or --min-np)")
@@ -376,6 +449,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             else None,
             grace=args.grace,
             verbose=args.verbose,
+            ssh=ssh,
         )
     except ValueError as error:
         parser.error(str(error))

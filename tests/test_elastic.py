@@ -415,15 +415,19 @@ def test_each_generation_has_its_own_data_link_secret():
     assert generation_secret(b"another job", 1) != generation_secret(secret, 1)
 
 
-def test_discovery_parses_host_lines_and_refuses_other_machines(tmp_path):
+def test_discovery_parses_host_lines(tmp_path):
     from ringcomm.elastic.discovery import HostDiscoveryScript
 
     script = HostDiscoveryScript("unused", default_slots=4)
-    assert script.parse("localhost:2\n\n127.0.0.2\n") == {"localhost": 2, "127.0.0.2": 4}
+    assert script.parse("localhost:2\n\n127.0.0.2\nnode7:1\n") == {
+        "localhost": 2,
+        "127.0.0.2": 4,
+        "node7": 1,  # another machine: its workers start over ssh (tests/test_over_ssh.py)
+    }
     with pytest.raises(ValueError, match="without slots"):
         HostDiscoveryScript("unused").parse("localhost\n")
-    with pytest.raises(ValueError, match="not this machine"):
-        script.parse("host-far-away.invalid:2\n")
+    with pytest.raises(ValueError, match="expected host:slots"):
+        script.parse("node7:x\n")
     failing = HostDiscoveryScript(discovery(tmp_path, "") + "; exit 7")
     with pytest.raises(RuntimeError, match="exit code 7"):
         failing.find_available_hosts_and_slots()

@@ -41,6 +41,8 @@ class RINGCOMM_API PrefixStore : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   std::optional<Bytes> tryGet(const std::string& key, std::chrono::milliseconds within) override;
   bool trySet(const std::string& key, const Bytes& value, std::chrono::milliseconds within) override;
+  // The store whose keys this one namespaces.
+  Store& inner() const { return *inner_; }
 
  private:
   std::string prefix_;

@@ -2,16 +2,15 @@
 prints ``host:slots`` lines, a blacklist of hosts whose workers failed (with Horovod's optional
 cooldown, after which a host may come back), and the assignment of ranks to slots.
 
-ringcomm-run starts every worker on this machine: a discovered host must be one of its names
-(``localhost``, any 127.x.y.z, ``::1``, its hostname, or an address of one of its interfaces).
-Several names of this machine are several hosts to the driver: each is blacklisted on its own.
+A host that names this machine (ringcomm._host.is_local_host) gets its workers started directly;
+any other over ssh (ringcomm/_remote.py). Several names of this machine are several hosts to the
+driver: each is blacklisted on its own.
 """
 
 from __future__ import annotations
 
 import collections
 import random
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -24,24 +23,6 @@ _SCRIPT_TIMEOUT_SECONDS = 60.0
 # Horovod's bounds for --blacklist-cooldown-range.
 _COOLDOWN_LOWER_BOUND_SECONDS = 1
 _COOLDOWN_UPPER_BOUND_SECONDS = 3600
-
-
-def is_local_host(host: str) -> bool:
-    """Whether ``host`` names this machine (ringcomm-run starts elastic workers here only)."""
-    if host in ("localhost", "::1", socket.gethostname(), socket.getfqdn()):
-        return True
-    try:
-        address = socket.gethostbyname(host)
-    except OSError:
-        return False
-    if address.startswith("127."):
-        return True
-    try:
-        with socket.socket() as probe:
-            probe.bind((address, 0))
-        return True
-    except OSError:
-        return False
 
 
 class HostDiscoveryScript:
@@ -96,12 +77,6 @@ class HostDiscoveryScript:
                     raise ValueError(
                         f"the host discovery script printed {line!r}: expected host:slots"
                     ) from None
-            if not is_local_host(host):
-                raise ValueError(
-                    f"the host discovery script printed host {host!r}, which is not this "
-                    "machine: ringcomm-run starts elastic workers on this machine only "
-                    f"(localhost, 127.0.0.1, {socket.gethostname()})"
-                )
             hosts[host] = count
         return hosts
 

@@ -31,7 +31,8 @@ import time
 from typing import Optional
 
 from ringcomm import _core
-from ringcomm._ranks import start_rank
+from ringcomm._host import address_towards
+from ringcomm._remote import DEFAULT_SSH, Ssh, start_on
 from ringcomm.elastic import protocol
 from ringcomm.elastic.discovery import HostManager, host_assignments
 from ringcomm.elastic.protocol import HostUpdateResult
@@ -72,6 +73,8 @@ class ElasticDriver:
         grace: float,
         signals,
         verbose: bool = False,
+        ssh: Ssh = DEFAULT_SSH,
+        store_port: Optional[int] = None,
     ):
         self.hosts = hosts
         self.command = command
@@ -83,6 +86,8 @@ class ElasticDriver:
         self.grace = grace
         self.signals = signals
         self.verbose = verbose
+        self.ssh = ssh
+        self.store_port = store_port  # where workers reach the store: env's RINGCOMM_STORE if not
         self.generation = -1
         self.assignment: list = []  # the current generation's SlotInfo, in rank order
         self.states: dict = {}  # worker name -> READY / SUCCESS / FAILURE in this round
@@ -201,8 +206,12 @@ class ElasticDriver:
             RINGCOMM_ELASTIC_SLOT=str(slot.local_rank),
             RINGCOMM_ELASTIC_GENERATION=str(self.generation),
         )
+        if self.store_port is not None:
+            # The address on the way to the worker's host reaches every other host too (they
+            # are one network), and is where the worker listens for the others.
+            env["RINGCOMM_STORE"] = f"{address_towards(slot.hostname)}:{self.store_port}"
         self._say(f"starting worker {slot.name} as rank {slot.rank}")
-        self.workers[slot.name] = start_rank(self.command, env)
+        self.workers[slot.name] = start_on(slot.hostname, self.command, env, self.ssh)
 
     def _wait_for_slots(self, needed: int):
         """The discovered hosts once they offer ``needed`` slots; JobFailedError after the elastic

@@ -835,8 +835,11 @@ std::atomic<uint64_t> communicatorsCreated{0};
 std::string listenAddressFor(const Config& config, Store& store) {
   if (!config.listenAddress.empty()) return config.listenAddress;
   if (!config.socketInterface.empty()) return bootstrap::interfaceAddress(config.socketInterface);
-  // The interface that reaches the store reaches the other ranks too.
-  if (auto* tcp = dynamic_cast<TcpStore*>(&store)) return tcp->localAddress();
+  // The interface that reaches the store reaches the other ranks too (through the namespaces
+  // of an elastic job's generations, and of torch's process groups).
+  Store* inner = &store;
+  while (auto* prefixed = dynamic_cast<PrefixStore*>(inner)) inner = &prefixed->inner();
+  if (auto* tcp = dynamic_cast<TcpStore*>(inner)) return tcp->localAddress();
   return "127.0.0.1";
 }
 

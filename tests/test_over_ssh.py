@@ -1,0 +1,205 @@
+"""ringcomm-run across hosts over ssh (-H, --hostfile, and elastic jobs whose discovery names other
+hosts): three namespace hosts, an OpenSSH server in the two the launcher does not run in
+(tests/sshd.py). The launcher runs in host 0, as on a cluster's first node."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import sshd
+from harness import WORKERS, worker_env
+
+from ringcomm import _hostlist
+from ringcomm.bench import netns
+
+SUBNET = "10.231.83"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """(hosts, the ssh client's configuration file)."""
+    try:
+        with netns.hosts(3, SUBNET, tag="ss") as hosts:
+            with sshd.servers(hosts, [1, 2], tmp_path_factory.mktemp("sshd")) as client:
+                yield hosts, client
+    except (netns.NamespacesUnavailableError, sshd.SshdUnavailableError) as reason:
+        pytest.skip(str(reason))
+
+
+def launch(cluster, flags, program, env=None, cwd=None):
+    """ringcomm-run in host 0 with ``flags``, where {h0}, {h1}, {h2} stand for the hosts."""
+    hosts, client = cluster
+    names = {f"h{i}": hosts.address(i) for i in range(len(hosts))}
+    flags = [flag.format(**names) for flag in flags]
+    command = hosts.command(
+        0,
+        [
+            sys.executable,
+            "-m",
+            "ringcomm.launch",
+            "--ssh-command",
+            f"ssh -F {client}",
+            *flags,
+            *program,
+        ],
+    )
+    return subprocess.Popen(
+        command,
+        env=worker_env(env),
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def results_of(out: str) -> list:
+    found = [json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")]
+    return sorted(found, key=lambda r: r["rank"])
+
+
+def test_ranks_on_three_hosts_over_ssh(cluster, tmp_path):
+    launcher = launch(
+        cluster,
+        ["-H", "{h0}:1,{h1}:2,{h2}:2"],
+        [str(WORKERS / "over_ssh.py")],
+        env={"TEST_MARKER": "passed on"},
+        cwd=tmp_path,
+    )
+    out, err = launcher.communicate(timeout=120)
+    assert launcher.returncode == 0, err[-4000:]
+    results = results_of(out)
+    assert [r["rank"] for r in results] == list(range(5)), err[-4000:]
+    assert all(r["ok"] and r["size"] == 5 for r in results), results
+    assert [r["local_size"] for r in results] == [1, 2, 2, 2, 2]
+    assert [r["local_rank"] for r in results] == [0, 0, 1, 0, 1]
+    namespaces = [r["namespace"] for r in results]
+    assert len({namespaces[0], namespaces[1], namespaces[3]}) == 3
+    assert namespaces[1] == namespaces[2] and namespaces[3] == namespaces[4]
+    # The launcher's directory and environment, but its secret on no command line anywhere.
+    assert {r["cwd"] for r in results} == {str(tmp_path)}
+    assert {r["marker"] for r in results} == {"passed on"}
+    assert all(r["secret_on_command_lines"] == [] for r in results), results
+
+
+def test_hostfile_places_ranks_on_other_hosts_only(cluster, tmp_path):
+    hosts, _ = cluster
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text(
+        f"# the cluster\n{hosts.address(1)} slots=2\n{hosts.address(2)}:1  # one more\n"
+    )
+    launcher = launch(cluster, ["--hostfile", str(hostfile)], [str(WORKERS / "over_ssh.py")])
+    out, err = launcher.communicate(timeout=120)
+    assert launcher.returncode == 0, err[-4000:]
+    results = results_of(out)
+    assert [r["local_size"] for r in results] == [2, 2, 1], err[-4000:]
+    assert all(r["ok"] for r in results)
+
+
+def test_unreachable_host_fails_the_job_naming_it(cluster):
+    launcher = launch(
+        cluster,
+        ["--grace", "2", "-H", "{h0}:1,10.231.83.77:1"],
+        [str(WORKERS / "over_ssh.py")],
+        env={"RINGCOMM_TIMEOUT": "30"},
+    )
+    out, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 255, err[-4000:]  # ssh's status: it could not connect
+    assert "10.231.83.77" in err, err[-4000:]
+
+
+def pids_written(directory: Path, count: int, deadline: float) -> list:
+    while time.monotonic() < deadline:
+        written = sorted(p for p in directory.iterdir() if not p.name.startswith("."))
+        if len(written) == count:
+            return [int(p.read_text()) for p in written]
+        time.sleep(0.1)
+    raise AssertionError(f"only {list(directory.iterdir())} of {count} ranks started")
+
+
+def alive(pids) -> list:
+    return [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_a_stopped_launcher_leaves_no_rank_on_any_host(cluster, tmp_path, how):
+    """SIGTERM: passed on to every rank (the last ignores it and is killed after --grace).
+    SIGKILL: the launcher cannot act; each far host's helper finds its ssh session gone and
+    ends its rank (SIGTERM, then SIGKILL after its own grace of 10 s)."""
+    launcher = launch(
+        cluster,
+        ["--grace", "2", "-H", "{h0}:1,{h1}:1,{h2}:1"],
+        [str(WORKERS / "sleeper.py"), str(tmp_path)],
+    )
+    pids = pids_written(tmp_path, 3, time.monotonic() + 60)
+    if how == "sigterm":
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(timeout=30) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 5
+    else:
+        # The launcher runs under `ip netns exec`, which execs it: the same process.
+        launcher.kill()
+        launcher.wait(timeout=10)
+        deadline = time.monotonic() + 20
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(pids), launcher.stderr.read()[-4000:]
+
+
+@pytest.mark.timeout(150)
+def test_elastic_job_drops_a_lost_host_and_trains_on(cluster, tmp_path):
+    """hvd.elastic training (workers/elastic_train.py) on h0:2 and h1:1 over ssh; the worker on h1
+    is killed: its host is blacklisted and the two on h0 go on from the last commit."""
+    from test_elastic import check_training, discovery
+
+    hosts, _ = cluster
+    far = hosts.address(1)
+    launcher = launch(
+        cluster,
+        ["--verbose", "-np", "3", "--min-np", "2", "--max-np", "3", "--host-discovery-script",
+         discovery(tmp_path, f"{hosts.address(0)}:2\n{far}:1\n")],
+        [str(WORKERS / "elastic_train.py"), str(tmp_path), "kill"],
+        env={"OMP_NUM_THREADS": "1", "RINGCOMM_TIMEOUT": "30"},
+    )  # fmt: skip
+    progress = tmp_path / "progress"
+    deadline = time.monotonic() + 100
+    while time.monotonic() < deadline and launcher.poll() is None:
+        if progress.exists() and progress.read_text() and int(progress.read_text()) >= 6:
+            break
+        time.sleep(0.1)
+    os.kill(int((tmp_path / f"pid-{far}-0").read_text()), signal.SIGKILL)
+    out, err = launcher.communicate(timeout=120)
+    assert launcher.returncode == 0, err[-6000:]
+    assert f"blacklisting host {far}" in err
+    results = results_of(out)
+    check_training(results, 2, out + err)
+    sizes = results[0]["sizes"]
+    assert sizes[:6] == [3] * 6 and sizes[-1] == 2, sizes
+
+
+def test_host_lists_and_hostfiles(tmp_path):
+    assert _hostlist.parse_hosts("a:2,b,c:3") == [("a", 2), ("b", 1), ("c", 3)]
+    assert _hostlist.parse_hosts("a:1,a:2") == [("a", 3)]
+    assert _hostlist.parse_hosts("[fe80::1]:2") == [("fe80::1", 2)]
+    for bad in ("", "a:0", "a:x", ":2"):
+        with pytest.raises(ValueError, match="-H"):
+            _hostlist.parse_hosts(bad)
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# comment\nn1 slots=4\n\nn2:2\nn3\n")
+    assert _hostlist.read_hostfile(str(hostfile)) == [("n1", 4), ("n2", 2), ("n3", 1)]
+    hostfile.write_text("n1 slots=4 extra\n")
+    with pytest.raises(ValueError, match="line 1"):
+        _hostlist.read_hostfile(str(hostfile))
+    placed = _hostlist.place([("a", 2), ("b", 2)], 3)
+    assert [(p.host, p.local_rank, p.local_size) for p in placed] == [
+        ("a", 0, 2),
+        ("a", 1, 2),
+        ("b", 0, 1),
+    ]
+    with pytest.raises(ValueError, match="more than the 4 slots"):
+        _hostlist.place([("a", 2), ("b", 2)], 5)
