@@ -203,3 +203,20 @@ def test_host_lists_and_hostfiles(tmp_path):
     ]
     with pytest.raises(ValueError, match="more than the 4 slots"):
         _hostlist.place([("a", 2), ("b", 2)], 5)
+
+
+def test_survivors_on_both_hosts_shrink_and_finish(cluster):
+    """--keep-survivors across hosts: rank 2, on the far host, is killed in a stream of
+    all-reduces; the survivors on both hosts shrink (workers/shrink.py) and the job succeeds."""
+    launcher = launch(
+        cluster,
+        ["--keep-survivors", "-H", "{h0}:2,{h1}:2"],
+        [str(WORKERS / "shrink.py"), "kill", "2"],
+        env={"RINGCOMM_TIMEOUT": "20"},
+    )
+    out, err = launcher.communicate(timeout=120)
+    assert launcher.returncode == 0, out[-3000:] + err[-3000:]
+    assert f"rank 2 exited with status {128 + signal.SIGKILL}; the other ranks go on" in err, err
+    results = results_of(out)
+    assert [r["rank"] for r in results] == [0, 1, 3], out
+    assert all(r["survivors"] == [0, 1, 3] and r["exact"] for r in results), results
