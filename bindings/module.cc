@@ -158,6 +158,11 @@ PYBIND11_MODULE(_core, m) {
   });
 
   // ---- enums -------------------------------------------------------------------------------
+  // Each before the first signature that names it, so that signatures (and the stubs made from
+  // them, ringcomm/_core.pyi) name the Python type, not the C++ one.
+  py::enum_<LogLevel>(m, "LogLevel")
+      .value("NONE", LogLevel::None).value("WARN", LogLevel::Warn)
+      .value("INFO", LogLevel::Info).value("TRACE", LogLevel::Trace);
   py::enum_<DataType>(m, "DataType")
       .value("int8", DataType::Int8).value("uint8", DataType::Uint8)
       .value("int16", DataType::Int16)
@@ -238,9 +243,6 @@ PYBIND11_MODULE(_core, m) {
         return variables;
       });
   // ---- observability (include/ringcomm/debug.h) ------------------------------------------
-  py::enum_<LogLevel>(m, "LogLevel")
-      .value("NONE", LogLevel::None).value("WARN", LogLevel::Warn)
-      .value("INFO", LogLevel::Info).value("TRACE", LogLevel::Trace);
   m.def("parse_log_level", &parseLogLevel);
   m.def("parse_log_subsystems", &parseLogSubsystems);
   m.def("configure_observability", &configureObservability, py::arg("config"),

@@ -70,7 +70,7 @@ void bindTensorQueue(py::module_& m) {
       .value("alltoall", TensorOp::Alltoall);
 
   py::class_<TensorRequest>(m, "TensorRequest")
-      .def(py::init(&makeRequest), py::arg("op"), py::arg("name"), py::arg("x"),
+      .def(py::init(&makeRequest), py::arg("op"), py::arg("name"), py::arg("x"), py::kw_only(),
            py::arg("out") = py::none(), py::arg("shape"), py::arg("reduce_op") = ReduceOp::Sum,
            py::arg("compression") = Compression::None, py::arg("prescale") = 1.0,
            py::arg("postscale") = 1.0, py::arg("root") = 0,

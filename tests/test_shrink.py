@@ -121,7 +121,8 @@ def test_split_by_color_numbered_by_key():
         assert result["sum"] == sum(members)
 
 
-@pytest.mark.parametrize("victim", [0, 2])
+# A rank other than 0; the test across two hosts below loses rank 0, torch's store with it.
+@pytest.mark.parametrize("victim", [2])
 def test_ddp_trains_on_after_a_rank_is_killed(victim):
     """torch.distributed.shrink_group on the ringcomm backend: the survivors ask which ranks are
     gone (ringcomm.c10d.lost_ranks), shrink the default group, wrap the model in DDP again and
@@ -145,7 +146,8 @@ def test_ddp_trains_on_after_a_rank_is_killed(victim):
     assert len({o.result["params"] for o in alive}) == 1
 
 
-@pytest.mark.parametrize("victim", [0, 2])
+# Rank 0 (the Horovod API's rank 0 broadcasts the state); the DDP test above loses another.
+@pytest.mark.parametrize("victim", [0])
 def test_the_horovod_api_trains_on_after_a_worker_is_killed(victim):
     """hvd.elastic.run without an elastic driver: the survivors restore the last commit, shrink
     the job's communicator in place and go on, with the same parameters."""
@@ -269,7 +271,9 @@ def test_a_partition_leaves_at_most_one_side_running(two_hosts, tmp_path, layout
     assert len(digests) <= 1
 
 
-@pytest.mark.parametrize("victim", [0, 5])
+# Rank 0, which serves torch's store: the hardest to lose. One victim a test bounds CI's time;
+# test_survivors_of_a_killed_rank_go_on loses others.
+@pytest.mark.parametrize("victim", [0])
 def test_ddp_across_two_hosts_trains_on_after_a_rank_is_killed(two_hosts, victim):
     """8 ranks, 4 on each of two namespace hosts, DDP on the ringcomm backend: kill -9 of rank 0
     (which served torch's store) or of a rank on the other host; the survivors find the lost rank,
