@@ -240,7 +240,7 @@ def _mpi(timeout: float, secret: bytes, keepalive: list) -> LaunchEnvironment:
     try:
         from mpi4py import MPI
     except ImportError:
-        MPI = None  # noqa: N806 (mpi4py's module name)
+        MPI = None  # type: ignore[assignment]  # noqa: N806 (mpi4py's module name)
     if MPI is not None:
         world = MPI.COMM_WORLD
         rank, size = world.Get_rank(), world.Get_size()
@@ -356,7 +356,7 @@ def identify() -> LaunchIdentity:
         # With mpi4py, rank 0 picks the store's address when the job starts.
         return LaunchIdentity(
             kind,
-            _integer(_first(MPI_RANK_VARIABLES)),
+            _integer(_first(MPI_RANK_VARIABLES) or MPI_RANK_VARIABLES[0]),
             _optional_integer(MPI_SIZE_VARIABLES),
             _optional_integer(MPI_LOCAL_RANK_VARIABLES),
             _optional_integer(MPI_LOCAL_SIZE_VARIABLES),

@@ -339,9 +339,10 @@ def collect() -> dict:
 # ---- rendering -----------------------------------------------------------------------------
 
 
-def _size(value: Optional[int]) -> str:
-    if value is None:
+def _size(count: Optional[int]) -> str:
+    if count is None:
         return "?"
+    value = float(count)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if value < 1024 or unit == "TiB":
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"

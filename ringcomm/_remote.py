@@ -153,6 +153,7 @@ class RemoteRank:
     def _write(self, line: str) -> None:
         with self._lock:
             try:
+                assert self._process.stdin is not None  # started with stdin=PIPE
                 self._process.stdin.write(line.encode())
                 self._process.stdin.flush()
             except (BrokenPipeError, ValueError):  # ssh ended (the rank with it), or closed

@@ -82,7 +82,7 @@ def _expand_name(name: str) -> list:
         return [name]
     prefix, rest = name[: match.start()], name[match.end() :]
     tails = _expand_name(rest)
-    hosts = []
+    hosts: list[str] = []
     for item in match.group(1).split(","):
         for number in _expand_range(item, name):
             hosts.extend(prefix + number + tail for tail in tails)
@@ -160,6 +160,8 @@ class SlurmStep:
 def step(env=os.environ) -> SlurmStep:
     """The srun task this process is (is_step() must hold)."""
     rank = _integer(env, "SLURM_PROCID")
+    if rank is None:
+        raise RuntimeError("launched by srun, but SLURM_PROCID is not set")
     size = _integer(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
     if size is None:
         raise RuntimeError(

@@ -103,12 +103,12 @@ def rules_from_times(times: dict) -> list:
     interpolated linearly in size between the two (time = alpha + size / bandwidth is linear in
     size); without a crossing in between (the old winner stayed on the margin), the larger size's
     winner takes over just above the smaller size."""
-    winners = []  # (size, winner, {algorithm: time_us})
+    winners: list[tuple] = []  # (size, winner, {algorithm: time_us})
     for size in sorted({size for by_size in times.values() for size in by_size}):
         timed = {a: t[size] for a, t in times.items() if size in t and t[size] > 0}
         if not timed:
             continue
-        best = min(timed, key=timed.get)
+        best = min(timed, key=lambda algorithm: timed[algorithm])
         previous = winners[-1][1] if winners else None
         if previous in timed and timed[previous] <= timed[best] * (1 + _SWITCH_MARGIN):
             best = previous
@@ -264,7 +264,7 @@ def rules_for(config, world_size: int) -> dict:
     forced, one rank, no file or one that does not apply)."""
     from ringcomm import _core
 
-    none = {"shm": [], "tcp": []}
+    none: dict[str, list] = {"shm": [], "tcp": []}
     if config.algorithm != _core.Algorithm.auto or world_size < 2:
         return none
     return load_rules(world_size) or none

@@ -60,9 +60,10 @@ class HostDiscoveryScript:
             line = line.strip()
             if not line:  # a script may print nothing while no host is ready
                 continue
-            host, colon, slots = line.rpartition(":")
+            host, colon, slots_text = line.rpartition(":")
+            slots: Optional[str] = slots_text if colon else None
             if not colon:
-                host, slots = line, None
+                host = line
             if slots is None:
                 if self.default_slots is None:
                     raise ValueError(
@@ -137,7 +138,9 @@ class HostManager:
 
     def __init__(self, discovery: HostDiscoveryScript, cooldown_range: Optional[tuple] = None):
         self.discovery = discovery
-        self.states = collections.defaultdict(lambda: HostState(cooldown_range))
+        self.states: dict[str, HostState] = collections.defaultdict(
+            lambda: HostState(cooldown_range)
+        )
         self._current = DiscoveredHosts()
 
     @property
@@ -180,7 +183,7 @@ def host_assignments(hosts: DiscoveredHosts, min_np: int, max_np: int) -> list:
     """Ranks for the slots of ``hosts``, host by host in their order, up to ``max_np``
     (Horovod's get_host_assignments). Raises ValueError below ``min_np``."""
     placed = []  # (host, [ranks])
-    cross = collections.defaultdict(dict)  # local rank -> {host: cross rank}
+    cross: dict[int, dict[str, int]] = collections.defaultdict(dict)  # local rank -> {host: rank}
     rank = 0
     for host in hosts.order:
         ranks = []
