@@ -949,3 +949,27 @@ def test_a_peer_whose_ranks_each_saw_a_world_of_their_own_is_not_reported(tmp_pa
     assert "4 ranks were started but rank 0 saw a world of 1 (another MPI's mpirun)" in outcome.note
     report.write_text(json.dumps({"nranks": 4, "results": [{"size": 4, "busbw": 1.0}]}))
     assert launchers._collect("mpi", report, 0, 4).rows == [{"size": 4, "busbw": 1.0}]
+
+
+def test_tables_never_cut_a_number_in_a_narrow_terminal():
+    """An 80-column terminal (as Open MPI gives rank 0's output) gets the whole table, wider than
+    it, with no cell cut and no escape codes (issue 39)."""
+    import io
+
+    from rich.console import Console
+
+    from ringcomm.bench import report
+
+    row = {
+        "size": 1073741824, "count": 268435456, "type": "float32", "redop": "sum",
+        "time_us": 123456789.12, "algbw": 1234.5678, "busbw": 2345.6789, "wrong": 0,
+        "algorithm": "hierarchical",
+    }  # fmt: skip
+    stream = io.StringIO()
+    terminal = Console(file=stream, width=80, force_terminal=True, color_system="truecolor")
+    report.print_table(terminal, table.results_table([row]))
+    text = stream.getvalue()
+    assert "\x1b" not in text and "…" not in text, text
+    for cell in table.result_cells(row):
+        assert cell in text, (cell, text)
+    assert max(len(line) for line in text.splitlines()) > 80  # wrapped by the terminal, not cut

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from typing import Optional, Sequence
@@ -27,10 +28,19 @@ def console(stderr: bool = False) -> Console:
 
 
 def print_table(out: Console, rich_table) -> None:
-    """The table as plain Markdown lines: without the blank padding rows rich draws around it."""
-    with out.capture() as captured:
-        out.print(rich_table)
-    for line in captured.get().splitlines():
+    """The table as plain Markdown lines, without the blank padding rows rich draws around it.
+
+    At its natural width however narrow the terminal (80 columns, as Open MPI gives rank 0's
+    output): rich would cut cells to fit (``10485…`` for 1048576), and a benchmark must never cut
+    a number (nccl-tests prints fixed columns whatever the width); a narrow terminal wraps the
+    lines instead. And without escape codes, terminal or not: the tables are Markdown, to paste."""
+    unbounded = out.options.update_width(1 << 16)  # a measure not clamped to the terminal
+    width = max(out.width, out.measure(rich_table, options=unbounded).maximum)
+    plain = Console(
+        file=io.StringIO(), width=width, color_system=None, highlight=False, markup=False
+    )
+    plain.print(rich_table)
+    for line in plain.file.getvalue().splitlines():
         if line.strip():
             out.file.write(line.rstrip() + "\n")
     out.file.flush()
