@@ -180,7 +180,9 @@ PYBIND11_MODULE(_core, m) {
       .value("hierarchical", Algorithm::Hierarchical);
   py::enum_<Compression>(m, "Compression")
       .value("none", Compression::None).value("fp16", Compression::Float16)
-      .value("bf16", Compression::BFloat16);
+      .value("bf16", Compression::BFloat16)
+      .value("int8", Compression::Int8)
+      .value("fp8", Compression::Float8);
   m.def("parse_compression", &parseCompression);
   py::enum_<TransportKind>(m, "TransportKind")
       .value("auto", TransportKind::Auto).value("tcp", TransportKind::Tcp).value("shm", TransportKind::Shm);

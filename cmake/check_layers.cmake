@@ -8,7 +8,7 @@
 #   common      the floor: configuration, logging, tracing, deadlines, sockets, waiting
 #   plan        pure arithmetic of blocks and segments, shared by the schedules and the cost model
 #   reduce      reduction loops per type and op
-#   codec       the wire codecs (fp16, bf16)
+#   codec       the wire codecs (fp16, bf16; int8, fp8 with a scale per block)
 #   cuda        the CUDA kernels (reductions and codecs on the device)
 #   auth        the handshake that proves the job's secret
 #   bootstrap   rendezvous stores

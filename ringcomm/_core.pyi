@@ -276,10 +276,16 @@ class Compression:
       fp16
     
       bf16
+    
+      int8
+    
+      fp8
     """
     __members__: typing.ClassVar[dict[str, Compression]]
     bf16: typing.ClassVar[Compression]
     fp16: typing.ClassVar[Compression]
+    fp8: typing.ClassVar[Compression]
+    int8: typing.ClassVar[Compression]
     none: typing.ClassVar[Compression]
     @typing.overload
     def __eq__(self, other: Compression) -> builtins.bool:

@@ -52,9 +52,14 @@ enum class Algorithm : uint8_t {
   Hierarchical,
 };
 
-// The wire format of a compressed all-reduce: values travel as 16-bit floats, partial sums are
-// accumulated in float32 at every hop (src/codec).
-enum class Compression : uint8_t { None, Float16, BFloat16 };
+// The wire format of a compressed all-reduce of float32 (src/codec): values travel narrow, partial
+// sums are accumulated in float32 at every hop.
+//   Float16, BFloat16: each value as a 16-bit float.
+//   Int8:   per block of 32 values, a float32 scale (the block's largest magnitude / 127) and 32
+//           int8 values.
+//   Float8: per block of 32 values, a power-of-two scale (an 8-bit exponent) and 32 e4m3 floats,
+//           as the OCP MX format mxfp8.
+enum class Compression : uint8_t { None, Float16, BFloat16, Int8, Float8 };
 
 // Which transport carries point-to-point traffic. Auto: shared memory within a host, TCP between.
 enum class TransportKind : uint8_t { Auto, Tcp, Shm };

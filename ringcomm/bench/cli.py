@@ -105,10 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--compression",
-        choices=("none", "fp16", "bf16"),
+        choices=("none", "fp16", "bf16", "int8", "fp8"),
         default="none",
-        help="ringcomm all-reduce wire format: fp16/bf16 on the wire, float32 "
-        "accumulation (float32 sum/avg; runs the ring schedule)",
+        help="ringcomm all-reduce wire format: fp16/bf16, or int8/fp8 with a scale per block "
+        "of 32, on the wire, float32 accumulation (float32 sum/avg; runs the ring schedule)",
     )
     parser.add_argument(
         "--memory",

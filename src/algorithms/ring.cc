@@ -12,8 +12,10 @@
 // them off the wire while this rank reduces.
 //
 // Compression changes only what a segment looks like on the wire (the Wire helper below): it is
-// encoded to 16-bit floats when posted and decoded (into a float32 accumulation, or a copy) when
-// it arrives. The schedule itself is the same.
+// encoded (16-bit floats, or 8 bits with a scale per block) when posted and decoded (into a
+// float32 accumulation, or a copy) when it arrives. The schedule itself is the same. Each segment
+// is encoded on its own, and its owner keeps in the all-gather exactly the bytes it sends, so every
+// rank decodes the same bytes.
 #include "algorithms/ring.h"
 
 #include <algorithm>
@@ -49,17 +51,21 @@ struct Ring {
   int right;
   int left;
   size_t element;       // bytes per element of the working buffer
-  size_t wireElement;   // bytes per element on the wire
+  size_t wireStride;    // bytes set aside per element for its wire form (codec::wireStride)
   size_t segmentCount;  // elements per segment
   Compression compression;
 
   Ring(const Context& ctx, DataType type, Compression c)
       : size(ctx.size), right((ctx.rank + 1) % ctx.size), left((ctx.rank + ctx.size - 1) % ctx.size),
         element(elementSize(type)),
-        wireElement(c == Compression::None ? element : codec::kWireElementBytes),
+        wireStride(c == Compression::None ? element : codec::wireStride(c)),
         segmentCount(std::max<size_t>(1, ctx.segmentBytes / element)), compression(c) {}
 
   bool compressed() const { return compression != Compression::None; }
+  // What `count` elements take on the wire.
+  size_t wireBytes(size_t count) const {
+    return compressed() ? codec::wireBytes(count, compression) : count * element;
+  }
 };
 
 // The bytes that travel for a segment of the working buffer `base`.
@@ -67,7 +73,7 @@ class Wire {
  public:
   Wire(const Context& ctx, const Ring& ring, uint8_t* base, size_t totalCount)
       : ctx_(ctx), ring_(ring), base_(base),
-        wire_(ring.compressed() ? ctx.scratch.get(kWireScratch, totalCount * ring.wireElement)
+        wire_(ring.compressed() ? ctx.scratch.get(kWireScratch, totalCount * ring.wireStride)
                                 : nullptr) {}
 
   // Encodes (if compressing) and posts the send of a segment.
@@ -75,24 +81,23 @@ class Wire {
     uint8_t* data = base_ + segment.offset * ring_.element;
     if (ring_.compressed()) {
       trace::Span span(trace::Phase::Codec, "encode");
-      uint16_t* encoded = wireAt(segment.offset);
+      uint8_t* encoded = wireAt(segment.offset);
       codec::encode(reinterpret_cast<const float*>(data), encoded, segment.count, ring_.compression);
-      data = reinterpret_cast<uint8_t*>(encoded);
+      data = encoded;
     }
-    ctx_.send(ring_.right, data, segment.count * ring_.wireElement);
+    ctx_.send(ring_.right, data, ring_.wireBytes(segment.count));
   }
 
   // Posts the send of a segment already in wire form (all-gather forwards what it received).
   Transport::Request forward(const Block& segment) {
-    uint8_t* data = ring_.compressed() ? reinterpret_cast<uint8_t*>(wireAt(segment.offset))
+    uint8_t* data = ring_.compressed() ? wireAt(segment.offset)
                                        : base_ + segment.offset * ring_.element;
-    return ctx_.send(ring_.right, data, segment.count * ring_.wireElement);
+    return ctx_.send(ring_.right, data, ring_.wireBytes(segment.count));
   }
 
   // Where a segment of the working buffer arrives in wire form.
   uint8_t* arrivalFor(const Block& segment) {
-    return ring_.compressed() ? reinterpret_cast<uint8_t*>(wireAt(segment.offset))
-                              : base_ + segment.offset * ring_.element;
+    return ring_.compressed() ? wireAt(segment.offset) : base_ + segment.offset * ring_.element;
   }
 
   // Makes an arrived wire segment the working buffer's value (all-gather).
@@ -108,27 +113,28 @@ class Wire {
     uint8_t* mine = base_ + segment.offset * ring_.element;
     if (ring_.compressed()) {
       trace::Span span(trace::Phase::Codec, "decode and accumulate");
-      codec::decodeAccumulate(reinterpret_cast<const uint16_t*>(received), reinterpret_cast<float*>(mine),
-                              segment.count, ring_.compression);
+      codec::decodeAccumulate(received, reinterpret_cast<float*>(mine), segment.count,
+                              ring_.compression);
     } else {
       trace::Span span(trace::Phase::Reduce);
       reduce::reduceInto(mine, received, segment.count, type, op);
     }
   }
 
-  // Rounds a block to what the wire carries, so its owner keeps the value everyone receives.
+  // Rounds a block to what the wire carries, segment by segment as forward() sends it, so that
+  // its owner keeps the value everyone receives: forward() then sends these very bytes.
   void roundToWire(const Block& block) {
     if (!ring_.compressed()) return;
     trace::Span span(trace::Phase::Codec, "round to the wire format");
-    float* values = reinterpret_cast<float*>(base_ + block.offset * ring_.element);
-    codec::encode(values, wireAt(block.offset), block.count, ring_.compression);
-    codec::decode(wireAt(block.offset), values, block.count, ring_.compression);
+    for (const Block& segment : plan::segmentsOf(block, ring_.segmentCount)) {
+      float* values = reinterpret_cast<float*>(base_ + segment.offset * ring_.element);
+      codec::encode(values, wireAt(segment.offset), segment.count, ring_.compression);
+      codec::decode(wireAt(segment.offset), values, segment.count, ring_.compression);
+    }
   }
 
  private:
-  uint16_t* wireAt(size_t elementOffset) {
-    return reinterpret_cast<uint16_t*>(wire_) + elementOffset;
-  }
+  uint8_t* wireAt(size_t elementOffset) { return wire_ + elementOffset * ring_.wireStride; }
 
   const Context& ctx_;
   const Ring& ring_;
@@ -178,15 +184,15 @@ void ringReduceScatter(const Context& ctx, void* buffer, const std::vector<Block
 
   size_t largest = 0;
   for (const Block& block : blocks) largest = std::max(largest, block.count);
-  uint8_t* scratch[2] = {ctx.scratch.get(kReceiveScratch, largest * ring.wireElement),
-                         ctx.scratch.get(kReceiveScratch + 1, largest * ring.wireElement)};
+  uint8_t* scratch[2] = {ctx.scratch.get(kReceiveScratch, largest * ring.wireStride),
+                         ctx.scratch.get(kReceiveScratch + 1, largest * ring.wireStride)};
 
   auto postReceives = [&](int step) {
     std::vector<Posted> posted;
     const Block block = blocks[plan::ringReduceScatterStep(ctx.rank, p, step).recvBlock];
     for (const Block& segment : plan::segmentsOf(block, ring.segmentCount)) {
-      uint8_t* into = scratch[step % 2] + (segment.offset - block.offset) * ring.wireElement;
-      posted.push_back({segment, ctx.recv(ring.left, into, segment.count * ring.wireElement)});
+      uint8_t* into = scratch[step % 2] + (segment.offset - block.offset) * ring.wireStride;
+      posted.push_back({segment, ctx.recv(ring.left, into, ring.wireBytes(segment.count))});
     }
     return posted;
   };
@@ -204,7 +210,8 @@ void ringReduceScatter(const Context& ctx, void* buffer, const std::vector<Block
     const Block block = blocks[plan::ringReduceScatterStep(ctx.rank, p, step).recvBlock];
     for (const Posted& posted : current) {
       ctx.wait(posted.request);
-      const uint8_t* theirs = scratch[step % 2] + (posted.segment.offset - block.offset) * ring.wireElement;
+      const uint8_t* theirs =
+          scratch[step % 2] + (posted.segment.offset - block.offset) * ring.wireStride;
       produce(posted.segment);
       wire.reduceInto(posted.segment, theirs, type, op);
       if (step + 1 < p - 1) {
@@ -251,7 +258,7 @@ void ringAllgather(const Context& ctx, void* buffer, const std::vector<Block>& b
     std::vector<Posted> posted;
     for (const Block& segment : plan::segmentsOf(block, ring.segmentCount)) {
       posted.push_back(
-          {segment, ctx.recv(ring.left, wire.arrivalFor(segment), segment.count * ring.wireElement)});
+          {segment, ctx.recv(ring.left, wire.arrivalFor(segment), ring.wireBytes(segment.count))});
     }
     for (const Posted& arrived : posted) {
       ctx.wait(arrived.request);

@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "codec/codec_block8.h"
 #include "codec/codec_f16c.h"
 #include "reduce/half.h"
 #include "ringcomm/errors.h"
@@ -46,30 +47,75 @@ RINGCOMM_CLONES void accumulateBfloat(const uint16_t* __restrict in, float* __re
 
 }  // namespace
 
-void encode(const float* source, uint16_t* wire, size_t count, Compression compression) {
-  if (compression == Compression::Float16) {
-    f16c::available() ? f16c::encode(source, wire, count) : encodeHalf(source, wire, count);
-  } else {
-    encodeBfloat(source, wire, count);
+size_t wireBytes(size_t count, Compression compression) {
+  const size_t blocks = (count + block8::kBlock - 1) / block8::kBlock;
+  switch (compression) {
+    case Compression::None: return count * sizeof(float);
+    case Compression::Float16:
+    case Compression::BFloat16: return count * 2;
+    case Compression::Int8: return count + blocks * block8::kInt8ScaleBytes;
+    case Compression::Float8: return count + blocks * block8::kFp8ScaleBytes;
   }
+  return count * sizeof(float);
 }
 
-void decode(const uint16_t* wire, float* destination, size_t count, Compression compression) {
-  if (compression == Compression::Float16) {
-    f16c::available() ? f16c::decode(wire, destination, count) : decodeHalf(wire, destination, count);
-  } else {
-    decodeBfloat(wire, destination, count);
+size_t wireStride(Compression compression) {
+  switch (compression) {
+    case Compression::None: return sizeof(float);
+    case Compression::Float16:
+    case Compression::BFloat16: return 2;
+    // A run of n values has at most n blocks: n + n x scale bytes.
+    case Compression::Int8: return 1 + block8::kInt8ScaleBytes;
+    case Compression::Float8: return 1 + block8::kFp8ScaleBytes;
   }
+  return sizeof(float);
 }
 
-void decodeAccumulate(const uint16_t* wire, float* destination, size_t count,
+void encode(const float* source, void* wire, size_t count, Compression compression) {
+  uint16_t* narrow = static_cast<uint16_t*>(wire);
+  switch (compression) {
+    case Compression::Float16:
+      f16c::available() ? f16c::encode(source, narrow, count) : encodeHalf(source, narrow, count);
+      return;
+    case Compression::BFloat16: encodeBfloat(source, narrow, count); return;
+    case Compression::Int8: block8::encodeInt8(source, static_cast<uint8_t*>(wire), count); return;
+    case Compression::Float8: block8::encodeFp8(source, static_cast<uint8_t*>(wire), count); return;
+    case Compression::None: break;
+  }
+  throw InvalidArgument("codec: nothing to encode without compression");
+}
+
+void decode(const void* wire, float* destination, size_t count, Compression compression) {
+  const uint16_t* narrow = static_cast<const uint16_t*>(wire);
+  const uint8_t* bytes = static_cast<const uint8_t*>(wire);
+  switch (compression) {
+    case Compression::Float16:
+      f16c::available() ? f16c::decode(narrow, destination, count)
+                        : decodeHalf(narrow, destination, count);
+      return;
+    case Compression::BFloat16: decodeBfloat(narrow, destination, count); return;
+    case Compression::Int8: block8::decodeInt8(bytes, destination, count, false); return;
+    case Compression::Float8: block8::decodeFp8(bytes, destination, count, false); return;
+    case Compression::None: break;
+  }
+  throw InvalidArgument("codec: nothing to decode without compression");
+}
+
+void decodeAccumulate(const void* wire, float* destination, size_t count,
                       Compression compression) {
-  if (compression == Compression::Float16) {
-    f16c::available() ? f16c::accumulate(wire, destination, count)
-                      : accumulateHalf(wire, destination, count);
-  } else {
-    accumulateBfloat(wire, destination, count);
+  const uint16_t* narrow = static_cast<const uint16_t*>(wire);
+  const uint8_t* bytes = static_cast<const uint8_t*>(wire);
+  switch (compression) {
+    case Compression::Float16:
+      f16c::available() ? f16c::accumulate(narrow, destination, count)
+                        : accumulateHalf(narrow, destination, count);
+      return;
+    case Compression::BFloat16: accumulateBfloat(narrow, destination, count); return;
+    case Compression::Int8: block8::decodeInt8(bytes, destination, count, true); return;
+    case Compression::Float8: block8::decodeFp8(bytes, destination, count, true); return;
+    case Compression::None: break;
   }
+  throw InvalidArgument("codec: nothing to decode without compression");
 }
 
 namespace {

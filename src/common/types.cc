@@ -77,6 +77,8 @@ const char* toString(Compression compression) {
     case Compression::None: return "none";
     case Compression::Float16: return "fp16";
     case Compression::BFloat16: return "bf16";
+    case Compression::Int8: return "int8";
+    case Compression::Float8: return "fp8";
   }
   return "unknown";
 }
@@ -98,10 +100,12 @@ CudaPath parseCudaPath(const std::string& name) {
 }
 
 Compression parseCompression(const std::string& name) {
-  for (Compression c : {Compression::None, Compression::Float16, Compression::BFloat16}) {
+  for (Compression c : {Compression::None, Compression::Float16, Compression::BFloat16,
+                        Compression::Int8, Compression::Float8}) {
     if (name == toString(c)) return c;
   }
-  throw InvalidArgument("compression must be one of none, fp16, bf16; got '" + name + "'");
+  throw InvalidArgument("compression must be one of none, fp16, bf16, int8, fp8; got '" + name +
+                        "'");
 }
 
 Algorithm parseAlgorithm(const std::string& name) {

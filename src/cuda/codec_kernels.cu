@@ -145,6 +145,8 @@ void withFormat(const char* function, Compression compression, Launch&& launch) 
   switch (compression) {
     case Compression::Float16: return launch(detail::Float16Element{});
     case Compression::BFloat16: return launch(detail::BFloat16Element{});
+    case Compression::Int8:
+    case Compression::Float8:  // the 8-bit block codecs run on the host only (src/codec)
     case Compression::None: break;
   }
   throw InvalidArgument(std::string("ringcomm::cuda::") + function +

@@ -4,10 +4,12 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "check.h"
 #include "codec/codec.h"
+#include "codec/codec_block8.h"
 #include "codec/codec_f16c.h"
 #include "reduce/reduce.h"
 
@@ -71,4 +73,95 @@ TEST(scaleMultipliesInTheBuffersPrecision) {
   std::vector<double> d{1.0, 3.0};
   codec::scale(d.data(), d.size(), DataType::Float64, 1.0 / 3.0);
   CHECK_EQ(d[1], 3.0 * (1.0 / 3.0));
+}
+
+namespace {
+
+std::vector<float> normal(size_t n, float scale, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> values(0.0f, scale);
+  std::vector<float> out(n);
+  for (float& v : out) v = values(rng);
+  return out;
+}
+
+// Encodes and decodes `values` as one run; returns the decoded values.
+std::vector<float> roundTrip(const std::vector<float>& values, Compression compression) {
+  std::vector<uint8_t> wire(codec::wireBytes(values.size(), compression));
+  codec::encode(values.data(), wire.data(), values.size(), compression);
+  std::vector<float> decoded(values.size());
+  codec::decode(wire.data(), decoded.data(), values.size(), compression);
+  return decoded;
+}
+
+}  // namespace
+
+TEST(e4m3ConversionMatchesItsDefinition) {
+  using codec::block8::fromE4m3;
+  using codec::block8::toE4m3;
+  CHECK_EQ(fromE4m3(0x7E), 448.0f);
+  CHECK_EQ(fromE4m3(0x01), std::ldexp(1.0f, -9));  // the smallest subnormal
+  CHECK_EQ(fromE4m3(0x08), std::ldexp(1.0f, -6));  // the smallest normal
+  CHECK(std::isnan(fromE4m3(0x7F)) && std::isnan(fromE4m3(0xFF)));
+  CHECK_EQ(toE4m3(1000.0f), 0x7E);  // saturates
+  CHECK_EQ(toE4m3(-1000.0f), 0xFE);
+  // Every finite code converts back to itself, and values between two codes round to nearest
+  // even.
+  for (int code = 0; code < 256; ++code) {
+    if ((code & 0x7F) == 0x7F) continue;
+    const float value = fromE4m3(static_cast<uint8_t>(code));
+    CHECK_EQ(toE4m3(value), code);
+  }
+  CHECK_EQ(toE4m3(1.0625f), toE4m3(1.0f));    // halfway between 1 and 1.125: to the even 1
+  CHECK_EQ(toE4m3(1.1875f), toE4m3(1.25f));   // halfway between 1.125 and 1.25: to the even 1.25
+}
+
+TEST(blockCodecsKeepEveryRunOnItsOwnAndRoundTripExactly) {
+  for (Compression compression : {Compression::Int8, Compression::Float8}) {
+    // Sizes around the block of 32, so that the last block is short or whole.
+    for (size_t n : {size_t(0), size_t(1), size_t(31), size_t(32), size_t(33), size_t(1009)}) {
+      const std::vector<float> values = normal(n, 3.0f, 7);
+      CHECK(codec::wireBytes(n, compression) <= n * codec::wireStride(compression));
+      const std::vector<float> once = roundTrip(values, compression);
+      // What decoded is what encodes again to the same values: the owner of a block keeps the
+      // values everyone decodes.
+      const std::vector<float> twice = roundTrip(once, compression);
+      for (size_t i = 0; i < n; ++i) CHECK_EQ(once[i], twice[i]);
+    }
+  }
+}
+
+TEST(blockCodecsErrorIsBoundedByTheirPrecision) {
+  const std::vector<float> values = normal(100003, 1.0f, 11);
+  for (auto [compression, bound] :
+       {std::pair{Compression::Int8, 0.01}, std::pair{Compression::Float8, 0.05}}) {
+    const std::vector<float> decoded = roundTrip(values, compression);
+    double error = 0.0, norm = 0.0;
+    for (size_t i = 0; i < values.size(); ++i) {
+      error += (decoded[i] - values[i]) * double(decoded[i] - values[i]);
+      norm += double(values[i]) * values[i];
+    }
+    CHECK(std::sqrt(error / norm) < bound);
+  }
+  // Zeros stay zeros; a NaN or an infinity spoils only its block.
+  std::vector<float> special(64, 0.0f);
+  special[40] = INFINITY;
+  for (Compression compression : {Compression::Int8, Compression::Float8}) {
+    const std::vector<float> decoded = roundTrip(special, compression);
+    for (size_t i = 0; i < 32; ++i) CHECK_EQ(decoded[i], 0.0f);
+    CHECK(std::isnan(decoded[40]));
+  }
+}
+
+TEST(blockCodecsAccumulateInFloat32) {
+  const std::vector<float> values = normal(97, 2.0f, 3);
+  for (Compression compression : {Compression::Int8, Compression::Float8}) {
+    std::vector<uint8_t> wire(codec::wireBytes(values.size(), compression));
+    codec::encode(values.data(), wire.data(), values.size(), compression);
+    std::vector<float> decoded(values.size());
+    codec::decode(wire.data(), decoded.data(), values.size(), compression);
+    std::vector<float> sums(values.size(), 0.5f);
+    codec::decodeAccumulate(wire.data(), sums.data(), values.size(), compression);
+    for (size_t i = 0; i < values.size(); ++i) CHECK_EQ(sums[i], 0.5f + decoded[i]);
+  }
 }

@@ -1,4 +1,5 @@
-"""Compressed all-reduce (fp16/bf16 on the wire, float32 accumulation), checked against float64.
+"""Compressed all-reduce (fp16/bf16, and int8/fp8 with a scale per block of 32, on the wire; float32
+accumulation), checked against float64.
 
 Reports, per case, the relative error against the float64 sum and a digest of the result (the
 test checks that every rank holds the same bits).
@@ -35,7 +36,7 @@ def record(name: str, result: np.ndarray, reference: np.ndarray) -> None:
 
 
 exact = sum(inputs(r).astype(np.float64) for r in range(size))
-for compression in ("fp16", "bf16"):
+for compression in ("fp16", "bf16", "int8", "fp8"):
     x = inputs(rank)
     comm.allreduce(x, compression=compression)
     record(f"{compression}/sum", x, exact)
@@ -58,7 +59,7 @@ for bad, call in {
     "int32": lambda: comm.allreduce(np.ones(8, np.int32), compression="fp16"),
     "max": lambda: comm.allreduce(np.ones(8, np.float32), op=ringcomm.MAX, compression="fp16"),
     "tree": lambda: comm.allreduce(np.ones(8, np.float32), algorithm="tree", compression="bf16"),
-    "name": lambda: comm.allreduce(np.ones(8, np.float32), compression="fp8"),
+    "name": lambda: comm.allreduce(np.ones(8, np.float32), compression="fp4"),
 }.items():
     try:
         call()
