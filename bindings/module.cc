@@ -489,6 +489,17 @@ PYBIND11_MODULE(_core, m) {
   bindings::bindTensorQueue(m);
   bindings::bindCallDevice(m);  // last: its exception translator must run first
 
+  m.def("round_to_wire", [](py::handle x, Compression compression) {
+    ArrayView view = viewArray(x, "x", /*writable=*/true);
+    if (view.type != DataType::Float32 || view.onDevice) {
+      throw py::value_error(std::string("round_to_wire: x must be float32 in host memory; got ") +
+                            toString(view.type) + (view.onDevice ? " on a device" : ""));
+    }
+    py::gil_scoped_release release;
+    roundToWire(static_cast<float*>(view.data), view.count, compression);
+  }, py::arg("x"), py::arg("compression"),
+     "Rounds a float32 array in place to what the wire format carries, as one run.");
+
   m.def("view_array", [](py::handle obj, const char* name, bool writable) {
     ArrayView view = viewArray(obj, name, writable);
     return py::make_tuple(reinterpret_cast<uintptr_t>(view.data), view.count, view.type);

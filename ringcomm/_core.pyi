@@ -9,7 +9,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['Algorithm', 'Communicator', 'CommunicatorClosed', 'Compression', 'Config', 'DataType', 'HashStore', 'JoinPolicy', 'LogLevel', 'MembershipError', 'MismatchError', 'PeerError', 'PrefixStore', 'ReduceOp', 'RingcommError', 'Store', 'TcpStore', 'TcpStoreServer', 'TensorOp', 'TensorQueue', 'TensorQueueStats', 'TensorRequest', 'TensorWork', 'TimeoutError', 'TransportError', 'TransportKind', 'Work', 'build_info', 'built_with_cuda', 'configure_observability', 'horovod_timeline_active', 'log', 'log_enabled', 'mps_running', 'parse_algorithm', 'parse_compression', 'parse_join_policy', 'parse_log_level', 'parse_log_subsystems', 'parse_transport', 'read_dlpack', 'shared_buffer', 'start_horovod_timeline', 'stop_horovod_timeline', 'view_array']
+__all__: list[str] = ['Algorithm', 'Communicator', 'CommunicatorClosed', 'Compression', 'Config', 'DataType', 'HashStore', 'JoinPolicy', 'LogLevel', 'MembershipError', 'MismatchError', 'PeerError', 'PrefixStore', 'ReduceOp', 'RingcommError', 'Store', 'TcpStore', 'TcpStoreServer', 'TensorOp', 'TensorQueue', 'TensorQueueStats', 'TensorRequest', 'TensorWork', 'TimeoutError', 'TransportError', 'TransportKind', 'Work', 'build_info', 'built_with_cuda', 'configure_observability', 'horovod_timeline_active', 'log', 'log_enabled', 'mps_running', 'parse_algorithm', 'parse_compression', 'parse_join_policy', 'parse_log_level', 'parse_log_subsystems', 'parse_transport', 'read_dlpack', 'round_to_wire', 'shared_buffer', 'start_horovod_timeline', 'stop_horovod_timeline', 'view_array']
 class RingcommError(RuntimeError):
     """Base class of ringcomm's errors."""
 
@@ -763,6 +763,10 @@ def parse_transport(arg0: str) -> TransportKind:
     ...
 def read_dlpack(arg0: typing_extensions.CapsuleType) -> dict:
     ...
+def round_to_wire(x: typing.Any, compression: Compression) -> None:
+    """
+    Rounds a float32 array in place to what the wire format carries, as one run.
+    """
 def shared_buffer(bytes: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint8]:
     ...
 def start_horovod_timeline(path: str, mark_cycles: builtins.bool = False) -> None:

@@ -83,6 +83,11 @@ RINGCOMM_API const char* toString(TransportKind kind);
 RINGCOMM_API const char* toString(Compression compression);
 RINGCOMM_API const char* toString(CudaPath path);
 
+// Rounds `count` float32 values in place to what `compression` carries on the wire, as one run
+// (src/codec): what they lose when sent alone. Error feedback keeps the difference and adds it to
+// the next step's values (ringcomm.torch's DistributedOptimizer). None leaves them as they are.
+RINGCOMM_API void roundToWire(float* values, size_t count, Compression compression);
+
 // Parsers used by the configuration and bindings; they throw InvalidArgument naming the value.
 RINGCOMM_API Algorithm parseAlgorithm(const std::string& name);
 RINGCOMM_API TransportKind parseTransportKind(const std::string& name);

@@ -8,6 +8,10 @@ wire bytes as Horovod's cast, with a float32 sum instead of a 16-bit one. Elsewh
 (reducescatter, or a tensor the codec does not carry) they cast, as Horovod's do; so do CUDA
 tensors, whose 16-bit all-reduce then stays in device memory where CUDA IPC carries it
 (collectives/allreduce.py).
+
+The 8-bit ones (int8, fp8: ringcomm's) travel through the core's codecs the same way, with a
+scale per block of 32 values; the DistributedOptimizer feeds each gradient's rounding error back
+into its next step (optimizer.py, _feed_back).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+
+from ringcomm import _core
 
 
 class Compressor:
@@ -68,16 +74,63 @@ class BF16Compressor(_CastCompressor):
     dtype = torch.bfloat16
 
 
+class _RoundingCompressor(Compressor):
+    """An 8-bit wire codec of the core (ringcomm's; Horovod has none). In an all-reduce the
+    values travel as 8 bits with a scale per block of 32 and are accumulated in float32. Where
+    the codec cannot carry a tensor (reducescatter, CUDA tensors, other dtypes), its float32
+    values are rounded to the format in place of a cast, and travel as float32: the same
+    numbers, not fewer bytes."""
+
+    codec: str
+
+    @classmethod
+    def compress(cls, tensor):
+        if tensor.dtype != torch.float32 or tensor.device.type != "cpu":
+            return tensor, None
+        rounded = tensor.detach().contiguous().clone()
+        round_to_wire(rounded, cls.codec)
+        return rounded, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
+class Int8Compressor(_RoundingCompressor):
+    """int8 on the wire: a float32 scale (the largest magnitude / 127) per block of 32 values.
+    The DistributedOptimizer keeps each gradient's rounding error and adds it to the next step's
+    gradient (error feedback)."""
+
+    codec = "int8"
+
+
+class FP8Compressor(_RoundingCompressor):
+    """fp8 on the wire, as OCP's mxfp8: a power-of-two scale per block of 32 values, e4m3
+    values. The DistributedOptimizer keeps each gradient's rounding error and adds it to the
+    next step's gradient (error feedback)."""
+
+    codec = "fp8"
+
+
 class Compression:
     """Optional gradient compression algorithm used during allreduce."""
 
     none = NoneCompressor
     fp16 = FP16Compressor
     bf16 = BF16Compressor
+    int8 = Int8Compressor
+    fp8 = FP8Compressor
 
 
 # The compressors the core's codec can stand in for in an all-reduce: class -> codec name.
-_WIRE_CODECS = {FP16Compressor: "fp16", BF16Compressor: "bf16"}
+_WIRE_CODECS = {
+    FP16Compressor: "fp16",
+    BF16Compressor: "bf16",
+    Int8Compressor: "int8",
+    FP8Compressor: "fp8",
+}
+# Those whose rounding error the DistributedOptimizer feeds back into the next step.
+_FED_BACK = ("int8", "fp8")
 
 
 def is_none(compression) -> bool:
@@ -89,3 +142,14 @@ def wire_codec(compression) -> Optional[str]:
     class or instance, not a subclass that may behave differently), else None."""
     cls = compression if isinstance(compression, type) else type(compression)
     return _WIRE_CODECS.get(cls)
+
+
+def feeds_back(compression) -> bool:
+    """Whether the DistributedOptimizer keeps ``compression``'s rounding error for the next step
+    (the 8-bit codecs)."""
+    return wire_codec(compression) in _FED_BACK
+
+
+def round_to_wire(tensor: torch.Tensor, codec: str) -> None:
+    """Rounds a contiguous float32 CPU tensor in place to what ``codec`` carries, as one run."""
+    _core.round_to_wire(tensor.detach().numpy(), _core.parse_compression(codec))

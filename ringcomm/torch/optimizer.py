@@ -28,7 +28,13 @@ import torch
 from ringcomm.torch import handles, state
 from ringcomm.torch.collectives import allreduce
 from ringcomm.torch.collectives.sparse import sparse_allreduce_async
-from ringcomm.torch.compression import Compression, is_none, wire_codec
+from ringcomm.torch.compression import (
+    Compression,
+    feeds_back,
+    is_none,
+    round_to_wire,
+    wire_codec,
+)
 from ringcomm.torch.process_sets import member
 from ringcomm.torch.reduce_ops import Average
 
@@ -70,6 +76,8 @@ class DistributedOptimizerMixin:
         # function for the gradients submitted together, under each of them).
         self._in_flight: dict = {}
         self._delay = {id(p): backward_passes_per_step for p in self._params}
+        # Error feedback (8-bit codecs): parameter name -> the rounding error of its last gradient.
+        self._residuals: dict = {}
         self._synchronized = False
         self._should_synchronize = True
         self._hooks = []
@@ -150,6 +158,8 @@ class DistributedOptimizerMixin:
         scalable = grad.dtype in (torch.float32, torch.float64)
         predivided = self.op == Average and scalable
         builtin = wire_codec(self._compression) is not None or is_none(self._compression)
+        if feeds_back(self._compression) and grad.dtype == torch.float32 and not grad.is_cuda:
+            self._feed_back(p, grad)
         if builtin:
             s = allreduce.start(
                 grad,
@@ -176,6 +186,21 @@ class DistributedOptimizerMixin:
             s.finish = lambda: self._compression.decompress(restore(), context)
             in_place = False
         return s, _write_back(p, in_place)
+
+    def _feed_back(self, p, grad) -> None:
+        """Error feedback, as 1-bit Adam's worker side: adds the rounding error this rank's
+        gradient had last step, then rounds the gradient to the 8-bit format (as one run) and
+        keeps what that loses for the next step. So this rank's own contribution loses nothing
+        over the steps; what the partial sums lose at later hops of the all-reduce (each rounded
+        again to be sent on) is not compensated."""
+        name = self._parameter_names[id(p)]
+        residual = self._residuals.get(name)
+        if residual is not None and residual.shape == grad.shape:
+            grad.add_(residual)
+        rounded = grad.detach().contiguous().clone()
+        round_to_wire(rounded, wire_codec(self._compression))
+        self._residuals[name] = grad.detach() - rounded
+        grad.copy_(rounded)
 
     def _start_sparse(self, p) -> Callable[[], None]:
         result = sparse_allreduce_async(

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "codec/codec_block8.h"
 #include "codec/codec_f16c.h"
@@ -187,3 +188,14 @@ void scale(void* buffer, size_t count, DataType type, double factor) {
 }
 
 }  // namespace ringcomm::codec
+
+namespace ringcomm {
+
+void roundToWire(float* values, size_t count, Compression compression) {
+  if (compression == Compression::None || count == 0) return;
+  std::vector<uint8_t> wire(codec::wireBytes(count, compression));
+  codec::encode(values, wire.data(), count, compression);
+  codec::decode(wire.data(), values, count, compression);
+}
+
+}  // namespace ringcomm

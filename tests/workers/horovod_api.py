@@ -41,6 +41,9 @@ def allreduce_forms():
     )
     scaled = hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)
     check("allreduce/prescale", torch.allclose(scaled, total))
+    for compression in (hvd.Compression.int8, hvd.Compression.fp8):
+        z = hvd.allreduce(x, op=hvd.Sum, compression=compression)
+        check(f"allreduce/{compression}", torch.allclose(z, total, rtol=0.1, atol=0.1), z)
     for compression in (hvd.Compression.fp16, hvd.Compression.bf16):
         z = hvd.allreduce(x, op=hvd.Sum, compression=compression)
         check(f"allreduce/{compression}", torch.allclose(z, total, rtol=1e-2), z)

@@ -17,7 +17,7 @@ from report import Failures, report  # noqa: E402
 import ringcomm.torch as hvd  # noqa: E402
 from ringcomm import _core  # noqa: E402
 from ringcomm.torch import state as hvd_state  # noqa: E402
-from ringcomm.torch.compression import Compressor  # noqa: E402
+from ringcomm.torch.compression import Compressor, round_to_wire  # noqa: E402
 
 torch.manual_seed(0)
 hvd.init()
@@ -125,6 +125,51 @@ def compressed():
     model = train(True, compression=hvd.Compression.fp16)
     if not same(model, reference, 2e-2) or not identical_across_ranks(model):
         failures.append("fp16 compression: too far from the single-process run, or ranks disagree")
+
+
+def eight_bit_with_error_feedback():
+    reference = train(False)
+    for compression, tolerance in ((hvd.Compression.int8, 2e-2), (hvd.Compression.fp8, 5e-2)):
+        name = compression.codec
+        model = train(True, compression=compression)
+        if not same(model, reference, tolerance) or not identical_across_ranks(model):
+            failures.append(f"{name}: too far from the single-process run, or ranks disagree")
+        # Each gradient's rounding error is kept for the next step, per parameter: after one
+        # step, what rounding this rank's gradient lost (the gradient from a twin of the model:
+        # the optimizer's hooks round and reduce the model's own during backward).
+        x, y = data(1, 8)[0]
+        torch.manual_seed(7)
+        twin = Net()
+        torch.nn.functional.cross_entropy(twin(x, False), y).backward()
+        gradient = {n: p.grad.clone() for n, p in twin.named_parameters() if p.grad is not None}
+        torch.manual_seed(7)
+        net = Net()
+        opt = hvd.DistributedOptimizer(
+            torch.optim.SGD(net.parameters(), lr=0.1),
+            named_parameters=net.named_parameters(),
+            compression=compression,
+        )
+        torch.nn.functional.cross_entropy(net(x, False), y).backward()
+        opt.step()
+        kept = opt._residuals
+        if size == 1:  # one rank alone reduces nothing, and rounds nothing
+            if kept:
+                failures.append(f"{name}: residuals kept at one rank: {sorted(kept)}")
+            continue
+        # Unused parameters were submitted as zeros: nothing lost.
+        unused = [n for n in kept if n not in gradient]
+        if sorted(set(kept) - set(unused)) != sorted(gradient) or any(
+            kept[n].abs().max() != 0 for n in unused
+        ):
+            failures.append(
+                f"{name}: residuals kept for {sorted(kept)}, gradients {sorted(gradient)}"
+            )
+            continue
+        for n in gradient:
+            rounded = gradient[n].contiguous().clone()
+            round_to_wire(rounded, name)
+            if not torch.equal(kept[n], gradient[n] - rounded):
+                failures.append(f"{name}: the residual of {n} is not what rounding lost")
 
 
 def optimizer_state():
@@ -334,6 +379,7 @@ for name, body in [
     ("unused", unused_parameters_do_not_hang),
     ("accumulation", accumulation),
     ("compressed", compressed),
+    ("8-bit with error feedback", eight_bit_with_error_feedback),
     ("optimizer_state", optimizer_state),
     ("fresh optimizer state", optimizer_state_before_any_step),
     ("sparse", sparse_gradients),

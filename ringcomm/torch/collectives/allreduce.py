@@ -62,7 +62,7 @@ def start(
     _check_scaling(tensor, prescale_factor, postscale_factor)
     if tensor.dtype not in _CODEC_TYPES or op not in (Sum, Average):
         codec = None  # the codecs carry float sums; anything else travels as it is
-    if codec is not None and _casts_for_codec(tensor):
+    if codec in ("fp16", "bf16") and _casts_for_codec(tensor):  # 8 bits have no cast: staged
         return _start_cast_on_device(
             tensor, in_place, op, compression, prescale_factor, postscale_factor, name
         )
