@@ -91,6 +91,7 @@ if(RINGCOMM_BUILD_CUDA)
     src/reduce/kernels_avx2.cc
     src/common/bytes.cc
     src/codec/codec.cc
+    src/codec/codec_block8.cc
     src/codec/codec_f16c.cc
   )
   # tests/cpp for check.h, the TEST / CHECK harness the C++ unit tests use too.

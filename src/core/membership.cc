@@ -205,9 +205,16 @@ void FormingStore::raiseIfGone(int member, const MailboxAddress& address) {
   }
 }
 
+bool FormingStore::lookDue() {
+  std::lock_guard<std::mutex> lock(lookMutex_);
+  const auto now = Clock::now();
+  if (now - lastLook_ < kProbeInterval) return false;
+  lastLook_ = now;
+  return true;
+}
+
 void FormingStore::check() {
-  if (Clock::now() - lastCheck_ < kProbeInterval) return;
-  lastCheck_ = Clock::now();
+  if (!lookDue()) return;
   if (const std::optional<Bytes> why = inner_->tryGet(scope_ + "forming/abandoned", kProbeWait)) {
     throw TransportError("ringcomm: the survivors' communicator did not form: " + textOf(*why),
                          FailureContext{"shrink", rank_, -1, 0.0});
@@ -242,8 +249,7 @@ void FormingStore::commit(Clock::time_point deadline) {
     pending.erase(std::remove_if(pending.begin(), pending.end(),
                                  [&](const auto& member) { return formed(member.first); }),
                   pending.end());
-    if (pending.empty() || Clock::now() - lastCheck_ < kProbeInterval) continue;
-    lastCheck_ = Clock::now();
+    if (pending.empty() || !lookDue()) continue;
     if (const std::optional<Bytes> why =
             inner_->tryGet(scope_ + "forming/abandoned", kProbeWait)) {
       throw TransportError("ringcomm: the survivors' communicator did not form: " + textOf(*why),

@@ -104,12 +104,16 @@ class FormingStore : public Store {
   std::string formedKey(int rank) const;
   // Raises where `member`'s mailbox refuses: the process is gone.
   void raiseIfGone(int member, const MailboxAddress& address);
+  // Whether kProbeInterval has passed since the last look (and, if so, starts the next): the
+  // new communicator's threads may wait on this store at once.
+  bool lookDue();
 
   std::shared_ptr<Store> inner_;
   const std::vector<std::pair<int, MailboxAddress>> members_;  // all but this rank
   const std::string scope_;
   const int rank_;
-  Clock::time_point lastCheck_{};
+  std::mutex lookMutex_;
+  Clock::time_point lastLook_{};
 };
 
 class Membership {
