@@ -86,37 +86,43 @@ void encode(const float* source, void* wire, size_t count, Compression compressi
   throw InvalidArgument("codec: nothing to encode without compression");
 }
 
-void decode(const void* wire, float* destination, size_t count, Compression compression) {
+namespace {
+
+// destination = widen(wire), or destination += widen(wire) with `accumulate`.
+void decodeRun(const void* wire, float* destination, size_t count, Compression compression,
+               bool accumulate) {
   const uint16_t* narrow = static_cast<const uint16_t*>(wire);
   const uint8_t* bytes = static_cast<const uint8_t*>(wire);
   switch (compression) {
     case Compression::Float16:
-      f16c::available() ? f16c::decode(narrow, destination, count)
-                        : decodeHalf(narrow, destination, count);
+      if (f16c::available()) {
+        accumulate ? f16c::accumulate(narrow, destination, count)
+                   : f16c::decode(narrow, destination, count);
+      } else {
+        accumulate ? accumulateHalf(narrow, destination, count)
+                   : decodeHalf(narrow, destination, count);
+      }
       return;
-    case Compression::BFloat16: decodeBfloat(narrow, destination, count); return;
-    case Compression::Int8: block8::decodeInt8(bytes, destination, count, false); return;
-    case Compression::Float8: block8::decodeFp8(bytes, destination, count, false); return;
+    case Compression::BFloat16:
+      accumulate ? accumulateBfloat(narrow, destination, count)
+                 : decodeBfloat(narrow, destination, count);
+      return;
+    case Compression::Int8: block8::decodeInt8(bytes, destination, count, accumulate); return;
+    case Compression::Float8: block8::decodeFp8(bytes, destination, count, accumulate); return;
     case Compression::None: break;
   }
   throw InvalidArgument("codec: nothing to decode without compression");
 }
 
+}  // namespace
+
+void decode(const void* wire, float* destination, size_t count, Compression compression) {
+  decodeRun(wire, destination, count, compression, /*accumulate=*/false);
+}
+
 void decodeAccumulate(const void* wire, float* destination, size_t count,
                       Compression compression) {
-  const uint16_t* narrow = static_cast<const uint16_t*>(wire);
-  const uint8_t* bytes = static_cast<const uint8_t*>(wire);
-  switch (compression) {
-    case Compression::Float16:
-      f16c::available() ? f16c::accumulate(narrow, destination, count)
-                        : accumulateHalf(narrow, destination, count);
-      return;
-    case Compression::BFloat16: accumulateBfloat(narrow, destination, count); return;
-    case Compression::Int8: block8::decodeInt8(bytes, destination, count, true); return;
-    case Compression::Float8: block8::decodeFp8(bytes, destination, count, true); return;
-    case Compression::None: break;
-  }
-  throw InvalidArgument("codec: nothing to decode without compression");
+  decodeRun(wire, destination, count, compression, /*accumulate=*/true);
 }
 
 namespace {
