@@ -15,6 +15,15 @@ it restarts), three ways:
 
 and reports the seconds from the kill to the next step every survivor completed, and the steps
 done again (a restart goes back to the last checkpoint).
+
+    python bench/recovery.py --cut-link --np 4,8 --runs 3
+
+A lost host instead (root: network namespaces): the ranks run on two namespace hosts, a quarter
+of them on the second (3+1, 6+2), ringcomm in place only, and the second host's link goes down
+at --kill-step. Reports the seconds from the cut to the next step every rank of the majority
+completed (the target: RINGCOMM_LINK_TIMEOUT + 1 s), and whether every rank of the minority
+stopped on its lost quorum. A torchrun restart has no counterpart here: without the lost host
+its rendezvous waits for it.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 WORKER = Path(__file__).with_name("recovery_worker.py")
@@ -73,6 +83,83 @@ def measure(way, nranks, victim, kill_step, steps) -> dict:
     }
 
 
+def measure_cut(hosts, nranks, kill_step, steps, link_timeout) -> dict:
+    minority = nranks // 4
+    layout = [0] * (nranks - minority) + [1] * minority
+    with tempfile.TemporaryDirectory() as work:
+        log = Path(work) / "steps.txt"
+        env = dict(
+            os.environ, OMP_NUM_THREADS="1", MASTER_ADDR=hosts.address(0), MASTER_PORT="29533",
+            WORLD_SIZE=str(nranks), RINGCOMM_LINK_TIMEOUT=str(link_timeout),
+        )  # fmt: skip
+        args = [str(WORKER), "inplace", "ringcomm", "-1", str(kill_step), str(steps), work]
+        procs = [
+            subprocess.Popen(
+                hosts.command(host, [sys.executable, *args]),
+                env=dict(env, RANK=str(rank)),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for rank, host in enumerate(layout)
+        ]
+        try:
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                lines = [line.split() for line in log.read_text().split("\n")] if log.exists() else []
+                if ["0", "0", str(kill_step)] in [words[:3] for words in lines]:
+                    break
+                time.sleep(0.02)
+            cut_at = time.time()
+            hosts.cut(1)
+            errors = [p.communicate(timeout=300)[1] for p in procs]
+        finally:
+            hosts.mend(1)
+            for p in procs:
+                p.kill()
+        lines = [line.split() for line in log.read_text().split("\n") if line]
+    stopped = {int(words[1]) for words in lines if words[0] == "stopped"}
+    recovered = {int(words[1]): float(words[2]) for words in lines if words[0] == "recovered"}
+    majority = [r for r, h in enumerate(layout) if h == 0]
+    ok = sorted(recovered) == majority and stopped == set(range(nranks - minority, nranks))
+    return {
+        "ok": ok,
+        "seconds": max(recovered.values()) - cut_at if recovered else float("nan"),
+        "split": f"{nranks - minority}+{minority}",
+        "stopped": len(stopped),
+        "status": [p.returncode for p in procs],
+        "tail": "".join(e[-800:] for e in errors),
+    }
+
+
+def main_cut(args) -> int:
+    from ringcomm.bench import netns
+
+    print(f"# python bench/recovery.py --cut-link --np {args.np} --runs {args.runs} "
+          f"--link-timeout {args.link_timeout}")  # fmt: skip
+    print("| ranks | hosts | cut -> next step of the majority (s), each run | median "
+          "| minority stopped (lost quorum) |")  # fmt: skip
+    print("|---:|---|---|---:|---|")
+    with netns.two_hosts("10.231.83", tag="rv") as hosts:
+        for nranks in (int(n) for n in args.np.split(",")):
+            runs = [
+                measure_cut(hosts, nranks, args.kill_step, args.steps, args.link_timeout)
+                for _ in range(args.runs)
+            ]
+            for run in runs:
+                if not run["ok"]:
+                    print(f"# failed (exit {run['status']}):\n{run['tail']}", file=sys.stderr)
+            times = [r["seconds"] for r in runs if r["ok"]]
+            median = statistics.median(times) if times else float("nan")
+            shown = ", ".join(f"{t:.2f}" for t in times) + (
+                f" ({len(runs) - len(times)} failed)" if len(times) < len(runs) else ""
+            )
+            stopped = ", ".join(f"{r['stopped']} of {nranks // 4}" for r in runs)
+            print(f"| {nranks} | {runs[0]['split']} | {shown} | {median:.2f} | {stopped} |")
+    print(f"# target: RINGCOMM_LINK_TIMEOUT + 1 s = {args.link_timeout + 1:.1f} s")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--np", default="4", help="rank counts, comma-separated (4)")
@@ -80,7 +167,13 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--kill-step", type=int, default=10)
     parser.add_argument("--seed", type=int, default=33)
+    parser.add_argument("--cut-link", action="store_true",
+                        help="cut a host's link instead of killing a rank (root)")
+    parser.add_argument("--link-timeout", type=float, default=2.0,
+                        help="RINGCOMM_LINK_TIMEOUT with --cut-link (2)")
     args = parser.parse_args()
+    if args.cut_link:
+        return main_cut(args)
     draw = random.Random(args.seed)
     print(f"# python bench/recovery.py --np {args.np} --runs {args.runs} --seed {args.seed}")
     print("| ranks | way | victims | kill -> next step (s), each run | median | steps redone |")

@@ -8,7 +8,10 @@ job recovers one of two ways.
 
 argv: mode backend victim kill_step steps log_dir
 Every rank appends "<attempt> <rank> <step> <wall time>" to log_dir/steps.txt for each completed
-step; the victim writes "killed <wall time>" before it kills itself (first attempt only).
+step; the victim writes "killed <wall time>" before it kills itself (first attempt only). Victim
+-1: nobody kills itself; bench/recovery.py cuts a host's link while the ranks train, and the ranks
+that lost their quorum write "stopped <rank> <wall time> <why>" and exit.
+A rank that shrank writes "recovered <rank> <wall time>" at its next completed step.
 """
 
 import os
@@ -38,6 +41,7 @@ module = torch.nn.Sequential(
 optimizer = torch.optim.SGD(module.parameters(), lr=0.01)
 checkpoint = log_dir / "checkpoint.pt"
 step = 0
+shrunk = False
 if mode == "restart" and checkpoint.exists():
     state = torch.load(checkpoint)
     module.load_state_dict(state["model"])
@@ -64,11 +68,19 @@ while step < steps:
     except RuntimeError:
         if mode != "inplace":
             raise
-        dist.shrink_group(ringcomm.c10d.lost_ranks())
+        try:
+            dist.shrink_group(ringcomm.c10d.lost_ranks())
+        except RuntimeError as error:  # the minority of a partition: it must not go on
+            log(f"stopped {rank} {time.time()} {str(error).splitlines()[0][:200]}")
+            sys.exit(3)
         model = DistributedDataParallel(module)
+        shrunk = True
         continue
     step += 1
     log(f"{attempt} {rank} {step} {time.time()}")
+    if shrunk:
+        log(f"recovered {rank} {time.time()}")
+        shrunk = False
     if mode == "restart" and dist.get_rank() == 0:  # written whole, then renamed
         state = {"model": module.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
         torch.save(state, log_dir / "checkpoint.tmp")

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace ringcomm {
 namespace {
@@ -90,6 +91,7 @@ std::string FailureRecords::traced(const PeerError& error, bool& mismatch) {
   // the time their failure reaches this rank; only the culprit's is missing. The wait for the
   // last lookup, which fails, is bounded for the whole chain.
   const Clock::time_point deadline = Clock::now() + kChainWait;
+  std::vector<Reach> reached;  // asked once, when the chain first needs it
   while (next >= 0 && seen.insert(next).second) {
     // A rank on this host whose process is gone without having aborted never recorded a reason:
     // no waiting for one (a launcher may end this rank any moment: mpirun's at once, torchrun's
@@ -102,8 +104,21 @@ std::string FailureRecords::traced(const PeerError& error, bool& mismatch) {
     }
     // Nor will one whose mailbox refuses: its process is gone (over TCP the wait for its reason
     // cost the survivors a second), or it left the communicator (then its record is in the store,
-    // if it left one): a look or two.
-    const bool left = membership_ && membership_->refuses(next);
+    // if it left one): a look or two. Nor one whose mailbox is silent: its host or the link to it
+    // is lost (a cut link), and so is the store's record of it, if that lies beyond the cut: the
+    // wait for it once kept the majority of a partition a second longer from going on.
+    if (membership_ && reached.empty()) reached = membership_->reachAll();
+    const Reach reach =
+        next < static_cast<int>(reached.size()) ? reached[static_cast<size_t>(next)] : Reach::Answers;
+    if (reach == Reach::Silent) {
+      if (next != error.context().peer) {
+        text += "; rank " + std::to_string(next) +
+                " cannot be reached (its mailbox does not answer: its host or the link to it is"
+                " lost)";
+      }
+      break;
+    }
+    const bool left = reach == Reach::Refused;
     const auto recorded = recordOf(next, left ? Clock::now() + kLookupPoll : deadline);
     if (!recorded) {
       if (left && next != error.context().peer) {

@@ -48,30 +48,99 @@ std::pair<std::string, std::set<int>> parseList(const std::string& text) {
 
 }  // namespace
 
-Reach probeMailbox(const MailboxAddress& address, Clock::time_point deadline) {
-  std::vector<net::Address> resolved;
-  try {
-    resolved = net::resolve(address.host, address.port, /*passive=*/false);
-  } catch (const Error&) {
-    return Reach::Silent;
-  }
-  for (const net::Address& target : resolved) {
-    net::UniqueFd fd(::socket(target.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    if (!fd) continue;
-    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&target.storage), target.length) ==
-        0) {
-      return Reach::Answers;
+namespace {
+
+// One mailbox's liveness question: connection attempts to its addresses in turn, each started
+// without blocking, so that many mailboxes are asked at once.
+class Probe {
+ public:
+  explicit Probe(const MailboxAddress& address) {
+    try {
+      targets_ = net::resolve(address.host, address.port, /*passive=*/false);
+    } catch (const Error&) {
     }
-    if (errno == ECONNREFUSED) return Reach::Refused;
-    if (errno != EINPROGRESS && errno != EINTR) continue;
-    if (!net::waitReady(fd.get(), POLLOUT, deadline)) return Reach::Silent;
+    startNext();
+  }
+
+  bool done() const { return result_.has_value(); }
+  Reach result() const { return result_.value_or(Reach::Silent); }
+  int fd() const { return fd_.get(); }
+
+  // The attempt under way is ready to write: connected, refused, or failed (then the next).
+  void settle() {
     int error = 0;
     socklen_t length = sizeof(error);
-    if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &length) != 0) error = errno;
-    if (error == 0) return Reach::Answers;
-    if (error == ECONNREFUSED) return Reach::Refused;
+    if (::getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &error, &length) != 0) error = errno;
+    if (error == 0) {
+      result_ = Reach::Answers;
+    } else if (error == ECONNREFUSED) {
+      result_ = Reach::Refused;
+    } else {
+      startNext();
+    }
   }
-  return Reach::Silent;  // unreachable: no route, no host, or nothing answered
+
+ private:
+  void startNext() {
+    fd_.reset();
+    while (next_ < targets_.size()) {
+      const net::Address& target = targets_[next_++];
+      net::UniqueFd fd(::socket(target.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+      if (!fd) continue;
+      if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&target.storage),
+                    target.length) == 0) {
+        result_ = Reach::Answers;
+        return;
+      }
+      if (errno == ECONNREFUSED) {
+        result_ = Reach::Refused;
+        return;
+      }
+      if (errno == EINPROGRESS || errno == EINTR) {
+        fd_ = std::move(fd);
+        return;
+      }
+    }
+    result_ = Reach::Silent;  // unreachable: no route, no host, or nothing answered
+  }
+
+  std::vector<net::Address> targets_;
+  size_t next_ = 0;
+  net::UniqueFd fd_;
+  std::optional<Reach> result_;
+};
+
+}  // namespace
+
+std::vector<Reach> probeMailboxes(const std::vector<MailboxAddress>& addresses,
+                                  Clock::time_point deadline) {
+  std::vector<Probe> probes;
+  probes.reserve(addresses.size());
+  for (const MailboxAddress& address : addresses) probes.emplace_back(address);
+  for (;;) {
+    std::vector<pollfd> waiting;
+    std::vector<Probe*> owners;
+    for (Probe& probe : probes) {
+      if (probe.done()) continue;
+      waiting.push_back(pollfd{probe.fd(), POLLOUT, 0});
+      owners.push_back(&probe);
+    }
+    const auto left = millisecondsLeft(deadline).count();
+    if (waiting.empty() || left <= 0) break;
+    const int ready = ::poll(waiting.data(), waiting.size(), static_cast<int>(left));
+    if (ready < 0 && errno != EINTR) break;
+    for (size_t i = 0; i < waiting.size(); ++i) {
+      if (waiting[i].revents != 0) owners[i]->settle();
+    }
+  }
+  std::vector<Reach> reached;
+  reached.reserve(probes.size());
+  for (const Probe& probe : probes) reached.push_back(probe.result());
+  return reached;
+}
+
+Reach probeMailbox(const MailboxAddress& address, Clock::time_point deadline) {
+  return probeMailboxes({address}, deadline).front();
 }
 
 Membership::Membership(int rank, std::vector<MailboxAddress> mailboxes, std::string secret,
@@ -79,10 +148,23 @@ Membership::Membership(int rank, std::vector<MailboxAddress> mailboxes, std::str
     : rank_(rank), mailboxes_(std::move(mailboxes)), secret_(std::move(secret)),
       linkTimeout_(linkTimeout) {}
 
-bool Membership::refuses(int rank) const {
-  if (rank < 0 || rank >= static_cast<int>(mailboxes_.size()) || rank == rank_) return false;
-  return probeMailbox(mailboxes_[static_cast<size_t>(rank)], Clock::now() + kProbeWait) ==
-         Reach::Refused;
+std::vector<Reach> Membership::reachAll() {
+  // Every mailbox at once, for the wait of one: where one host is lost, so are all its ranks,
+  // and the agreement that follows counts these answers as its first asks.
+  const auto asked = Clock::now();
+  std::vector<Reach> reached = probeMailboxes(mailboxes_, asked + kProbeWait);
+  reached[static_cast<size_t>(rank_)] = Reach::Answers;
+  std::lock_guard<std::mutex> lock(recordsMutex_);
+  for (size_t r = 0; r < reached.size(); ++r) {
+    if (reached[r] == Reach::Silent) silentAsked_[static_cast<int>(r)] = asked;
+  }
+  return reached;
+}
+
+bool Membership::silentSince(int rank, Clock::time_point since) {
+  std::lock_guard<std::mutex> lock(recordsMutex_);
+  const auto found = silentAsked_.find(rank);
+  return found != silentAsked_.end() && found->second >= since;
 }
 
 std::shared_ptr<Store> Membership::open(int rank, Clock::time_point deadline,
@@ -268,33 +350,52 @@ void FormingStore::commit(Clock::time_point deadline) {
   }
 }
 
-bool Membership::gone(int rank, Clock::time_point deadline,
-                      std::map<int, Silence>& silences) {
-  if (refused_.count(rank) || silent_.count(rank)) return true;
-  const auto now = Clock::now();
-  switch (probeMailbox(mailboxes_.at(static_cast<size_t>(rank)),
-                       std::min(deadline, now + kProbeWait))) {
-    case Reach::Answers:
-      silences.erase(rank);
-      return false;
-    case Reach::Refused:
-      refused_.insert(rank);
-      clients_.erase(rank);
-      RINGCOMM_LOG(LogLevel::Info, kLogInit, "shrink: rank %d is gone (its mailbox refuses)",
-                   rank);
-      return true;
-    case Reach::Silent:
-      break;
+std::set<int> Membership::gone(const std::set<int>& ranks, Clock::time_point deadline,
+                               std::map<int, Silence>& silences) {
+  std::set<int> found;
+  std::vector<int> asked;
+  std::vector<MailboxAddress> addresses;
+  for (int rank : ranks) {
+    if (refused_.count(rank) || silent_.count(rank)) {
+      found.insert(rank);
+    } else {
+      asked.push_back(rank);
+      addresses.push_back(mailboxes_.at(static_cast<size_t>(rank)));
+    }
   }
-  Silence& silence = silences.emplace(rank, Silence{std::min(now, quietSince_)}).first->second;
-  if (++silence.asks < 2 || Clock::now() - silence.since < linkTimeout_) return false;
-  silent_.insert(rank);
-  clients_.erase(rank);
-  RINGCOMM_LOG(LogLevel::Info, kLogInit,
-               "shrink: rank %d is lost (its mailbox has not answered for %.1f s, "
-               "RINGCOMM_LINK_TIMEOUT)",
-               rank, linkTimeout_.count() / 1000.0);
-  return true;
+  const auto now = Clock::now();
+  const std::vector<Reach> reached = probeMailboxes(addresses, std::min(deadline, now + kProbeWait));
+  for (size_t i = 0; i < asked.size(); ++i) {
+    const int rank = asked[i];
+    switch (reached[i]) {
+      case Reach::Answers:
+        silences.erase(rank);
+        continue;
+      case Reach::Refused:
+        refused_.insert(rank);
+        clients_.erase(rank);
+        RINGCOMM_LOG(LogLevel::Info, kLogInit, "shrink: rank %d is gone (its mailbox refuses)",
+                     rank);
+        found.insert(rank);
+        continue;
+      case Reach::Silent:
+        break;
+    }
+    auto [silence, first] = silences.emplace(rank, Silence{std::min(now, quietSince_)});
+    // A silent answer to the failing rank's own question (reach()) was the first ask.
+    if (first && silentSince(rank, quietSince_)) silence->second.asks = 1;
+    if (++silence->second.asks < 2 || Clock::now() - silence->second.since < linkTimeout_) {
+      continue;
+    }
+    silent_.insert(rank);
+    clients_.erase(rank);
+    RINGCOMM_LOG(LogLevel::Info, kLogInit,
+                 "shrink: rank %d is lost (its mailbox has not answered for %.1f s, "
+                 "RINGCOMM_LINK_TIMEOUT)",
+                 rank, linkTimeout_.count() / 1000.0);
+    found.insert(rank);
+  }
+  return found;
 }
 
 Survivors Membership::agree(const std::string& round, const std::set<int>& exclude,
@@ -339,7 +440,7 @@ std::optional<Survivors> Membership::follow(int leader, const std::string& round
     } catch (const Error&) {
       store.reset();
     }
-    if (gone(leader, deadline, silences)) return std::nullopt;
+    if (!gone({leader}, deadline, silences).empty()) return std::nullopt;
     std::this_thread::sleep_for(kWaitSlice);
   }
   // Wait for its decision, asking now and then whether it still lives.
@@ -367,7 +468,7 @@ std::optional<Survivors> Membership::follow(int leader, const std::string& round
     }
     if (Clock::now() - lastProbe >= kProbeInterval) {
       lastProbe = Clock::now();
-      if (gone(leader, deadline, silences)) return std::nullopt;
+      if (!gone({leader}, deadline, silences).empty()) return std::nullopt;
     }
   }
 }
@@ -404,9 +505,7 @@ Survivors Membership::lead(const std::string& round, const std::set<int>& exclud
     if (pending.empty()) break;
     if (Clock::now() - lastProbe >= kProbeInterval) {
       lastProbe = Clock::now();
-      for (auto it = pending.begin(); it != pending.end();) {
-        it = gone(*it, collectUntil, silences) ? pending.erase(it) : std::next(it);
-      }
+      for (int rank : gone(pending, collectUntil, silences)) pending.erase(rank);
       if (pending.empty()) break;
     }
     try {  // sleeps until the first missing view arrives, or a slice

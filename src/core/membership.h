@@ -58,6 +58,9 @@ enum class Reach { Answers, Refused, Silent };
 // One connection attempt to `address` by `deadline` (no retries): what the liveness test above
 // reads from it.
 Reach probeMailbox(const MailboxAddress& address, Clock::time_point deadline);
+// The same for several mailboxes at once (one wait for all, not one each), in their order.
+std::vector<Reach> probeMailboxes(const std::vector<MailboxAddress>& addresses,
+                                  Clock::time_point deadline);
 
 // What the survivors agreed on.
 struct Survivors {
@@ -133,10 +136,12 @@ class Membership {
   Survivors agree(const std::string& round, const std::set<int>& exclude,
                   Clock::time_point deadline, Clock::time_point quietSince);
 
-  // Whether `rank`'s mailbox refuses a connection now: its process is gone (one ask, at most
-  // 200 ms; false where it answers or is silent). For a failing rank that follows the reasons
-  // its peers recorded: a gone one will record none.
-  bool refuses(int rank) const;
+  // Whether each rank's mailbox answers a connection now, in rank order (all asked at once, at
+  // most 200 ms; a kernel answers however busy its process is): Refused, the process is gone;
+  // Silent, its host or the way to it is lost; this rank's own answers. For a failing rank that
+  // follows the reasons its peers recorded: neither kind will give one. The silent ones count as
+  // the first asks of the agreement that follows.
+  std::vector<Reach> reachAll();
 
   // Records a rank leaves in its own mailbox for its peers, and reads in theirs: why it failed,
   // which collective it waits in (core/communicator.cc). In the mailbox rather than the job's
@@ -162,8 +167,12 @@ class Membership {
                                   const std::set<int>& exclude, Clock::time_point deadline);
   Survivors lead(const std::string& round, const std::set<int>& exclude,
                  Clock::time_point deadline);
-  // Asks `rank`'s mailbox whether it lives; records what it found.
-  bool gone(int rank, Clock::time_point deadline, std::map<int, Silence>& silences);
+  // Asks the mailboxes of `ranks` at once whether they live; records what it found and returns
+  // those gone or lost.
+  std::set<int> gone(const std::set<int>& ranks, Clock::time_point deadline,
+                     std::map<int, Silence>& silences);
+  // Whether reach() found `rank`'s mailbox silent at `since` or later.
+  bool silentSince(int rank, Clock::time_point since);
   std::shared_ptr<Store> client(int rank, Clock::time_point deadline);
   // A new client of `rank`'s mailbox after one liveness question (its answer in `reach`), or
   // nullptr where the mailbox does not answer.
@@ -177,10 +186,12 @@ class Membership {
   const std::chrono::milliseconds linkTimeout_;
   Clock::time_point quietSince_;  // of the agreement under way (agree())
   std::map<int, std::shared_ptr<Store>> clients_;
-  // post() and read()'s own clients, and the mailboxes they found gone.
+  // post() and read()'s own clients, the mailboxes they found gone, and when reach() last
+  // found one silent.
   std::mutex recordsMutex_;
   std::map<int, std::shared_ptr<Store>> recordClients_;
   std::set<int> recordsGone_;
+  std::map<int, Clock::time_point> silentAsked_;
   std::set<int> refused_;  // gone for sure
   std::set<int> silent_;   // lost: they may live beyond a partition
 };

@@ -154,6 +154,24 @@ TEST(probingTellsGoneFromLost) {
   CHECK(probeMailbox(unanswered.address(), soon()) == Reach::Silent);
 }
 
+TEST(manyMailboxesAreAskedAtOnce) {
+  // Two silent mailboxes cost one wait, not two (a leader that lost a host asks all its ranks).
+  TcpStoreServer alive("127.0.0.1", 0, kSecret);
+  TcpStoreServer stopped("127.0.0.1", 0, kSecret);
+  const MailboxAddress gone{"127.0.0.1", stopped.port()};
+  stopped.stop();
+  const Unanswered first, second;
+  const auto started = Clock::now();
+  const std::vector<Reach> reached = probeMailboxes(
+      {first.address(), {"127.0.0.1", alive.port()}, gone, second.address()},
+      started + std::chrono::milliseconds(300));
+  const auto waited = Clock::now() - started;
+  CHECK((reached == std::vector<Reach>{Reach::Silent, Reach::Answers, Reach::Refused,
+                                        Reach::Silent}));
+  CHECK(waited < std::chrono::milliseconds(550));
+  CHECK(probeMailboxes({}, started).empty());
+}
+
 TEST(helperThreadsRunEveryPartAndRaiseTheFirstFailure) {
   HelperThreads helpers(3);
   CHECK_EQ(helpers.threads(), 4);
