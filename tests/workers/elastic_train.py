@@ -11,6 +11,8 @@ Scenarios (the discovery script prints WORKDIR/hosts):
                takes it away again; each time the ranks wait for the HostsUpdatedInterrupt.
   kill         commits every second batch; from batch 5, while it has 3 ranks, every step
                takes 0.3 s, for the test to kill -9 a worker.
+  kill-return  the same, and once down to 2 ranks the ranks wait for the lost host to be used
+               again (its blacklisting's cooldown over, it is still discovered).
 
 The final ranks print RESULT lines: rank, size, batches, steps (with each one's size and epoch),
 parameters, resets.
@@ -21,6 +23,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -62,9 +65,10 @@ resets = []
 state.register_reset_callbacks([lambda: resets.append(hvd.size())])
 
 
-def wait_for_interrupt(hosts: str) -> None:
-    """Rank 0 changes the hosts; every rank checks until the driver's notice arrives."""
-    if hvd.rank() == 0:
+def wait_for_interrupt(hosts: Optional[str]) -> None:
+    """Rank 0 changes the hosts (if given); every rank checks until the driver's notice
+    arrives."""
+    if hvd.rank() == 0 and hosts is not None:
         hosts_file.write_text(hosts)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -91,9 +95,10 @@ def train(state):
             state.epochs = state.epochs + [state.epoch]
             state.sampler.record_batch(start // BATCH, len(batch))
             state.batch += 1
-            if scenario == "kill" and state.batch >= 5 and hvd.size() == 3:
+            killing = scenario in ("kill", "kill-return")
+            if killing and state.batch >= 5 and hvd.size() == 3:
                 time.sleep(0.3)
-            if scenario != "kill" or state.batch % 2 == 0:
+            if not killing or state.batch % 2 == 0:
                 state.commit()
                 if hvd.rank() == 0:
                     (workdir / "progress").write_text(str(state.batch))
@@ -101,6 +106,8 @@ def train(state):
                 wait_for_interrupt("localhost:3\n")
             if scenario == "grow-shrink" and state.batch == 12 and hvd.size() == 3:
                 wait_for_interrupt("localhost:2\n")
+            if scenario == "kill-return" and hvd.size() == 2 and state.batch % 2 == 0:
+                wait_for_interrupt(None)
         state.epoch += 1
         state.sampler.set_epoch(state.epoch)
         state.commit()
