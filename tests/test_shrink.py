@@ -13,6 +13,7 @@ from harness import (
     RankOutcome,
     finish_ranks,
     free_port,
+    mpirun,
     run_job,
     start_ranks_on_hosts,
     worker_env,
@@ -98,6 +99,30 @@ def test_a_second_death_during_the_shrink(delay_ms):
         deadline=90,
     )
     survivors_agree(outcomes, {1, 3}, late_victim=3)
+
+
+@pytest.mark.skipif(not mpirun(), reason="mpirun not installed (pip install mpich)")
+def test_survivors_go_on_under_mpirun_that_keeps_them():
+    """MPICH's mpirun -disable-auto-cleanup keeps the survivors of a rank that exited with an
+    error (and tells them with SIGUSR1, which ringcomm ignores): they shrink and finish, leaving
+    without MPI_Finalize, which waits for the lost rank for ever. Hydra ends every rank on the
+    host of one killed by a signal whatever the flag says: no kill -9 here (docs/guides/
+    recovery.md)."""
+    pytest.importorskip("mpi4py")
+    done = subprocess.run(
+        [mpirun(), "-disable-auto-cleanup", "-np", "4", sys.executable,
+         str(WORKERS / "shrink.py"), "exit", "2"],
+        env=worker_env({"RINGCOMM_TIMEOUT": str(TIMEOUT), "EXIT_WITHOUT_FINALIZE": "1"}),
+        capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+    results = [json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("RESULT")]
+    outcomes = [
+        RankOutcome(r["rank"], 0, done.stdout, done.stderr, 0.0, r)
+        for r in sorted(results, key=lambda r: r["rank"])
+    ]
+    assert done.returncode == 1, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
+    assert [o.rank for o in outcomes] == [0, 1, 3], done.stdout + done.stderr[-3000:]
+    survivors_agree(outcomes, {2}, expected_shrinks=1)
 
 
 def test_ranks_dropped_on_purpose():

@@ -2,6 +2,7 @@
 
 argv: mode victims [store_port]
   kill      the victims kill themselves (SIGKILL) in the middle of a stream of 1 MiB all-reduces
+  exit      the victims exit there instead (status 1, as a rank that fails with an error)
   during    the first victim is killed as above; the second kills itself SECOND_DEATH_MS (5)
             into the shrink: during the agreement, while the new communicator forms, or in the
             collectives after it (the survivors shrink again)
@@ -96,6 +97,8 @@ while True:
                 open(os.path.join(os.environ["TEST_READY_DIR"], str(rank)), "w").close()
             continue
         if iteration < 6:
+            if rank in victims and iteration == 3 and mode == "exit":
+                os._exit(1)
             if rank in victims and iteration == 3 and mode in ("kill", "during"):
                 if mode == "kill" or rank == victims[0]:
                     os.kill(os.getpid(), signal.SIGKILL)
@@ -128,5 +131,5 @@ while True:
 outcome["shrinks"] = shrinks
 report(outcome)
 if os.environ.get("EXIT_WITHOUT_FINALIZE"):
-    # Under MPICH's mpirun, MPI_Finalize (mpi4py's, at exit) waits for the lost rank.
+    # Under MPICH's mpirun, MPI_Finalize (mpi4py's, at exit) waits for the lost rank for ever.
     os._exit(0)
