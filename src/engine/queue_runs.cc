@@ -384,25 +384,7 @@ void TensorQueueImpl::runAllgather(const ReadyTensor& ready) {
     options.recvOffsets.push_back(total);
     total += options.recvCounts.back();
   }
-  std::vector<uint8_t> gathered(std::max<size_t>(total, 1) * elementSize(reference.type));
-  options.output = gathered.data();
-  const int64_t runNumber = runs_++;
-  const int64_t runStart = traceRunStart(present(local));
-  guarded(worksOf(local), [&] {
-    if (reference.device && local) {
-      // The rows are read out of device memory (staged) and gathered in host memory: the
-      // caller moves the result to its device.
-      options.deviceMemory = true;
-      options.stream = device_->beginRun(local->ready->device(), marksOf(present(local)));
-    }
-    comm_->alltoallv(options)->wait();
-    traceRunEnd(present(local), runStart, runNumber);
-    if (local) {  // before guarded() completes the Work, which lets the caller read these
-      gathered.resize(total * elementSize(reference.type));
-      local->work->rows = std::move(rows);
-      local->work->gathered = std::move(gathered);
-    }
-  });
+  runRows(local, reference.device, options, std::move(rows), total);
 }
 
 void TensorQueueImpl::runReducescatter(const ReadyTensor& ready) {
@@ -509,20 +491,27 @@ void TensorQueueImpl::runAlltoall(const ReadyTensor& ready) {
     options.recvOffsets.push_back(total);
     total += options.recvCounts.back();
   }
-  std::vector<uint8_t> gathered(std::max<size_t>(total, 1) * elementSize(mine.type));
+  runRows(local, mine.device, options, std::move(received), total);
+}
+
+void TensorQueueImpl::runRows(std::optional<Pending>& local, bool device,
+                              AlltoallvOptions& options, std::vector<int64_t> rows, size_t total) {
+  std::vector<uint8_t> gathered(std::max<size_t>(total, 1) * elementSize(options.type));
   options.output = gathered.data();
   const int64_t runNumber = runs_++;
   const int64_t runStart = traceRunStart(present(local));
   guarded(worksOf(local), [&] {
-    if (mine.device) {
+    if (device && local) {
       options.deviceMemory = true;  // the rows are staged out of device memory
       options.stream = device_->beginRun(local->ready->device(), marksOf(present(local)));
     }
     comm_->alltoallv(options)->wait();
     traceRunEnd(present(local), runStart, runNumber);
-    gathered.resize(total * elementSize(mine.type));
-    local->work->rows = std::move(received);
-    local->work->gathered = std::move(gathered);
+    if (local) {
+      gathered.resize(total * elementSize(options.type));
+      local->work->rows = std::move(rows);
+      local->work->gathered = std::move(gathered);
+    }
   });
 }
 

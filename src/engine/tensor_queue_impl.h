@@ -174,6 +174,13 @@ class TensorQueueImpl : public TensorQueue, public std::enable_shared_from_this<
   // announcement says it sends to it: the counts are known everywhere without another message.
   void runAlltoall(const ReadyTensor& ready);
 
+  // What the all-gather and the all-to-all share once their counts are set: the all-to-all of
+  // `options` into a buffer of `total` elements (staged out of device memory where `device`),
+  // timed, and the rows each rank sent and the bytes received handed to the local Work (before
+  // guarded() completes it, which lets the caller read them). A joined rank has no Work.
+  void runRows(std::optional<Pending>& local, bool device, AlltoallvOptions& options,
+               std::vector<int64_t> rows, size_t total);
+
   void runBroadcast(const ReadyTensor& ready);
 
   // Runs a collective: completes these Works, or fails them and rethrows (a failed collective
