@@ -3,18 +3,26 @@ against a torchrun restart from a checkpoint, in one invocation.
 
     python bench/recovery.py --np 4,8 --runs 3
 
-For each rank count and run, a victim drawn from the seed kills itself at --kill-step of a DDP
-job (bench/recovery_worker.py: a 1.3M-parameter MLP, checkpointed by rank 0 at every step where
-it restarts), three ways:
+For each rank count and run, a victim drawn from the seed kills itself at --kill-step of a
+training job (bench/recovery_worker.py: a 1.3M-parameter MLP, checkpointed by rank 0 at every
+step where it restarts), four ways:
 
-    ringcomm in place   ringcomm-run --keep-survivors; the survivors call
+    DDP in place        ringcomm-run --keep-survivors; the survivors call
                         dist.shrink_group(ringcomm.c10d.lost_ranks()) and wrap the model again
-    ringcomm restart    torchrun --standalone --max-restarts 1 on the ringcomm backend
+    Horovod API         the same job through hvd.DistributedOptimizer under hvd.elastic.run,
+    in place            which shrinks in place
+    ringcomm restart    DDP under torchrun --standalone --max-restarts 1 on the ringcomm backend
     gloo restart        the same on gloo, with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (without it
                         torchrun's restarted gloo workers read the failed attempt's addresses)
 
 and reports the seconds from the kill to the next step every survivor completed, and the steps
 done again (a restart goes back to the last checkpoint).
+
+    python bench/recovery.py --hosts 2 --link-rate 1gbit --np 8 --runs 3
+
+The same across namespace hosts (root), the ranks spread evenly: the in-place ranks started on
+their own (env://, no launcher to end the survivors), the restarts under one torchrun agent per
+host meeting in a c10d rendezvous on the first.
 
     python bench/recovery.py --cut-link --np 4,8 --runs 3
 
@@ -40,46 +48,105 @@ import time
 from pathlib import Path
 
 WORKER = Path(__file__).with_name("recovery_worker.py")
-WAYS = (("ringcomm", "inplace"), ("ringcomm", "restart"), ("gloo", "restart"))
+WAYS = (
+    ("ringcomm", "inplace"), ("horovod", "inplace"), ("ringcomm", "restart"), ("gloo", "restart")
+)  # fmt: skip
+NAMES = {
+    ("ringcomm", "inplace"): "DDP on ringcomm, in place",
+    ("horovod", "inplace"): "Horovod API on ringcomm, in place",
+    ("ringcomm", "restart"): "DDP on ringcomm, torchrun restart",
+    ("gloo", "restart"): "DDP on gloo, torchrun restart",
+}
+TORCHRUN_PORT = "29541"  # the c10d rendezvous across namespace hosts, on the first
 
 
-def command(way, nranks, victim, kill_step, steps, log_dir) -> list:
+def torchrun() -> str:
+    return shutil.which("torchrun") or "torchrun"
+
+
+def start(way, nranks, args, env, hosts=None) -> list:
+    """The job's processes: on this machine one launcher; on namespace hosts (``hosts``) every
+    in-place rank on its own (env://, nothing to end the survivors) or one torchrun agent per
+    host (a c10d rendezvous on the first, which is told it serves the store, and each agent its
+    address: torch takes this machine's hostname for both, which no namespace host reaches)."""
     backend, mode = way
-    args = [str(WORKER), mode, backend, str(victim), str(kill_step), str(steps), str(log_dir)]
+    run = lambda argv, host=None, **extra: subprocess.Popen(  # noqa: E731
+        argv if host is None else hosts.command(host, argv),
+        env=dict(env, **extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    if hosts is None and mode == "inplace":
+        return [run([sys.executable, "-m", "ringcomm.launch", "--keep-survivors",
+                     "-np", str(nranks), *args])]  # fmt: skip
+    if hosts is None:
+        return [run([torchrun(), "--standalone", f"--nproc-per-node={nranks}",
+                     "--max-restarts=1", *args])]  # fmt: skip
+    per_host = nranks // len(hosts)
     if mode == "inplace":
-        launcher = [sys.executable, "-m", "ringcomm.launch", "--keep-survivors"]
-        return [*launcher, "-np", str(nranks), *args]
-    torchrun = shutil.which("torchrun") or "torchrun"
-    return [torchrun, "--standalone", f"--nproc-per-node={nranks}", "--max-restarts=1", *args]
+        return [
+            run([sys.executable, *args], rank // per_host, RANK=str(rank), WORLD_SIZE=str(nranks))
+            for rank in range(nranks)
+        ]
+    return [
+        run([torchrun(), f"--nnodes={len(hosts)}", f"--nproc-per-node={per_host}",
+             "--max-restarts=1", "--rdzv-backend=c10d", "--rdzv-id=recovery",
+             f"--rdzv-endpoint={hosts.address(0)}:{TORCHRUN_PORT}",
+             f"--rdzv-conf=is_host={int(host == 0)}", f"--local-addr={hosts.address(host)}",
+             *args], host)
+        for host in range(len(hosts))
+    ]  # fmt: skip
 
 
-def measure(way, nranks, victim, kill_step, steps) -> dict:
+def measure(way, nranks, victim, kill_step, steps, hosts=None) -> dict:
+    backend, mode = way
     with tempfile.TemporaryDirectory() as work:
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        if way[0] == "gloo":
+        env = dict(os.environ, OMP_NUM_THREADS="1", RINGCOMM_SECRET=os.urandom(16).hex())
+        if backend == "gloo":
             env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-        done = subprocess.run(
-            command(way, nranks, victim, kill_step, steps, work),
-            env=env, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        lines = (Path(work) / "steps.txt").read_text().split("\n")
+        if hosts is not None:  # ranks meet at the first host; gloo finds its interface by name
+            env.update(GLOO_SOCKET_IFNAME=hosts.links[0])
+            if mode == "inplace":
+                env.update(MASTER_ADDR=hosts.address(0), MASTER_PORT="29542")
+        args = [str(WORKER), mode, backend, str(victim), str(kill_step), str(steps), work]
+        procs = start(way, nranks, args, env, hosts)
+        deadline = time.monotonic() + 240
+        try:
+            errors = [p.communicate(timeout=max(1, deadline - time.monotonic()))[1] for p in procs]
+        except subprocess.TimeoutExpired:  # a hang: reported as a failed run
+            for p in procs:
+                p.kill()
+            errors = ["(timed out after 240 s) " + p.communicate()[1] for p in procs]
+        finally:
+            for p in procs:
+                p.kill()
+        log = Path(work) / "steps.txt"
+        lines = log.read_text().split("\n") if log.exists() else []
+    statuses = [p.returncode for p in procs]
+    tail = "".join(e[-1500:] for e in errors)
+    if not any(line.startswith("killed") for line in lines):
+        return {"ok": False, "seconds": float("nan"), "status": statuses, "tail": tail}
     killed = next(float(line.split()[1]) for line in lines if line.startswith("killed"))
-    records = [tuple(line.split()) for line in lines if line and not line.startswith("killed")]
+    records = [line.split() for line in lines if line and line.split()[0].isdigit()]
     after = [(int(a), int(r), int(s), float(t)) for a, r, s, t in records if float(t) > killed]
     before = [int(s) for a, r, s, t in records if float(t) <= killed]
     first = {}
     for _, rank, step, at in after:
         first.setdefault(rank, (step, at))
-    survivors = nranks - 1 if way[1] == "inplace" else nranks
-    ok = done.returncode == 0 and len(first) == survivors
+    # A step's time before the kill, for scale: the next step after it includes one.
+    times = sorted(float(t) for a, r, s, t in records if r == records[0][1] and float(t) <= killed)
+    step_time = statistics.median(b - a for a, b in zip(times, times[1:])) if len(times) > 2 else 0
+    survivors = nranks - 1 if mode == "inplace" else nranks
+    # Every launcher (or, on their own, every survivor) ended well; the victim was killed.
+    ended = [code for i, code in enumerate(statuses) if len(procs) == 1 or i != victim]
+    ok = all(code == 0 for code in ended) and len(first) == survivors
     return {
         "ok": ok,
         "seconds": max(at for _, at in first.values()) - killed if first else float("nan"),
+        "step": step_time,
         "redone": max(before, default=0) - min(step for step, _ in first.values()) + 1
         if first
         else 0,
-        "status": done.returncode,
-        "tail": done.stderr[-1500:],
+        "status": statuses,
+        "tail": tail,
     }
 
 
@@ -106,8 +173,8 @@ def measure_cut(hosts, nranks, kill_step, steps, link_timeout) -> dict:
         try:
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
-                lines = [line.split() for line in log.read_text().split("\n")] if log.exists() else []
-                if ["0", "0", str(kill_step)] in [words[:3] for words in lines]:
+                text = log.read_text() if log.exists() else ""
+                if ["0", "0", str(kill_step)] in [line.split()[:3] for line in text.split("\n")]:
                     break
                 time.sleep(0.02)
             cut_at = time.time()
@@ -167,22 +234,46 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--kill-step", type=int, default=10)
     parser.add_argument("--seed", type=int, default=33)
-    parser.add_argument("--cut-link", action="store_true",
-                        help="cut a host's link instead of killing a rank (root)")
-    parser.add_argument("--link-timeout", type=float, default=2.0,
-                        help="RINGCOMM_LINK_TIMEOUT with --cut-link (2)")
+    parser.add_argument(
+        "--cut-link", action="store_true", help="cut a host's link instead of killing a rank (root)"
+    )
+    parser.add_argument(
+        "--link-timeout", type=float, default=2.0, help="RINGCOMM_LINK_TIMEOUT with --cut-link (2)"
+    )
+    parser.add_argument(
+        "--hosts",
+        type=int,
+        default=1,
+        help="namespace hosts to spread the ranks over (root; 1: this machine)",
+    )
+    parser.add_argument(
+        "--link-rate",
+        default=None,
+        help="with --hosts: each host's link rate, e.g. 1gbit (unshaped)",
+    )
     args = parser.parse_args()
     if args.cut_link:
         return main_cut(args)
+    if args.hosts > 1:
+        from ringcomm.bench import netns
+
+        with netns.hosts(args.hosts, "10.231.84", rate=args.link_rate, tag="rk") as hosts:
+            return main_kill(args, hosts)
+    return main_kill(args, None)
+
+
+def main_kill(args, hosts) -> int:
     draw = random.Random(args.seed)
-    print(f"# python bench/recovery.py --np {args.np} --runs {args.runs} --seed {args.seed}")
-    print("| ranks | way | victims | kill -> next step (s), each run | median | steps redone |")
-    print("|---:|---|---|---|---:|---:|")
+    where = f" --hosts {args.hosts} --link-rate {args.link_rate}" if hosts else ""
+    print(f"# python bench/recovery.py --np {args.np} --runs {args.runs} --seed {args.seed}{where}")
+    print("| ranks | way | victims | kill -> next step (s), each run | median | a step before (s) "
+          "| steps redone |")  # fmt: skip
+    print("|---:|---|---|---|---:|---:|---:|")
     medians = {}
     for nranks in (int(n) for n in args.np.split(",")):
         victims = [draw.randrange(nranks) for _ in range(args.runs)]
         for way in WAYS:
-            runs = [measure(way, nranks, v, args.kill_step, args.steps) for v in victims]
+            runs = [measure(way, nranks, v, args.kill_step, args.steps, hosts) for v in victims]
             for run in runs:
                 if not run["ok"]:
                     print(f"# {way} failed (exit {run['status']}):\n{run['tail']}", file=sys.stderr)
@@ -193,13 +284,15 @@ def main() -> int:
                 f" ({len(runs) - len(times)} failed)" if len(times) < len(runs) else ""
             )
             redone = ", ".join(str(r["redone"]) for r in runs if r["ok"])
-            name = f"{way[0]} {'in place' if way[1] == 'inplace' else 'restart'}"
-            print(f"| {nranks} | {name} | {victims} | {shown} | {median:.2f} | {redone} |")
+            step = statistics.median([r["step"] for r in runs if r["ok"]] or [float("nan")])
+            print(f"| {nranks} | {NAMES[way]} | {victims} | {shown} | {median:.2f} | {step:.2f} "
+                  f"| {redone} |")  # fmt: skip
     for nranks in (int(n) for n in args.np.split(",")):
-        inplace = medians[(nranks, WAYS[0])]
-        for way in WAYS[1:]:
-            print(f"# {nranks} ranks: in place {medians[(nranks, way)] / inplace:.1f}x faster "
-                  f"than {way[0]} restart")  # fmt: skip
+        for inplace in WAYS[:2]:
+            for restart in WAYS[2:]:
+                print(f"# {nranks} ranks: {NAMES[inplace]} "
+                      f"{medians[(nranks, restart)] / medians[(nranks, inplace)]:.1f}x faster "
+                      f"than {NAMES[restart]}")  # fmt: skip
     return 0
 
 
