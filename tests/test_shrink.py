@@ -115,7 +115,9 @@ def test_survivors_go_on_under_mpirun_that_keeps_them():
         env=worker_env({"RINGCOMM_TIMEOUT": str(TIMEOUT), "EXIT_WITHOUT_FINALIZE": "1"}),
         capture_output=True, text=True, timeout=90,
     )  # fmt: skip
-    results = [json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("RESULT")]
+    results = [
+        json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("RESULT")
+    ]
     outcomes = [
         RankOutcome(r["rank"], 0, done.stdout, done.stderr, 0.0, r)
         for r in sorted(results, key=lambda r: r["rank"])
