@@ -64,9 +64,10 @@ def torchrun() -> str:
     return shutil.which("torchrun") or "torchrun"
 
 
-def start(way, nranks, args, env, hosts=None) -> list:
+def start(way, nranks, args, env, hosts=None, layout=None) -> list:
     """The job's processes: on this machine one launcher; on namespace hosts (``hosts``) every
-    in-place rank on its own (env://, nothing to end the survivors) or one torchrun agent per
+    in-place rank on its own (env://, nothing to end the survivors; rank r on host layout[r],
+    evenly spread by default) or one torchrun agent per
     host (a c10d rendezvous on the first, which is told it serves the store, and each agent its
     address: torch takes this machine's hostname for both, which no namespace host reaches)."""
     backend, mode = way
@@ -82,9 +83,10 @@ def start(way, nranks, args, env, hosts=None) -> list:
                      "--max-restarts=1", *args])]  # fmt: skip
     per_host = nranks // len(hosts)
     if mode == "inplace":
+        layout = layout or [rank // per_host for rank in range(nranks)]
         return [
-            run([sys.executable, *args], rank // per_host, RANK=str(rank), WORLD_SIZE=str(nranks))
-            for rank in range(nranks)
+            run([sys.executable, *args], host, RANK=str(rank), WORLD_SIZE=str(nranks))
+            for rank, host in enumerate(layout)
         ]
     return [
         run([torchrun(), f"--nnodes={len(hosts)}", f"--nproc-per-node={per_host}",
@@ -157,19 +159,10 @@ def measure_cut(hosts, nranks, kill_step, steps, link_timeout) -> dict:
         log = Path(work) / "steps.txt"
         env = dict(
             os.environ, OMP_NUM_THREADS="1", MASTER_ADDR=hosts.address(0), MASTER_PORT="29533",
-            WORLD_SIZE=str(nranks), RINGCOMM_LINK_TIMEOUT=str(link_timeout),
+            RINGCOMM_LINK_TIMEOUT=str(link_timeout),
         )  # fmt: skip
         args = [str(WORKER), "inplace", "ringcomm", "-1", str(kill_step), str(steps), work]
-        procs = [
-            subprocess.Popen(
-                hosts.command(host, [sys.executable, *args]),
-                env=dict(env, RANK=str(rank)),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for rank, host in enumerate(layout)
-        ]
+        procs = start(("ringcomm", "inplace"), nranks, args, env, hosts, layout)
         try:
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
