@@ -171,7 +171,7 @@ void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
     segments_.sleepUntilAllReach(progressOf(phase), value, doorbell,
                                  std::chrono::duration_cast<std::chrono::microseconds>(
                                      std::min(op.remaining(), kHealthCheckInterval)));
-    if (Clock::now() - lastHealthCheck >= kHealthCheckInterval) {
+    if (Clock::now() - lastHealthCheck >= kHealthCheckInterval || segments_.peerExited()) {
       // Every peer still behind: a dead one need not be the first of them.
       for (int peer = behind; peer >= 0; peer = firstBehind(phase, value, peer + 1)) {
         std::string failure = segments_.peerFailure(peer);

@@ -53,7 +53,8 @@ void FailureRecords::record(const std::string& reason, int blamed, bool mismatch
 }
 
 std::optional<FailureRecords::Recorded> FailureRecords::recordOf(int peer,
-                                                                 Clock::time_point deadline) {
+                                                                 Clock::time_point deadline,
+                                                                 bool& gone) {
   const std::string key = storeKey("abort", peer);
   for (bool first = true;; first = false) {
     const auto left = std::max(std::chrono::milliseconds(first ? 50 : 0),
@@ -72,6 +73,13 @@ std::optional<FailureRecords::Recorded> FailureRecords::recordOf(int peer,
       return recorded;
     }
     if (Clock::now() >= deadline) return std::nullopt;
+    // A peer killed a moment ago still answered reachAll() while its process was taken apart
+    // (seen across hosts: the whole chain wait, a second, spent on a dead rank's record).
+    if (!gone && membership_ &&
+        membership_->refuses(peer, std::min(deadline, Clock::now() + kLookupPoll))) {
+      gone = true;  // a rank that left recorded its reason before it closed its mailbox
+      return std::nullopt;
+    }
     std::this_thread::sleep_for(kLookupPoll);
   }
 }
@@ -118,8 +126,8 @@ std::string FailureRecords::traced(const PeerError& error, bool& mismatch) {
       }
       break;
     }
-    const bool left = reach == Reach::Refused;
-    const auto recorded = recordOf(next, left ? Clock::now() + kLookupPoll : deadline);
+    bool left = reach == Reach::Refused;
+    const auto recorded = recordOf(next, left ? Clock::now() + kLookupPoll : deadline, left);
     if (!recorded) {
       if (left && next != error.context().peer) {
         text += "; rank " + std::to_string(next) +

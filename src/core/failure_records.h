@@ -69,7 +69,9 @@ class FailureRecords {
     bool mismatch = false;
     std::string reason;
   };
-  std::optional<Recorded> recordOf(int peer, Clock::time_point deadline);
+  // `peer`'s record, looked for until `deadline`, or until its mailbox refuses (then `gone` is
+  // set: a process that is gone records nothing more).
+  std::optional<Recorded> recordOf(int peer, Clock::time_point deadline, bool& gone);
 
   const int rank_;
   const std::shared_ptr<Store> store_;

@@ -200,6 +200,19 @@ std::optional<Bytes> Membership::read(int rank, const std::string& key,
   return (*peer)->tryGet(key, std::max(std::chrono::milliseconds(1), millisecondsLeft(deadline)));
 }
 
+bool Membership::refuses(int rank, Clock::time_point deadline) {
+  if (rank == rank_ || rank < 0 || rank >= static_cast<int>(mailboxes_.size())) return false;
+  {
+    std::lock_guard<std::mutex> lock(recordsMutex_);
+    if (recordsGone_.count(rank)) return true;
+  }
+  if (probeMailbox(mailboxes_[static_cast<size_t>(rank)], deadline) != Reach::Refused) return false;
+  std::lock_guard<std::mutex> lock(recordsMutex_);
+  recordsGone_.insert(rank);
+  recordClients_.erase(rank);
+  return true;
+}
+
 std::optional<std::shared_ptr<Store>> Membership::recordClient(int rank,
                                                                 Clock::time_point deadline) {
   {

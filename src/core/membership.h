@@ -150,6 +150,10 @@ class Membership {
   // is bounded by `within`; safe from any thread (the agreement's state is not touched).
   bool post(const std::string& key, const Bytes& value, std::chrono::milliseconds within);
   std::optional<Bytes> read(int rank, const std::string& key, std::chrono::milliseconds within);
+  // Whether `rank`'s mailbox refuses now (its process is gone), asked afresh (by `deadline`)
+  // until it once has: a process killed a moment ago answers while the kernel takes it apart,
+  // so what reachAll() found in the first milliseconds after a failure may be out of date.
+  bool refuses(int rank, Clock::time_point deadline);
 
   // The store through which the communicator of `members` forms under `scope` in `leader`'s
   // mailbox (FormingStore, below). Raises TransportError where that mailbox does not answer.

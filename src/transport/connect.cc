@@ -157,6 +157,7 @@ bool setUpSharedMemory(Store& store, int rank, Links& links, const bootstrap::Re
       }
     }
     links.segments->attachPeers();
+    links.segments->watchPeers();
     // Every peer's segment is mapped, so its header (pid, token) can be read: probe before
     // saying "attached", and that synchronisation is the one the decision needs.
     const std::string cannot = links.segments->probeCrossMemory(

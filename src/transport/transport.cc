@@ -273,7 +273,8 @@ void Transport::waitUntil(Predicate done, const Operation& op) {
     if (op.expired()) raiseTimeout(op);
     if (!active_.empty()) op.noteWaitingFor(active_.front());
     block(doorbell, op);
-    if (Clock::now() - lastHealthCheck >= kHealthCheckInterval) {
+    if (Clock::now() - lastHealthCheck >= kHealthCheckInterval ||
+        (segments_ != nullptr && segments_->peerExited())) {
       checkPeers(op);
       lastHealthCheck = Clock::now();
     }

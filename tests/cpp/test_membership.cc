@@ -1,7 +1,7 @@
 // Membership without launching processes: the agreement of shrink() among ranks played by
 // threads, each with a mailbox of its own (core/membership.h); a rank whose mailbox is stopped is
 // gone, one whose address nobody answers is lost beyond a partition. Also the helper threads of the
-// single-copy reduction and the zombie test of processGone().
+// single-copy reduction, the zombie test of processGone() and ExitWatch.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -170,6 +170,61 @@ TEST(manyMailboxesAreAskedAtOnce) {
                                         Reach::Silent}));
   CHECK(waited < std::chrono::milliseconds(550));
   CHECK(probeMailboxes({}, started).empty());
+}
+
+TEST(aMailboxThatStopsAfterAnsweringRefusesFromThen) {
+  // A rank killed a moment ago answered reachAll() while its process was taken apart; a failing
+  // rank that follows its chain asks again rather than wait a second for a record (issue 33).
+  TcpStoreServer zero("127.0.0.1", 0, kSecret);
+  TcpStoreServer one("127.0.0.1", 0, kSecret);
+  Membership membership(0, {{"127.0.0.1", zero.port()}, {"127.0.0.1", one.port()}}, kSecret,
+                        std::chrono::milliseconds(300));
+  const auto soon = [] { return Clock::now() + std::chrono::milliseconds(200); };
+  CHECK(!membership.refuses(1, soon()));
+  CHECK(!membership.refuses(0, soon()));  // this rank's own
+  CHECK((membership.reachAll() == std::vector<Reach>{Reach::Answers, Reach::Answers}));
+  one.stop();
+  CHECK(membership.refuses(1, soon()));
+  CHECK(!membership.read(1, "abort", std::chrono::milliseconds(100)));
+}
+
+TEST(anExitWatchTellsOfAnExitAtOnce) {
+  // Not at the next look: a waiter asleep on shared memory is woken the moment a peer dies.
+  int pipeFds[2];
+  CHECK_EQ(pipe(pipeFds), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    close(pipeFds[1]);
+    char byte;
+    (void)!read(pipeFds[0], &byte, 1);  // until the parent closes its end
+    _exit(0);
+  }
+  std::atomic<int> told{0};
+  std::atomic<int64_t> toldAt{0};
+  ExitWatch watch({static_cast<int>(child), static_cast<int>(getpid())}, [&](int pid) {
+    CHECK_EQ(pid, static_cast<int>(child));
+    toldAt = Clock::now().time_since_epoch().count();
+    ++told;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(!watch.anyExited());
+  CHECK_EQ(told.load(), 0);
+  const auto exited = Clock::now();
+  close(pipeFds[1]);
+  for (int i = 0; i < 400 && told.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK_EQ(told.load(), 1);
+  CHECK(watch.anyExited());
+  CHECK(Clock::time_point(Clock::duration(toldAt.load())) - exited < std::chrono::seconds(1));
+  int status = 0;
+  waitpid(child, &status, 0);  // a zombie until now: the watch told of it before
+  close(pipeFds[0]);
+  // A process already gone is told before the constructor returns.
+  std::atomic<int> gone{0};
+  ExitWatch late({static_cast<int>(child)}, [&](int) { ++gone; });
+  CHECK_EQ(gone.load(), 1);
+  CHECK(late.anyExited());
 }
 
 TEST(helperThreadsRunEveryPartAndRaiseTheFirstFailure) {

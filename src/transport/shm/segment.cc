@@ -112,6 +112,7 @@ Segments::Segments(std::string jobKey, std::vector<int> localRanks, int localRan
       bases_(localRanks_.size(), nullptr) {}
 
 Segments::~Segments() {
+  exitWatch_.reset();  // its thread rings this rank's doorbell, in memory unmapped below
   if (!unlinked_ && bases_[localRank_] != nullptr) shm_unlink(nameOf(localRank_).c_str());
   for (uint8_t* base : bases_) {
     if (base != nullptr) munmap(base, segmentBytes());
@@ -349,6 +350,14 @@ std::string Segments::peerFailure(int local) const {
 bool Segments::diedWithoutAborting(int local) const {
   const SegmentHeader& peer = header(local);
   return peer.aborted.load(std::memory_order_acquire) == 0 && processGone(peer.pid);
+}
+
+void Segments::watchPeers() {
+  std::vector<int> pids;
+  for (int local = 0; local < localSize(); ++local) {
+    if (local != localRank_) pids.push_back(header(local).pid);
+  }
+  exitWatch_ = std::make_unique<ExitWatch>(pids, [this](int) { ringDoorbell(localRank_); });
 }
 
 void Segments::markAborted(const std::string& reason) {

@@ -20,9 +20,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "common/process.h"
 #include "transport/shm/shared_buffers.h"
 
 namespace ringcomm::shm {
@@ -205,6 +207,12 @@ class Segments {
   size_t singleCopyMinBytes() const { return singleCopyMinBytes_; }
   int pidOf(int local) const { return header(local).pid; }
 
+  // After attachPeers(): from now on a local peer's process that exits rings this rank's doorbell
+  // at once (ExitWatch), as an abort does, so a sleeping wait looks at its peers then rather
+  // than at its next look. peerExited(): whether one has.
+  void watchPeers();
+  bool peerExited() const { return exitWatch_ && exitWatch_->anyExited(); }
+
   // Empty if local peer `local` is alive and has not aborted; else a description.
   std::string peerFailure(int local) const;
   // Whether local peer `local`'s process is gone without having aborted: it recorded no reason
@@ -227,6 +235,7 @@ class Segments {
   std::vector<uint8_t*> bases_;
   bool unlinked_ = false;
   size_t singleCopyMinBytes_ = SIZE_MAX;
+  std::unique_ptr<ExitWatch> exitWatch_;  // reset before the segments are unmapped
 };
 
 }  // namespace ringcomm::shm
