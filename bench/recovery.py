@@ -128,8 +128,16 @@ def measure(way, nranks, victim, kill_step, steps, hosts=None) -> dict:
         return {"ok": False, "seconds": float("nan"), "status": statuses, "tail": tail}
     killed = next(float(line.split()[1]) for line in lines if line.startswith("killed"))
     records = [line.split() for line in lines if line and line.split()[0].isdigit()]
-    after = [(int(a), int(r), int(s), float(t)) for a, r, s, t in records if float(t) > killed]
-    before = [int(s) for a, r, s, t in records if float(t) <= killed]
+    # The next step: the first beyond the one the victim died in. A survivor may still log the
+    # step before it after the kill (its all-reduce was done); that one owes nothing to recovery.
+    after = [
+        (int(a), int(r), int(s), float(t))
+        for a, r, s, t in records
+        if float(t) > killed and int(s) > kill_step
+    ]
+    # Steps done twice: a rank that logs a step number again went back to a checkpoint.
+    logged = [(r, s) for a, r, s, t in records]
+    redone = max((logged.count(entry) - 1 for entry in set(logged)), default=0)
     first = {}
     for _, rank, step, at in after:
         first.setdefault(rank, (step, at))
@@ -144,9 +152,7 @@ def measure(way, nranks, victim, kill_step, steps, hosts=None) -> dict:
         "ok": ok,
         "seconds": max(at for _, at in first.values()) - killed if first else float("nan"),
         "step": step_time,
-        "redone": max(before, default=0) - min(step for step, _ in first.values()) + 1
-        if first
-        else 0,
+        "redone": redone,
         "status": statuses,
         "tail": tail,
     }

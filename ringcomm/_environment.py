@@ -166,6 +166,23 @@ class TorchStoreAdapter(_core.Store):
         return self._store.add(key, delta)
 
 
+def torchrun_attempt_prefix(store, rank: int, size: int) -> str:
+    """The keys of this attempt in torchrun's shared store (TORCHELASTIC_USE_AGENT_STORE=True,
+    its c10d rendezvous by default), which outlives an attempt: a restarted group must not meet
+    under the failed attempt's keys, which are still there (its job key would name shared memory
+    that is gone).
+
+    The attempt's number cannot be TORCHELASTIC_RESTART_COUNT across hosts: only the agent whose
+    worker failed counts a restart, so the other hosts' workers read the failed attempt's keys
+    (measured: 2 of 3 restarts across two hosts failed that way, "attaching shared memory ... No
+    such file or directory"). Each rank counts its own starts in the store instead, per world
+    size: every worker of every host starts once per attempt, and a group that grows or shrinks
+    starts the count of its new size."""
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    attempt = store.add(f"ringcomm/run-{run}/starts/{size}/{rank}", 1)
+    return f"ringcomm/run-{run}/size-{size}/attempt-{attempt}/"
+
+
 def _torchrun(timeout: float, secret: bytes, keepalive: list) -> LaunchEnvironment:
     rank, size = _integer("RANK"), _integer("WORLD_SIZE")
     host, port = os.environ["MASTER_ADDR"], _integer("MASTER_PORT")
@@ -179,7 +196,7 @@ def _torchrun(timeout: float, secret: bytes, keepalive: list) -> LaunchEnvironme
         )
         restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
         adapter = TorchStoreAdapter(torch_store)
-        store = _core.PrefixStore(f"ringcomm/{restart}/", adapter)
+        store = _core.PrefixStore(torchrun_attempt_prefix(torch_store, rank, size), adapter)
         # The C++ side holds the adapter, but its Python half (the overrides) must stay alive too.
         keepalive.extend([torch_store, adapter])
         # torch's store proves nothing: the data links' secret comes from the user or this host.

@@ -1,6 +1,7 @@
 import importlib.util
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 # No tuning file: algorithm="auto" is the cost model's in every test and every rank it starts,
 # whatever `ringcomm-bench tune` measured on this machine. Tests of tuning set their own directory.
 os.environ["RINGCOMM_TUNING_DIR"] = "off"
+
+
+_SESSION_STARTED = time.time()
 
 
 def pytest_sessionstart(session):
@@ -50,3 +54,33 @@ def pytest_sessionfinish(session, exitstatus):
     import background_builds
 
     background_builds.cancel_pending()
+    _remove_mpich_leftovers()
+
+
+def _remove_mpich_leftovers() -> None:
+    """MPICH's own segments (/dev/shm/mpich_shm_*) that the suite's mpirun jobs left: MPI_Finalize
+    removes them, and ranks that hydra SIGKILLed (tests/test_fault_injection.py) or that leave
+    without it (the survivors of tests/test_shrink.py under mpirun) never get there. Only those
+    made during this session that no process still maps."""
+    shm = Path("/dev/shm")
+    try:
+        made = [
+            path
+            for path in shm.glob("mpich_shm_*")
+            if path.stat().st_mtime >= _SESSION_STARTED and path.stat().st_uid == os.getuid()
+        ]
+    except OSError:
+        return
+    if not made:
+        return
+    mapped = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            mapped.update(
+                line.split()[-1] for line in maps.read_text().splitlines() if "mpich_shm_" in line
+            )
+        except OSError:
+            continue
+    for path in made:
+        if str(path) not in mapped:
+            path.unlink(missing_ok=True)

@@ -174,13 +174,15 @@ def test_ddp_trains_on_after_a_rank_is_killed(victim):
 
 
 # Rank 0 (the Horovod API's rank 0 broadcasts the state); the DDP test above loses another.
-@pytest.mark.parametrize("victim", [0])
-def test_the_horovod_api_trains_on_after_a_worker_is_killed(victim):
+@pytest.mark.parametrize("victim, commits", [(0, "even"), (0, "uneven")])
+def test_the_horovod_api_trains_on_after_a_worker_is_killed(victim, commits):
     """hvd.elastic.run without an elastic driver: the survivors restore the last commit, shrink
-    the job's communicator in place and go on, with the same parameters."""
+    the job's communicator in place and go on, with the same parameters: without a broadcast of
+    the model where they all went back to the same commit, with one where not (uneven)."""
     outcomes = run_job(
-        4, "horovod_shrink.py", [str(victim)], env={"RINGCOMM_TIMEOUT": str(TIMEOUT)}, deadline=90
-    )
+        4, "horovod_shrink.py", [str(victim), commits], env={"RINGCOMM_TIMEOUT": str(TIMEOUT)},
+        deadline=90,
+    )  # fmt: skip
     killed_at = float(outcomes[victim].stdout.split("KILLED_AT ")[1].split()[0])
     alive = [o for o in outcomes if o.rank != victim]
     for outcome in alive:

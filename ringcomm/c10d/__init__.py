@@ -24,7 +24,7 @@ def _create_backend(store, rank: int, size: int, timeout: timedelta):
     from ringcomm import _core, _tuning
     from ringcomm.c10d._build import extension
 
-    store = _per_attempt(store)
+    store = _per_attempt(store, rank, size)
     secret, path = _job_secret(store, rank, size, timeout)
     # algorithm="auto" follows this host's tuning and link files, as under ringcomm.init().
     rules = _tuning.rules_for(_core.Config.from_environment(), size)
@@ -70,18 +70,18 @@ def _address_towards(store) -> str:
         return ""
 
 
-def _per_attempt(store):
-    """Under torchrun, a store of this attempt's own. torchrun's c10d rendezvous hands every
-    attempt of the worker group (each restart) the same store, without a prefix of its own:
-    the keys a restarted group meets under must differ from the failed attempt's, which are
-    still there (its job key would name shared memory that is gone)."""
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-    if attempt is None:
+def _per_attempt(store, rank: int, size: int):
+    """Under torchrun's shared store, a store of this attempt's own
+    (ringcomm._environment.torchrun_attempt_prefix). Otherwise (TORCH_DISABLE_SHARE_RDZV_TCP_STORE
+    =1, the static rendezvous, no torchrun) every attempt has a store of its own: a prefix
+    numbered by TORCHELASTIC_RESTART_COUNT, which differs across hosts, hung the restarted group."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true":
         return store
     import torch.distributed as dist
 
-    run = os.environ.get("TORCHELASTIC_RUN_ID", "")
-    return dist.PrefixStore(f"ringcomm/run-{run}/attempt-{attempt}/", store)
+    from ringcomm._environment import torchrun_attempt_prefix
+
+    return dist.PrefixStore(torchrun_attempt_prefix(store, rank, size), store)
 
 
 def _job_secret(store, rank: int, size: int, timeout: timedelta):

@@ -1,11 +1,14 @@
 """The Horovod API survives a killed worker without an elastic driver: hvd.elastic.run shrinks the
 job's communicator in place (tests/test_shrink.py).
 
-argv: victim
+argv: victim [uneven]
 Trains a linear model with hvd.DistributedOptimizer under @hvd.elastic.run, committing every
 step; the victim kills itself (SIGKILL) at step 3. The survivors restore the last commit, shrink,
 synchronize the state from the new rank 0 and train to step 8. Reports the size after, the
 resets seen, when the first step after the kill completed, and a hash of the parameters.
+With "uneven", rank 2 commits once more than the others, with parameters of its own, as when a
+failure lets some ranks commit a step and not others: the survivors must not take their states
+for the same (they skip the broadcast only when every one went back to the same commit).
 """
 
 import hashlib
@@ -22,6 +25,7 @@ from report import report  # noqa: E402
 import ringcomm.torch as hvd  # noqa: E402
 
 victim = int(sys.argv[1])
+uneven = sys.argv[2:] == ["uneven"]
 torch.manual_seed(0)
 torch.set_num_threads(1)
 hvd.init()
@@ -50,6 +54,11 @@ def train(state):
         if resets and "recovered_at" not in timing:
             timing["recovered_at"] = time.time()
         state.commit()
+        if uneven and first_rank == 2 and state.step == 2 and not resets:
+            with torch.no_grad():
+                model.weight.add_(1.0)
+            state.save()
+            state.commits += 1
 
 
 train(state)

@@ -27,6 +27,7 @@ import warnings
 
 from ringcomm import RingcommError
 from ringcomm.elastic import worker
+from ringcomm.torch import objects
 from ringcomm.torch import state as job
 from ringcomm.torch.elastic.sampler import ElasticSampler
 from ringcomm.torch.elastic.state import (
@@ -73,6 +74,9 @@ def run(func):
                 if not worker.active():
                     _shrink_in_place()
                     state.on_reset()
+                    if _same_commit_everywhere(state):
+                        state.sync_after_loss()
+                        skip_sync = True
                     continue
             except HostsUpdatedInterrupt as interrupt:
                 skip_sync = interrupt.skip_sync
@@ -90,6 +94,13 @@ def _shrink_in_place() -> None:
     survivors = job.comm().shrink()
     job.shutdown()
     job.init(comm=survivors, **job.last_arguments())
+
+
+def _same_commit_everywhere(state) -> bool:
+    """Whether every survivor went back to the same commit (a failure in the middle of a step
+    may have let some commit it and not others): then their states are the same, as after a
+    commit that found hosts only removed."""
+    return len(set(objects.allgather_object(state.commits))) == 1
 
 
 # Consecutive failed attempts to meet the next generation before a reset gives up.

@@ -33,6 +33,7 @@ class State:
         self._last_updated_timestamp = 0
         self._notices_seen = 0
         self._reset_callbacks: list = []
+        self.commits = 0  # how many times this worker saved the state (commit())
 
     def register_reset_callbacks(self, callbacks) -> None:
         """Functions to call after every reset (workers added or removed), once ringcomm.torch
@@ -54,6 +55,7 @@ class State:
         """Saves the state in host memory (what ``restore()`` returns to), then checks for host
         changes: raises HostsUpdatedInterrupt, on every rank, when the driver posted one."""
         self.save()
+        self.commits += 1
         self.check_host_updates()
 
     def check_host_updates(self) -> None:
@@ -89,6 +91,11 @@ class State:
     def sync(self) -> None:
         """Makes every rank's state rank 0's."""
         raise NotImplementedError()
+
+    def sync_after_loss(self) -> None:
+        """After workers were only lost and every survivor went back to the same commit: what
+        may differ between ranks. Everything, unless a state knows better (TorchState)."""
+        self.sync()
 
     def reset(self) -> None:
         """Adapts to the new job after a reset, before the state is synchronized."""
@@ -268,6 +275,17 @@ class TorchState(ObjectState):
     def sync(self) -> None:
         for handler in sorted(self._handlers.values(), key=_sync_rank):
             handler.sync()
+        super().sync()
+
+    def sync_after_loss(self) -> None:
+        # The model and the optimizer are what every survivor's same commit made them, as
+        # Horovod skips sync() when hosts were only removed: their broadcast (a copy of the
+        # model across the slowest link) was the largest part of recovering in place. What
+        # differs between ranks still meets: samplers' processed indices, handlers of the
+        # user's registry, the plain values (a small broadcast).
+        for handler in sorted(self._handlers.values(), key=_sync_rank):
+            if not isinstance(handler, (ModelStateHandler, OptimizerStateHandler)):
+                handler.sync()
         super().sync()
 
     def reset(self) -> None:
