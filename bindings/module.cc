@@ -183,11 +183,11 @@ PYBIND11_MODULE(_core, m) {
       .value("bf16", Compression::BFloat16)
       .value("int8", Compression::Int8)
       .value("fp8", Compression::Float8);
-  m.def("parse_compression", &parseCompression);
+  m.def("parse_compression", &parseCompression, py::arg("text"));
   py::enum_<TransportKind>(m, "TransportKind")
       .value("auto", TransportKind::Auto).value("tcp", TransportKind::Tcp).value("shm", TransportKind::Shm);
-  m.def("parse_algorithm", &parseAlgorithm);
-  m.def("parse_transport", &parseTransportKind);
+  m.def("parse_algorithm", &parseAlgorithm, py::arg("text"));
+  m.def("parse_transport", &parseTransportKind, py::arg("text"));
 
   // ---- configuration -------------------------------------------------------------------------
   py::class_<Config>(m, "Config")
@@ -245,8 +245,8 @@ PYBIND11_MODULE(_core, m) {
         return variables;
       });
   // ---- observability (include/ringcomm/debug.h) ------------------------------------------
-  m.def("parse_log_level", &parseLogLevel);
-  m.def("parse_log_subsystems", &parseLogSubsystems);
+  m.def("parse_log_level", &parseLogLevel, py::arg("text"));
+  m.def("parse_log_subsystems", &parseLogSubsystems, py::arg("text"));
   m.def("configure_observability", &configureObservability, py::arg("config"),
         py::arg("rank") = -1);
   m.def("log_enabled", &logEnabled, py::arg("level"), py::arg("subsystem"));
@@ -276,7 +276,7 @@ PYBIND11_MODULE(_core, m) {
         std::string text = value;
         py::gil_scoped_release release;
         s.set(key, Bytes(text.begin(), text.end()));
-      })
+      }, py::arg("key"), py::arg("value"))
       .def("get", [](Store& s, const std::string& key, double timeout) {
         Bytes value;
         {
@@ -288,10 +288,10 @@ PYBIND11_MODULE(_core, m) {
       .def("add", [](Store& s, const std::string& key, int64_t delta) {
         py::gil_scoped_release release;
         return s.add(key, delta);
-      });
+      }, py::arg("key"), py::arg("delta"));
   py::class_<HashStore, Store, std::shared_ptr<HashStore>>(m, "HashStore").def(py::init<>());
   py::class_<PrefixStore, Store, std::shared_ptr<PrefixStore>>(m, "PrefixStore")
-      .def(py::init<std::string, std::shared_ptr<Store>>());
+      .def(py::init<std::string, std::shared_ptr<Store>>(), py::arg("prefix"), py::arg("store"));
   // The job's secret travels as bytes (it need not be text).
   py::class_<TcpStore, Store, std::shared_ptr<TcpStore>>(m, "TcpStore")
       .def(py::init([](const std::string& host, int port, double timeout, const py::bytes& secret) {
@@ -338,7 +338,7 @@ PYBIND11_MODULE(_core, m) {
       .def_static("create", [](std::shared_ptr<Store> store, int rank, int size, const Config& config) {
         py::gil_scoped_release release;
         return Comm::create(std::move(store), rank, size, config);
-      })
+      }, py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("config"))
       // Meets under `scope` of the store, not under the process's count of communicators: for
       // groups of some ranks only (ringcomm.torch's process sets), whose other processes create
       // nothing for them.
@@ -365,8 +365,9 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("host_index", &Comm::hostIndex)
       .def_property_readonly("host_count", &Comm::hostCount)
       .def_property_readonly("config", &Comm::config)
-      .def("transport_to", &Comm::transportTo)
-      .def("choose_allreduce_algorithm", &Comm::chooseAllreduceAlgorithm)
+      .def("transport_to", &Comm::transportTo, py::arg("peer"))
+      .def("choose_allreduce_algorithm", &Comm::chooseAllreduceAlgorithm,
+           py::arg("bytes"))
       .def("allreduce", [=](Comm& c, py::handle x, py::handle out, ReduceOp op, Algorithm algorithm,
                             double timeout, bool blocking, Compression compression, double prescale,
                             double postscale, const std::string& name,
@@ -381,7 +382,9 @@ PYBIND11_MODULE(_core, m) {
         o.compression = compression; o.prescale = prescale; o.postscale = postscale;
         o.tensorCounts = tensorCounts;
         return launch(c, o, blocking, &Comm::allreduce, name);
-      })
+      }, py::arg("x"), py::arg("out"), py::arg("op"), py::arg("algorithm"), py::arg("timeout"),
+         py::arg("blocking"), py::arg("compression"), py::arg("prescale"), py::arg("postscale"),
+         py::arg("name"), py::arg("tensor_counts"))
       .def("reduce_scatter", [=](Comm& c, py::handle x, py::handle out, ReduceOp op, double timeout,
                                  bool blocking, const std::string& name) {
         ArrayView in = viewArray(x, "x", false);
@@ -392,7 +395,8 @@ PYBIND11_MODULE(_core, m) {
         o.input = in.data; o.output = into.data; o.count = into.count; o.type = in.type;
         o.op = op; o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::reduceScatter, name);
-      })
+      }, py::arg("x"), py::arg("out"), py::arg("op"), py::arg("timeout"), py::arg("blocking"),
+         py::arg("name"))
       .def("allgather", [=](Comm& c, py::handle x, py::handle out, double timeout, bool blocking, const std::string& name) {
         ArrayView in = viewArray(x, "x", false);
         ArrayView into = viewArray(out, "out", true);
@@ -402,14 +406,14 @@ PYBIND11_MODULE(_core, m) {
         o.input = in.data; o.output = into.data; o.count = in.count; o.type = in.type;
         o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::allgather, name);
-      })
+      }, py::arg("x"), py::arg("out"), py::arg("timeout"), py::arg("blocking"), py::arg("name"))
       .def("broadcast", [](Comm& c, py::handle x, int root, double timeout, bool blocking, const std::string& name) {
         ArrayView buffer = viewArray(x, "x", true);
         BroadcastOptions o;
         o.buffer = buffer.data; o.count = buffer.count; o.type = buffer.type; o.root = root;
         o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::broadcast, name);
-      })
+      }, py::arg("x"), py::arg("root"), py::arg("timeout"), py::arg("blocking"), py::arg("name"))
       .def("reduce", [=](Comm& c, py::handle x, py::handle out, ReduceOp op, int root, double timeout,
                          bool blocking, const std::string& name) {
         const bool inPlaceRoot = out.is_none() && c.rank() == root;
@@ -421,7 +425,8 @@ PYBIND11_MODULE(_core, m) {
         o.input = in.data; o.output = into.data; o.count = in.count; o.type = in.type;
         o.op = op; o.root = root; o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::reduce, name);
-      })
+      }, py::arg("x"), py::arg("out"), py::arg("op"), py::arg("root"), py::arg("timeout"),
+         py::arg("blocking"), py::arg("name"))
       .def("alltoall", [=](Comm& c, py::handle x, py::handle out, double timeout, bool blocking, const std::string& name) {
         ArrayView in = viewArray(x, "x", false);
         ArrayView into = viewArray(out, "out", true);
@@ -436,7 +441,7 @@ PYBIND11_MODULE(_core, m) {
         o.input = in.data; o.output = into.data; o.count = in.count / c.size(); o.type = in.type;
         o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::alltoall, name);
-      })
+      }, py::arg("x"), py::arg("out"), py::arg("timeout"), py::arg("blocking"), py::arg("name"))
       .def("gather", [=](Comm& c, py::handle x, py::handle out, int root, double timeout, bool blocking, const std::string& name) {
         ArrayView in = viewArray(x, "x", false);
         GatherOptions o;
@@ -449,7 +454,8 @@ PYBIND11_MODULE(_core, m) {
         o.input = in.data; o.count = in.count; o.type = in.type; o.root = root;
         o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::gather, name);
-      })
+      }, py::arg("x"), py::arg("out"), py::arg("root"), py::arg("timeout"), py::arg("blocking"),
+         py::arg("name"))
       .def("scatter", [=](Comm& c, py::handle x, py::handle out, int root, double timeout, bool blocking, const std::string& name) {
         ArrayView into = viewArray(out, "out", true);
         ScatterOptions o;
@@ -462,26 +468,29 @@ PYBIND11_MODULE(_core, m) {
         o.output = into.data; o.count = into.count; o.type = into.type; o.root = root;
         o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::scatter, name);
-      })
+      }, py::arg("x"), py::arg("out"), py::arg("root"), py::arg("timeout"), py::arg("blocking"),
+         py::arg("name"))
       .def("barrier", [](Comm& c, double timeout, bool blocking, const std::string& name) {
         BarrierOptions o;
         o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::barrier, name);
-      })
+      }, py::arg("timeout"), py::arg("blocking"), py::arg("name"))
       .def("send", [](Comm& c, py::handle x, int peer, int tag, double timeout, bool blocking, const std::string& name) {
         ArrayView buffer = viewArray(x, "x", false);
         SendOptions o;
         o.buffer = buffer.data; o.bytes = buffer.count * elementSize(buffer.type); o.peer = peer;
         o.tag = tag; o.type = buffer.type; o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::send, name);
-      })
+      }, py::arg("x"), py::arg("peer"), py::arg("tag"), py::arg("timeout"), py::arg("blocking"),
+         py::arg("name"))
       .def("recv", [](Comm& c, py::handle x, int peer, int tag, double timeout, bool blocking, const std::string& name) {
         ArrayView buffer = viewArray(x, "x", true);
         RecvOptions o;
         o.buffer = buffer.data; o.bytes = buffer.count * elementSize(buffer.type); o.peer = peer;
         o.tag = tag; o.type = buffer.type; o.timeout = toMilliseconds(timeout);
         return launch(c, o, blocking, &Comm::recv, name);
-      })
+      }, py::arg("x"), py::arg("peer"), py::arg("tag"), py::arg("timeout"), py::arg("blocking"),
+         py::arg("name"))
       .def("abort", &Comm::abort, py::arg("reason") = "abort() called",
            py::call_guard<py::gil_scoped_release>())
       .def("shutdown", &Comm::shutdown, py::call_guard<py::gil_scoped_release>());

@@ -103,7 +103,7 @@ void bindTensorQueue(py::module_& m) {
   py::enum_<JoinPolicy>(m, "JoinPolicy")
       .value("zeros", JoinPolicy::Zeros)
       .value("contributors", JoinPolicy::Contributors);
-  m.def("parse_join_policy", &parseJoinPolicy);
+  m.def("parse_join_policy", &parseJoinPolicy, py::arg("text"));
 
   py::class_<TensorQueue, std::shared_ptr<TensorQueue>>(m, "TensorQueue")
       .def_static("create", &TensorQueue::create, py::arg("comm"),
@@ -111,8 +111,10 @@ void bindTensorQueue(py::module_& m) {
                   py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("rank", &TensorQueue::rank)
       .def_property_readonly("size", &TensorQueue::size)
-      .def("submit", &TensorQueue::submit, py::call_guard<py::gil_scoped_release>())
-      .def("submit_all", &TensorQueue::submitAll, py::call_guard<py::gil_scoped_release>())
+      .def("submit", &TensorQueue::submit, py::arg("request"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("submit_all", &TensorQueue::submitAll, py::arg("requests"),
+           py::call_guard<py::gil_scoped_release>())
       .def("join", &TensorQueue::join, py::arg("device") = -1,
            py::call_guard<py::gil_scoped_release>())
       .def("stats", &TensorQueue::stats)

@@ -193,7 +193,7 @@ void adasumAllreduce(const Context& ctx, const void* input, void* output, size_t
                                                            : tensorCounts;
   const std::vector<plan::AdasumLevel> levels = plan::planAdasum(ctx.rank, ctx.size, count);
   // The peer's copy of the half kept: the first level's is the largest.
-  uint8_t* received = ctx.scratch.get(0, std::max<size_t>(levels.front().keep.count * element, 1));
+  uint8_t* received = ctx.scratch.get(ScratchBuffer::Received, std::max<size_t>(levels.front().keep.count * element, 1));
   std::vector<double> sums(3 * tensors.size());
   std::vector<double> theirs;
 

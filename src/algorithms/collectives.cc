@@ -99,7 +99,7 @@ void reduceScatter(const Context& ctx, const ReduceScatterOptions& o) {
   const size_t element = elementSize(o.type);
   const size_t total = o.count * ctx.size;
   // The ring reduces in place, and the input is the caller's: work on a copy.
-  uint8_t* work = ctx.scratch.get(2, total * element);
+  uint8_t* work = ctx.scratch.get(ScratchBuffer::InputCopy, total * element);
   if (total > 0) {
     trace::Span span(trace::Phase::Copy, "input to scratch");
     copyBytes(work, o.input, total * element);
@@ -134,7 +134,7 @@ void broadcast(const Context& ctx, const BroadcastOptions& o) {
 void reduce(const Context& ctx, const ReduceOptions& o) {
   const size_t element = elementSize(o.type);
   const size_t bytes = o.count * element;
-  uint8_t* work = ctx.scratch.get(2, bytes);
+  uint8_t* work = ctx.scratch.get(ScratchBuffer::InputCopy, bytes);
   if (bytes > 0) {
     trace::Span span(trace::Phase::Copy, "input to scratch");
     copyBytes(work, o.input, bytes);
@@ -164,7 +164,7 @@ void alltoall(const Context& ctx, const AlltoallOptions& o) {
   const int p = ctx.size;
   // In place needs the outgoing blocks kept aside before incoming ones overwrite them.
   if (in == out && p > 1) {
-    uint8_t* copy = ctx.scratch.get(2, blockBytes * p);
+    uint8_t* copy = ctx.scratch.get(ScratchBuffer::InputCopy, blockBytes * p);
     copyBytes(copy, in, blockBytes * p);
     in = copy;
   }

@@ -13,12 +13,31 @@
 
 namespace ringcomm::algorithms {
 
-// Reusable, 64-byte aligned temporary buffers; grown on demand, kept between collectives so that
-// steady-state collectives allocate nothing.
+// Scratch's buffers, by role. A schedule that runs another inside it (the hierarchical ones run
+// the ring and the tree on sub-groups; reduce-scatter runs the ring on its copy of the input)
+// keeps its data in a buffer the inner one does not take: one list, so that a new role cannot
+// take a buffer another already holds.
+enum class ScratchBuffer : int {
+  Received,       // what a peer sent, before it is reduced in: the ring's (one parity), the
+                  // tree's, Adasum's
+  ReceivedOther,  // the ring's other parity
+  InputCopy,      // the input set aside: for a schedule that works in place (reduce-scatter,
+                  // reduce), or whose output overwrites it (all-to-all in place, flat or not)
+  Wire,           // the ring's encoded segments in flight (a compressed all-reduce)
+  HostSlice,      // the hierarchical collectives' share of their host's data
+  Packed,         // hierarchical all-to-all: what this rank hands each carrier of its host
+  Carried,        // ... what the host's ranks handed this one, rank by rank
+  Outgoing,       // ... the messages this rank sends across, regrouped
+  Count
+};
+
+// Reusable, 64-byte aligned temporary buffers, one per ScratchBuffer; grown on demand, kept
+// between collectives so that steady-state collectives allocate nothing.
 class Scratch {
  public:
-  uint8_t* get(int index, size_t bytes) {
-    if (buffers_.size() <= static_cast<size_t>(index)) buffers_.resize(index + 1);
+  uint8_t* get(ScratchBuffer which, size_t bytes) {
+    const auto index = static_cast<size_t>(which);
+    if (buffers_.size() <= index) buffers_.resize(static_cast<size_t>(ScratchBuffer::Count));
     Buffer& buffer = buffers_[index];
     if (buffer.bytes < bytes) {
       const size_t rounded = (bytes + 63) / 64 * 64;

@@ -16,9 +16,6 @@
 namespace ringcomm::algorithms {
 namespace {
 
-// The hierarchical collectives' own buffer (the schedules they run use indices 0-3).
-constexpr int kHierarchyScratch = 5;
-
 int hostOf(const HostLayout& layout, int rank) {
   for (size_t h = 0; h < layout.hosts.size(); ++h) {
     for (int member : layout.hosts[h]) {
@@ -94,7 +91,7 @@ bool reduceScatterThroughMemory(const Context& ctx, const HostLayout& layout,
   std::vector<plan::Block> outputs;
   for (int rank : layout.hosts[layout.host]) outputs.push_back({rank * c, c});
   const plan::Block mine = slices.local[layout.localRank];
-  uint8_t* work = ctx.scratch.get(kHierarchyScratch, mine.count * element);
+  uint8_t* work = ctx.scratch.get(ScratchBuffer::HostSlice, mine.count * element);
   const auto acrossHosts = [&](uint8_t* slice, const plan::Block& block,
                                const SegmentHooks& withinHost) {
     // Of the slice, each host keeps the part that falls in its ranks' blocks.
@@ -222,7 +219,7 @@ void hierarchicalAllgather(const Context& ctx, const HostLayout& layout,
     }
   }
   uint8_t* work = inOrder ? static_cast<uint8_t*>(o.output)
-                          : ctx.scratch.get(kHierarchyScratch, c * ctx.size * element);
+                          : ctx.scratch.get(ScratchBuffer::HostSlice, c * ctx.size * element);
   uint8_t* own = work + position[ctx.peer(ctx.rank)] * c * element;
   if (own != o.input) moveBytes(own, o.input, c * element);
 
@@ -281,7 +278,7 @@ void hierarchicalReduceScatter(const Context& ctx, const HostLayout& layout, Dir
   // one range, D_h. A copy is made anyway, since the steps reduce in place.
   std::vector<plan::Block> hostRange(hosts);
   std::vector<size_t> position(ctx.size);
-  uint8_t* work = ctx.scratch.get(kHierarchyScratch, total * element);
+  uint8_t* work = ctx.scratch.get(ScratchBuffer::HostSlice, total * element);
   {
     trace::Span span(trace::Phase::Copy, "input to scratch, host by host");
     size_t next = 0;
@@ -351,7 +348,7 @@ void hierarchicalReduce(const Context& ctx, const HostLayout& layout, DirectGrou
   const std::vector<int> chosen = representatives(layout, o.root);
   const int me = chosen[layout.host];
   const size_t bytes = o.count * elementSize(o.type);
-  uint8_t* work = ctx.scratch.get(kHierarchyScratch, bytes);
+  uint8_t* work = ctx.scratch.get(ScratchBuffer::HostSlice, bytes);
   // Within the host: the host's sum (or min, max, product) at its representative.
   if (hostGroup != nullptr) {
     hostGroup->allreduce(ctx.op, ctx.tag, o.input, work, o.count, o.type, partialOp(o.op));

@@ -26,14 +26,6 @@
 #include "common/trace.h"
 
 namespace ringcomm::algorithms {
-namespace {
-
-constexpr int kInPlaceScratch = 2;   // the input kept aside when it is the output (as flat)
-constexpr int kPackedScratch = 6;    // what this rank hands each carrier of its host
-constexpr int kCarriedScratch = 7;   // what the host's ranks handed this one, rank by rank
-constexpr int kOutgoingScratch = 8;  // the messages this rank sends across, regrouped
-
-}  // namespace
 
 void hierarchicalAlltoall(const Context& ctx, const HostLayout& layout, const AlltoallOptions& o) {
   const size_t block = o.count * elementSize(o.type);
@@ -41,7 +33,7 @@ void hierarchicalAlltoall(const Context& ctx, const HostLayout& layout, const Al
   uint8_t* out = static_cast<uint8_t*>(o.output);
   const int me = ctx.peer(ctx.rank);
   if (in == out) {
-    uint8_t* copy = ctx.scratch.get(kInPlaceScratch, block * ctx.size);
+    uint8_t* copy = ctx.scratch.get(ScratchBuffer::InputCopy, block * ctx.size);
     copyBytes(copy, in, block * ctx.size);
     in = copy;
   }
@@ -64,7 +56,7 @@ void hierarchicalAlltoall(const Context& ctx, const HostLayout& layout, const Al
   // Within the host: pack, per carrier, this rank's blocks for what it carries, in its order.
   std::vector<size_t> packedAt(localSize + 1, 0);
   for (int k = 0; k < localSize; ++k) packedAt[k + 1] = packedAt[k] + carried[k].size() * block;
-  uint8_t* packed = ctx.scratch.get(kPackedScratch, packedAt[localSize]);
+  uint8_t* packed = ctx.scratch.get(ScratchBuffer::Packed, packedAt[localSize]);
   {
     trace::Span span(trace::Phase::Copy, "blocks for other hosts, by carrier");
     for (int k = 0; k < localSize; ++k) {
@@ -75,7 +67,7 @@ void hierarchicalAlltoall(const Context& ctx, const HostLayout& layout, const Al
   }
   // carriedFrom[s]: what local rank s handed this one (this rank's own packing for itself).
   const size_t handed = mine.size() * block;
-  uint8_t* carriedFrom = ctx.scratch.get(kCarriedScratch, handed * localSize);
+  uint8_t* carriedFrom = ctx.scratch.get(ScratchBuffer::Carried, handed * localSize);
   copyBytes(carriedFrom + layout.localRank * handed, packed + packedAt[layout.localRank], handed);
   // Shifted pairing, as the flat schedule's: the block for the peer itself, then its packing.
   for (int distance = 1; distance < localSize; ++distance) {
@@ -90,7 +82,7 @@ void hierarchicalAlltoall(const Context& ctx, const HostLayout& layout, const Al
 
   // Across hosts: each carried rank's blocks from every local rank, in local order, as one
   // message; from each other host, one message into this rank's output.
-  uint8_t* outgoing = ctx.scratch.get(kOutgoingScratch, handed * localSize);
+  uint8_t* outgoing = ctx.scratch.get(ScratchBuffer::Outgoing, handed * localSize);
   {
     trace::Span span(trace::Phase::Copy, "blocks regrouped by destination");
     for (size_t i = 0; i < mine.size(); ++i) {

@@ -36,10 +36,6 @@ namespace {
 using plan::Block;
 using transport::Transport;
 
-// Scratch buffer indices of the ring (others use higher ones, see collectives.cc).
-constexpr int kReceiveScratch = 0;  // and 1: two parities of receive buffers
-constexpr int kWireScratch = 3;     // encoded segments in flight, at their element offsets
-
 struct Posted {
   Block segment;
   Transport::Request request;
@@ -73,7 +69,7 @@ class Wire {
  public:
   Wire(const Context& ctx, const Ring& ring, uint8_t* base, size_t totalCount)
       : ctx_(ctx), ring_(ring), base_(base),
-        wire_(ring.compressed() ? ctx.scratch.get(kWireScratch, totalCount * ring.wireStride)
+        wire_(ring.compressed() ? ctx.scratch.get(ScratchBuffer::Wire, totalCount * ring.wireStride)
                                 : nullptr) {}
 
   // Encodes (if compressing) and posts the send of a segment.
@@ -184,8 +180,8 @@ void ringReduceScatter(const Context& ctx, void* buffer, const std::vector<Block
 
   size_t largest = 0;
   for (const Block& block : blocks) largest = std::max(largest, block.count);
-  uint8_t* scratch[2] = {ctx.scratch.get(kReceiveScratch, largest * ring.wireStride),
-                         ctx.scratch.get(kReceiveScratch + 1, largest * ring.wireStride)};
+  uint8_t* scratch[2] = {ctx.scratch.get(ScratchBuffer::Received, largest * ring.wireStride),
+                         ctx.scratch.get(ScratchBuffer::ReceivedOther, largest * ring.wireStride)};
 
   auto postReceives = [&](int step) {
     std::vector<Posted> posted;

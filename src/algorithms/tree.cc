@@ -34,7 +34,7 @@ void treeAllreduce(const Context& ctx, const void* input, void* output, size_t c
     return;
   }
 
-  uint8_t* scratch = ctx.scratch.get(0, bytes);
+  uint8_t* scratch = ctx.scratch.get(ScratchBuffer::Received, bytes);
   if (plan.foldPeer >= 0) {
     auto request = ctx.recv(plan.foldPeer, scratch, bytes);
     ctx.wait(request);
