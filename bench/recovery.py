@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 WORKER = Path(__file__).with_name("recovery_worker.py")
@@ -136,8 +137,7 @@ def measure(way, nranks, victim, kill_step, steps, hosts=None) -> dict:
         if float(t) > killed and int(s) > kill_step
     ]
     # Steps done twice: a rank that logs a step number again went back to a checkpoint.
-    logged = [(r, s) for a, r, s, t in records]
-    redone = max((logged.count(entry) - 1 for entry in set(logged)), default=0)
+    redone = max(Counter((r, s) for a, r, s, t in records).values(), default=1) - 1
     first = {}
     for _, rank, step, at in after:
         first.setdefault(rank, (step, at))
