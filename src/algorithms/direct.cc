@@ -172,8 +172,12 @@ void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
                                  std::chrono::duration_cast<std::chrono::microseconds>(
                                      std::min(op.remaining(), kHealthCheckInterval)));
     if (Clock::now() - lastHealthCheck >= kHealthCheckInterval || segments_.peerExited()) {
-      // Every peer still behind: a dead one need not be the first of them.
-      for (int peer = behind; peer >= 0; peer = firstBehind(phase, value, peer + 1)) {
+      // Every peer still behind, looked at again after the sleep: one that got there and then
+      // exited (its part done, it returned and was killed) is not a failure of this collective,
+      // and a dead one need not be the first of them. Taking `behind` from before the sleep once
+      // failed one survivor where the others completed, which put them a collective apart.
+      for (int peer = firstBehind(phase, value, behind); peer >= 0;
+           peer = firstBehind(phase, value, peer + 1)) {
         std::string failure = segments_.peerFailure(peer);
         if (!failure.empty()) {
           raisePeerFailure<TransportError>(op, segments_.globalRank(peer), failure);

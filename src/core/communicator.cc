@@ -464,9 +464,13 @@ class CommunicatorImpl : public Communicator {
       schedules_->release();
       links_.segments.reset();
     }
+    // This rank's failure record into the job's store before its mailbox closes: a peer that
+    // finds the mailbox refusing looks in the store only briefly (a rank gone without a record
+    // must not cost it long), and once missed the record there as the reporter was still on its
+    // way (a mismatch taken for a lost connection, seen under CI's load).
+    records_->finish();
     // A communicator that met through it (a shrink's or split's, on the rank that led) keeps it.
     mailbox_.reset();
-    records_->finish();  // this rank's failure record, into the job's store
   }
 
  private:

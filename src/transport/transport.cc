@@ -193,15 +193,17 @@ bool Transport::progressAll(const Operation& op) {
     Peer& state = peers_[peer];
     moved |= progressSends(peer, state);
     moved |= progressRecvs(peer, state, op);
-    if (!state.stream->failure().empty()) {
-      raisePeerFailure<TransportError>(op, peer, state.stream->failure());
-    }
     if (state.sends.empty() && state.recvs.empty()) {
       active_[i] = active_.back();
       active_.pop_back();
-    } else {
-      ++i;
+      continue;
     }
+    // Only a peer this rank still waits for fails the operation: one that delivered everything
+    // and then exited did its part (the others complete this collective too).
+    if (!state.stream->failure().empty()) {
+      raisePeerFailure<TransportError>(op, peer, state.stream->failure());
+    }
+    ++i;
   }
   return moved;
 }
@@ -261,10 +263,18 @@ template <typename Predicate>
 void Transport::waitUntil(Predicate done, const Operation& op) {
   SpinBudget spin = waitPolicy_.budget();
   auto lastHealthCheck = Clock::now();
+  bool checkDue = false;
   while (true) {
     uint32_t doorbell = segments_ != nullptr ? segments_->doorbellSnapshot() : 0;
     bool moved = progressAll(op);
     if (done()) return;
+    // After taking in what arrived: a peer that sent its part and then exited while this rank
+    // slept is not one this rank still waits for.
+    if (checkDue) {
+      checkPeers(op);
+      lastHealthCheck = Clock::now();
+      checkDue = false;
+    }
     if (moved) {
       spin.reset();
       continue;
@@ -273,11 +283,8 @@ void Transport::waitUntil(Predicate done, const Operation& op) {
     if (op.expired()) raiseTimeout(op);
     if (!active_.empty()) op.noteWaitingFor(active_.front());
     block(doorbell, op);
-    if (Clock::now() - lastHealthCheck >= kHealthCheckInterval ||
-        (segments_ != nullptr && segments_->peerExited())) {
-      checkPeers(op);
-      lastHealthCheck = Clock::now();
-    }
+    checkDue = Clock::now() - lastHealthCheck >= kHealthCheckInterval ||
+               (segments_ != nullptr && segments_->peerExited());
   }
 }
 
