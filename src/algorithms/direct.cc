@@ -239,8 +239,10 @@ void DirectGroup::checkDescriptors(uint64_t round, const MessageTag& tag, size_t
   }
 }
 
-void DirectGroup::allreduce(const Operation& op, const MessageTag& tag, const void* input, void* output,
-                            size_t count, DataType type, ReduceOp reduceOp) {
+void DirectGroup::allreduce(const Context& ctx, const void* input, void* output, size_t count,
+                            DataType type, ReduceOp reduceOp) {
+  const Operation& op = ctx.op;
+  const MessageTag& tag = ctx.tag;
   const size_t element = elementSize(type);
   if (count * element >= segments_.singleCopyMinBytes() &&
       allreduceSingleCopy(op, tag, input, output, count, type, reduceOp)) {
@@ -317,8 +319,10 @@ void DirectGroup::allreduce(const Operation& op, const MessageTag& tag, const vo
   }
 }
 
-void DirectGroup::broadcast(const Operation& op, const MessageTag& tag, void* buffer,
-                            size_t count, DataType type, int root) {
+void DirectGroup::broadcast(const Context& ctx, void* buffer, size_t count, DataType type,
+                            int root) {
+  const Operation& op = ctx.op;
+  const MessageTag& tag = ctx.tag;
   const size_t element = elementSize(type);
   const size_t roundCount = std::max<size_t>(1, segments_.slotBytes() / element);
   uint8_t* data = static_cast<uint8_t*>(buffer);
@@ -349,7 +353,9 @@ void DirectGroup::broadcast(const Operation& op, const MessageTag& tag, void* bu
   } while (done < count);
 }
 
-void DirectGroup::barrier(const Operation& op, const MessageTag& tag) {
+void DirectGroup::barrier(const Context& ctx) {
+  const Operation& op = ctx.op;
+  const MessageTag& tag = ctx.tag;
   const uint64_t round = round_++;
   stage(round, tag, 0, 0, op);
   publish(Phase::Posted, round + 1);

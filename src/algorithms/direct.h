@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "algorithms/context.h"
 #include "plan/plan.h"
 #include "algorithms/ring.h"
 #include "common/cpu_share.h"
@@ -31,9 +32,11 @@ class DirectGroup {
   // (shm::HugePageAdvice), and when crowded ranks stage large all-reduces (stageInstead()).
   DirectGroup(const shm::Segments& segments, WaitPolicy& waitPolicy, const Config& config);
 
-  void allreduce(const Operation& op, const MessageTag& tag, const void* input, void* output, size_t count,
-                 DataType type, ReduceOp op_);
-  void barrier(const Operation& op, const MessageTag& tag);
+  // Each takes the communicator's `ctx` (its operation and tag; the group is the whole
+  // communicator, or the host's ranks of a hierarchical schedule: see HostTeam).
+  void allreduce(const Context& ctx, const void* input, void* output, size_t count,
+                 DataType type, ReduceOp reduceOp);
+  void barrier(const Context& ctx);
   size_t slotBytes() const { return segments_.slotBytes(); }
 
   // This host's part of a hierarchical all-reduce (hierarchical.h), through each other's memory:
@@ -47,21 +50,20 @@ class DirectGroup {
   // `across` knows.
   using SliceStep = std::function<void(uint8_t* slice, const plan::Block& block,
                                        const SegmentHooks& withinHost)>;
-  bool allreduceAcrossHosts(const Operation& op, const MessageTag& tag, const void* input,
-                            void* output, size_t count, DataType type, ReduceOp reduceOp,
+  bool allreduceAcrossHosts(const Context& ctx, const void* input, void* output, size_t count,
+                            DataType type, ReduceOp reduceOp,
                             const std::vector<plan::Block>& blocks, const SliceStep& across);
   // This host's part of a hierarchical reduce-scatter, the same way: local rank j reduces
   // blocks[j] of every local rank's input (`count` elements each) into `work`, hands it to
   // `across` with the hooks, and writes each final element into the output of the local rank
   // that holds it (outputs[i]: the elements of the vector local rank i's output holds).
-  bool reduceScatterAcrossHosts(const Operation& op, const MessageTag& tag, const void* input,
-                                void* output, uint8_t* work, size_t count, DataType type,
-                                ReduceOp reduceOp, const std::vector<plan::Block>& blocks,
+  bool reduceScatterAcrossHosts(const Context& ctx, const void* input, void* output,
+                                uint8_t* work, size_t count, DataType type, ReduceOp reduceOp,
+                                const std::vector<plan::Block>& blocks,
                                 const std::vector<plan::Block>& outputs, const SliceStep& across);
   // The root stages its buffer in its slot, round by round; the others copy it out. `tag` carries
   // the root in its signature, so ranks that disagree on it get a MismatchError.
-  void broadcast(const Operation& op, const MessageTag& tag, void* buffer, size_t count,
-                 DataType type, int root);
+  void broadcast(const Context& ctx, void* buffer, size_t count, DataType type, int root);
 
  private:
   enum class Phase { Posted, Reduced, Done };

@@ -133,20 +133,19 @@ void DirectGroup::writeMappedPeer(int peer, uint8_t* to, const uint8_t* from, si
   copyBytes(to, from, bytes);
 }
 
-bool DirectGroup::allreduceAcrossHosts(const Operation& op, const MessageTag& tag,
-                                       const void* input, void* output, size_t count,
-                                       DataType type, ReduceOp reduceOp,
+bool DirectGroup::allreduceAcrossHosts(const Context& ctx, const void* input, void* output,
+                                       size_t count, DataType type, ReduceOp reduceOp,
                                        const std::vector<plan::Block>& blocks,
                                        const SliceStep& across) {
   if (segments_.singleCopyMinBytes() == SIZE_MAX) return false;  // some rank cannot reach others
   SingleCopyPlan plan;
   plan.slices = blocks;
-  return reduceSingleCopy(op, tag, input, output, count, type, reduceOp, plan, &across);
+  return reduceSingleCopy(ctx.op, ctx.tag, input, output, count, type, reduceOp, plan, &across);
 }
 
-bool DirectGroup::reduceScatterAcrossHosts(const Operation& op, const MessageTag& tag,
-                                           const void* input, void* output, uint8_t* work,
-                                           size_t count, DataType type, ReduceOp reduceOp,
+bool DirectGroup::reduceScatterAcrossHosts(const Context& ctx, const void* input, void* output,
+                                           uint8_t* work, size_t count, DataType type,
+                                           ReduceOp reduceOp,
                                            const std::vector<plan::Block>& blocks,
                                            const std::vector<plan::Block>& outputs,
                                            const SliceStep& across) {
@@ -155,7 +154,7 @@ bool DirectGroup::reduceScatterAcrossHosts(const Operation& op, const MessageTag
   plan.slices = blocks;
   plan.outputs = outputs;
   plan.work = work;
-  return reduceSingleCopy(op, tag, input, output, count, type, reduceOp, plan, &across);
+  return reduceSingleCopy(ctx.op, ctx.tag, input, output, count, type, reduceOp, plan, &across);
 }
 
 bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag, const void* input,

@@ -24,27 +24,20 @@
 #include <vector>
 
 #include "algorithms/context.h"
-#include "algorithms/direct.h"
+#include "algorithms/host_team.h"
 #include "ringcomm/options.h"
 #include "tuning/cost_model.h"
 
 namespace ringcomm::algorithms {
 
-// Where the communicator's ranks are.
-struct HostLayout {
-  std::vector<std::vector<int>> hosts;  // hosts[h]: the ranks on host h, ascending
-  int host = 0;                         // this rank's host
-  int localRank = 0;                    // this rank's index in hosts[host]
-};
-
 // How it crosses hosts (tuning::chooseCrossHost): every local rank with a slice, or the lowest
 // with the whole vector; ring or tree among one rank per host.
 using CrossHost = tuning::CrossChoice;
 
-// Each takes the whole communicator's `ctx`, and `hostGroup`: the direct schedule of this host's
-// ranks when they share memory, else null (the host's steps then run over the transport).
-void hierarchicalAllreduce(const Context& ctx, const HostLayout& layout, DirectGroup* hostGroup,
-                           const AllreduceOptions& options, const CrossHost& cross);
+// Each takes the whole communicator's `ctx`, and this host's team (host_team.h: its ranks'
+// steps through each other's memory or over the transport), which knows the layout.
+void hierarchicalAllreduce(const Context& ctx, HostTeam& team, const AllreduceOptions& options,
+                           const CrossHost& cross);
 
 // Every host gathers its ranks' blocks, local rank j of every host exchanges slice j of each
 // host's blocks with the other hosts, and the slices are shared within each host: each host
@@ -55,9 +48,9 @@ void hierarchicalAllgather(const Context& ctx, const HostLayout& layout,
 // Every host reduces the whole vector, local rank j slice j of it; local rank j of every host
 // reduces slice j across hosts, each host keeping the part that belongs to its ranks; the host's
 // ranks hand each other those parts. Each host sends its partial sum of the other hosts' blocks
-// once, and receives the other hosts' partial sums of its own once. With `hostGroup`, the steps
-// within the host go through each other's memory, overlapping the exchange across hosts.
-void hierarchicalReduceScatter(const Context& ctx, const HostLayout& layout, DirectGroup* hostGroup,
+// once, and receives the other hosts' partial sums of its own once. On a team that shares memory
+// the steps within the host go through it, overlapping the exchange across hosts.
+void hierarchicalReduceScatter(const Context& ctx, HostTeam& team,
                                const ReduceScatterOptions& options);
 
 // Each rank hands the blocks for other hosts to the local rank that carries their destination,
@@ -66,20 +59,14 @@ void hierarchicalReduceScatter(const Context& ctx, const HostLayout& layout, Dir
 void hierarchicalAlltoall(const Context& ctx, const HostLayout& layout,
                           const AlltoallOptions& options);
 
-// Whether each host's ranks are consecutive (as launchers place them): its ranks' blocks of a
-// collective's buffer are then one range.
-bool hostsHoldConsecutiveRanks(const HostLayout& layout);
-
 // The root and one rank of every other host (its lowest) broadcast among themselves, then each
 // host from that rank: the vector crosses into each host once.
-void hierarchicalBroadcast(const Context& ctx, const HostLayout& layout, DirectGroup* hostGroup,
-                           const BroadcastOptions& options);
+void hierarchicalBroadcast(const Context& ctx, HostTeam& team, const BroadcastOptions& options);
 
 // The reverse: each host reduces to that rank, which reduce among themselves to the root.
-void hierarchicalReduce(const Context& ctx, const HostLayout& layout, DirectGroup* hostGroup,
-                        const ReduceOptions& options);
+void hierarchicalReduce(const Context& ctx, HostTeam& team, const ReduceOptions& options);
 
 // Each host's ranks meet, then one rank per host, then each host's again.
-void hierarchicalBarrier(const Context& ctx, const HostLayout& layout, DirectGroup* hostGroup);
+void hierarchicalBarrier(const Context& ctx, HostTeam& team);
 
 }  // namespace ringcomm::algorithms

@@ -59,8 +59,8 @@ Schedules::Schedules(int rank, int size, const Config& config, HostLayout layout
       layout_(std::move(layout)),
       topology_(topologyOf(size, layout_, segments != nullptr)),
       link_{config.linkLatency.count() / 1e6, config.linkBandwidth} {
-  if (segments != nullptr)
-    hostGroup_ = std::make_unique<DirectGroup>(*segments, waitPolicy, config);
+  if (segments != nullptr) hostGroup_ = std::make_unique<DirectGroup>(*segments, waitPolicy, config);
+  hostTeam_ = makeHostTeam(layout_, hostGroup_.get());
 }
 
 Algorithm Schedules::chooseAllreduce(size_t bytes) const {
@@ -100,7 +100,7 @@ void Schedules::allreduce(const Context& ctx, const AllreduceOptions& o, Algorit
   if (algorithm == Algorithm::Hierarchical) {
     const CrossHost cross =
         tuning::chooseCrossHost(topology_, o.count * elementSize(o.type), link_);
-    hierarchicalAllreduce(ctx, layout_, hostGroup_.get(), o, cross);
+    hierarchicalAllreduce(ctx, *hostTeam_, o, cross);
     return;
   }
   // The other schedules reduce in place: scale a copy of the input first if asked to.
@@ -113,7 +113,7 @@ void Schedules::allreduce(const Context& ctx, const AllreduceOptions& o, Algorit
   if (o.op == ReduceOp::Adasum) {
     adasumAllreduce(ctx, input, o.output, o.count, o.type, o.tensorCounts);
   } else if (algorithm == Algorithm::Direct) {
-    direct()->allreduce(ctx.op, ctx.tag, input, o.output, o.count, o.type, o.op);
+    direct()->allreduce(ctx, input, o.output, o.count, o.type, o.op);
   } else {
     treeAllreduce(ctx, input, o.output, o.count, o.type, o.op);
   }
@@ -130,7 +130,7 @@ void Schedules::allgather(const Context& ctx, const AllgatherOptions& o) {
 
 void Schedules::reduceScatter(const Context& ctx, const ReduceScatterOptions& o) {
   if (acrossHosts()) {
-    hierarchicalReduceScatter(ctx, layout_, hostGroup_.get(), o);
+    hierarchicalReduceScatter(ctx, *hostTeam_, o);
   } else {
     algorithms::reduceScatter(ctx, o);
   }
@@ -141,9 +141,9 @@ void Schedules::broadcast(const Context& ctx, const BroadcastOptions& o) {
   // and the chain copy twice per hop. Faster at every size measured (bench/RESULTS.md,
   // "Broadcast through the direct schedule's slots").
   if (DirectGroup* group = direct()) {
-    group->broadcast(ctx.op, ctx.tag, o.buffer, o.count, o.type, o.root);
+    group->broadcast(ctx, o.buffer, o.count, o.type, o.root);
   } else if (acrossHosts()) {
-    hierarchicalBroadcast(ctx, layout_, hostGroup_.get(), o);
+    hierarchicalBroadcast(ctx, *hostTeam_, o);
   } else {
     algorithms::broadcast(ctx, o);
   }
@@ -151,7 +151,7 @@ void Schedules::broadcast(const Context& ctx, const BroadcastOptions& o) {
 
 void Schedules::reduce(const Context& ctx, const ReduceOptions& o) {
   if (acrossHosts()) {
-    hierarchicalReduce(ctx, layout_, hostGroup_.get(), o);
+    hierarchicalReduce(ctx, *hostTeam_, o);
   } else {
     algorithms::reduce(ctx, o);
   }
@@ -168,9 +168,9 @@ void Schedules::alltoall(const Context& ctx, const AlltoallOptions& o) {
 
 void Schedules::barrier(const Context& ctx) {
   if (DirectGroup* group = direct()) {
-    group->barrier(ctx.op, ctx.tag);
+    group->barrier(ctx);
   } else if (acrossHosts()) {
-    hierarchicalBarrier(ctx, layout_, hostGroup_.get());
+    hierarchicalBarrier(ctx, *hostTeam_);
   } else {
     algorithms::barrier(ctx);
   }

@@ -58,7 +58,10 @@ class Schedules {
 
   bool everyRankOnThisHost() const { return static_cast<int>(layout_.hosts.size()) == 1; }
   // Releases this host's shared-memory schedule (at shutdown, once nothing runs).
-  void release() { hostGroup_.reset(); }
+  void release() {
+    hostTeam_.reset();
+    hostGroup_.reset();
+  }
 
  private:
   // The direct schedule over the whole communicator: every rank on this host, sharing memory.
@@ -73,8 +76,10 @@ class Schedules {
   tuning::Topology topology_;
   tuning::Link link_;
   // The direct schedule of this host's ranks, when they share memory: the whole all-reduce on
-  // one host, the steps within the host of the hierarchical one.
+  // one host, the steps within the host of the hierarchical one (through hostTeam_).
   std::unique_ptr<DirectGroup> hostGroup_;
+  // This host's ranks as a team (host_team.h), for the hierarchical schedules.
+  std::unique_ptr<HostTeam> hostTeam_;
   std::mutex logMutex_;
   std::set<std::tuple<size_t, int, int>> loggedChoices_;  // (size bucket, algorithm, codec)
 };

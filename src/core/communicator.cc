@@ -227,46 +227,29 @@ class CommunicatorImpl : public Communicator {
                    variantOf(algorithm, o.compression));
   }
 
+  // The collectives below take host or device buffers alike: DeviceCollectives::staged runs
+  // their host schedule on staged copies of device buffers.
   WorkPtr reduceScatter(const ReduceScatterOptions& o) override {
     o.validate();
-    return enqueue(CollectiveKind::ReduceScatter, o,
-                   [&] {
-                     OperationLabel label = labelOf("reduce_scatter", o.count, o.type, true);
-                     label.reduceOp = toString(o.op);
-                     return label;
-                   }(),
-                   signatureOf(&o.type, &o.op, -1),
-                   [this, o, ticket = device_->prepare(o, {o.input, o.output}, "reduce_scatter")](
-                       const algorithms::Context& ctx) {
-                     const size_t bytes = o.count * elementSize(o.type);
-                     device_->stageWhole(ticket, ctx, {{o.input, bytes * size_, true, false},
-                                              {o.output, bytes, false, true}},
-                                [&](const std::vector<void*>& host) {
-                                  ReduceScatterOptions part = o;
-                                  part.input = host[0];
-                                  part.output = host[1];
-                                  schedules_->reduceScatter(ctx, part);
-                                });
-                   });
+    OperationLabel label = labelOf("reduce_scatter", o.count, o.type, true);
+    label.reduceOp = toString(o.op);
+    const size_t bytes = o.count * elementSize(o.type);
+    return enqueue(CollectiveKind::ReduceScatter, o, label, signatureOf(&o.type, &o.op, -1),
+                   device_->staged(o, "reduce_scatter", {bytes * size_}, {bytes},
+                                   [this](const algorithms::Context& ctx, const auto& part) {
+                                     schedules_->reduceScatter(ctx, part);
+                                   }));
   }
 
   WorkPtr allgather(const AllgatherOptions& o) override {
     o.validate();
-    return enqueue(CollectiveKind::Allgather, o,
-                   labelOf("allgather", o.count, o.type, true),
+    const size_t bytes = o.count * elementSize(o.type);
+    return enqueue(CollectiveKind::Allgather, o, labelOf("allgather", o.count, o.type, true),
                    signatureOf(&o.type, nullptr, -1),
-                   [this, o, ticket = device_->prepare(o, {o.input, o.output}, "allgather")](
-                       const algorithms::Context& ctx) {
-                     const size_t bytes = o.count * elementSize(o.type);
-                     device_->stageWhole(ticket, ctx, {{o.input, bytes, true, false},
-                                              {o.output, bytes * size_, false, true}},
-                                [&](const std::vector<void*>& host) {
-                                  AllgatherOptions part = o;
-                                  part.input = host[0];
-                                  part.output = host[1];
-                                  schedules_->allgather(ctx, part);
-                                });
-                   });
+                   device_->staged(o, "allgather", {bytes}, {bytes * size_},
+                                   [this](const algorithms::Context& ctx, const auto& part) {
+                                     schedules_->allgather(ctx, part);
+                                   }));
   }
 
   WorkPtr broadcast(const BroadcastOptions& o) override {
@@ -294,113 +277,69 @@ class CommunicatorImpl : public Communicator {
     if (rank_ == o.root && o.output == nullptr && o.count > 0) {
       throw InvalidArgument("reduce: output is null on the root");
     }
-    return enqueue(CollectiveKind::Reduce, o,
-                   [&] {
-                     OperationLabel label = labelOf("reduce", o.count, o.type, false, o.root);
-                     label.reduceOp = toString(o.op);
-                     return label;
-                   }(),
-                   signatureOf(&o.type, &o.op, o.root),
-                   [this, o, ticket = device_->prepare(o, {o.input, o.output}, "reduce")](
-                       const algorithms::Context& ctx) {
-                     const size_t bytes = o.count * elementSize(o.type);
-                     const bool root = rank_ == o.root;
-                     device_->stageWhole(ticket, ctx, {{o.input, bytes, true, false},
-                                              {root ? o.output : nullptr, bytes, false, root}},
-                                [&](const std::vector<void*>& host) {
-                                  ReduceOptions part = o;
-                                  part.input = host[0];
-                                  part.output = root ? host[1] : o.output;
-                                  schedules_->reduce(ctx, part);
-                                });
-                   });
+    OperationLabel label = labelOf("reduce", o.count, o.type, false, o.root);
+    label.reduceOp = toString(o.op);
+    const size_t bytes = o.count * elementSize(o.type);
+    return enqueue(CollectiveKind::Reduce, o, label, signatureOf(&o.type, &o.op, o.root),
+                   device_->staged(o, "reduce", {bytes}, {bytes, rank_ == o.root},
+                                   [this](const algorithms::Context& ctx, const auto& part) {
+                                     schedules_->reduce(ctx, part);
+                                   }));
   }
 
   WorkPtr alltoall(const AlltoallOptions& o) override {
     o.validate();
-    return enqueue(CollectiveKind::Alltoall, o,
-                   labelOf("alltoall", o.count, o.type, true),
+    const size_t bytes = o.count * elementSize(o.type) * size_;
+    return enqueue(CollectiveKind::Alltoall, o, labelOf("alltoall", o.count, o.type, true),
                    signatureOf(&o.type, nullptr, -1),
-                   [this, o, ticket = device_->prepare(o, {o.input, o.output}, "alltoall")](
-                       const algorithms::Context& ctx) {
-                     const size_t bytes = o.count * elementSize(o.type) * size_;
-                     device_->stageWhole(ticket, ctx, {{o.input, bytes, true, false},
-                                              {o.output, bytes, false, true}},
-                                [&](const std::vector<void*>& host) {
-                                  AlltoallOptions part = o;
-                                  part.input = host[0];
-                                  part.output = host[1];
-                                  schedules_->alltoall(ctx, part);
-                                });
-                   });
+                   device_->staged(o, "alltoall", {bytes}, {bytes},
+                                   [this](const algorithms::Context& ctx, const auto& part) {
+                                     schedules_->alltoall(ctx, part);
+                                   }));
   }
 
   WorkPtr alltoallv(const AlltoallvOptions& o) override {
     o.validate(size_, rank_);
     size_t total = 0;
     for (size_t count : o.sendCounts) total += count;
+    // The extent of each buffer the counts and offsets reach.
+    size_t sent = 0;
+    size_t received = 0;
+    for (size_t j = 0; j < o.sendCounts.size(); ++j) {
+      if (o.sendCounts[j] > 0) sent = std::max(sent, o.sendOffsets[j] + o.sendCounts[j]);
+    }
+    for (size_t j = 0; j < o.recvCounts.size(); ++j) {
+      if (o.recvCounts[j] > 0) received = std::max(received, o.recvOffsets[j] + o.recvCounts[j]);
+    }
+    const size_t unit = elementSize(o.type);
     return enqueue(CollectiveKind::Alltoall, o, labelOf("alltoallv", total, o.type),
                    signatureOf(&o.type, nullptr, -1),
-                   [this, o, ticket = device_->prepare(o, {o.input, o.output}, "alltoallv")](
-                       const algorithms::Context& ctx) {
-                     size_t sent = 0;
-                     size_t received = 0;
-                     for (size_t j = 0; j < o.sendCounts.size(); ++j) {
-                       if (o.sendCounts[j] > 0) sent = std::max(sent, o.sendOffsets[j] + o.sendCounts[j]);
-                     }
-                     for (size_t j = 0; j < o.recvCounts.size(); ++j) {
-                       if (o.recvCounts[j] > 0) received = std::max(received, o.recvOffsets[j] + o.recvCounts[j]);
-                     }
-                     const size_t unit = elementSize(o.type);
-                     device_->stageWhole(ticket, ctx, {{o.input, sent * unit, true, false},
-                                              {o.output, received * unit, false, true}},
-                                [&](const std::vector<void*>& host) {
-                                  AlltoallvOptions part = o;
-                                  part.input = host[0];
-                                  part.output = host[1];
-                                  algorithms::alltoallv(ctx, part);
-                                });
-                   });
+                   device_->staged(o, "alltoallv", {sent * unit}, {received * unit},
+                                   [](const algorithms::Context& ctx, const auto& part) {
+                                     algorithms::alltoallv(ctx, part);
+                                   }));
   }
 
   WorkPtr gather(const GatherOptions& o) override {
     o.validate(size_, rank_);
-    return enqueue(CollectiveKind::Gather, o,
-                   labelOf("gather", o.count, o.type, true, o.root),
+    const size_t bytes = o.count * elementSize(o.type);
+    return enqueue(CollectiveKind::Gather, o, labelOf("gather", o.count, o.type, true, o.root),
                    signatureOf(&o.type, nullptr, o.root),
-                   [this, o, ticket = device_->prepare(o, {o.input, o.output}, "gather")](
-                       const algorithms::Context& ctx) {
-                     const size_t bytes = o.count * elementSize(o.type);
-                     const bool root = rank_ == o.root;
-                     device_->stageWhole(ticket, ctx, {{o.input, bytes, true, false},
-                                              {root ? o.output : nullptr, bytes * size_, false, root}},
-                                [&](const std::vector<void*>& host) {
-                                  GatherOptions part = o;
-                                  part.input = host[0];
-                                  part.output = root ? host[1] : o.output;
-                                  algorithms::gather(ctx, part);
-                                });
-                   });
+                   device_->staged(o, "gather", {bytes}, {bytes * size_, rank_ == o.root},
+                                   [](const algorithms::Context& ctx, const auto& part) {
+                                     algorithms::gather(ctx, part);
+                                   }));
   }
 
   WorkPtr scatter(const ScatterOptions& o) override {
     o.validate(size_, rank_);
-    return enqueue(CollectiveKind::Scatter, o,
-                   labelOf("scatter", o.count, o.type, true, o.root),
+    const size_t bytes = o.count * elementSize(o.type);
+    return enqueue(CollectiveKind::Scatter, o, labelOf("scatter", o.count, o.type, true, o.root),
                    signatureOf(&o.type, nullptr, o.root),
-                   [this, o, ticket = device_->prepare(o, {o.input, o.output}, "scatter")](
-                       const algorithms::Context& ctx) {
-                     const size_t bytes = o.count * elementSize(o.type);
-                     const bool root = rank_ == o.root;
-                     device_->stageWhole(ticket, ctx, {{root ? o.input : nullptr, bytes * size_, root, false},
-                                              {o.output, bytes, false, true}},
-                                [&](const std::vector<void*>& host) {
-                                  ScatterOptions part = o;
-                                  part.input = root ? host[0] : o.input;
-                                  part.output = host[1];
-                                  algorithms::scatter(ctx, part);
-                                });
-                   });
+                   device_->staged(o, "scatter", {bytes * size_, rank_ == o.root}, {bytes},
+                                   [](const algorithms::Context& ctx, const auto& part) {
+                                     algorithms::scatter(ctx, part);
+                                   }));
   }
 
   WorkPtr barrier(const BarrierOptions& o) override {

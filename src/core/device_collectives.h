@@ -41,6 +41,33 @@ class DeviceCollectives {
                   const std::vector<device::Region>& regions,
                   const std::function<void(const std::vector<void*>&)>& body);
 
+  // One of a collective's two buffers, as its body stages it: its bytes on this rank, and
+  // whether this rank gives one (a reduce's or gather's output and a scatter's input are the
+  // root's only).
+  struct Buffer {
+    size_t bytes = 0;
+    bool present = true;
+  };
+  // The body of a collective with an input and an output, either of which may be device memory
+  // (every collective but the all-reduce and the broadcast, which have paths of their own): the
+  // buffers are looked at now, on the caller's thread, and staged whole through host memory
+  // around `run(ctx, the options with host buffers)` when the body runs.
+  template <typename Options, typename Run>
+  auto staged(const Options& o, const char* collective, Buffer in, Buffer out, Run run) {
+    return [this, o, in, out, run, ticket = prepare(o, {o.input, o.output}, collective)](
+               const algorithms::Context& ctx) {
+      const std::vector<device::Region> regions{
+          {in.present ? o.input : nullptr, in.bytes, in.present, false},
+          {out.present ? o.output : nullptr, out.bytes, false, out.present}};
+      stageWhole(ticket, ctx, regions, [&](const std::vector<void*>& host) {
+        Options part = o;
+        if (in.present) part.input = host[0];
+        if (out.present) part.output = host[1];
+        run(ctx, part);
+      });
+    };
+  }
+
   // How an all-reduce of these buffers travels. Every rank picks the same path from the same
   // facts (the configuration, the size, whether all ranks share this host); the path is part of
   // the message variant, so a rank with host buffers meeting one with device buffers in a chunked
