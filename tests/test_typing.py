@@ -1,6 +1,8 @@
 """Typed Python: the core's stubs (ringcomm/_core.pyi) match the built module, and mypy passes on
-the library's own modules (pyproject.toml's [tool.mypy]; the torch integration and the benchmark
-are not checked yet). The package ships py.typed, so that editors and users' mypy read both."""
+the whole package - the library, the torch integration (ringcomm.torch, ringcomm.c10d) and the
+benchmark (ringcomm.bench) - with torch, CuPy, MPI and the optional extras taken as Any
+(pyproject.toml's [tool.mypy]). The package ships py.typed, so that editors and users' mypy read
+both."""
 
 import subprocess
 import sys

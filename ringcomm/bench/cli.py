@@ -291,6 +291,8 @@ def _run_as_rank(args, parser, command: str) -> int:
         comm.shutdown()
     if comm.rank != 0:
         return 0
+    if result is None:  # ringcomm_worker.run() returns the report on rank 0
+        raise RuntimeError("rank 0 of the benchmark run has no report")
     outcome = Outcome("ringcomm", result, result.get("skipped"))
     report.print_outcome(out, outcome, plan, comm.size, info)
     return _finish(args, command, info, plan, comm.size, bandwidth, limit, [outcome], None)
@@ -409,7 +411,7 @@ def _run_from_shell(args, command: str, plan: Plan, nranks: int, hosts) -> int:
             outcomes.append(outcome)
     limit_name = "the links' bound" if hosts else "the single-host limit"
     comparison = report.print_comparison(out, outcomes, limit, limit_name) if args.compare else None
-    if copy is not None:
+    if copy is not None and link is not None:  # measured together (--device cuda)
         for line in bench_device.copy_ratio_lines(outcomes, copy):
             out.print(line)
         for line in bench_device.host_link_ratio_lines(outcomes, link, nranks):

@@ -20,7 +20,7 @@ GB/s means 1e9 bytes per second there, and here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, overload
 
 COLLECTIVES = (
     "allreduce",
@@ -103,6 +103,12 @@ def memory_traffic(collective: str, nranks: int) -> float:
     if collective in ("gather", "scatter"):
         return 2.0
     raise ValueError(f"unknown collective {collective!r}")
+
+
+@overload
+def limit_busbw(collective: str, nranks: int, memory_gbps: float) -> float: ...
+@overload
+def limit_busbw(collective: str, nranks: int, memory_gbps: Optional[float]) -> Optional[float]: ...
 
 
 def limit_busbw(collective: str, nranks: int, memory_gbps: Optional[float]) -> Optional[float]:

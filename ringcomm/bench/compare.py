@@ -49,10 +49,10 @@ def algorithm_rows(variants: dict[str, list[dict]]) -> list[dict]:
     for size in sorted(by_size):
         cells = by_size[size]
         times = {a: cells[a]["time_us"] for a in variants if a in cells}
-        entry = {"size": size, "time_us": times, "fastest": min(times, key=times.get)}
+        entry = {"size": size, "time_us": times, "fastest": min(times, key=times.__getitem__)}
         forced = {a: t for a, t in times.items() if a != "auto"}
         if "auto" in times and forced:
-            best = min(forced, key=forced.get)
+            best = min(forced, key=forced.__getitem__)
             entry["best_forced"] = best
             entry["auto_vs_best"] = ratio(times["auto"], forced[best])
             entry["auto_ran"] = cells["auto"].get("algorithm")

@@ -19,7 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 from ringcomm import _slurm
 from ringcomm._ports import free_port
@@ -37,6 +37,9 @@ _RANK_VARIABLES = (
     "MV2_COMM_WORLD_RANK",
 )
 _TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+# How a run ended: 0, a failed process's exit status, or "timeout".
+ExitStatus = Union[int, str]
 
 
 def launched_as_rank(env=os.environ) -> bool:
@@ -109,7 +112,7 @@ def report_file(implementation: str, workdir: Path) -> Path:
 
 
 def _collect(
-    implementation: str, report_path: Path, status, nranks: int, mismatch_hint: str = ""
+    implementation: str, report_path: Path, status: ExitStatus, nranks: int, mismatch_hint: str = ""
 ) -> Outcome:
     if status != 0:
         reason = "timed out" if status == "timeout" else f"exit status {status}"
@@ -147,7 +150,7 @@ def run_ringcomm(
     return _collect("ringcomm", report, status, nranks)
 
 
-def wait_all(children: list, deadline: float) -> object:
+def wait_all(children: list, deadline: float) -> ExitStatus:
     """0 when every child succeeded; else the first failure's status, or "timeout"."""
     failed_at, status = None, 0
     while any(c.poll() is None for c in children):
@@ -243,6 +246,7 @@ def run_mpi(
     # each rank in a session of its own, out of reach of killpg: mpiexec is asked first, and it
     # stops its ranks itself.
     child = subprocess.Popen(command, env=env, start_new_session=True)
+    status: ExitStatus
     try:
         status = child.wait(timeout=plan.timeout + KILL_SLACK)
     except subprocess.TimeoutExpired:

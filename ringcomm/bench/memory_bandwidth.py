@@ -17,9 +17,12 @@ from __future__ import annotations
 import multiprocessing
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Union, cast
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
 
 BUFFER_BYTES = 256 << 20
 _REPEATS = 5
@@ -73,7 +76,11 @@ def measure(
     nbytes = buffer_bytes(processes, _available_bytes())
     if method is None:
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    context = multiprocessing.get_context(method)
+    # A start method's context, which has a Process class (typeshed's get_context(str) says only
+    # BaseContext, which has none).
+    context = cast(
+        "Union[ForkContext, SpawnContext, ForkServerContext]", multiprocessing.get_context(method)
+    )
     barrier, results = context.Barrier(processes), context.Queue()
     workers = [
         context.Process(target=_update_loop, args=(nbytes, repeats, barrier, results))

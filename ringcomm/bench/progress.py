@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ringcomm.bench.sizes import human
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 _POLL_SECONDS = 0.2
 
@@ -22,7 +25,7 @@ class SweepProgress:
 
     def __init__(self, enabled: bool, nsizes: int, console=None):
         self.enabled, self.nsizes = enabled, nsizes
-        self._progress = None
+        self._progress: Optional[Progress] = None
         self._console = console
 
     def __enter__(self) -> "SweepProgress":
@@ -52,16 +55,17 @@ class SweepProgress:
 
     def track(self, implementation: str, progress_file: Optional[Path], run):
         """run() (an implementation's whole sweep), showing its progress as rank 0 notes it."""
-        if self._progress is None or progress_file is None:
+        progress = self._progress
+        if progress is None or progress_file is None:
             return run()
-        task = self._progress.add_task(f"{implementation}: starting", total=self.nsizes)
+        task = progress.add_task(f"{implementation}: starting", total=self.nsizes)
         done = threading.Event()
 
         def follow() -> None:
             while not done.wait(_POLL_SECONDS):
                 note = _read(progress_file)
                 if note is not None:
-                    self._progress.update(
+                    progress.update(
                         task,
                         completed=note["index"],
                         description=f"{implementation}: {human(note['size'])}",
@@ -74,7 +78,7 @@ class SweepProgress:
         finally:
             done.set()
             follower.join()
-            self._progress.remove_task(task)
+            progress.remove_task(task)
 
 
 def _read(path: Path) -> Optional[dict]:

@@ -36,11 +36,10 @@ def print_table(out: Console, rich_table) -> None:
     lines instead. And without escape codes, terminal or not: the tables are Markdown, to paste."""
     unbounded = out.options.update_width(1 << 16)  # a measure not clamped to the terminal
     width = max(out.width, out.measure(rich_table, options=unbounded).maximum)
-    plain = Console(
-        file=io.StringIO(), width=width, color_system=None, highlight=False, markup=False
-    )
+    text = io.StringIO()
+    plain = Console(file=text, width=width, color_system=None, highlight=False, markup=False)
     plain.print(rich_table)
-    for line in plain.file.getvalue().splitlines():
+    for line in text.getvalue().splitlines():
         if line.strip():
             out.file.write(line.rstrip() + "\n")
     out.file.flush()

@@ -187,7 +187,7 @@ def paired_times(trials: dict[str, list[float]]) -> dict[str, float]:
     variant's median (by median), and for each other, that times the median over rounds of its
     ratio to the fastest one in the same round."""
     medians = {name: statistics.median(times) for name, times in trials.items()}
-    fastest = min(medians, key=medians.get)
+    fastest = min(medians, key=medians.__getitem__)
     return {
         name: medians[fastest]
         * statistics.median(mine / theirs for mine, theirs in zip(times, trials[fastest]))

@@ -28,7 +28,7 @@ from rich.table import Table
 from ringcomm._ports import free_port
 from ringcomm._ranks import start_rank
 from ringcomm.bench import machine
-from ringcomm.bench.launchers import clean_environment, wait_all
+from ringcomm.bench.launchers import ExitStatus, clean_environment, wait_all
 from ringcomm.launch import spawn
 
 _RUN_TIMEOUT = 600.0
@@ -61,6 +61,7 @@ def _run(impl: str, compression: str, nranks: int, args, workdir: Path) -> dict:
         str(out),
     ]
     env = clean_environment()
+    status: ExitStatus
     if impl == "ringcomm":
         status = spawn(nranks, command, env=env)
     else:

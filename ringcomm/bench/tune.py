@@ -293,7 +293,7 @@ def _print_transport(transport, times, alpha, bandwidth, rules, source=None) -> 
     for size in sorted({s for by in times.values() for s in by}):
         cells = [f"{times[a][size]:.2f}" if size in times[a] else "-" for a in algorithms]
         timed = {a: times[a][size] for a in algorithms if size in times[a]}
-        print(f"| {size} | " + " | ".join(cells) + f" | {min(timed, key=timed.get)} |")
+        print(f"| {size} | " + " | ".join(cells) + f" | {min(timed, key=timed.__getitem__)} |")
     latency = f"{alpha:.1f} us" if alpha is not None else "?"
     speed = f"{bandwidth:.2f} GB/s" if bandwidth is not None else "?"
     source = source or "ring: time = alpha + size / bw"

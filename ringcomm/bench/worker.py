@@ -219,7 +219,8 @@ def run_plan(
     if reason is not None:
         return dict(report, skipped=reason) if group.rank == 0 else None
     variants = variants or {group.name: group}
-    seen, rows = set(), {name: [] for name in variants}
+    seen: set[int] = set()  # the byte counts timed so far
+    rows: dict[str, list[dict]] = {name: [] for name in variants}
     for index, nbytes in enumerate(plan.sizes):
         counts = element_counts(plan.collective, nbytes, ITEMSIZE[plan.dtype], group.size)
         if counts.nbytes in seen:  # two requested sizes that round to the same buffers

@@ -160,7 +160,7 @@ def _label_shrunk_groups() -> None:
         group._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
         return group
 
-    create_and_label._ringcomm_labels = True
+    vars(create_and_label)["_ringcomm_labels"] = True  # mypy cannot declare a function attribute
     c10d._create_shrunk_process_group = create_and_label
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import importlib
 import os
 import socket
+from types import ModuleType
+from typing import Optional
 
 from ringcomm import _secret, _slurm
 from ringcomm._environment import MPI_RANK_VARIABLES, MPI_SIZE_VARIABLES
@@ -43,6 +45,7 @@ def _fill_from_slurm() -> None:
 
 
 def _fill_from_mpi() -> None:
+    MPI: Optional[ModuleType]  # noqa: N806 (mpi4py's module name)
     try:
         from mpi4py import MPI
     except ImportError:
@@ -99,5 +102,5 @@ def install() -> None:
             _fill_from_slurm()
         return original(url, *args, **kwargs)
 
-    env_or_mpi.ringcomm_mpi = True
+    vars(env_or_mpi)["ringcomm_mpi"] = True  # mypy cannot declare a function attribute
     handlers["env"] = env_or_mpi

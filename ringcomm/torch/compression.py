@@ -123,7 +123,7 @@ class Compression:
 
 
 # The compressors the core's codec can stand in for in an all-reduce: class -> codec name.
-_WIRE_CODECS = {
+_WIRE_CODECS: dict[type, str] = {
     FP16Compressor: "fp16",
     BF16Compressor: "bf16",
     Int8Compressor: "int8",

@@ -40,7 +40,7 @@ def broadcast_object(obj: Any, root_rank: int = 0, name=None, process_set=global
     name = name or member(process_set, "Broadcast").default_name("broadcast_object")
     is_root = state.rank() == root_rank
     data = _dumps(obj) if is_root else None
-    length = torch.tensor([data.numel() if is_root else 0], dtype=torch.int32)
+    length = torch.tensor([data.numel() if data is not None else 0], dtype=torch.int32)
     broadcast.broadcast_(length, root_rank, f"{name}.sz", process_set)
     if not is_root:
         data = torch.empty(int(length[0]), dtype=torch.uint8)

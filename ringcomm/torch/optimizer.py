@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 import weakref
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
 
@@ -48,7 +48,14 @@ _TOO_MANY_PASSES = (
 )
 
 
-class DistributedOptimizerMixin:
+if TYPE_CHECKING:
+    # For mypy: what the mixin is mixed into (param_groups, and super()'s step and zero_grad).
+    from torch.optim import Optimizer as _OptimizerBase
+else:
+    _OptimizerBase = object
+
+
+class DistributedOptimizerMixin(_OptimizerBase):
     """Mixed into the wrapped optimizer's class, as Horovod does, so isinstance() still holds."""
 
     def _ringcomm_setup(
@@ -197,8 +204,11 @@ class DistributedOptimizerMixin:
         residual = self._residuals.get(name)
         if residual is not None and residual.shape == grad.shape:
             grad.add_(residual)
+        codec = wire_codec(self._compression)
+        if codec is None:  # not reached: only compressors with an 8-bit wire codec feed back
+            raise RuntimeError(f"{self._compression} has no wire codec to feed its error back")
         rounded = grad.detach().contiguous().clone()
-        round_to_wire(rounded, wire_codec(self._compression))
+        round_to_wire(rounded, codec)
         self._residuals[name] = grad.detach() - rounded
         grad.copy_(rounded)
 
@@ -327,7 +337,8 @@ def _names_of_parameters(param_groups, named_parameters) -> dict:
             "named_parameters should be a sequence of tuples (name, parameter), usually "
             "produced by model.named_parameters()."
         )
-    seen, duplicates = set(), set()
+    seen: set[str] = set()
+    duplicates: set[str] = set()
     for name, _ in named:
         (duplicates if name in seen else seen).add(name)
     if duplicates:

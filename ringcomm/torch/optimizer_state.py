@@ -67,7 +67,7 @@ def broadcast_optimizer_state(
     tensors = []
     scalars = {}
     assign = {}
-    occurrences = collections.defaultdict(int)
+    occurrences: collections.defaultdict[str, int] = collections.defaultdict(int)
     for index, group in enumerate(state_dict["param_groups"]):
         for option, value in group.items():
             if option == "params":

@@ -30,8 +30,8 @@ class ProcessSet:
     ``add_process_set``, then as ``process_set=`` to collectives. ``process_set_id`` is set once
     it has been registered."""
 
-    process_set_id = None
-    ranks = None
+    process_set_id: Optional[int] = None
+    ranks: Optional[list[int]] = None
     mpi_comm = None
 
     def __init__(self, ranks_or_comm):
@@ -242,7 +242,8 @@ def _require_job() -> _Job:
     return _job
 
 
-def _registered(set_id: int) -> _Registration:
+def _registered(set_id: Optional[int]) -> _Registration:
+    """The registration of ``set_id``, or Horovod's error (None: a set never registered)."""
     registration = _require_job().sets.get(set_id)
     if registration is None:
         raise ValueError("Process set does not exist or has not been registered.")

@@ -53,6 +53,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         splits = torch.tensor(splits, dtype=torch.int32)
     if tensor.dim() == 0:
         # As in Horovod, where the ranks' negotiation fails it: synchronize() raises.
+        failed: concurrent.futures.Future[tuple[torch.Tensor, torch.Tensor]]
         failed = concurrent.futures.Future()
         failed.set_exception(
             HorovodInternalError(
