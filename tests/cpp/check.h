@@ -33,6 +33,10 @@ struct CheckFailure {
   std::string message;
 };
 
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
 }  // namespace ringcomm::testing
 
 #define RC_CONCAT_INNER(a, b) a##b

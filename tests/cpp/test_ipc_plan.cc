@@ -21,9 +21,7 @@ RankDevice on(uint8_t gpu, int64_t pid, int32_t mps = 0, uint64_t pidNamespace =
   return rank;
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using ::ringcomm::testing::contains;
 
 }  // namespace
 

@@ -29,7 +29,7 @@ using namespace ringcomm;
 
 namespace {
 
-const std::string kSecret = "membership-test-secret-0123456789";
+const std::string kMembershipSecret = "membership-test-secret-0123456789";
 
 // An address whose connections go unanswered, as a host beyond a partition's: a listener whose
 // accept queue is full, so that the kernel drops further SYNs (an outside address will not do: a
@@ -78,7 +78,7 @@ std::vector<Outcome> agreeAmong(int ranks, const std::set<int>& dead, const std:
   std::vector<MailboxAddress> mailboxes;
   const Unanswered unanswered;
   for (int r = 0; r < ranks; ++r) {
-    servers.push_back(std::make_unique<TcpStoreServer>("127.0.0.1", 0, kSecret));
+    servers.push_back(std::make_unique<TcpStoreServer>("127.0.0.1", 0, kMembershipSecret));
     mailboxes.push_back(lost.count(r) ? unanswered.address()
                                       : MailboxAddress{"127.0.0.1", servers.back()->port()});
   }
@@ -89,7 +89,7 @@ std::vector<Outcome> agreeAmong(int ranks, const std::set<int>& dead, const std:
   for (int r = 0; r < ranks; ++r) {
     if (dead.count(r) || lost.count(r)) continue;
     threads.emplace_back([&, r] {
-      Membership membership(r, mailboxes, kSecret, linkTimeout);
+      Membership membership(r, mailboxes, kMembershipSecret, linkTimeout);
       try {
         // As after a failure found by a link timeout: silent mailboxes count as lost at once.
         const auto now = Clock::now();
@@ -144,7 +144,7 @@ TEST(goneRanksDoNotCountAgainstTheQuorum) {
 }
 
 TEST(probingTellsGoneFromLost) {
-  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  TcpStoreServer server("127.0.0.1", 0, kMembershipSecret);
   const MailboxAddress alive{"127.0.0.1", server.port()};
   const auto soon = [] { return Clock::now() + std::chrono::milliseconds(200); };
   CHECK(probeMailbox(alive, soon()) == Reach::Answers);
@@ -156,8 +156,8 @@ TEST(probingTellsGoneFromLost) {
 
 TEST(manyMailboxesAreAskedAtOnce) {
   // Two silent mailboxes cost one wait, not two (a leader that lost a host asks all its ranks).
-  TcpStoreServer alive("127.0.0.1", 0, kSecret);
-  TcpStoreServer stopped("127.0.0.1", 0, kSecret);
+  TcpStoreServer alive("127.0.0.1", 0, kMembershipSecret);
+  TcpStoreServer stopped("127.0.0.1", 0, kMembershipSecret);
   const MailboxAddress gone{"127.0.0.1", stopped.port()};
   stopped.stop();
   const Unanswered first, second;
@@ -175,9 +175,9 @@ TEST(manyMailboxesAreAskedAtOnce) {
 TEST(aMailboxThatStopsAfterAnsweringRefusesFromThen) {
   // A rank killed a moment ago answered reachAll() while its process was taken apart; a failing
   // rank that follows its chain asks again rather than wait a second for a record (issue 33).
-  TcpStoreServer zero("127.0.0.1", 0, kSecret);
-  TcpStoreServer one("127.0.0.1", 0, kSecret);
-  Membership membership(0, {{"127.0.0.1", zero.port()}, {"127.0.0.1", one.port()}}, kSecret,
+  TcpStoreServer zero("127.0.0.1", 0, kMembershipSecret);
+  TcpStoreServer one("127.0.0.1", 0, kMembershipSecret);
+  Membership membership(0, {{"127.0.0.1", zero.port()}, {"127.0.0.1", one.port()}}, kMembershipSecret,
                         std::chrono::milliseconds(300));
   const auto soon = [] { return Clock::now() + std::chrono::milliseconds(200); };
   CHECK(!membership.refuses(1, soon()));

@@ -33,12 +33,12 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const std::string kSecret = "ranks-as-threads test secret";
+const std::string kRanksSecret = "ranks-as-threads test secret";
 
 Config configFor(TransportKind transport, std::chrono::milliseconds timeout = 60s) {
   Config config;
   config.transport = transport;
-  config.secret = kSecret;
+  config.secret = kRanksSecret;
   config.timeout = timeout;
   config.stallWarning = 0ms;
   // Small rings and slots, so that multi-segment paths (wrap-around, several rounds) run with
@@ -54,14 +54,14 @@ Config configFor(TransportKind transport, std::chrono::milliseconds timeout = 60
 // `configOf(rank)`: each rank's configuration (its host, in the tests of several hosts).
 void runRanks(int size, const std::function<Config(int)>& configOf,
               const std::function<void(int, Communicator&)>& body, const std::string& scope) {
-  TcpStoreServer server("127.0.0.1", 0, kSecret);
+  TcpStoreServer server("127.0.0.1", 0, kRanksSecret);
   std::mutex mutex;
   std::exception_ptr failure;
   std::vector<std::thread> threads;
   for (int rank = 0; rank < size; ++rank) {
     threads.emplace_back([&, rank] {
       try {
-        auto store = std::make_shared<TcpStore>("127.0.0.1", server.port(), 30s, kSecret);
+        auto store = std::make_shared<TcpStore>("127.0.0.1", server.port(), 30s, kRanksSecret);
         std::shared_ptr<Communicator> comm =
             Communicator::createInScope(store, scope, rank, size, configOf(rank));
         body(rank, *comm);

@@ -114,9 +114,7 @@ std::vector<uint8_t> send(ByteStream& from, ByteStream& to, const std::vector<ui
   return got;
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using ::ringcomm::testing::contains;
 
 }  // namespace
 

@@ -28,7 +28,7 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr const char* kLoopback = "127.0.0.1";
-const std::string kSecret = "the test job's secret";
+const std::string kStoreSecret = "the test job's secret";
 
 Bytes bytesOf(const std::string& text) { return Bytes(text.begin(), text.end()); }
 std::string textOf(const Bytes& bytes) { return std::string(bytes.begin(), bytes.end()); }
@@ -36,9 +36,7 @@ std::string textOf(const Bytes& bytes) { return std::string(bytes.begin(), bytes
 bool startsWith(const std::string& text, const std::string& prefix) {
   return text.compare(0, prefix.size(), prefix) == 0;
 }
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using ::ringcomm::testing::contains;
 
 // Runs body, which must throw ErrorType; returns the error's message.
 template <typename ErrorType, typename Body>
@@ -69,7 +67,7 @@ double secondsBetween(std::chrono::steady_clock::time_point a,
 struct RawClient {
   net::UniqueFd fd;
   explicit RawClient(int port) : fd(net::connectTcp(kLoopback, port, net::deadlineAfter(5s))) {
-    auth::connectHandshake(fd.get(), kSecret, auth::Purpose::Store, auth::Caller{},
+    auth::connectHandshake(fd.get(), kStoreSecret, auth::Purpose::Store, auth::Caller{},
                            net::deadlineAfter(5s), "the test store");
   }
   void send(const Bytes& frame) {
@@ -215,9 +213,9 @@ TEST(socketConnectTimesOutNamingTheAddress) {
 // ---- TcpStoreServer / TcpStore ------------------------------------------------------------------
 
 TEST(tcpStoreSetGetAdd) {
-  TcpStoreServer server(kLoopback, 0, kSecret);
+  TcpStoreServer server(kLoopback, 0, kStoreSecret);
   CHECK(server.port() > 0);
-  TcpStore store(kLoopback, server.port(), 5s, kSecret);
+  TcpStore store(kLoopback, server.port(), 5s, kStoreSecret);
   store.set("k", bytesOf("v"));
   CHECK_EQ(textOf(store.get("k", 1s)), "v");
   store.set("k", bytesOf("w"));
@@ -235,9 +233,9 @@ TEST(tcpStoreSetGetAdd) {
 }
 
 TEST(tcpStoreLargeValue) {
-  TcpStoreServer server(kLoopback, 0, kSecret);
-  TcpStore writer(kLoopback, server.port(), 5s, kSecret);
-  TcpStore reader(kLoopback, server.port(), 5s, kSecret);
+  TcpStoreServer server(kLoopback, 0, kStoreSecret);
+  TcpStore writer(kLoopback, server.port(), 5s, kStoreSecret);
+  TcpStore reader(kLoopback, server.port(), 5s, kStoreSecret);
   Bytes value(5 * 1024 * 1024);
   for (size_t i = 0; i < value.size(); ++i) value[i] = uint8_t(i * 7 + 1);
   std::thread setter([&] { writer.set("big", value); });
@@ -249,14 +247,14 @@ TEST(tcpStoreLargeValue) {
 TEST(tcpStoreManyClientsRendezvous) {
   // Every "rank" publishes its address and reads everyone else's, as bootstrap does.
   constexpr int kRanks = 8;
-  TcpStoreServer server(kLoopback, 0, kSecret);
+  TcpStoreServer server(kLoopback, 0, kStoreSecret);
   std::vector<std::thread> ranks;
   std::vector<std::string> failures(kRanks);
   std::vector<int64_t> arrivals(kRanks);
   for (int rank = 0; rank < kRanks; ++rank) {
     ranks.emplace_back([&, rank] {
       try {
-        TcpStore store(kLoopback, server.port(), 5s, kSecret);
+        TcpStore store(kLoopback, server.port(), 5s, kStoreSecret);
         store.set("rank" + std::to_string(rank) + "/addr", bytesOf("host-" + std::to_string(rank)));
         for (int peer = 0; peer < kRanks; ++peer) {
           Bytes value = store.get("rank" + std::to_string(peer) + "/addr", 10s);
@@ -276,9 +274,9 @@ TEST(tcpStoreManyClientsRendezvous) {
 }
 
 TEST(tcpStoreGetBlocksUntilALaterSet) {
-  TcpStoreServer server(kLoopback, 0, kSecret);
-  TcpStore waiter(kLoopback, server.port(), 5s, kSecret);
-  TcpStore setter(kLoopback, server.port(), 5s, kSecret);
+  TcpStoreServer server(kLoopback, 0, kStoreSecret);
+  TcpStore waiter(kLoopback, server.port(), 5s, kStoreSecret);
+  TcpStore setter(kLoopback, server.port(), 5s, kStoreSecret);
   std::thread late([&] {
     std::this_thread::sleep_for(150ms);
     setter.set("late", bytesOf("value"));
@@ -300,8 +298,8 @@ TEST(tcpStoreGetBlocksUntilALaterSet) {
 }
 
 TEST(tcpStoreGetTimeoutNamesKeyAndSeconds) {
-  TcpStoreServer server(kLoopback, 0, kSecret);
-  TcpStore store(kLoopback, server.port(), 5s, kSecret);
+  TcpStoreServer server(kLoopback, 0, kStoreSecret);
+  TcpStore store(kLoopback, server.port(), 5s, kStoreSecret);
   try {
     store.get("rank3/addr", 200ms);
     CHECK(false);
@@ -318,15 +316,15 @@ TEST(tcpStoreGetTimeoutNamesKeyAndSeconds) {
 TEST(tcpStoreAddFromManyThreadsIsExact) {
   constexpr int kThreads = 8;
   constexpr int kAddsPerThread = 500;
-  TcpStoreServer server(kLoopback, 0, kSecret);
+  TcpStoreServer server(kLoopback, 0, kStoreSecret);
   // Half the threads share one client (exercising its mutex), half have their own.
-  TcpStore shared(kLoopback, server.port(), 5s, kSecret);
+  TcpStore shared(kLoopback, server.port(), 5s, kStoreSecret);
   std::vector<std::vector<int64_t>> seen(kThreads);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       std::unique_ptr<TcpStore> own;
-      if (t % 2 == 1) own = std::make_unique<TcpStore>(kLoopback, server.port(), 5s, kSecret);
+      if (t % 2 == 1) own = std::make_unique<TcpStore>(kLoopback, server.port(), 5s, kStoreSecret);
       Store& store = own ? static_cast<Store&>(*own) : static_cast<Store&>(shared);
       for (int i = 0; i < kAddsPerThread; ++i) seen[t].push_back(store.add("total", 1));
     });
@@ -346,15 +344,15 @@ TEST(tcpStoreClientRetriesUntilServerStarts) {
   std::string value;
   std::thread client([&] {
     try {
-      TcpStore store(kLoopback, port, 10s, kSecret);  // the server is not up yet
+      TcpStore store(kLoopback, port, 10s, kStoreSecret);  // the server is not up yet
       value = textOf(store.get("ready", 10s));
     } catch (const std::exception& error) {
       failure = error.what();
     }
   });
   std::this_thread::sleep_for(300ms);
-  TcpStoreServer server(kLoopback, port, kSecret);
-  TcpStore store(kLoopback, port, 5s, kSecret);
+  TcpStoreServer server(kLoopback, port, kStoreSecret);
+  TcpStore store(kLoopback, port, 5s, kStoreSecret);
   store.set("ready", bytesOf("yes"));
   client.join();
   CHECK_EQ(failure, "");
@@ -364,17 +362,17 @@ TEST(tcpStoreClientRetriesUntilServerStarts) {
 TEST(tcpStoreConnectTimeout) {
   int port = unusedPort();
   std::string message =
-      messageOf<TimeoutError>([&] { TcpStore store(kLoopback, port, 200ms, kSecret); });
+      messageOf<TimeoutError>([&] { TcpStore store(kLoopback, port, 200ms, kStoreSecret); });
   CHECK(contains(message, "127.0.0.1:" + std::to_string(port)));
 }
 
 TEST(tcpStoreServerStopFailsWaitingClients) {
-  auto server = std::make_unique<TcpStoreServer>(kLoopback, 0, kSecret);
+  auto server = std::make_unique<TcpStoreServer>(kLoopback, 0, kStoreSecret);
   int port = server->port();
   constexpr int kWaiters = 3;
   std::vector<std::unique_ptr<TcpStore>> clients;
   for (int i = 0; i < kWaiters; ++i) {
-    clients.push_back(std::make_unique<TcpStore>(kLoopback, port, 5s, kSecret));
+    clients.push_back(std::make_unique<TcpStore>(kLoopback, port, 5s, kStoreSecret));
   }
   std::vector<std::string> errors(kWaiters);
   std::vector<double> waited(kWaiters);
@@ -416,16 +414,16 @@ TEST(tcpStoreServerStopFailsWaitingClients) {
 TEST(tcpStoreServerDestructorIsPromptWithIdleClients) {
   auto start = std::chrono::steady_clock::now();
   {
-    TcpStoreServer server(kLoopback, 0, kSecret);
-    TcpStore a(kLoopback, server.port(), 5s, kSecret);
-    TcpStore b(kLoopback, server.port(), 5s, kSecret);
+    TcpStoreServer server(kLoopback, 0, kStoreSecret);
+    TcpStore a(kLoopback, server.port(), 5s, kStoreSecret);
+    TcpStore b(kLoopback, server.port(), 5s, kStoreSecret);
     a.set("x", bytesOf("1"));
   }
   CHECK(secondsBetween(start, std::chrono::steady_clock::now()) < 2.0);
 }
 
 TEST(tcpStoreServerSurvivesMisbehavingClients) {
-  TcpStoreServer server(kLoopback, 0, kSecret);
+  TcpStoreServer server(kLoopback, 0, kStoreSecret);
   int port = server.port();
   {
     // Half a request, then gone.
@@ -456,7 +454,7 @@ TEST(tcpStoreServerSurvivesMisbehavingClients) {
     // A set then an immediate hang-up still takes effect.
     odd.send(storeproto::Encoder(storeproto::Op::Set).str("parting").str("gift").finish());
   }
-  TcpStore store(kLoopback, port, 5s, kSecret);
+  TcpStore store(kLoopback, port, 5s, kStoreSecret);
   store.set("later", bytesOf("now"));  // wakes nobody: the waiter has gone
   CHECK_EQ(textOf(store.get("later", 1s)), "now");
   CHECK_EQ(textOf(store.get("parting", 5s)), "gift");
@@ -464,7 +462,7 @@ TEST(tcpStoreServerSurvivesMisbehavingClients) {
 }
 
 TEST(tcpStoreCheckAndPipelinedRequests) {
-  TcpStoreServer server(kLoopback, 0, kSecret);
+  TcpStoreServer server(kLoopback, 0, kStoreSecret);
   RawClient raw(server.port());
   using storeproto::Encoder;
   using storeproto::Op;
@@ -487,7 +485,7 @@ TEST(tcpStoreCheckAndPipelinedRequests) {
     batch.insert(batch.end(), frame.begin(), frame.end());
   }
   raw.send(batch);
-  TcpStore store(kLoopback, server.port(), 5s, kSecret);
+  TcpStore store(kLoopback, server.port(), 5s, kStoreSecret);
   std::this_thread::sleep_for(50ms);
   // The add queued behind the parked get has not run yet.
   messageOf<TimeoutError>([&] { store.get("c", 0ms); });
@@ -507,23 +505,23 @@ TEST(tcpStoreCheckAndPipelinedRequests) {
 
 TEST(tcpStoreServerHostsAndPorts) {
   for (const char* host : {"", "0.0.0.0", "127.0.0.1", "localhost"}) {
-    TcpStoreServer server(host, 0, kSecret);
-    TcpStore store(kLoopback, server.port(), 5s, kSecret);
+    TcpStoreServer server(host, 0, kStoreSecret);
+    TcpStore store(kLoopback, server.port(), 5s, kStoreSecret);
     store.set("h", bytesOf(host));
     CHECK_EQ(textOf(store.get("h", 1s)), host);
     CHECK_EQ(store.localAddress(), "127.0.0.1");
   }
-  TcpStoreServer first(kLoopback, 0, kSecret);
+  TcpStoreServer first(kLoopback, 0, kStoreSecret);
   std::string message =
-      messageOf<TransportError>([&] { TcpStoreServer second(kLoopback, first.port(), kSecret); });
+      messageOf<TransportError>([&] { TcpStoreServer second(kLoopback, first.port(), kStoreSecret); });
   CHECK(contains(message, "127.0.0.1:" + std::to_string(first.port())));
-  messageOf<InvalidArgument>([] { TcpStoreServer bad(kLoopback, -1, kSecret); });
-  messageOf<InvalidArgument>([] { TcpStore bad(kLoopback, 0, 1s, kSecret); });
+  messageOf<InvalidArgument>([] { TcpStoreServer bad(kLoopback, -1, kStoreSecret); });
+  messageOf<InvalidArgument>([] { TcpStore bad(kLoopback, 0, 1s, kStoreSecret); });
 }
 
 TEST(prefixStoreOverTcpStore) {
-  TcpStoreServer server(kLoopback, 0, kSecret);
-  auto base = std::make_shared<TcpStore>(kLoopback, server.port(), 5s, kSecret);
+  TcpStoreServer server(kLoopback, 0, kStoreSecret);
+  auto base = std::make_shared<TcpStore>(kLoopback, server.port(), 5s, kStoreSecret);
   PrefixStore a("comm0", base);
   PrefixStore b("comm1", base);
   a.set("rank0", bytesOf("x"));
@@ -542,8 +540,8 @@ TEST(prefixStoreOverTcpStore) {
 
 TEST(tcpStoreSharedClientSetWhileGetParked) {
   // One TcpStore shared by two threads: the set() must not queue behind the parked get().
-  TcpStoreServer server(kLoopback, 0, kSecret);
-  TcpStore store(kLoopback, server.port(), 5s, kSecret);
+  TcpStoreServer server(kLoopback, 0, kStoreSecret);
+  TcpStore store(kLoopback, server.port(), 5s, kStoreSecret);
   std::thread setter([&] {
     std::this_thread::sleep_for(50ms);
     store.set("k", bytesOf("v"));
@@ -561,7 +559,7 @@ TEST(tcpStoreSilentServerTimesOut) {
   int port = net::localAddress(listener.get()).port();
   auto start = std::chrono::steady_clock::now();
   std::string message =
-      messageOf<TimeoutError>([&] { TcpStore store(kLoopback, port, 1s, kSecret); });
+      messageOf<TimeoutError>([&] { TcpStore store(kLoopback, port, 1s, kStoreSecret); });
   double waited = secondsBetween(start, std::chrono::steady_clock::now());
   CHECK(contains(message, "did not answer the handshake"));
   CHECK(contains(message, "127.0.0.1:" + std::to_string(port)));
@@ -583,9 +581,9 @@ TEST(tcpStoreLeavesNoThreadsOrDescriptors) {
   size_t fdsBefore = countEntries("/proc/self/fd");
   size_t threadsBefore = countEntries("/proc/self/task");
   {
-    TcpStoreServer server(kLoopback, 0, kSecret);
-    TcpStore a(kLoopback, server.port(), 5s, kSecret);
-    auto b = std::make_shared<TcpStore>(kLoopback, server.port(), 5s, kSecret);
+    TcpStoreServer server(kLoopback, 0, kStoreSecret);
+    TcpStore a(kLoopback, server.port(), 5s, kStoreSecret);
+    auto b = std::make_shared<TcpStore>(kLoopback, server.port(), 5s, kStoreSecret);
     std::thread waiter([&] { b->get("x", 10s); });
     std::this_thread::sleep_for(20ms);
     a.set("x", bytesOf("1"));
@@ -619,7 +617,7 @@ bool closedAfterSending(int port, const Bytes& reply) {
 }
 
 TEST(tcpStoreRefusesClientsWithoutTheSecret) {
-  TcpStoreServer server(kLoopback, 0, kSecret);
+  TcpStoreServer server(kLoopback, 0, kStoreSecret);
   // The wrong secret: refused by the server (and the client says why).
   std::string message =
       messageOf<TransportError>([&] { TcpStore stranger(kLoopback, server.port(), 5s, "guess"); });
@@ -636,7 +634,7 @@ TEST(tcpStoreRefusesClientsWithoutTheSecret) {
   for (auto& each : closed) CHECK(each.get());
   CHECK(server.refusedConnections() >= 4);
   // Nothing they sent took effect, and the job's own clients are served.
-  TcpStore store(kLoopback, server.port(), 5s, kSecret);
+  TcpStore store(kLoopback, server.port(), 5s, kStoreSecret);
   messageOf<TimeoutError>([&] { store.get("job", 0ms); });
   store.set("job", bytesOf("ours"));
   CHECK_EQ(textOf(store.get("job", 1s)), "ours");
@@ -645,26 +643,26 @@ TEST(tcpStoreRefusesClientsWithoutTheSecret) {
 TEST(tcpStoreClientRefusesAServerWithoutTheSecret) {
   TcpStoreServer impostor(kLoopback, 0, "another job's secret");
   std::string message =
-      messageOf<TransportError>([&] { TcpStore store(kLoopback, impostor.port(), 5s, kSecret); });
+      messageOf<TransportError>([&] { TcpStore store(kLoopback, impostor.port(), 5s, kStoreSecret); });
   CHECK(contains(message, "the store at"));
 }
 
 TEST(tcpStoreFloodOfStrangersDoesNotKeepClientsOut) {
-  TcpStoreServer server(kLoopback, 0, kSecret);
+  TcpStoreServer server(kLoopback, 0, kStoreSecret);
   // More idle connections than the server lets wait in the handshake.
   std::vector<net::UniqueFd> flood;
   for (int i = 0; i < 400; ++i) {
     flood.push_back(net::connectTcp(kLoopback, server.port(), net::deadlineAfter(5s)));
   }
   const auto start = std::chrono::steady_clock::now();
-  TcpStore store(kLoopback, server.port(), 5s, kSecret);
+  TcpStore store(kLoopback, server.port(), 5s, kStoreSecret);
   store.set("k", bytesOf("v"));
   CHECK_EQ(textOf(store.get("k", 1s)), "v");
   CHECK(secondsBetween(start, std::chrono::steady_clock::now()) < 2.0);
 }
 
 TEST(tcpStoreBoundsWhatAClientMayStore) {
-  TcpStoreServer server(kLoopback, 0, kSecret);
+  TcpStoreServer server(kLoopback, 0, kStoreSecret);
   RawClient raw(server.port());
   using storeproto::Encoder;
   using storeproto::Op;
@@ -681,6 +679,6 @@ TEST(tcpStoreBoundsWhatAClientMayStore) {
   uint8_t byte = 0;
   messageOf<TransportError>([&] { net::readFully(raw.fd.get(), &byte, 1, net::deadlineAfter(5s)); });
   // A value over the limit never leaves the client.
-  TcpStore store(kLoopback, server.port(), 5s, kSecret);
+  TcpStore store(kLoopback, server.port(), 5s, kStoreSecret);
   messageOf<InvalidArgument>([&] { store.set("big", Bytes(storeproto::kMaxValueBytes + 1)); });
 }
