@@ -3,6 +3,7 @@ process training on the whole batch, and every rank must hold the same bits. The
 each of DDP's built-in comm hooks and a user hook.
 """
 
+import io
 import os
 import sys
 import traceback
@@ -127,6 +128,45 @@ for name, (hook, state_kind, tolerance) in HOOKS.items():
         check(f"{name}/loss went down", losses[-1] < losses[0], str(losses))
     except Exception:
         failures.append(f"{name}: raised\n{traceback.format_exc()}")
+
+# ringcomm's own hooks (ringcomm/c10d/hooks.py): its codecs on the wire, float32 gradients,
+# error feedback for the 8-bit ones; tolerances against one process in float32.
+from ringcomm.c10d import hooks as ringcomm_hooks  # noqa: E402
+
+reference32 = model().float()
+train(reference32, lambda x, y: (x.float(), y))
+expected32 = parameters(reference32)
+for codec, tolerance in (("fp16", 5e-3), ("int8", 5e-2), ("fp8", 2e-1)):
+    try:
+        net = DistributedDataParallel(model().float(), bucket_cap_mb=0.01)
+        state = ringcomm_hooks.CompressionState(codec=codec)
+        net.register_comm_hook(state, ringcomm_hooks.compress_hook)
+        losses = train(net, lambda x, y: (x[mine].float(), y[mine]))
+        got = parameters(net.module)
+        check(f"ringcomm {codec}/identical on every rank", same_on_every_rank(got))
+        error = (got - expected32).abs().max().item()
+        check(f"ringcomm {codec}/matches one process", error <= tolerance, f"max error {error:.3g}")
+        check(f"ringcomm {codec}/loss went down", losses[-1] < losses[0], str(losses))
+        fed_back = codec in ("int8", "fp8")
+        check(f"ringcomm {codec}/residuals kept", bool(state.residuals) == fed_back)
+        # The residuals survive a checkpoint (torch.save pickles the state, as PowerSGD's).
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        buffer.seek(0)
+        restored = torch.load(buffer, weights_only=False)
+        check(
+            f"ringcomm {codec}/state round trip",
+            restored.codec == codec
+            and restored.residuals.keys() == state.residuals.keys()
+            and all(torch.equal(restored.residuals[k], v) for k, v in state.residuals.items()),
+        )
+    except Exception:
+        failures.append(f"ringcomm {codec}: raised\n{traceback.format_exc()}")
+try:
+    ringcomm_hooks.CompressionState(codec="int4")
+    failures.append("an unknown codec was taken")
+except ValueError as error:
+    check("unknown codec named", "int4" in str(error) and "fp8" in str(error), str(error))
 
 report({"failures": failures})
 dist.destroy_process_group()

@@ -261,6 +261,25 @@ WorkHandle RingcommBackend::allreduce(std::vector<at::Tensor>& tensors,
       [staging] { staging->copyBack(); });
 }
 
+WorkHandle RingcommBackend::allreduceCompressed(at::Tensor& tensor,
+                                                ringcomm::Compression compression, bool average) {
+  std::vector<at::Tensor> tensors{tensor};
+  requireDense(tensors, "allreduce_compressed", "tensor");
+  const ::c10d::ReduceOp op(average ? ::c10d::ReduceOp::AVG : ::c10d::ReduceOp::SUM);
+  const Reduction reduction = reductionFor(tensor, op, "allreduce_compressed");
+  auto staging = std::make_shared<Staging>();
+  at::Tensor buffer = staging->inOut(tensor);
+  return start(
+      rank_, sequence_, OpType::ALLREDUCE, {"all_reduce", "ringcomm:all_reduce_compressed"},
+      tensors, tensors, {buffer},
+      [&](RingcommWork&) {
+        auto o = common<ringcomm::AllreduceOptions>(std::chrono::milliseconds(0), true);
+        o.compression = compression;
+        return std::vector<ringcomm::WorkPtr>{startAllreduce(buffer, reduction, o)};
+      },
+      [staging] { staging->copyBack(); });
+}
+
 WorkHandle RingcommBackend::allreduceSparse(at::Tensor& tensor,
                                             const ::c10d::AllreduceOptions& opts) {
   TORCH_CHECK_VALUE(opts.reduceOp == ::c10d::ReduceOp::SUM,

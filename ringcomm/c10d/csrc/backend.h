@@ -112,6 +112,13 @@ class RingcommBackend : public ::c10d::Backend {
   // The ranks of this group that are gone, as every survivor agrees (Communicator::survivors).
   std::vector<int64_t> lostRanks();
 
+  // An all-reduce (sum or average) whose messages carry `compression` on the wire: ringcomm's
+  // codecs (fp16, bf16, int8, fp8), which torch's all_reduce has no option for. What the DDP
+  // comm hooks of ringcomm/c10d/hooks.py run.
+  c10::intrusive_ptr<::c10d::Work> allreduceCompressed(at::Tensor& tensor,
+                                                       ringcomm::Compression compression,
+                                                       bool average);
+
   // The communicator under this backend (diagnostics and tests).
   const Communicator& communicator() const { return *communicator_; }
 

@@ -59,6 +59,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("tcp_allreduce_rules") = NamedRules{}, py::arg("link_latency") = 0.0,
            py::arg("link_bandwidth") = 0.0, py::arg("listen_address") = std::string())
       .def("lost_ranks", &RingcommBackend::lostRanks, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "allreduce_compressed",
+          [](RingcommBackend& backend, at::Tensor& tensor, const std::string& compression,
+             bool average) {
+            return backend.allreduceCompressed(tensor, ringcomm::parseCompression(compression),
+                                               average);
+          },
+          py::arg("tensor"), py::arg("compression"), py::arg("average") = true,
+          py::call_guard<py::gil_scoped_release>())
       .def("transport_to",
            [](const RingcommBackend& backend, int peer) {
              return backend.communicator().transportTo(peer);
