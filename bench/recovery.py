@@ -250,6 +250,11 @@ def main() -> int:
         default=None,
         help="with --hosts: each host's link rate, e.g. 1gbit (unshaped)",
     )
+    parser.add_argument(
+        "--ways",
+        default="all",
+        help="which to time, comma-separated: ddp, horovod, torchrun, torchrun-gloo (all)",
+    )
     args = parser.parse_args()
     if args.cut_link:
         return main_cut(args)
@@ -263,15 +268,19 @@ def main() -> int:
 
 def main_kill(args, hosts) -> int:
     draw = random.Random(args.seed)
+    by_name = dict(zip(("ddp", "horovod", "torchrun", "torchrun-gloo"), WAYS))
+    chosen = list(WAYS) if args.ways == "all" else [by_name[w] for w in args.ways.split(",")]
     where = f" --hosts {args.hosts} --link-rate {args.link_rate}" if hosts else ""
-    print(f"# python bench/recovery.py --np {args.np} --runs {args.runs} --seed {args.seed}{where}")
+    ways = "" if args.ways == "all" else f" --ways {args.ways}"
+    print(f"# python bench/recovery.py --np {args.np} --runs {args.runs} --seed {args.seed}"
+          f"{where}{ways}")  # fmt: skip
     print("| ranks | way | victims | kill -> next step (s), each run | median | a step before (s) "
           "| steps redone |")  # fmt: skip
     print("|---:|---|---|---|---:|---:|---:|")
     medians = {}
     for nranks in (int(n) for n in args.np.split(",")):
         victims = [draw.randrange(nranks) for _ in range(args.runs)]
-        for way in WAYS:
+        for way in chosen:
             runs = [measure(way, nranks, v, args.kill_step, args.steps, hosts) for v in victims]
             for run in runs:
                 if not run["ok"]:
@@ -287,8 +296,8 @@ def main_kill(args, hosts) -> int:
             print(f"| {nranks} | {NAMES[way]} | {victims} | {shown} | {median:.2f} | {step:.2f} "
                   f"| {redone} |")  # fmt: skip
     for nranks in (int(n) for n in args.np.split(",")):
-        for inplace in WAYS[:2]:
-            for restart in WAYS[2:]:
+        for inplace in [w for w in WAYS[:2] if w in chosen]:
+            for restart in [w for w in WAYS[2:] if w in chosen]:
                 print(f"# {nranks} ranks: {NAMES[inplace]} "
                       f"{medians[(nranks, restart)] / medians[(nranks, inplace)]:.1f}x faster "
                       f"than {NAMES[restart]}")  # fmt: skip
