@@ -685,6 +685,20 @@ def test_algorithms_in_turns(tmp_path):
 
 
 @pytest.mark.timeout(110)
+def test_a_wire_codec_reports_its_error_beside_the_bandwidth(tmp_path):
+    # The error against a float64 sum of normal inputs, as issue 35's table (int8 8.5e-3 and fp8
+    # 4.8e-2 at 4 ranks, less at 2); bounds with room, every rank the same bits (largest shown).
+    for codec, bound in (("int8", 2e-2), ("fp8", 1e-1)):
+        stdout, document = run_bench(
+            ["allreduce", "--size", "256K", "-np", "2", "--iters", "3", "--compression", codec],
+            tmp_path,
+        )
+        (row,) = document["implementations"]["ringcomm"]["results"]
+        assert 0 < row["relerr"] < bound, (codec, row)
+        assert "relerr" in stdout and row["algorithm"].endswith(f"+{codec}"), stdout
+
+
+@pytest.mark.timeout(110)
 def test_runs_as_ranks_under_a_launcher(tmp_path):
     out = tmp_path / "out.json"
     stdout = run(

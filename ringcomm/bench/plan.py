@@ -29,7 +29,7 @@ class Plan:
     # (timing.measure_interleaved), the first one's table being the run's results.
     algorithms: list[str] = field(default_factory=lambda: ["auto"])
     transport: str = "auto"  # ringcomm only
-    compression: str = "none"  # ringcomm all-reduce only: none, fp16, bf16
+    compression: str = "none"  # ringcomm all-reduce only: none, fp16, bf16, int8, fp8
     device: str = "cpu"  # where the buffers are: cpu, or cuda (device.py)
     memory: str = "private"  # ringcomm's CPU buffers: private, or shared (ringcomm.empty)
     op_timeout: float = 120.0  # seconds one collective may take before it fails

@@ -49,6 +49,8 @@ def result_cells(row: dict) -> list[str]:
     ]
     if "algorithm" in row:
         cells.append(row["algorithm"])
+    if "relerr" in row:
+        cells.append("-" if row["relerr"] is None else f"{row['relerr']:.1e}")
     return cells
 
 
@@ -60,8 +62,9 @@ def markdown_table(columns: Sequence[str]) -> Table:
 
 
 def results_table(rows: Sequence[dict]) -> Table:
-    """One implementation's results; ringcomm's all-reduce adds the algorithm that ran."""
-    extra = ("algorithm",) if rows and "algorithm" in rows[0] else ()
+    """One implementation's results; ringcomm's all-reduce adds the algorithm that ran, and with
+    a wire codec the error it made (worker._Case.relative_error)."""
+    extra = tuple(column for column in ("algorithm", "relerr") if rows and column in rows[0])
     table = markdown_table(RESULT_COLUMNS + extra)
     for row in rows:
         table.add_row(*result_cells(row))

@@ -17,6 +17,8 @@ import json
 import os
 from typing import Any, Callable, Optional, Protocol
 
+import numpy as np
+
 from ringcomm.bench import patterns
 from ringcomm.bench.collectives import REDUCING, ElementCounts, bandwidths, element_counts
 from ringcomm.bench.dtypes import ITEMSIZE
@@ -24,6 +26,9 @@ from ringcomm.bench.plan import Plan
 from ringcomm.bench.timing import Timing, measure, measure_interleaved, settle
 
 _ROOT = 0  # the root of broadcast, reduce, gather and scatter
+# The elements an all-reduce's error through a wire codec is measured over (a prefix of the
+# vector: every rank regenerates every rank's inputs for the float64 reference).
+_ERROR_ELEMENTS = 1 << 20
 
 
 class Group(Protocol):
@@ -89,6 +94,36 @@ class _Case:
         else:
             source = _ROOT if self.plan.collective in ("broadcast", "scatter") else rank
             patterns.fill(self.x, patterns.input_values(self.op, source, p))
+
+    def measures_error(self) -> bool:
+        """Whether this case's results carry a codec's error: ringcomm's float32 sum or average
+        through a wire codec (--compression; the peers run float32), on host arrays."""
+        plan = self.plan
+        return (
+            self.group.name == "ringcomm"
+            and plan.compression != "none"
+            and plan.collective == "allreduce"
+            and plan.dtype == "float32"
+            and self.op in ("sum", "avg")
+            and isinstance(self.x, np.ndarray)
+        )
+
+    def relative_error(self, call: Callable[[], None]) -> float:
+        """Runs ``call`` on normally distributed inputs (rank r's drawn from seed r) and returns
+        the relative L2 error of this rank's result against the float64 sum (or average) of
+        every rank's inputs, over the first _ERROR_ELEMENTS elements."""
+        rank, p, x = self.group.rank, self.group.size, self.x
+        assert isinstance(x, np.ndarray)  # measures_error()
+        x[...] = np.random.default_rng(rank).standard_normal(x.size, dtype=np.float32)
+        call()
+        n = min(x.size, _ERROR_ELEMENTS)
+        exact = np.zeros(n, np.float64)
+        for r in range(p):
+            exact += np.random.default_rng(r).standard_normal(n, dtype=np.float32)
+        if self.op == "avg":
+            exact /= p
+        scale = float(np.linalg.norm(exact)) or 1.0
+        return float(np.linalg.norm(x[:n].astype(np.float64) - exact)) / scale
 
     def mark_outputs(self) -> None:
         """Before the checked call: a separate output holds what no collective writes, so an
@@ -161,6 +196,8 @@ def _run_size(
             calls[name]()
             wrong = int(sum(group.allgather_float(float(case.count_wrong()))))
         rows[name] = _row(plan, variant, counts, timings[name], wrong)
+        if case.measures_error():  # the largest of the ranks' (they hold the same bits)
+            rows[name]["relerr"] = max(group.allgather_float(case.relative_error(calls[name])))
     return rows
 
 
