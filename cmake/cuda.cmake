@@ -92,6 +92,7 @@ if(RINGCOMM_BUILD_CUDA)
     src/common/bytes.cc
     src/codec/codec.cc
     src/codec/codec_block8.cc
+    src/codec/codec_block8_avx2.cc
     src/codec/codec_f16c.cc
   )
   # tests/cpp for check.h, the TEST / CHECK harness the C++ unit tests use too.

@@ -55,7 +55,7 @@ enum class Algorithm : uint8_t {
 // The wire format of a compressed all-reduce of float32 (src/codec): values travel narrow, partial
 // sums are accumulated in float32 at every hop.
 //   Float16, BFloat16: each value as a 16-bit float.
-//   Int8:   per block of 32 values, a float32 scale (the block's largest magnitude / 127) and 32
+//   Int8:   per block of 32 values, a bfloat16 scale (the block's largest magnitude / 127) and 32
 //           int8 values.
 //   Float8: per block of 32 values, a power-of-two scale (an 8-bit exponent) and 32 e4m3 floats,
 //           as the OCP MX format mxfp8.

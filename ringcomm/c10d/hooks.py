@@ -10,7 +10,7 @@ accumulates there, and every rank ends with the same bits::
     model = DistributedDataParallel(model)
     model.register_comm_hook(state, hooks.compress_hook)
 
-``int8`` (a float32 scale per block of 32 values) and ``fp8`` (OCP mxfp8) keep each bucket's
+``int8`` (a bfloat16 scale per block of 32 values) and ``fp8`` (OCP mxfp8) keep each bucket's
 rounding error and add it to the bucket's next gradient (error feedback, as 1-bit Adam and
 PowerSGD do), so that what a step rounds away reaches the model in later steps. The error fed
 back is this rank's own rounding of its gradient to the wire format, the first and largest of
@@ -26,7 +26,7 @@ from typing import Any, Dict, Optional
 import torch
 import torch.distributed as dist
 
-from ringcomm import _core
+from ringcomm._error_feedback import feed_back
 
 CODECS = ("fp16", "bf16", "int8", "fp8")
 # The codecs whose rounding error is fed back (the 16-bit ones lose little enough).
@@ -90,18 +90,6 @@ def _ringcomm_backend(group: Optional[dist.ProcessGroup]):
     return backend
 
 
-def _feed_back(state: CompressionState, index: int, grad: torch.Tensor) -> None:
-    """Adds the bucket's last residual to its gradient, rounds the sum to the wire format here,
-    and keeps what the rounding took away for the next step."""
-    residual = state.residuals.get(index)
-    if residual is not None and residual.shape == grad.shape:
-        grad.add_(residual)
-    rounded = grad.detach().contiguous().clone()
-    _core.round_to_wire(rounded.numpy(), _core.parse_compression(state.codec))
-    state.residuals[index] = grad.detach() - rounded
-    grad.copy_(rounded)
-
-
 # No `from __future__ import annotations` in this module: DDP's register_comm_hook compares the
 # hook's annotations with dist.GradBucket and Future themselves, not their names.
 def compress_hook(
@@ -116,6 +104,6 @@ def compress_hook(
             f"this bucket holds {grad.dtype} on {grad.device}"
         )
     if state.error_feedback:
-        _feed_back(state, bucket.index(), grad)
+        feed_back(grad, state.residuals, bucket.index(), state.codec)
     work = _ringcomm_backend(state.process_group).allreduce_compressed(grad, state.codec, True)
     return work.get_future().then(lambda done: done.value()[0])

@@ -11,7 +11,7 @@ tensors, whose 16-bit all-reduce then stays in device memory where CUDA IPC carr
 
 The 8-bit ones (int8, fp8: ringcomm's) travel through the core's codecs the same way, with a
 scale per block of 32 values; the DistributedOptimizer feeds each gradient's rounding error back
-into its next step (optimizer.py, _feed_back).
+into its next step (ringcomm/_error_feedback.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Optional
 
 import torch
 
-from ringcomm import _core
+from ringcomm._error_feedback import round_to_wire
 
 
 class Compressor:
@@ -97,7 +97,7 @@ class _RoundingCompressor(Compressor):
 
 
 class Int8Compressor(_RoundingCompressor):
-    """int8 on the wire: a float32 scale (the largest magnitude / 127) per block of 32 values.
+    """int8 on the wire: a bfloat16 scale (the largest magnitude / 127) per block of 32 values.
     The DistributedOptimizer keeps each gradient's rounding error and adds it to the next step's
     gradient (error feedback)."""
 
@@ -148,8 +148,3 @@ def feeds_back(compression) -> bool:
     """Whether the DistributedOptimizer keeps ``compression``'s rounding error for the next step
     (the 8-bit codecs)."""
     return wire_codec(compression) in _FED_BACK
-
-
-def round_to_wire(tensor: torch.Tensor, codec: str) -> None:
-    """Rounds a contiguous float32 CPU tensor in place to what ``codec`` carries, as one run."""
-    _core.round_to_wire(tensor.detach().numpy(), _core.parse_compression(codec))

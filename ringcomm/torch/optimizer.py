@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
 
+from ringcomm._error_feedback import feed_back
 from ringcomm.torch import handles, state
 from ringcomm.torch.collectives import allreduce
 from ringcomm.torch.collectives.sparse import sparse_allreduce_async
@@ -32,7 +33,6 @@ from ringcomm.torch.compression import (
     Compression,
     feeds_back,
     is_none,
-    round_to_wire,
     wire_codec,
 )
 from ringcomm.torch.process_sets import member
@@ -195,22 +195,12 @@ class DistributedOptimizerMixin(_OptimizerBase):
         return s, _write_back(p, in_place)
 
     def _feed_back(self, p, grad) -> None:
-        """Error feedback, as 1-bit Adam's worker side: adds the rounding error this rank's
-        gradient had last step, then rounds the gradient to the 8-bit format (as one run) and
-        keeps what that loses for the next step. So this rank's own contribution loses nothing
-        over the steps; what the partial sums lose at later hops of the all-reduce (each rounded
-        again to be sent on) is not compensated."""
-        name = self._parameter_names[id(p)]
-        residual = self._residuals.get(name)
-        if residual is not None and residual.shape == grad.shape:
-            grad.add_(residual)
+        """Error feedback (ringcomm/_error_feedback.py): this rank's rounding error of the
+        parameter's last gradient goes into its next one."""
         codec = wire_codec(self._compression)
         if codec is None:  # not reached: only compressors with an 8-bit wire codec feed back
             raise RuntimeError(f"{self._compression} has no wire codec to feed its error back")
-        rounded = grad.detach().contiguous().clone()
-        round_to_wire(rounded, codec)
-        self._residuals[name] = grad.detach() - rounded
-        grad.copy_(rounded)
+        feed_back(grad, self._residuals, self._parameter_names[id(p)], codec)
 
     def _start_sparse(self, p) -> Callable[[], None]:
         result = sparse_allreduce_async(

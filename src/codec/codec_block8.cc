@@ -6,15 +6,13 @@
 #include <cstring>
 #include <limits>
 
+#include "codec/block8_scales.h"
+#include "codec/codec_block8_avx2.h"
+
 namespace ringcomm::codec::block8 {
 namespace {
 
-constexpr float kInt8Max = 127.0f;
-constexpr float kE4m3Max = 448.0f;
-// e4m3's largest exponent: 448 = 1.75 x 2^8.
-constexpr int kE4m3MaxExponent = 8;
-constexpr int kScaleBias = 127;
-constexpr uint8_t kNanScale = 255;
+using scales::kNanScale;
 
 // The largest magnitude of a block, or NaN where the block holds a NaN or an infinity.
 float largestMagnitude(const float* in, size_t n) {
@@ -74,20 +72,19 @@ uint8_t toE4m3(float x) {
 
 float fromE4m3(uint8_t code) { return e4m3Values()[code]; }
 
+namespace portable {
+
 void encodeInt8(const float* in, uint8_t* out, size_t n) {
   for (size_t start = 0; start < n; start += kBlock) {
     const size_t count = std::min(kBlock, n - start);
     const float* values = in + start;
-    const float largest = largestMagnitude(values, count);
-    const float scale = largest / kInt8Max;  // NaN stays NaN
-    std::memcpy(out, &scale, kInt8ScaleBytes);
+    const uint16_t scaleBits = scales::int8ScaleBits(largestMagnitude(values, count));
+    std::memcpy(out, &scaleBits, kInt8ScaleBytes);
+    const float scale = scales::int8Scale(scaleBits);
     int8_t* codes = reinterpret_cast<int8_t*>(out + kInt8ScaleBytes);
     if (scale > 0.0f) {
       const float inverse = 1.0f / scale;
-      for (size_t i = 0; i < count; ++i) {
-        const float q = std::nearbyint(values[i] * inverse);
-        codes[i] = static_cast<int8_t>(std::clamp(q, -kInt8Max, kInt8Max));
-      }
+      for (size_t i = 0; i < count; ++i) codes[i] = scales::int8Code(values[i] * inverse);
     } else {
       std::memset(codes, 0, count);  // all zeros, or a NaN scale that decodes to NaN anyway
     }
@@ -98,8 +95,9 @@ void encodeInt8(const float* in, uint8_t* out, size_t n) {
 void decodeInt8(const uint8_t* in, float* out, size_t n, bool accumulate) {
   for (size_t start = 0; start < n; start += kBlock) {
     const size_t count = std::min(kBlock, n - start);
-    float scale;
-    std::memcpy(&scale, in, kInt8ScaleBytes);
+    uint16_t scaleBits;
+    std::memcpy(&scaleBits, in, kInt8ScaleBytes);
+    const float scale = scales::int8Scale(scaleBits);
     const int8_t* codes = reinterpret_cast<const int8_t*>(in + kInt8ScaleBytes);
     float* values = out + start;
     for (size_t i = 0; i < count; ++i) {
@@ -120,14 +118,9 @@ void encodeFp8(const float* in, uint8_t* out, size_t n) {
       out[0] = kNanScale;
       std::memset(codes, 0, count);
     } else {
-      int exponent = 0;
-      if (largest > 0.0f) {
-        std::frexp(largest, &exponent);
-        exponent = exponent - 1 - kE4m3MaxExponent;
-      }
-      exponent = std::clamp(exponent, -kScaleBias, kScaleBias);
-      out[0] = static_cast<uint8_t>(exponent + kScaleBias);
-      const float unscale = std::ldexp(1.0f, -exponent);  // a power of two: exact
+      const int exponent = scales::fp8Exponent(largest);
+      out[0] = static_cast<uint8_t>(exponent + scales::kScaleBias);
+      const float unscale = scales::powerOfTwo(-exponent);  // a power of two: exact
       for (size_t i = 0; i < count; ++i) codes[i] = toE4m3(values[i] * unscale);
     }
     out += kFp8ScaleBytes + count;
@@ -138,8 +131,7 @@ void decodeFp8(const uint8_t* in, float* out, size_t n, bool accumulate) {
   const std::array<float, 256>& table = e4m3Values();
   for (size_t start = 0; start < n; start += kBlock) {
     const size_t count = std::min(kBlock, n - start);
-    const float scale = in[0] == kNanScale ? std::numeric_limits<float>::quiet_NaN()
-                                           : std::ldexp(1.0f, static_cast<int>(in[0]) - kScaleBias);
+    const float scale = scales::fp8Scale(in[0]);
     const uint8_t* codes = in + kFp8ScaleBytes;
     float* values = out + start;
     for (size_t i = 0; i < count; ++i) {
@@ -148,6 +140,44 @@ void decodeFp8(const uint8_t* in, float* out, size_t n, bool accumulate) {
     }
     in += kFp8ScaleBytes + count;
   }
+}
+
+}  // namespace portable
+
+namespace {
+
+// Whole blocks go to the AVX2 loops where the CPU has them (the same bytes and bits: both take
+// their scales from block8_scales.h), the short last block to the portable ones.
+size_t vectorBlocks(size_t n) { return avx2::available() ? n / kBlock : 0; }
+
+}  // namespace
+
+void encodeInt8(const float* in, uint8_t* out, size_t n) {
+  const size_t blocks = vectorBlocks(n);
+  if (blocks > 0) avx2::encodeInt8(in, out, blocks);
+  portable::encodeInt8(in + blocks * kBlock, out + blocks * (kBlock + kInt8ScaleBytes),
+                     n - blocks * kBlock);
+}
+
+void decodeInt8(const uint8_t* in, float* out, size_t n, bool accumulate) {
+  const size_t blocks = vectorBlocks(n);
+  if (blocks > 0) avx2::decodeInt8(in, out, blocks, accumulate);
+  portable::decodeInt8(in + blocks * (kBlock + kInt8ScaleBytes), out + blocks * kBlock,
+                     n - blocks * kBlock, accumulate);
+}
+
+void encodeFp8(const float* in, uint8_t* out, size_t n) {
+  const size_t blocks = vectorBlocks(n);
+  if (blocks > 0) avx2::encodeFp8(in, out, blocks);
+  portable::encodeFp8(in + blocks * kBlock, out + blocks * (kBlock + kFp8ScaleBytes),
+                    n - blocks * kBlock);
+}
+
+void decodeFp8(const uint8_t* in, float* out, size_t n, bool accumulate) {
+  const size_t blocks = vectorBlocks(n);
+  if (blocks > 0) avx2::decodeFp8(in, out, blocks, accumulate);
+  portable::decodeFp8(in + blocks * (kBlock + kFp8ScaleBytes), out + blocks * kBlock,
+                    n - blocks * kBlock, accumulate);
 }
 
 }  // namespace ringcomm::codec::block8

@@ -165,3 +165,79 @@ TEST(blockCodecsAccumulateInFloat32) {
     for (size_t i = 0; i < values.size(); ++i) CHECK_EQ(sums[i], 0.5f + decoded[i]);
   }
 }
+
+namespace {
+
+// Blocks of every kind the AVX2 loops must treat as the portable ones do: normal values at many
+// scales, zeros, subnormals, values so small that int8's inverse scale overflows, halfway cases,
+// values past e4m3's 448, NaNs and infinities.
+std::vector<float> awkwardBlocks() {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normalValue;
+  std::uniform_int_distribution<int> exponent(-140, 120);
+  std::vector<float> values;
+  for (int block = 0; block < 400; ++block) {
+    const float scale = std::ldexp(1.0f, exponent(rng));
+    for (size_t i = 0; i < codec::block8::kBlock; ++i) values.push_back(normalValue(rng) * scale);
+    const size_t last = values.size() - 1;
+    switch (block % 8) {
+      case 0: std::fill(values.end() - 32, values.end(), 0.0f); break;
+      case 1: values[last - 3] = NAN; break;
+      case 2: values[last] = -INFINITY; break;
+      case 3: values[last - 7] = 1e-39f; values[last] = -3e-39f; break;  // subnormals alone
+      case 4: values[last - 1] = 1.0625f * scale; values[last] = 448.0f * scale; break;
+      default: break;
+    }
+  }
+  std::vector<float> everyBits = samples(64 * 32);  // every bit pattern, NaNs included
+  values.insert(values.end(), everyBits.begin(), everyBits.end());
+  return values;
+}
+
+bool sameBits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+}  // namespace
+
+TEST(blockCodecsVectorLoopsMatchThePortableOnesBitForBit) {
+  namespace block8 = codec::block8;
+  const std::vector<float> values = awkwardBlocks();
+  const size_t n = values.size() + 5;  // and a short last block, which stays portable
+  std::vector<float> input = values;
+  input.resize(n, 0.75f);
+  using Encode = void (*)(const float*, uint8_t*, size_t);
+  using Decode = void (*)(const uint8_t*, float*, size_t, bool);
+  struct Codec {
+    Compression compression;
+    Encode encode, encodePortably;
+    Decode decode, decodePortably;
+  };
+  for (const Codec& c : {Codec{Compression::Int8, block8::encodeInt8, block8::portable::encodeInt8,
+                               block8::decodeInt8, block8::portable::decodeInt8},
+                         Codec{Compression::Float8, block8::encodeFp8, block8::portable::encodeFp8,
+                               block8::decodeFp8, block8::portable::decodeFp8}}) {
+    std::vector<uint8_t> wire(codec::wireBytes(n, c.compression));
+    std::vector<uint8_t> portableWire(wire.size());
+    c.encode(input.data(), wire.data(), n);
+    c.encodePortably(input.data(), portableWire.data(), n);
+    CHECK(wire == portableWire);
+    for (bool accumulate : {false, true}) {
+      std::vector<float> decoded(n, 0.25f), portableDecoded(n, 0.25f);
+      c.decode(wire.data(), decoded.data(), n, accumulate);
+      c.decodePortably(wire.data(), portableDecoded.data(), n, accumulate);
+      size_t different = 0;
+      for (size_t i = 0; i < n; ++i) different += sameBits(decoded[i], portableDecoded[i]) ? 0 : 1;
+      CHECK_EQ(different, size_t(0));
+      if (!accumulate) {
+        // What a block's owner keeps encodes again to what everyone else decoded (the bytes may
+        // differ: a block whose values all underflowed to zero gets a zero's scale).
+        std::vector<uint8_t> again(wire.size());
+        c.encode(decoded.data(), again.data(), n);
+        std::vector<float> twice(n);
+        c.decode(again.data(), twice.data(), n, false);
+        size_t changed = 0;
+        for (size_t i = 0; i < n; ++i) changed += sameBits(decoded[i], twice[i]) ? 0 : 1;
+        CHECK_EQ(changed, size_t(0));
+      }
+    }
+  }
+}
