@@ -685,17 +685,26 @@ def test_algorithms_in_turns(tmp_path):
 
 
 @pytest.mark.timeout(110)
-def test_a_wire_codec_reports_its_error_beside_the_bandwidth(tmp_path):
+def test_wire_codecs_in_turns_report_their_ratios_and_errors(tmp_path):
     # The error against a float64 sum of normal inputs, as issue 35's table (int8 8.5e-3 and fp8
     # 4.8e-2 at 4 ranks, less at 2); bounds with room, every rank the same bits (largest shown).
-    for codec, bound in (("int8", 2e-2), ("fp8", 1e-1)):
-        stdout, document = run_bench(
-            ["allreduce", "--size", "256K", "-np", "2", "--iters", "3", "--compression", codec],
-            tmp_path,
-        )
-        (row,) = document["implementations"]["ringcomm"]["results"]
+    stdout, document = run_bench(
+        ["allreduce", "--size", "256K", "-np", "2", "--iters", "3"]
+        + ["--compression", "none,fp16,int8,fp8"],
+        tmp_path,
+    )
+    ringcomm = document["implementations"]["ringcomm"]
+    assert list(ringcomm["variants"]) == ["none", "fp16", "int8", "fp8"]
+    for codec, bound in (("fp16", 1e-3), ("int8", 2e-2), ("fp8", 1e-1)):
+        (row,) = ringcomm["variants"][codec]
         assert 0 < row["relerr"] < bound, (codec, row)
-        assert "relerr" in stdout and row["algorithm"].endswith(f"+{codec}"), stdout
+        assert row["algorithm"].endswith(f"+{codec}"), row
+    (plain,) = ringcomm["variants"]["none"]
+    assert "relerr" not in plain and "+" not in plain["algorithm"]
+    (row,) = ringcomm["codecs"]
+    assert set(row["vs"]) == {"fp16/none", "int8/none", "fp8/none", "int8/fp16", "fp8/fp16"}
+    assert all(value > 0 for value in row["vs"].values())
+    assert "compressions in turns" in stdout and "int8/fp16" in stdout, stdout
 
 
 @pytest.mark.timeout(110)

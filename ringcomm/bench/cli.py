@@ -35,6 +35,7 @@ from ringcomm.bench.worker import progress_path
 
 OPS = ("sum", "avg", "min", "max", "prod")
 ALGORITHMS = ("auto", "ring", "tree", "direct", "hierarchical")
+COMPRESSIONS = ("none", "fp16", "bf16", "int8", "fp8")
 _DEFAULT_BEGIN, _DEFAULT_END, _DEFAULT_FACTOR = "8", "128M", 4
 
 
@@ -62,6 +63,17 @@ def _algorithms(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(
             f"unknown algorithm {', '.join(unknown) or repr(text)}; choose from "
             f"{', '.join(ALGORITHMS)}"
+        )
+    return list(dict.fromkeys(names))
+
+
+def _compressions(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in COMPRESSIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown compression {', '.join(unknown) or repr(text)}; choose from "
+            f"{', '.join(COMPRESSIONS)}"
         )
     return list(dict.fromkeys(names))
 
@@ -105,10 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--compression",
-        choices=("none", "fp16", "bf16", "int8", "fp8"),
-        default="none",
+        type=_compressions,
+        default=["none"],
+        metavar="none|fp16|bf16|int8|fp8[,...]",
         help="ringcomm all-reduce wire format: fp16/bf16, or int8/fp8 with a scale per block "
-        "of 32, on the wire, float32 accumulation (float32 sum/avg; runs the ring schedule)",
+        "of 32, on the wire, float32 accumulation (float32 sum/avg; the ring schedule, or the "
+        "hierarchical one across hosts); several, as none,fp16,int8, are timed in turns in one "
+        "set of ranks and compared per size",
     )
     parser.add_argument(
         "--memory",
@@ -228,10 +243,12 @@ def make_plan(args: argparse.Namespace, sizes: list[int], nranks: int) -> Plan:
         min_time=args.min_time,
         algorithms=args.algorithm,
         transport=args.transport,
-        compression=args.compression,
+        compressions=args.compression,
         device=args.device,
         memory=args.memory,
-        timeout=args.timeout or run_deadline(sizes, nranks),
+        # Variants timed in turns take as long again each.
+        timeout=args.timeout
+        or run_deadline(sizes, nranks) * max(len(args.algorithm), len(args.compression)),
     )
 
 
@@ -310,8 +327,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if len(args.algorithm) > 1:
         if args.collective != "allreduce":
             parser.error("several algorithms: they are all-reduce schedules; measure allreduce")
-        if args.compression != "none":
+        if args.compression != ["none"]:
             parser.error("several algorithms: compression runs the ring schedule only")
+    if len(args.compression) > 1:
+        if args.collective != "allreduce":
+            parser.error("several compressions: they are wire formats of allreduce; measure it")
+        if len(args.algorithm) > 1:
+            parser.error("several compressions and several algorithms: vary one at a time")
     if args.plot and plot.available() is not None:
         print(f"ringcomm-bench: {plot.available()}", file=sys.stderr)  # before minutes of runs
         return 2

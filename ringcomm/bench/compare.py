@@ -58,3 +58,42 @@ def algorithm_rows(variants: dict[str, list[dict]]) -> list[dict]:
             entry["auto_ran"] = cells["auto"].get("algorithm")
         result.append(entry)
     return result
+
+
+# The wire formats the others are held against, where they ran: float32 and 16 bits.
+_CODEC_REFERENCES = ("none", "fp16")
+
+
+def codec_pairs(codecs: list[str]) -> list[tuple[str, str]]:
+    """(codec, reference) for each compressed codec against each reference that ran."""
+    return [
+        (codec, reference)
+        for reference in _CODEC_REFERENCES
+        if reference in codecs
+        for codec in codecs
+        if codec not in (reference, "none")
+    ]
+
+
+def codec_rows(variants: dict[str, list[dict]]) -> list[dict]:
+    """Wire formats timed in turns (worker.run_plan's "variants": {codec: rows}) -> one row per
+    size: {"size", "algbw": {codec: GB/s}, "vs": {"codec/reference": the ratio of their algbw},
+    "relerr": {codec: relative error, where measured}}."""
+    by_size: dict[int, dict[str, dict]] = {}
+    for codec, rows in variants.items():
+        for row in rows:
+            by_size.setdefault(row["size"], {})[codec] = row
+    pairs = codec_pairs(list(variants))
+    result = []
+    for size in sorted(by_size):
+        cells = by_size[size]
+        algbw = {codec: cells[codec]["algbw"] for codec in variants if codec in cells}
+        result.append(
+            {
+                "size": size,
+                "algbw": algbw,
+                "vs": {f"{c}/{ref}": ratio(algbw.get(c), algbw.get(ref)) for c, ref in pairs},
+                "relerr": {c: cells[c]["relerr"] for c in variants if "relerr" in cells.get(c, {})},
+            }
+        )
+    return result

@@ -29,7 +29,9 @@ class Plan:
     # (timing.measure_interleaved), the first one's table being the run's results.
     algorithms: list[str] = field(default_factory=lambda: ["auto"])
     transport: str = "auto"  # ringcomm only
-    compression: str = "none"  # ringcomm all-reduce only: none, fp16, bf16, int8, fp8
+    # ringcomm all-reduce wire formats (none, fp16, bf16, int8, fp8): one, or several timed in
+    # turns in one set of ranks and compared per size, as the algorithms are.
+    compressions: list[str] = field(default_factory=lambda: ["none"])
     device: str = "cpu"  # where the buffers are: cpu, or cuda (device.py)
     memory: str = "private"  # ringcomm's CPU buffers: private, or shared (ringcomm.empty)
     op_timeout: float = 120.0  # seconds one collective may take before it fails

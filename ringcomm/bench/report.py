@@ -12,7 +12,7 @@ from rich.console import Console
 from ringcomm.bench import table, timing
 from ringcomm.bench.cluster import link_bound
 from ringcomm.bench.collectives import REDUCING, limit_formula
-from ringcomm.bench.compare import algorithm_rows, comparison_rows
+from ringcomm.bench.compare import algorithm_rows, codec_rows, comparison_rows
 from ringcomm.bench.launchers import Outcome
 from ringcomm.bench.memory_bandwidth import MemoryBandwidth
 from ringcomm.bench.plan import Plan
@@ -67,10 +67,10 @@ def _sizes(sizes: Sequence[int]) -> str:
     return f"{len(sizes)} sizes {human(min(sizes))} .. {human(max(sizes))}"
 
 
-def _algorithms(plan: Plan) -> str:
-    if len(plan.algorithms) == 1:
-        return plan.algorithms[0]
-    return f"{','.join(plan.algorithms)} (in turns, in one set of ranks)"
+def _in_turns(names: list[str]) -> str:
+    if len(names) == 1:
+        return names[0]
+    return f"{','.join(names)} (in turns, in one set of ranks)"
 
 
 def header_lines(
@@ -85,8 +85,8 @@ def header_lines(
         f"# machine: {machine['cpu']}, {machine['cores']} cores{memory}; "
         f"python {machine['python']}; {versions}",
         f"# {plan.collective}: {placement or f'{nranks} ranks on one host'}, {plan.dtype}{op}, "
-        f"algorithm {_algorithms(plan)}, transport {plan.transport}, "
-        f"compression {plan.compression}, memory {plan.memory}, "
+        f"algorithm {_in_turns(plan.algorithms)}, transport {plan.transport}, "
+        f"compression {_in_turns(plan.compressions)}, memory {plan.memory}, "
         f"{_sizes(plan.sizes)}",
     ]
 
@@ -126,14 +126,17 @@ def print_outcome(out: Console, outcome: Outcome, plan: Plan, nranks: int, machi
         out.print(title)
     if outcome.note:
         out.print(f"note: {outcome.note}")
-    for algorithm, rows in (outcome.variants or {"": outcome.rows}).items():
+    varied = "compression" if len(plan.compressions) > 1 else "algorithm"
+    for variant, rows in (outcome.variants or {"": outcome.rows}).items():
         if not rows:
             continue
-        if algorithm:
-            out.print(f"{title}, algorithm {algorithm}")
+        if variant:
+            out.print(f"{title}, {varied} {variant}")
         print_table(out, table.results_table(rows))
         out.print(f"# Avg bus bandwidth    : {average_busbw(rows):g}")
-    if outcome.variants:
+    if outcome.variants and varied == "compression":
+        print_codecs(out, outcome.variants)
+    elif outcome.variants:
         print_algorithms(out, outcome.variants)
     out.file.flush()
 
@@ -153,6 +156,23 @@ def print_algorithms(out: Console, variants: dict) -> None:
         f"same round, times that){note}"
     )
     print_table(out, table.algorithm_table(algorithm_rows(variants), algorithms))
+
+
+def print_codecs(out: Console, variants: dict) -> None:
+    """The wire formats timed in turns, side by side: algbw per size, each against float32
+    ("none") and fp16 where those ran, and the error each leaves."""
+    out.print(
+        f"\n## compressions in turns: algbw (GB/s) from the time per call over {timing.ROUNDS} "
+        "rounds in which each runs a loop in turn; a/b = a's algbw / b's; relerr = relative L2 "
+        "error against the float64 sum"
+    )
+    print_table(out, table.codec_table(codec_rows(variants), list(variants)))
+
+
+def _variant_rows(plan: Plan, variants: dict) -> dict:
+    if len(plan.compressions) > 1:
+        return {"codecs": codec_rows(variants)}
+    return {"algorithms": algorithm_rows(variants)}
 
 
 def average_busbw(rows: Sequence[dict]) -> float:
@@ -205,7 +225,7 @@ def save_json(
                 "note": o.note,
                 "avg_busbw": average_busbw(o.rows) if o.rows else None,
                 **(
-                    {"variants": o.variants, "algorithms": algorithm_rows(o.variants)}
+                    {"variants": o.variants, **_variant_rows(plan, o.variants)}
                     if o.variants
                     else {}
                 ),

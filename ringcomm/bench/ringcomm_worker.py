@@ -105,6 +105,12 @@ class RingcommGroup:
         variant.algorithm = algorithm
         return variant
 
+    def with_compression(self, compression: str) -> "RingcommGroup":
+        """This group (the same communicator) running all-reduce through ``compression``."""
+        variant = copy.copy(self)
+        variant.compression = None if compression == "none" else compression
+        return variant
+
     def details(self, collective: str, nbytes: int) -> dict:
         """Which all-reduce algorithm ran: the forced one, or auto's choice (the tuning file's or
         the cost model's)."""
@@ -130,10 +136,12 @@ def run(
     plan: Plan, comm: "ringcomm.Communicator", progress: Optional[str] = None
 ) -> Optional[dict]:
     """Runs the plan on ``comm``; the report on rank 0, None on the others."""
-    group = RingcommGroup(comm, plan.algorithms[0], plan.compression, plan.device, plan.memory)
+    group = RingcommGroup(comm, plan.algorithms[0], plan.compressions[0], plan.device, plan.memory)
     variants = None
     if len(plan.algorithms) > 1:
         variants = {a: group.with_algorithm(a) for a in plan.algorithms}
+    elif len(plan.compressions) > 1:
+        variants = {c: group.with_compression(c) for c in plan.compressions}
     report = run_plan(plan, group, progress, variants)
     if report is not None and comm.cross_size > 1:
         # The network as the cost model took it (given, or measured at creation).

@@ -10,6 +10,8 @@ from typing import Iterable, Optional, Sequence
 from rich import box
 from rich.table import Table
 
+from ringcomm.bench.compare import codec_pairs
+
 RESULT_COLUMNS = (
     "size",
     "count",
@@ -125,4 +127,27 @@ def algorithm_table(rows: Iterable[dict], algorithms: Sequence[str]) -> Table:
     table = markdown_table(algorithm_columns(algorithms))
     for row in rows:
         table.add_row(*algorithm_cells(row, algorithms))
+    return table
+
+
+def codec_columns(codecs: Sequence[str]) -> list[str]:
+    """compare.codec_rows' columns: each format's algbw, the ratios, each compressed one's error."""
+    columns = ["size"] + [f"{c} algbw" for c in codecs]
+    columns += [f"{c}/{reference}" for c, reference in codec_pairs(list(codecs))]
+    return columns + [f"{c} relerr" for c in codecs if c != "none"]
+
+
+def codec_cells(row: dict, codecs: Sequence[str]) -> list[str]:
+    cells = [str(row["size"])] + [format_bw(row["algbw"].get(c)) for c in codecs]
+    cells += [format_ratio(row["vs"].get(f"{c}/{ref}")) for c, ref in codec_pairs(list(codecs))]
+    errors = row["relerr"]
+    compressed = [c for c in codecs if c != "none"]
+    cells += [f"{errors[c]:.1e}" if errors.get(c) is not None else "-" for c in compressed]
+    return cells
+
+
+def codec_table(rows: Iterable[dict], codecs: Sequence[str]) -> Table:
+    table = markdown_table(codec_columns(codecs))
+    for row in rows:
+        table.add_row(*codec_cells(row, codecs))
     return table

@@ -95,13 +95,14 @@ class _Case:
             source = _ROOT if self.plan.collective in ("broadcast", "scatter") else rank
             patterns.fill(self.x, patterns.input_values(self.op, source, p))
 
-    def measures_error(self) -> bool:
-        """Whether this case's results carry a codec's error: ringcomm's float32 sum or average
-        through a wire codec (--compression; the peers run float32), on host arrays."""
+    def measures_error(self, variant: Group) -> bool:
+        """Whether ``variant``'s results on this case carry a codec's error: ringcomm's float32
+        sum or average through a wire codec (--compression; the peers run float32), on host
+        arrays."""
         plan = self.plan
         return (
-            self.group.name == "ringcomm"
-            and plan.compression != "none"
+            variant.name == "ringcomm"
+            and getattr(variant, "compression", None) is not None
             and plan.collective == "allreduce"
             and plan.dtype == "float32"
             and self.op in ("sum", "avg")
@@ -196,7 +197,7 @@ def _run_size(
             calls[name]()
             wrong = int(sum(group.allgather_float(float(case.count_wrong()))))
         rows[name] = _row(plan, variant, counts, timings[name], wrong)
-        if case.measures_error():  # the largest of the ranks' (they hold the same bits)
+        if case.measures_error(variant):  # the largest of the ranks' (they hold the same bits)
             rows[name]["relerr"] = max(group.allgather_float(case.relative_error(calls[name])))
     return rows
 
