@@ -139,21 +139,22 @@ struct RoundToWireElements {
   }
 };
 
-// Calls launch(Format{}) for the wire format; throws for Compression::None or an unknown value.
+// Calls launch(Format{}) for the wire format; throws for none, the 8-bit codecs, unknown values.
 template <typename Launch>
 void withFormat(const char* function, Compression compression, Launch&& launch) {
   switch (compression) {
     case Compression::Float16: return launch(detail::Float16Element{});
     case Compression::BFloat16: return launch(detail::BFloat16Element{});
     case Compression::Int8:
-    case Compression::Float8:  // the 8-bit block codecs run on the host only (src/codec)
+    case Compression::Float8:  // the 8-bit block codecs: cuda::block8 (block8_kernels.cu)
     case Compression::None: break;
   }
+  const bool eightBits = compression == Compression::Int8 || compression == Compression::Float8;
+  const char* hint =
+      eightBits ? " (its kernels are ringcomm::cuda::block8::encode and the rest)" : "";
   throw InvalidArgument(std::string("ringcomm::cuda::") + function +
                         ": needs compression float16 or bfloat16, got " +
-                        (compression == Compression::None
-                             ? std::string("none")
-                             : "value " + std::to_string(static_cast<int>(compression))));
+                        detail::compressionName(compression) + hint);
 }
 
 }  // namespace

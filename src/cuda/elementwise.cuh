@@ -22,6 +22,7 @@
 #include <string>
 
 #include "ringcomm/errors.h"
+#include "ringcomm/types.h"
 
 namespace ringcomm::cuda::detail {
 
@@ -128,6 +129,19 @@ inline void checkLaunch(const KernelName& kernel, cudaError_t status) {
   // it (a sticky error, from a kernel that faulted earlier, stays with the context regardless).
   (void)cudaGetLastError();
   throwCudaError("ringcomm::cuda: launching kernel " + kernel.str() + " failed", status);
+}
+
+// A Compression as messages name it (the names of src/common/types.cc, which the kernels do not
+// link).
+inline std::string compressionName(Compression compression) {
+  switch (compression) {
+    case Compression::None: return "none";
+    case Compression::Float16: return "float16";
+    case Compression::BFloat16: return "bfloat16";
+    case Compression::Int8: return "int8";
+    case Compression::Float8: return "fp8";
+  }
+  return "value " + std::to_string(static_cast<int>(compression));
 }
 
 // Arguments are checked before anything is enqueued. A misaligned access would fault on the GPU

@@ -1,7 +1,8 @@
-// The CUDA kernels of the core: element-wise reductions and the fp16/bf16 wire codec on device
-// memory, for the CUDA transport. They compute the same bits as the CPU kernels they stand in for
-// (src/reduce, src/codec), so that ranks whose buffers live on a GPU and ranks whose buffers live
-// in host memory reduce alike: data-parallel replicas must not drift apart.
+// The CUDA kernels of the core: element-wise reductions and the wire codecs (fp16/bf16, and the
+// 8-bit int8/fp8 block codecs) on device memory, for the CUDA transport. They compute the same
+// bits as the CPU kernels they stand in for (src/reduce, src/codec), so that ranks whose buffers
+// live on a GPU and ranks whose buffers live in host memory reduce alike: data-parallel replicas
+// must not drift apart.
 //
 // Every function enqueues one kernel on `stream` and returns without waiting; nothing here
 // synchronises the device. A bad argument throws InvalidArgument before anything is enqueued, a
@@ -97,5 +98,44 @@ void decodeAccumulateEncode(const uint16_t* received, float* accumulator, uint16
 // other rank receives (the CPU ring's roundToWire, an encode then a decode, in one pass).
 void roundToWire(float* values, uint16_t* wire, size_t count, Compression compression,
                  cudaStream_t stream);
+
+// --- The 8-bit block codecs (block8_kernels.cu): int8 and fp8, a scale per 32 values. ---
+//
+// The same five steps as the 16-bit codec above, bit for bit the CPU's (src/codec/codec_block8.h)
+// and on its wire: per block of 32 values (a run's last block may be short) the block's scale
+// first, then one byte per value. A run of `count` values takes codec::wireBytes(count,
+// compression) bytes of wire; the wire needs no alignment. Compression::Int8 or Float8 only; any
+// other is an InvalidArgument.
+//
+// A block's scale depends on all of its values, so one warp handles a block from reading to
+// writing; an output may still be the very same array as an input of the same type (a block's
+// bytes are all read before any is written). A block holding a NaN or an infinity gets a NaN
+// scale and decodes to NaN, as on the CPU; decoded values and sums carry x86's NaNs as the 16-bit
+// kernels' do (above). Where both factors of a product are NaN (an fp8 NaN code in a block with
+// the NaN scale, which no encoder writes) the kernels keep the code's.
+namespace block8 {
+
+// wire = encode(source[i] * factor): pre-scaling fused in, as codec::scale then codec::encode.
+void encode(const float* source, uint8_t* wire, size_t count, Compression compression,
+            double factor, cudaStream_t stream);
+
+// destination[i] = decode(wire)[i] * factor: codec::decode then codec::scale.
+void decode(const uint8_t* wire, float* destination, size_t count, Compression compression,
+            double factor, cudaStream_t stream);
+
+// accumulator[i] += decode(wire)[i], in float32: codec::decodeAccumulate.
+void decodeAccumulate(const uint8_t* wire, float* accumulator, size_t count,
+                      Compression compression, cudaStream_t stream);
+
+// accumulator[i] += decode(received)[i]; wire = encode(accumulator): codec::decodeAccumulate
+// then codec::encode of the sums, in one pass. wire may be received itself.
+void decodeAccumulateEncode(const uint8_t* received, float* accumulator, uint8_t* wire,
+                            size_t count, Compression compression, cudaStream_t stream);
+
+// wire = encode(values); values[i] = decode(wire)[i]: the CPU's roundToWire, in one pass.
+void roundToWire(float* values, uint8_t* wire, size_t count, Compression compression,
+                 cudaStream_t stream);
+
+}  // namespace block8
 
 }  // namespace ringcomm::cuda

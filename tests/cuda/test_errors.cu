@@ -22,6 +22,7 @@ void* const kAligned = reinterpret_cast<void*>(uintptr_t{0x10000});
 void* const kOddByte = reinterpret_cast<void*>(uintptr_t{0x10001});
 float* const kFloats = static_cast<float*>(kAligned);
 uint16_t* const kWire = reinterpret_cast<uint16_t*>(uintptr_t{0x20000});
+uint8_t* const kBytes = reinterpret_cast<uint8_t*>(uintptr_t{0x30001});  // needs no alignment
 
 template <typename Expected>
 void expectThrows(const std::function<void()>& call, const std::string& fragment) {
@@ -103,6 +104,57 @@ TEST(hostBadArgumentsAreRefusedBeforeLaunching) {
       "ringcomm::cuda::roundToWire: wire is not aligned to its 2-byte elements (float16)");
 }
 
+// The 8-bit block codecs: int8 or fp8 only, every pointer checked, the wire's at any address.
+TEST(hostBlock8BadArgumentsAreRefusedBeforeLaunching) {
+  expectThrows<InvalidArgument>(
+      [&] { cuda::block8::encode(kFloats, nullptr, 10, Compression::Int8, 1.0, nullptr); },
+      "ringcomm::cuda::block8::encode: wire is null");
+  expectThrows<InvalidArgument>(
+      [&] { cuda::block8::encode(nullptr, kBytes, 10, Compression::Float8, 0.5, nullptr); },
+      "ringcomm::cuda::block8::encode: source is null");
+  expectThrows<InvalidArgument>(
+      [&] { cuda::block8::encode(kFloats, kBytes, 10, Compression::Float16, 1.0, nullptr); },
+      "ringcomm::cuda::block8::encode: needs compression int8 or fp8, got float16 "
+      "(its kernels are ringcomm::cuda::encode and the rest)");
+  expectThrows<InvalidArgument>(
+      [&] {
+        cuda::block8::decode(kBytes, static_cast<float*>(kOddByte), 33, Compression::Float8, 1.0,
+                             nullptr);
+      },
+      "ringcomm::cuda::block8::decode: destination is not aligned to its 4-byte elements (fp8)");
+  expectThrows<InvalidArgument>(
+      [&] { cuda::block8::decodeAccumulate(kBytes, kFloats, 1, Compression::None, nullptr); },
+      "ringcomm::cuda::block8::decodeAccumulate: needs compression int8 or fp8, got none");
+  expectThrows<InvalidArgument>(
+      [&] { cuda::block8::decodeAccumulate(nullptr, kFloats, 1, Compression::Int8, nullptr); },
+      "ringcomm::cuda::block8::decodeAccumulate: wire is null");
+  expectThrows<InvalidArgument>(
+      [&] {
+        cuda::block8::decodeAccumulateEncode(nullptr, kFloats, kBytes, 32, Compression::Int8,
+                                             nullptr);
+      },
+      "ringcomm::cuda::block8::decodeAccumulateEncode: received is null");
+  expectThrows<InvalidArgument>(
+      [&] {
+        cuda::block8::decodeAccumulateEncode(kBytes, nullptr, kBytes, 32, Compression::Float8,
+                                             nullptr);
+      },
+      "ringcomm::cuda::block8::decodeAccumulateEncode: accumulator is null");
+  expectThrows<InvalidArgument>(
+      [&] {
+        cuda::block8::roundToWire(kFloats, kBytes, 5, static_cast<Compression>(9), nullptr);
+      },
+      "ringcomm::cuda::block8::roundToWire: needs compression int8 or fp8, got value 9");
+  expectThrows<InvalidArgument>(
+      [&] { cuda::block8::roundToWire(kFloats, nullptr, 5, Compression::Int8, nullptr); },
+      "ringcomm::cuda::block8::roundToWire: wire is null");
+  // And the 16-bit codec's functions point the 8-bit codecs here.
+  expectThrows<InvalidArgument>(
+      [&] { cuda::decode(kWire, kFloats, 10, Compression::Float8, 1.0, nullptr); },
+      "ringcomm::cuda::decode: needs compression float16 or bfloat16, got fp8 "
+      "(its kernels are ringcomm::cuda::block8::encode and the rest)");
+}
+
 // A count of zero reads no pointer and enqueues nothing; other ops' finishAverage is a no-op.
 TEST(hostNothingToDoIsNotAnError) {
   cuda::reduce(nullptr, nullptr, nullptr, 0, DataType::Float16, ReduceOp::Max, nullptr);
@@ -117,6 +169,12 @@ TEST(hostNothingToDoIsNotAnError) {
   cuda::decodeAccumulate(nullptr, nullptr, 0, Compression::Float16, nullptr);
   cuda::decodeAccumulateEncode(nullptr, nullptr, nullptr, 0, Compression::Float16, nullptr);
   cuda::roundToWire(nullptr, nullptr, 0, Compression::BFloat16, nullptr);
+  cuda::block8::encode(nullptr, nullptr, 0, Compression::Int8, 0.5, nullptr);
+  cuda::block8::decode(nullptr, nullptr, 0, Compression::Float8, 2.0, nullptr);
+  cuda::block8::decodeAccumulate(nullptr, nullptr, 0, Compression::Int8, nullptr);
+  cuda::block8::decodeAccumulateEncode(nullptr, nullptr, nullptr, 0, Compression::Float8,
+                                       nullptr);
+  cuda::block8::roundToWire(nullptr, nullptr, 0, Compression::Int8, nullptr);
 }
 
 // A failed launch: an Error naming the kernel and the CUDA error.
@@ -134,5 +192,11 @@ TEST(hostLaunchFailuresNameTheKernel) {
                                   cudaErrorLaunchOutOfResources);
       },
       "launching kernel encode<bfloat16> failed: cudaErrorLaunchOutOfResources");
+  expectThrows<Error>(
+      [] {
+        cuda::detail::checkLaunch(cuda::detail::KernelName{"block8::encode", "fp8"},
+                                  cudaErrorLaunchOutOfResources);
+      },
+      "launching kernel block8::encode<fp8> failed: cudaErrorLaunchOutOfResources");
   cuda::detail::checkLaunch(cuda::detail::KernelName{"decode", "float16"}, cudaSuccess);
 }

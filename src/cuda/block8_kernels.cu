@@ -1,0 +1,292 @@
+// The 8-bit block codecs on device memory (kernels.h, cuda::block8): int8 and fp8, with the
+// scaling and the accumulation that surround them on the CPU path fused in.
+//
+// One warp per block of 32 values (kBlock, MX's block size, is the warp size): lane i holds the
+// block's value i, the block's largest magnitude is a 5-step shuffle reduction, and the first
+// lanes write the scale's bytes while every lane writes its own code. Warps stride over the blocks
+// of the run. The float32 accesses of a warp are 128 contiguous bytes, its code bytes 32; the wire
+// is read and written a byte at a time, so it needs no alignment (a block is 33 or 34 bytes: the
+// blocks of a run are not aligned anyway).
+//
+// What each value computes is block8_ops.cuh's, which the host tests hold to the CPU codec.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "cuda/block8_ops.cuh"
+#include "cuda/element_ops.cuh"
+#include "cuda/elementwise.cuh"
+#include "cuda/kernels.h"
+#include "ringcomm/errors.h"
+
+namespace ringcomm::cuda {
+namespace {
+
+using detail::KernelName;
+using detail::block8::Fp8Codec;
+using detail::block8::Int8Codec;
+using detail::block8::kBlock;
+using detail::block8::magnitudeBits;
+using detail::block8::x86AddRn;
+using detail::block8::x86MultiplyRn;
+
+constexpr unsigned kWarpSize = 32;
+constexpr unsigned kFullWarp = 0xFFFFFFFFu;
+static_assert(kBlock == kWarpSize, "one warp holds one block, a value per lane");
+static_assert(detail::kThreadsPerBlock % kWarpSize == 0, "thread blocks of whole warps");
+
+// The CPU's codec::scale: a float32 multiply by static_cast<float>(factor), skipped when the
+// factor is exactly 1 (then even a signalling NaN passes unchanged).
+struct Scale {
+  float factor;
+  bool active;
+
+  explicit Scale(double value) : factor(static_cast<float>(value)), active(value != 1.0) {}
+  __device__ float apply(float value) const {
+    return active ? x86MultiplyRn(value, factor) : value;
+  }
+};
+
+// Where one lane's work is: its block's scale in the wire, its value and its code.
+struct Lane {
+  unsigned index;  // the lane, and the value's place in its block
+  bool active;     // false past the end of a short last block: such a lane touches no memory
+  size_t value;    // in the float32 arrays
+  size_t scaleAt;  // the block's scale, in the wire
+  size_t codeAt;   // the value's code, in the wire
+};
+
+// The largest of the warp's 32 values (every lane gets it).
+__device__ __forceinline__ uint32_t warpMax(uint32_t value) {
+#pragma unroll
+  for (unsigned offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    const uint32_t other = __shfl_xor_sync(kFullWarp, value, offset);
+    value = other > value ? other : value;
+  }
+  return value;
+}
+
+// A block's scale word (block8_ops.cuh), its kScaleBytes bytes read one at a time.
+template <typename Codec>
+__device__ __forceinline__ uint32_t loadScaleWord(const uint8_t* at) {
+  uint32_t word = 0;
+#pragma unroll
+  for (unsigned k = 0; k < Codec::kScaleBytes; ++k) word |= uint32_t{at[k]} << (8 * k);
+  return word;
+}
+
+struct Encoded {
+  uint32_t scaleWord;
+  uint8_t code;
+};
+
+// Encodes the warp's block into the wire, every lane of the warp taking part: each lane brings its
+// value (an inactive one brings nothing: magnitude 0 changes no maximum), lanes 0..kScaleBytes-1
+// write the scale's bytes, each active lane its code. Returns the scale and this lane's code.
+template <typename Codec>
+__device__ __forceinline__ Encoded encodeBlock(float value, const Lane& lane, uint8_t* wire) {
+  const uint32_t largest = warpMax(lane.active ? magnitudeBits(value) : 0u);
+  const typename Codec::Encoder encoder(largest);
+  const Encoded encoded{encoder.scaleWord(), encoder.code(value)};
+  if (lane.index < Codec::kScaleBytes) {
+    wire[lane.scaleAt + lane.index] = static_cast<uint8_t>(encoded.scaleWord >> (8 * lane.index));
+  }
+  if (lane.active) wire[lane.codeAt] = encoded.code;
+  return encoded;
+}
+
+// This lane's value of a block in the wire: the scale read, then the code.
+template <typename Codec>
+__device__ __forceinline__ float decodeLane(const uint8_t* wire, const Lane& lane) {
+  const typename Codec::Decoder decoder(loadScaleWord<Codec>(wire + lane.scaleAt));
+  return decoder.value(wire[lane.codeAt]);
+}
+
+// --- The steps, one block at a time. Every lane of a warp calls block() for the same block. ---
+
+// wire = encode(source[i] * factor)
+template <typename Codec>
+struct EncodeBlocks {
+  const float* source;
+  uint8_t* wire;
+  Scale scale;
+
+  __device__ void block(const Lane& lane) const {
+    const float value = lane.active ? scale.apply(source[lane.value]) : 0.0f;
+    encodeBlock<Codec>(value, lane, wire);
+  }
+};
+
+// destination[i] = decode(wire)[i] * factor
+template <typename Codec>
+struct DecodeBlocks {
+  const uint8_t* wire;
+  float* destination;
+  Scale scale;
+
+  __device__ void block(const Lane& lane) const {
+    if (lane.active) destination[lane.value] = scale.apply(decodeLane<Codec>(wire, lane));
+  }
+};
+
+// accumulator[i] += decode(received)[i]; with kEncode also wire = encode(accumulator), where the
+// wire written may be the wire read.
+template <typename Codec, bool kEncode>
+struct AccumulateBlocks {
+  const uint8_t* received;
+  float* accumulator;
+  uint8_t* wire;  // null unless kEncode
+
+  __device__ void block(const Lane& lane) const {
+    float sum = 0.0f;
+    if (lane.active) {
+      // The CPU's values[i] + value: the accumulator first (it keeps its NaN when both are NaN).
+      sum = x86AddRn(accumulator[lane.value], decodeLane<Codec>(received, lane));
+      accumulator[lane.value] = sum;
+    }
+    if constexpr (kEncode) {
+      // Every lane has read its scale and code of `received` before any lane writes `wire`.
+      __syncwarp(kFullWarp);
+      encodeBlock<Codec>(sum, lane, wire);
+    }
+  }
+};
+
+// wire = encode(values); values[i] = decode(wire)[i]
+template <typename Codec>
+struct RoundToWireBlocks {
+  float* values;
+  uint8_t* wire;
+
+  __device__ void block(const Lane& lane) const {
+    const float value = lane.active ? values[lane.value] : 0.0f;
+    const Encoded encoded = encodeBlock<Codec>(value, lane, wire);
+    if (lane.active) {
+      values[lane.value] = typename Codec::Decoder(encoded.scaleWord).value(encoded.code);
+    }
+  }
+};
+
+// Each warp takes blocks warp, warp + warps, ...; the loop's bounds are the same for every lane
+// of a warp, so that all 32 take part in each block's shuffles.
+template <typename Codec, typename Blocks>
+__global__ void __launch_bounds__(detail::kThreadsPerBlock)
+    block8Kernel(Blocks blocks, size_t count) {
+  const size_t thread = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t warps = static_cast<size_t>(gridDim.x) * blockDim.x / kWarpSize;
+  const size_t runBlocks = (count + kBlock - 1) / kBlock;
+  const unsigned index = threadIdx.x % kWarpSize;
+  for (size_t b = thread / kWarpSize; b < runBlocks; b += warps) {
+    const size_t first = b * kBlock;
+    const size_t scaleAt = b * (Codec::kScaleBytes + kBlock);
+    const Lane lane{index, first + index < count, first + index, scaleAt,
+                    scaleAt + Codec::kScaleBytes + index};
+    blocks.block(lane);
+  }
+}
+
+// Enqueues block8Kernel over the run's blocks (count > 0), a warp for each while the device holds
+// them all at once.
+template <typename Codec, typename Blocks>
+void launchBlocks(const KernelName& kernel, Blocks blocks, size_t count, cudaStream_t stream) {
+  const size_t runBlocks = (count + kBlock - 1) / kBlock;
+  const unsigned grid = detail::blocksFor(kernel, runBlocks * kWarpSize);
+  void* arguments[] = {&blocks, &count};
+  detail::checkLaunch(
+      kernel, cudaLaunchKernel(reinterpret_cast<const void*>(&block8Kernel<Codec, Blocks>),
+                               dim3(grid), dim3(detail::kThreadsPerBlock), arguments, 0, stream));
+}
+
+// Calls launch(Codec{}) for the compression; throws for the others.
+template <typename Launch>
+void withCodec(const char* function, Compression compression, Launch&& launch) {
+  switch (compression) {
+    case Compression::Int8: return launch(Int8Codec{});
+    case Compression::Float8: return launch(Fp8Codec{});
+    case Compression::Float16:
+    case Compression::BFloat16:
+    case Compression::None: break;
+  }
+  const bool sixteenBits =
+      compression == Compression::Float16 || compression == Compression::BFloat16;
+  const char* hint = sixteenBits ? " (its kernels are ringcomm::cuda::encode and the rest)" : "";
+  throw InvalidArgument(std::string("ringcomm::cuda::block8::") + function +
+                        ": needs compression int8 or fp8, got " +
+                        detail::compressionName(compression) + hint);
+}
+
+// The wire's element size for checkArray: bytes, so that only its null check applies.
+constexpr size_t kWireByte = 1;
+
+}  // namespace
+
+// The kernels are named "block8::encode" and so on: checkArray's messages then read
+// "ringcomm::cuda::block8::encode: wire is null", launch failures "block8::encode<fp8>".
+namespace block8 {
+
+void encode(const float* source, uint8_t* wire, size_t count, Compression compression,
+            double factor, cudaStream_t stream) {
+  if (count == 0) return;
+  withCodec("encode", compression, [&](auto codec) {
+    using Codec = decltype(codec);
+    const KernelName kernel{"block8::encode", Codec::kName};
+    detail::checkArray(kernel, "source", source, sizeof(float));
+    detail::checkArray(kernel, "wire", wire, kWireByte);
+    launchBlocks<Codec>(kernel, EncodeBlocks<Codec>{source, wire, Scale(factor)}, count, stream);
+  });
+}
+
+void decode(const uint8_t* wire, float* destination, size_t count, Compression compression,
+            double factor, cudaStream_t stream) {
+  if (count == 0) return;
+  withCodec("decode", compression, [&](auto codec) {
+    using Codec = decltype(codec);
+    const KernelName kernel{"block8::decode", Codec::kName};
+    detail::checkArray(kernel, "wire", wire, kWireByte);
+    detail::checkArray(kernel, "destination", destination, sizeof(float));
+    launchBlocks<Codec>(kernel, DecodeBlocks<Codec>{wire, destination, Scale(factor)}, count,
+                        stream);
+  });
+}
+
+void decodeAccumulate(const uint8_t* wire, float* accumulator, size_t count,
+                      Compression compression, cudaStream_t stream) {
+  if (count == 0) return;
+  withCodec("decodeAccumulate", compression, [&](auto codec) {
+    using Codec = decltype(codec);
+    const KernelName kernel{"block8::decodeAccumulate", Codec::kName};
+    detail::checkArray(kernel, "wire", wire, kWireByte);
+    detail::checkArray(kernel, "accumulator", accumulator, sizeof(float));
+    launchBlocks<Codec>(kernel, AccumulateBlocks<Codec, false>{wire, accumulator, nullptr}, count,
+                        stream);
+  });
+}
+
+void decodeAccumulateEncode(const uint8_t* received, float* accumulator, uint8_t* wire,
+                            size_t count, Compression compression, cudaStream_t stream) {
+  if (count == 0) return;
+  withCodec("decodeAccumulateEncode", compression, [&](auto codec) {
+    using Codec = decltype(codec);
+    const KernelName kernel{"block8::decodeAccumulateEncode", Codec::kName};
+    detail::checkArray(kernel, "received", received, kWireByte);
+    detail::checkArray(kernel, "accumulator", accumulator, sizeof(float));
+    detail::checkArray(kernel, "wire", wire, kWireByte);
+    launchBlocks<Codec>(kernel, AccumulateBlocks<Codec, true>{received, accumulator, wire}, count,
+                        stream);
+  });
+}
+
+void roundToWire(float* values, uint8_t* wire, size_t count, Compression compression,
+                 cudaStream_t stream) {
+  if (count == 0) return;
+  withCodec("roundToWire", compression, [&](auto codec) {
+    using Codec = decltype(codec);
+    const KernelName kernel{"block8::roundToWire", Codec::kName};
+    detail::checkArray(kernel, "values", values, sizeof(float));
+    detail::checkArray(kernel, "wire", wire, kWireByte);
+    launchBlocks<Codec>(kernel, RoundToWireBlocks<Codec>{values, wire}, count, stream);
+  });
+}
+
+}  // namespace block8
+}  // namespace ringcomm::cuda
