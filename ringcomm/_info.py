@@ -43,6 +43,16 @@ PYTHON_VARIABLES = {
         "ringcomm.torch (process_sets.py)",
         "1: process sets may be added and removed after init(), as in Horovod",
     ),
+    "HOROVOD_ELASTIC_TIMEOUT": (
+        "ringcomm-run (ringcomm/elastic/driver.py)",
+        "an elastic job's default --elastic-timeout: seconds to wait for --min-np slots (600)",
+    ),
+}
+# Horovod's names for variables of the core's Config, read where ringcomm's own is unset
+# (src/common/config.cc, variable(name, horovodName)): a Horovod job keeps its tuning.
+HOROVOD_ALIASES = {
+    "RINGCOMM_CYCLE_TIME": "HOROVOD_CYCLE_TIME",
+    "RINGCOMM_FUSION_THRESHOLD": "HOROVOD_FUSION_THRESHOLD",
 }
 _SECRET_VARIABLES = ("RINGCOMM_SECRET",)
 # A variable nothing reads is shown with its value (a typo is worth seeing), unless its name
@@ -287,7 +297,7 @@ def _configuration() -> list:
         row = dict(variable)
         row["read_by"] = "core"
         rows.append(row)
-    known = {row["name"] for row in rows} | {"HOROVOD_CYCLE_TIME", "HOROVOD_FUSION_THRESHOLD"}
+    known = {row["name"] for row in rows} | set(HOROVOD_ALIASES.values())
     for name, (reader, _) in PYTHON_VARIABLES.items():
         if name in os.environ:
             value = "(set)" if name in _SECRET_VARIABLES else os.environ[name]

@@ -34,14 +34,23 @@ class Work:
         self._keepalive = keepalive  # the arrays the engine is reading and writing
 
     def is_completed(self) -> bool:
+        """Whether the collective has finished (successfully or not); never blocks."""
         return self._work.is_completed()
 
     def wait(self, timeout: Optional[float] = None) -> Any:
+        """Blocks until the collective finishes and returns its result (what the blocking call
+        would have returned); raises the collective's error if it failed.
+
+        ``timeout`` (seconds) bounds this wait only: a RuntimeError when it passes, the
+        collective still in flight. None waits until it is done, which the collective's own
+        deadline (``init(timeout=...)``) bounds.
+        """
         self._work.wait(0.0 if timeout is None else timeout)
         self._keepalive = ()
         return self._result
 
     def result(self) -> Any:
+        """The collective's result, waiting for it as :meth:`wait` does (torch's name)."""
         return self.wait()
 
 
@@ -68,7 +77,8 @@ def _check_algorithm(algorithm: str) -> "_core.Algorithm":
 
 
 class Communicator:
-    """A group of ranks that run collectives together.
+    """A group of ranks that run collectives together: :func:`init` makes one, and
+    :meth:`split` and :meth:`shrink` make others from it.
 
     Every collective takes ``name=``: what the caller calls the data; error messages quote it.
 
@@ -90,32 +100,45 @@ class Communicator:
     # ---- identity -------------------------------------------------------------------------
     @property
     def rank(self) -> int:
+        """This process's index in the communicator, from 0 to ``size - 1``."""
         return self._core.rank
 
     @property
     def size(self) -> int:
+        """The number of ranks in the communicator."""
         return self._core.size
 
     @property
     def local_rank(self) -> int:
+        """This rank's index among the ranks on its host (Horovod's ``local_rank``)."""
         return self._core.local_rank
 
     @property
     def local_size(self) -> int:
+        """The number of ranks on this rank's host."""
         return self._core.local_size
 
     @property
     def cross_rank(self) -> int:
+        """The index of this rank's host among the hosts of the communicator (Horovod's
+        ``cross_rank``)."""
         return self._core.host_index
 
     @property
     def cross_size(self) -> int:
+        """The number of hosts the communicator spans."""
         return self._core.host_count
 
     def transport_to(self, peer: int) -> str:
+        """How this rank reaches ``peer``: ``"shm"`` (shared memory, same host) or ``"tcp"``;
+        for diagnostics and tests."""
         return self._core.transport_to(peer)
 
     def choose_algorithm(self, nbytes: int) -> str:
+        """The all-reduce algorithm ``algorithm="auto"`` picks for ``nbytes`` bytes on this
+        communicator (``"ring"``, ``"tree"``, ``"direct"`` or ``"hierarchical"``), after
+        ``RINGCOMM_ALGORITHM`` and what ``ringcomm-bench tune`` measured; every rank picks the
+        same."""
         return self._core.choose_allreduce_algorithm(nbytes).name
 
     def __repr__(self) -> str:
@@ -323,6 +346,8 @@ class Communicator:
     def barrier(
         self, async_op: bool = False, timeout: Optional[float] = None, name: Optional[str] = None
     ):
+        """Returns once every rank has called it (with ``async_op=True``, a :class:`Work`
+        that completes then)."""
         work = self._core.barrier(self._timeout(timeout), not async_op, name or "")
         return self._finish(work, None, (), async_op)
 

@@ -1,7 +1,9 @@
-"""The documentation site (docs/, Sphinx) builds with warnings as errors, its generated reference
-holds every public name and every environment variable the code reads, and every code example in
-the docs and the README runs as written."""
+"""The documentation site (docs/, Sphinx) builds with warnings as errors and nitpicky (every type a
+signature names resolves, or is an external one docs/conf.py lets through), its generated
+reference holds every public name, every public member of their classes and every environment
+variable the code reads, and every code example in the docs and the README runs as written."""
 
+import importlib
 import importlib.util
 import inspect
 import os
@@ -36,7 +38,7 @@ def site(tmp_path_factory):
         pytest.skip("Sphinx is not installed (pip install -e '.[docs]')")
     out = tmp_path_factory.mktemp("site")
     done = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-E", "-W", "--keep-going", "-q", "-b", "html",
+        [sys.executable, "-m", "sphinx", "-E", "-W", "-n", "--keep-going", "-q", "-b", "html",
          str(DOCS), str(out)],
         capture_output=True, text=True, timeout=240, env=env(),
     )  # fmt: skip
@@ -44,31 +46,70 @@ def site(tmp_path_factory):
     return out
 
 
-def test_every_public_name_is_in_the_reference(site):
-    import ringcomm
-    import ringcomm.torch
-    import ringcomm.torch.elastic
+# The modules the reference documents, each with every public name (None) or some of them.
+DOCUMENTED = {
+    "ringcomm": None,
+    "ringcomm.torch": None,
+    "ringcomm.torch.compression": None,
+    "ringcomm.torch.errors": None,
+    "ringcomm.torch.elastic": None,
+    "ringcomm.elastic.worker": ["WorkerRemovedError"],
+    "ringcomm.c10d": None,
+    "ringcomm.c10d.hooks": None,
+}
 
-    page = (site / "reference" / "python.html").read_text()
-    for module in (ringcomm, ringcomm.torch, ringcomm.torch.elastic):
-        names = getattr(module, "__all__", None) or [n for n in dir(module) if n[0] != "_"]
+
+def documented_names():
+    """(module, name, object) of every name the reference must describe."""
+    for module_name, only in DOCUMENTED.items():
+        module = importlib.import_module(module_name)
+        names = only or getattr(module, "__all__", None) or [n for n in dir(module) if n[0] != "_"]
         for name in names:
-            if inspect.ismodule(getattr(module, name)):
-                continue
-            # Indexed once; a name re-exported from another module is described again.
-            full = f"{module.__name__}.{name}"
-            described = f'id="{full}"' in page or f"{module.__name__}.</span>" in page
-            assert described and f">{name}<" in page, full
+            if not inspect.ismodule(getattr(module, name)):
+                yield module_name, name, getattr(module, name)
+
+
+def test_every_public_name_is_in_the_reference(site):
+    page = (site / "reference" / "python.html").read_text()
+    for module_name, name, _ in documented_names():
+        # Indexed once; a name re-exported from another module is described again.
+        full = f"{module_name}.{name}"
+        described = f'id="{full}"' in page or f"{module_name}.</span>" in page
+        assert described and f">{name}<" in page, full
+
+
+def test_every_public_member_is_in_the_reference(site):
+    """Every public method, property and class attribute of a documented class (its own, as
+    autodoc's :members: takes them) has an entry: one without a docstring would be left out
+    silently (docs/_ext/ringcomm_docs.py warns of it, and the build fails)."""
+    page = (site / "reference" / "python.html").read_text()
+    missing, checked = [], 0
+    for module_name, name, obj in documented_names():
+        full = f"{module_name}.{name}"
+        if not inspect.isclass(obj) or issubclass(obj, BaseException):
+            continue  # exceptions are shown with their bases, without members
+        if f'id="{full}"' not in page:
+            continue  # described again under the module that indexes it
+        for member in vars(obj):
+            if member[0] != "_":
+                checked += 1
+                if f'id="{full}.{member}"' not in page:
+                    missing.append(f"{full}.{member}")
+    assert checked > 50 and not missing, missing
 
 
 def variables_read() -> set:
-    """Every RINGCOMM_ variable the code reads: the core's in src/common/config.cc, the Python
-    package's wherever it looks at os.environ."""
+    """Every RINGCOMM_ variable the code reads, and every HOROVOD_ one it honours: the core's in
+    src/common/config.cc (Horovod's names among them, as variable("RINGCOMM_X", "HOROVOD_X")),
+    the Python package's wherever it looks at os.environ."""
     config = (REPO / "src/common/config.cc").read_text()
     names = set(re.findall(r'variable\("(RINGCOMM_[A-Z0-9_]+)"', config))
+    horovod = r'variable\((?:"RINGCOMM_[A-Z0-9_]+", )?"(HOROVOD_[A-Z0-9_]+)"'
+    names |= set(re.findall(horovod, config))
     for path in (REPO / "ringcomm").rglob("*.py"):
         text = path.read_text()
-        names |= set(re.findall(r'environ(?:\.get)?[\[(]"(RINGCOMM_[A-Z0-9_]+)"', text))
+        read = r'environ(?:\.get)?[\[(]"((?:RINGCOMM|HOROVOD)_[A-Z0-9_]+)"'
+        names |= set(re.findall(read, text))
         names |= set(re.findall(r'"(RINGCOMM_[A-Z0-9_]+)" in os\.environ', text))
     return names
 
@@ -76,7 +117,7 @@ def variables_read() -> set:
 def test_every_environment_variable_is_in_the_reference(site):
     page = (site / "reference" / "environment.html").read_text()
     found = variables_read()
-    assert len(found) > 30, sorted(found)
+    assert len(found) > 30 and "HOROVOD_FUSION_THRESHOLD" in found, sorted(found)
     missing = sorted(name for name in found if name not in page)
     assert not missing, missing
 
@@ -85,6 +126,19 @@ def test_every_tool_is_in_the_reference(site):
     page = (site / "reference" / "cli.html").read_text()
     for option in ("--compare", "--hosts", "--link-rate", "--host-discovery-script", "--json"):
         assert option in page, option
+    for program in ("ringcomm.bench.ddp", "ringcomm.bench.training", "ringcomm.c10d"):
+        assert f"python -m {program}" in page, program
+    # Options as they are typed (smart quotes make "--" an en dash), and defaults as the help
+    # says them, not as the machine that built the site evaluates them.
+    assert not re.search(r"\u2013[a-z]", page), "an option rendered with an en dash"
+    assert "one per core" in page
+
+
+def test_the_landing_page_states_the_version_and_the_changelog_is_in(site):
+    from ringcomm._version import __version__
+
+    assert f"<strong>{__version__}</strong>" in (site / "index.html").read_text()
+    assert "Experimental" in (site / "changelog.html").read_text()
 
 
 def examples() -> list:

@@ -17,6 +17,9 @@ from datetime import timedelta
 
 from ringcomm import _secret
 
+__all__ = ["BACKEND_NAME", "register", "autoload", "lost_ranks"]
+
+#: The backend's name, as ``init_process_group`` and ``new_group`` take it.
 BACKEND_NAME = "ringcomm"
 
 

@@ -28,6 +28,10 @@ import torch.distributed as dist
 
 from ringcomm._error_feedback import feed_back
 
+__all__ = ["CODECS", "CompressionState", "compress_hook"]
+
+#: The wire formats :class:`CompressionState` takes: 16-bit floats, or 8 bits with a scale per
+#: block of 32 values (int8: a bfloat16 scale; fp8: OCP mxfp8).
 CODECS = ("fp16", "bf16", "int8", "fp8")
 # The codecs whose rounding error is fed back (the 16-bit ones lose little enough).
 _FED_BACK = ("int8", "fp8")
@@ -53,6 +57,7 @@ class CompressionState:
         self.residuals: Dict[int, torch.Tensor] = {}
 
     def state_dict(self) -> Dict[str, Any]:
+        """The codec, whether it feeds back, and copies of the residuals, for a checkpoint."""
         return {
             "codec": self.codec,
             "error_feedback": self.error_feedback,
@@ -60,6 +65,7 @@ class CompressionState:
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restores what :meth:`state_dict` returned; the codec must be this state's."""
         if state["codec"] != self.codec:
             raise ValueError(
                 f"CompressionState.load_state_dict: the state is of codec {state['codec']!r}, "

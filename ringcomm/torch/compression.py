@@ -22,6 +22,16 @@ import torch
 
 from ringcomm._error_feedback import round_to_wire
 
+__all__ = [
+    "Compression",
+    "Compressor",
+    "NoneCompressor",
+    "FP16Compressor",
+    "BF16Compressor",
+    "Int8Compressor",
+    "FP8Compressor",
+]
+
 
 class Compressor:
     """Interface for compressing and decompressing a given tensor."""
@@ -40,6 +50,7 @@ class NoneCompressor(Compressor):
 
     @staticmethod
     def compress(tensor):
+        """Returns ``tensor`` as it is, and no context."""
         return tensor, None
 
     @staticmethod
@@ -65,12 +76,14 @@ class _CastCompressor(Compressor):
 class FP16Compressor(_CastCompressor):
     """Compress all floating point gradients to 16-bit (float16)."""
 
+    #: The type floating-point tensors travel as.
     dtype = torch.float16
 
 
 class BF16Compressor(_CastCompressor):
     """bfloat16 on the wire (ringcomm's; Horovod's torch API has no bf16 compressor)."""
 
+    #: The type floating-point tensors travel as.
     dtype = torch.bfloat16
 
 
@@ -101,6 +114,7 @@ class Int8Compressor(_RoundingCompressor):
     The DistributedOptimizer keeps each gradient's rounding error and adds it to the next step's
     gradient (error feedback)."""
 
+    #: The core's wire codec that carries it.
     codec = "int8"
 
 
@@ -109,6 +123,7 @@ class FP8Compressor(_RoundingCompressor):
     values. The DistributedOptimizer keeps each gradient's rounding error and adds it to the
     next step's gradient (error feedback)."""
 
+    #: The core's wire codec that carries it.
     codec = "fp8"
 
 
@@ -134,6 +149,7 @@ _FED_BACK = ("int8", "fp8")
 
 
 def is_none(compression) -> bool:
+    """Whether ``compression`` is :class:`NoneCompressor` (the class or an instance)."""
     return compression is NoneCompressor or isinstance(compression, NoneCompressor)
 
 

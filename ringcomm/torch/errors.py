@@ -19,6 +19,14 @@ import contextlib
 
 from ringcomm import _core
 
+__all__ = [
+    "HorovodInternalError",
+    "HostsUpdatedInterrupt",
+    "NotInitializedError",
+    "UnsupportedRequestError",
+    "UnsupportedTensorError",
+]
+
 
 class HorovodInternalError(RuntimeError):
     """A collective failed (Horovod's name): ranks disagreed, timed out, or a peer went away."""

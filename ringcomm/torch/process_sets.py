@@ -30,8 +30,11 @@ class ProcessSet:
     ``add_process_set``, then as ``process_set=`` to collectives. ``process_set_id`` is set once
     it has been registered."""
 
+    #: The set's id once registered (0: the global set), else None.
     process_set_id: Optional[int] = None
+    #: The global ranks of the set, sorted (the global set: every rank, once initialized).
     ranks: Optional[list[int]] = None
+    #: Always None: Horovod's mpi4py communicator of the set (ringcomm does not use MPI).
     mpi_comm = None
 
     def __init__(self, ranks_or_comm):

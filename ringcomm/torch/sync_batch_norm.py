@@ -54,6 +54,9 @@ class SyncBatchNorm(_BatchNorm):
         return self.momentum
 
     def forward(self, input):
+        """Normalizes ``input`` (N, C, ...) per channel C. Training: with the mean and variance
+        of every rank's batch, which also update the running statistics; evaluation (with
+        running statistics) or one rank: as torch's BatchNorm, without communication."""
         self._check_input_dim(input)
         if self.training and self.track_running_stats:
             self.num_batches_tracked = self.num_batches_tracked + 1

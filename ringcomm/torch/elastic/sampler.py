@@ -57,6 +57,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.processed_indices.update(int(i) for i in indices)
 
     def state_dict(self) -> dict:
+        """The epoch and the indices processed in it, for a checkpoint or an elastic state."""
         return dict(
             epoch=self.epoch,
             processed_num=self.processed_num,
@@ -64,6 +65,8 @@ class ElasticSampler(torch.utils.data.Sampler):
         )
 
     def load_state_dict(self, state_dict: dict) -> None:
+        """Restores what :meth:`state_dict` returned, then reshards what is left of the epoch
+        over the current ranks."""
         self.epoch = state_dict["epoch"]
         self.processed_num = state_dict["processed_num"]
         self.processed_indices = set(state_dict.get("processed_indices", ()))

@@ -42,6 +42,8 @@ class State:
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self) -> None:
+        """Called by ``hvd.elastic.run`` after a reset, once ringcomm.torch is initialized
+        again: forgets pending host notices, calls ``reset()``, then the reset callbacks."""
         self._host_messages = queue.Queue()
         self.reset()
         for callback in self._reset_callbacks:
