@@ -708,34 +708,36 @@ def test_wire_codecs_in_turns_report_their_ratios_and_errors(tmp_path):
 
 
 @pytest.mark.timeout(110)
-def test_runs_as_ranks_under_a_launcher(tmp_path):
+def _bench_under(launcher: list[str], tmp_path, extra: list[str]) -> tuple[str, dict]:
     out = tmp_path / "out.json"
-    stdout = run(
-        [
-            sys.executable,
-            "-m",
-            "ringcomm.launch",
-            "-np",
-            "2",
-            "-m",
-            "ringcomm.bench",
-            "allreduce",
-            "-b",
-            "8",
-            "-e",
-            "4K",
-            "-f",
-            "16",
-            "--iters",
-            "3",
-            "--check",
-            "--json",
-            str(out),
-        ],
-        tmp_path,
-    )
-    assert_all_right(json.loads(out.read_text()), ["ringcomm"], 3)
+    command = [*launcher, sys.executable, "-m", "ringcomm.bench", "allreduce"]
+    command += ["-b", "8", "-e", "4K", "-f", "16", "--iters", "3", "--check", "--json", str(out)]
+    stdout = run(command + extra, tmp_path)
+    return stdout, json.loads(out.read_text())
+
+
+@pytest.mark.timeout(110)
+@needs_peers
+def test_runs_as_ranks_under_a_launcher_beside_gloo(tmp_path):
+    launcher = [sys.executable, "-m", "ringcomm.launch", "-np", "2"]
+    stdout, document = _bench_under(launcher, tmp_path, ["--compare", "gloo,mpi"])
+    assert_all_right(document, ["ringcomm", "gloo"], 3)
     assert stdout.count("## ringcomm") == 1  # only rank 0 prints
+    # Outside mpirun MPI sees a world of one a process: said, not timed.
+    mpi = document["implementations"]["mpi"]
+    assert not mpi["results"] and "MPI sees 1 rank(s) where the launcher started 2" in mpi["note"]
+    assert "ringcomm/gloo" in stdout
+
+
+@pytest.mark.timeout(110)
+@needs_peers
+def test_compares_with_mpi_and_gloo_in_mpiruns_ranks(tmp_path):
+    stdout, document = _bench_under(
+        [find_mpirun(), "-np", "2"], tmp_path, ["--compare", "mpi,gloo"]
+    )
+    assert_all_right(document, ["ringcomm", "mpi", "gloo"], 3)
+    assert "ringcomm/mpi" in stdout and "ringcomm/gloo" in stdout
+    assert [row["size"] for row in document["comparison"]] == [8, 128, 2048]
 
 
 def test_background_load_runs_only_inside_its_block():

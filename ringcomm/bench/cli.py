@@ -279,40 +279,63 @@ def _finish(
     return 1 if wrong or outcomes[0].report is None else 0
 
 
+def _hosts_of_ranks(comm) -> list[int]:
+    """The host (cross rank) of every rank, in rank order."""
+    import numpy as np
+
+    hosts = comm.allgather(np.array([comm.cross_rank], dtype=np.int64))
+    return [int(host) for host in hosts.reshape(-1)]
+
+
 def _run_as_rank(args, parser, command: str) -> int:
     """Under mpirun/torchrun/ringcomm-run: this process is one ringcomm rank."""
-    from ringcomm.bench import ringcomm_worker
+    from ringcomm.bench import in_ranks, ringcomm_worker
 
     plan = make_plan(args, requested_sizes(args, parser), nranks=1)  # deadline unused here
     out = report.console()
     comm = ringcomm_worker.connect(plan)
     try:
         bandwidth = limit = None
+        hosts = _hosts_of_ranks(comm)  # a collective call: every rank makes it
         if comm.rank == 0:
             info = machine.describe()
             for line in report.header_lines(command, info, plan, comm.size):
                 out.print(line)
-            if args.compare or args.nranks:
-                out.print(
-                    "note: under a launcher the launcher sets the ranks; -np and "
-                    "--compare are ignored (run ringcomm-bench from a shell to compare)"
-                )
-            # Spawned, not forked: this process already runs the communicator's threads.
-            bandwidth = _bandwidth(comm.size, method="spawn")
-            limit = limit_busbw(plan.collective, comm.size, bandwidth and bandwidth.gbps)
-            for line in report.limit_lines(plan.collective, comm.size, bandwidth, limit):
-                out.print(line)
+            if args.nranks:
+                out.print("note: under a launcher the launcher sets the ranks; -np is ignored")
+            if len(set(hosts)) > 1:
+                # Across hosts the links bound the collectives, at the rate the communicator
+                # measured (or was given: RINGCOMM_LINK_BANDWIDTH).
+                rate = comm._core.config.link_bandwidth
+                limit = cluster.link_bound_busbw(plan.collective, hosts, rate) if rate else None
+                out.print(report.measured_link_line(plan.collective, hosts, rate, limit))
+            else:
+                # Spawned, not forked: this process already runs the communicator's threads.
+                bandwidth = _bandwidth(comm.size, method="spawn")
+                limit = limit_busbw(plan.collective, comm.size, bandwidth and bandwidth.gbps)
+                for line in report.limit_lines(plan.collective, comm.size, bandwidth, limit):
+                    out.print(line)
         comm.barrier()
         result = ringcomm_worker.run(plan, comm)
+        if comm.rank == 0:
+            if result is None:  # ringcomm_worker.run() returns the report on rank 0
+                raise RuntimeError("rank 0 of the benchmark run has no report")
+            outcomes = [Outcome("ringcomm", result, result.get("skipped"))]
+            report.print_outcome(out, outcomes[0], plan, comm.size, info)
+        for peer in args.compare:  # in these same ranks, one after another
+            outcome = in_ranks.run_peer(peer, plan, comm)
+            if comm.rank == 0:
+                report.print_outcome(out, outcome, plan, comm.size, info)
+                outcomes.append(outcome)
     finally:
         comm.shutdown()
     if comm.rank != 0:
         return 0
-    if result is None:  # ringcomm_worker.run() returns the report on rank 0
-        raise RuntimeError("rank 0 of the benchmark run has no report")
-    outcome = Outcome("ringcomm", result, result.get("skipped"))
-    report.print_outcome(out, outcome, plan, comm.size, info)
-    return _finish(args, command, info, plan, comm.size, bandwidth, limit, [outcome], None)
+    comparison = None
+    if args.compare:
+        limit_name = "the links' bound" if len(set(hosts)) > 1 else "the single-host limit"
+        comparison = report.print_comparison(out, outcomes, limit, limit_name)
+    return _finish(args, command, info, plan, comm.size, bandwidth, limit, outcomes, comparison)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -119,6 +119,19 @@ def link_lines(collective: str, cluster, limit: Optional[float]) -> list[str]:
     ]
 
 
+def measured_link_line(
+    collective: str, hosts: list[int], rate: float, limit: Optional[float]
+) -> str:
+    """The link bound under a launcher across real hosts, from the link the communicator
+    measured (bytes per second each way)."""
+    if not rate or limit is None:
+        return "# link bound: none (the link was not measured, or no bound for this collective)"
+    return (
+        f"# link bound: {len(set(hosts))} hosts, each link measured at {rate / 1e9:.3f} GB/s each "
+        f"way; {collective} busbw <= {limit:.3f} GB/s; x/limit below is the share of it"
+    )
+
+
 def print_outcome(out: Console, outcome: Outcome, plan: Plan, nranks: int, machine: dict) -> None:
     label = _peer_label(outcome.implementation, machine)
     title = f"\n## {label}: {plan.collective}, {nranks} ranks"
