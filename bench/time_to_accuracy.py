@@ -35,6 +35,7 @@ import signal
 import statistics
 import sys
 import tempfile
+import textwrap
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -246,7 +247,9 @@ def draw(path: str, rows: list, runs: dict, target: float, title: str) -> None:
     axes.set_ylim(max(0.0, target - 0.3), 1.0)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8, loc="lower right")
-    axes.set_title(title, fontsize=8)
+    # A long command line wraps rather than running off the figure.
+    heading = "\n".join(textwrap.fill(line, 120) for line in title.splitlines())
+    axes.set_title(heading, fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

@@ -509,6 +509,24 @@ PYBIND11_MODULE(_core, m) {
   }, py::arg("x"), py::arg("compression"),
      "Rounds a float32 array in place to what the wire format carries, as one run.");
 
+  m.def("feed_back_error", [](py::handle x, py::handle residual, Compression compression) {
+    ArrayView values = viewArray(x, "x", /*writable=*/true);
+    ArrayView error = viewArray(residual, "residual", /*writable=*/true);
+    if (values.type != DataType::Float32 || values.onDevice || error.type != DataType::Float32 ||
+        error.onDevice || error.count != values.count) {
+      throw py::value_error(
+          std::string("feed_back_error: x and residual must be float32 arrays in host memory of "
+                      "one size; got ") +
+          toString(values.type) + " x " + std::to_string(values.count) + " and " +
+          toString(error.type) + " x " + std::to_string(error.count));
+    }
+    py::gil_scoped_release release;
+    feedBackError(static_cast<float*>(values.data), static_cast<float*>(error.data),
+                  values.count, compression);
+  }, py::arg("x"), py::arg("residual"), py::arg("compression"),
+     "Error feedback in one pass: x += residual, x rounded to the wire format (as one run), "
+     "residual = what the rounding took away.");
+
   m.def("view_array", [](py::handle obj, const char* name, bool writable) {
     ArrayView view = viewArray(obj, name, writable);
     return py::make_tuple(reinterpret_cast<uintptr_t>(view.data), view.count, view.type);

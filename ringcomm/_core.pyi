@@ -9,7 +9,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['Algorithm', 'Communicator', 'CommunicatorClosed', 'Compression', 'Config', 'DataType', 'HashStore', 'JoinPolicy', 'LogLevel', 'MembershipError', 'MismatchError', 'PeerError', 'PrefixStore', 'ReduceOp', 'RingcommError', 'Store', 'TcpStore', 'TcpStoreServer', 'TensorOp', 'TensorQueue', 'TensorQueueStats', 'TensorRequest', 'TensorWork', 'TimeoutError', 'TransportError', 'TransportKind', 'Work', 'build_info', 'built_with_cuda', 'configure_observability', 'horovod_timeline_active', 'log', 'log_enabled', 'mps_running', 'parse_algorithm', 'parse_compression', 'parse_join_policy', 'parse_log_level', 'parse_log_subsystems', 'parse_transport', 'read_dlpack', 'round_to_wire', 'shared_buffer', 'start_horovod_timeline', 'stop_horovod_timeline', 'view_array']
+__all__: list[str] = ['Algorithm', 'Communicator', 'CommunicatorClosed', 'Compression', 'Config', 'DataType', 'HashStore', 'JoinPolicy', 'LogLevel', 'MembershipError', 'MismatchError', 'PeerError', 'PrefixStore', 'ReduceOp', 'RingcommError', 'Store', 'TcpStore', 'TcpStoreServer', 'TensorOp', 'TensorQueue', 'TensorQueueStats', 'TensorRequest', 'TensorWork', 'TimeoutError', 'TransportError', 'TransportKind', 'Work', 'build_info', 'built_with_cuda', 'configure_observability', 'feed_back_error', 'horovod_timeline_active', 'log', 'log_enabled', 'mps_running', 'parse_algorithm', 'parse_compression', 'parse_join_policy', 'parse_log_level', 'parse_log_subsystems', 'parse_transport', 'read_dlpack', 'round_to_wire', 'shared_buffer', 'start_horovod_timeline', 'stop_horovod_timeline', 'view_array']
 class RingcommError(RuntimeError):
     """Base class of ringcomm's errors."""
 
@@ -741,6 +741,10 @@ def built_with_cuda() -> builtins.bool:
     """
 def configure_observability(config: Config, rank: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
     ...
+def feed_back_error(x: typing.Any, residual: typing.Any, compression: Compression) -> None:
+    """
+    Error feedback in one pass: x += residual, x rounded to the wire format (as one run), residual = what the rounding took away.
+    """
 def horovod_timeline_active() -> builtins.bool:
     ...
 def log(level: LogLevel, subsystem: str, text: str) -> None:

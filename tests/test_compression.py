@@ -1,6 +1,7 @@
 """Wire compression (fp16, bf16, int8, fp8): error against float64, identical bits on every rank,
 pre-scaling."""
 
+import numpy as np
 import pytest
 from harness import assert_all_succeeded, run_job
 
@@ -31,3 +32,31 @@ def test_compressed_allreduce(size, transport):
     # Without pre-scaling the partial sums leave fp16's range: infinities, an error of inf/NaN.
     overflowed = cases["fp16/sum-overflowing"]["error"]
     assert overflowed is None or overflowed > 1.0, cases
+
+
+@pytest.mark.parametrize("codec", ["fp16", "bf16", "int8", "fp8"])
+def test_error_feedback_in_one_pass_matches_the_steps(codec):
+    # _core.feed_back_error is x += residual, round x to the wire, keep what rounding took away:
+    # the same bits as those steps one after another, over pieces of the array (its pieces
+    # must make the 8-bit codecs' blocks of one run).
+    from ringcomm import _core
+
+    compression = _core.parse_compression(codec)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(100_003, dtype=np.float32)
+    residual = np.zeros_like(x)
+    expected_x, expected_residual = x.copy(), residual.copy()
+    for step in range(3):
+        gradient = rng.standard_normal(x.size, dtype=np.float32) * np.float32(10.0**step)
+        x[...] = gradient
+        expected_x[...] = gradient
+        _core.feed_back_error(x, residual, compression)
+        expected_x += expected_residual
+        rounded = expected_x.copy()
+        _core.round_to_wire(rounded, compression)
+        expected_residual[...] = expected_x - rounded
+        expected_x[...] = rounded
+        assert np.array_equal(x.view(np.int32), expected_x.view(np.int32)), step
+        assert np.array_equal(residual.view(np.int32), expected_residual.view(np.int32)), step
+    with pytest.raises(ValueError, match="feed_back_error: x and residual"):
+        _core.feed_back_error(x, residual[:5], compression)

@@ -88,6 +88,12 @@ RINGCOMM_API const char* toString(CudaPath path);
 // the next step's values (ringcomm.torch's DistributedOptimizer). None leaves them as they are.
 RINGCOMM_API void roundToWire(float* values, size_t count, Compression compression);
 
+// Error feedback in one pass over memory: values += residual; then values are rounded as by
+// roundToWire and residual becomes what the rounding took away. The same float32 operations, in
+// the same order, as doing those steps one after another.
+RINGCOMM_API void feedBackError(float* values, float* residual, size_t count,
+                                Compression compression);
+
 // Parsers used by the configuration and bindings; they throw InvalidArgument naming the value.
 RINGCOMM_API Algorithm parseAlgorithm(const std::string& name);
 RINGCOMM_API TransportKind parseTransportKind(const std::string& name);

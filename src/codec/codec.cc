@@ -1,5 +1,6 @@
 #include "codec/codec.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -202,6 +203,30 @@ void roundToWire(float* values, size_t count, Compression compression) {
   std::vector<uint8_t> wire(codec::wireBytes(count, compression));
   codec::encode(values, wire.data(), count, compression);
   codec::decode(wire.data(), values, count, compression);
+}
+
+void feedBackError(float* values, float* residual, size_t count, Compression compression) {
+  // Pieces that stay in the cache, each a whole number of the 8-bit codecs' blocks, so that they
+  // are rounded as one run is.
+  constexpr size_t kPiece = 64 * codec::block8::kBlock;
+  std::vector<uint8_t> wire(codec::wireBytes(kPiece, compression));
+  std::vector<float> rounded(kPiece);
+  for (size_t start = 0; start < count; start += kPiece) {
+    const size_t n = std::min(kPiece, count - start);
+    float* v = values + start;
+    float* r = residual + start;
+    for (size_t i = 0; i < n; ++i) v[i] += r[i];
+    if (compression == Compression::None) {
+      std::fill(r, r + n, 0.0f);
+      continue;
+    }
+    codec::encode(v, wire.data(), n, compression);
+    codec::decode(wire.data(), rounded.data(), n, compression);
+    for (size_t i = 0; i < n; ++i) {
+      r[i] = v[i] - rounded[i];
+      v[i] = rounded[i];
+    }
+  }
 }
 
 }  // namespace ringcomm
