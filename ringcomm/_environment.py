@@ -9,8 +9,10 @@ Checked in this order:
      MASTER_PORT. Under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) we join that
      store through torch; otherwise rank 0 serves a ringcomm store on MASTER_PORT.
   3. An MPI launcher (mpirun / mpiexec of MPICH or Open MPI, srun --mpi=pmi2/pmix): through mpi4py
-     when it is installed; otherwise rank and size from PMI_RANK/PMI_SIZE or
-     OMPI_COMM_WORLD_RANK/SIZE and the store at MASTER_ADDR:MASTER_PORT (rank 0 serves it).
+     when it is installed and its MPI is the launcher's; otherwise rank and size from
+     PMI_RANK/PMI_SIZE or OMPI_COMM_WORLD_RANK/SIZE and the store at MASTER_ADDR:MASTER_PORT
+     (rank 0 serves it). An mpi4py of another MPI than the launcher's, with neither variable set,
+     is an error that names both MPIs (mpi4py_of_launcher()).
   4. Slurm's srun (a job step's task, ringcomm/_slurm.py): rank, size and local rank from
      SLURM_PROCID, SLURM_STEP_NUM_TASKS and SLURM_LOCALID; the store on the step's first node, on
      a port derived from the job and step ids (MASTER_ADDR / MASTER_PORT override them).
@@ -24,9 +26,11 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Optional
 
 from ringcomm import _core, _secret, _slurm
@@ -252,12 +256,112 @@ def _survive_hydra_notices() -> None:
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 
-def _mpi(timeout: float, secret: bytes, keepalive: list) -> LaunchEnvironment:
-    _survive_hydra_notices()
+def _launcher_mpi() -> tuple[str, str]:
+    """(kind, words) of the MPI launcher that started this process, from the variables it sets:
+    "open-mpi" (Open MPI's mpirun, PMIx), "pmix" (another PMIx launcher: srun --mpi=pmix),
+    "hydra" (MPICH's mpiexec, PMI), "pmi" (another PMI launcher: srun --mpi=pmi2), or ""."""
+    env = os.environ
+    if "OMPI_COMM_WORLD_SIZE" in env:
+        return "open-mpi", "Open MPI's mpirun (OMPI_COMM_WORLD_SIZE is set)"
+    if "PMIX_RANK" in env:
+        return "pmix", "a PMIx launcher such as srun --mpi=pmix (PMIX_RANK is set)"
+    if "HYDI_CONTROL_FD" in env:
+        return "hydra", "MPICH's mpiexec (PMI_RANK and HYDI_CONTROL_FD are set)"
+    if "PMI_RANK" in env:
+        return "pmi", "a PMI launcher such as srun --mpi=pmi2 (PMI_RANK is set)"
+    return "", f"an MPI launcher ({_first(MPI_RANK_VARIABLES)} is set)"
+
+
+def _library_name(version: str) -> str:
+    """The first line of MPI_Get_library_version's text, as "Open MPI v5.0.11", "MPICH 5.0.2"."""
+    first = version.strip().splitlines()[0] if version.strip() else "an unknown MPI"
+    return " ".join(first.split(",")[0].replace("Version:", "").split())
+
+
+def _speaks_launcher(version: str, launcher: str) -> bool:
+    """Whether an MPI library (MPI_Get_library_version's text) can start under ``launcher``. Open
+    MPI 5 speaks PMIx only, so MPICH's PMI launcher gives it no world: each rank runs alone. The
+    MPICH family (MPICH, Intel MPI, MVAPICH) aborts in MPI_Init under Open MPI's mpirun ("PMI
+    version PMIx" unsupported); an MPICH built with PMIx may start under srun --mpi=pmix."""
+    if version.startswith("Open MPI"):
+        return launcher not in ("hydra", "pmi")
+    if version.startswith(("MPICH", "Intel(R) MPI", "MVAPICH")):
+        return launcher != "open-mpi"
+    return True
+
+
+def _mpi_mismatch(version: str, where: str) -> RuntimeError:
+    _, launcher = _launcher_mpi()
+    beside = os.path.join(sys.prefix, "bin", "mpirun")
+    hint = f" (for this Python: {beside})" if os.path.exists(beside) else ""
+    return RuntimeError(
+        f"ringcomm: mpi4py ({where}) uses {_library_name(version)}, but {launcher} started this "
+        f"process, and one MPI's launcher cannot start the ranks of another. Launch with the "
+        f"mpirun of {_library_name(version)}{hint}, install mpi4py for the launcher's MPI, or "
+        "set MASTER_ADDR and MASTER_PORT for ringcomm to meet without mpi4py "
+        "(docs/troubleshooting.md, 'mpi4py of another MPI')"
+    )
+
+
+def _import_mpi_uninitialized(mpi4py: ModuleType) -> tuple[ModuleType, bool]:
+    """mpi4py.MPI imported without MPI_Init (the library loaded, nothing started), so that its
+    library can be checked against the launcher first: an MPICH under Open MPI's mpirun aborts
+    the process inside MPI_Init, before any Python code could say why. Returns (MPI, whether
+    ringcomm must initialize it as mpi4py would have at import)."""
+    rc = mpi4py.rc
+    saved = (rc.initialize, rc.finalize)
+    automatic = rc.initialize in (True, "yes")
+    if automatic:
+        rc.initialize = False
+        # mpi4py reads rc once, at this import: it still calls MPI_Finalize at exit as it would
+        # after initializing MPI itself (rc.finalize None means "if mpi4py initialized it").
+        if rc.finalize is None:
+            rc.finalize = True
     try:
         from mpi4py import MPI
+    finally:
+        rc.initialize, rc.finalize = saved
+    return MPI, automatic
+
+
+def mpi4py_of_launcher() -> Optional[ModuleType]:
+    """mpi4py's MPI module, initialized, when mpi4py is installed and its MPI is the launcher's.
+    None when mpi4py is not installed, or when it is another MPI's and MASTER_ADDR and
+    MASTER_PORT name the store to meet at instead (the ranks never start MPI then). Raises,
+    naming both MPIs, when it is another MPI's and nothing names a store."""
+    try:
+        import mpi4py
     except ImportError:
-        MPI = None  # type: ignore[assignment]  # noqa: N806 (mpi4py's module name)
+        return None
+    if "mpi4py.MPI" in sys.modules:  # the program imported it: MPI_Init has already run
+        from mpi4py import MPI
+
+        automatic = False
+    else:
+        MPI, automatic = _import_mpi_uninitialized(mpi4py)  # noqa: N806 (mpi4py's module name)
+    version = MPI.Get_library_version()  # callable before MPI_Init
+    matches = _speaks_launcher(version, _launcher_mpi()[0])
+    if matches and automatic and not MPI.Is_initialized():
+        rc = mpi4py.rc
+        if rc.threads in (True, "yes"):
+            MPI.Init_thread(getattr(MPI, f"THREAD_{str(rc.thread_level).upper()}"))
+        else:
+            MPI.Init()
+    if matches and MPI.Is_initialized():
+        # A library the rules above do not know, started alone: a world of one where the
+        # launcher started more ranks.
+        launched = _optional_integer(MPI_SIZE_VARIABLES)
+        matches = launched is None or MPI.COMM_WORLD.Get_size() == launched
+    if matches:
+        return MPI
+    if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
+        return None
+    raise _mpi_mismatch(version, os.path.dirname(mpi4py.__file__))
+
+
+def _mpi(timeout: float, secret: bytes, keepalive: list) -> LaunchEnvironment:
+    _survive_hydra_notices()
+    MPI = mpi4py_of_launcher()  # noqa: N806 (mpi4py's module name)
     if MPI is not None:
         world = MPI.COMM_WORLD
         rank, size = world.Get_rank(), world.Get_size()
@@ -275,7 +379,7 @@ def _mpi(timeout: float, secret: bytes, keepalive: list) -> LaunchEnvironment:
         return LaunchEnvironment(
             rank, size, _core.TcpStore(host, port, timeout, secret), "mpi4py", secret, keepalive
         )
-    rank = _integer(_first(MPI_RANK_VARIABLES))
+    rank = _integer(_first(MPI_RANK_VARIABLES) or MPI_RANK_VARIABLES[0])
     size_variable = _first(MPI_SIZE_VARIABLES)
     if size_variable is None:
         raise RuntimeError(

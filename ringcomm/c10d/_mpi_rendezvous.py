@@ -4,9 +4,10 @@ torch's default ``env://`` rendezvous reads those variables, and MPI launchers s
 (PMI_RANK, OMPI_COMM_WORLD_RANK...). No backend hook runs before that rendezvous, so ringcomm wraps
 the ``env`` handler: when an MPI launcher started this process and torch's variables are missing,
 it fills them in — rank and size from the launcher, and a store address that rank 0 picks and
-broadcasts through mpi4py — then hands over to torch's own handler. Under Slurm's srun it does the
-same from the step's variables (ringcomm/_slurm.py): torch's store on the step's first node, on
-the port after the one ringcomm's own store would take there. Anywhere else it changes nothing.
+broadcasts through mpi4py (when its MPI is the launcher's) — then hands over to torch's own
+handler. Under Slurm's srun it does the same from the step's variables (ringcomm/_slurm.py):
+torch's store on the step's first node, on the port after the one ringcomm's own store would take
+there. Anywhere else it changes nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from types import ModuleType
 from typing import Optional
 
 from ringcomm import _secret, _slurm
-from ringcomm._environment import MPI_RANK_VARIABLES, MPI_SIZE_VARIABLES
+from ringcomm._environment import MPI_RANK_VARIABLES, MPI_SIZE_VARIABLES, mpi4py_of_launcher
 from ringcomm._ports import free_port
 
 
@@ -45,11 +46,9 @@ def _fill_from_slurm() -> None:
 
 
 def _fill_from_mpi() -> None:
-    MPI: Optional[ModuleType]  # noqa: N806 (mpi4py's module name)
-    try:
-        from mpi4py import MPI
-    except ImportError:
-        MPI = None  # noqa: N806 (mpi4py's module name)
+    # None without mpi4py, or with one of another MPI than the launcher's (then MASTER_ADDR and
+    # MASTER_PORT are set; without them it raises, naming both MPIs).
+    MPI: Optional[ModuleType] = mpi4py_of_launcher()  # noqa: N806 (mpi4py's module name)
     if MPI is None:
         if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
             raise RuntimeError(
