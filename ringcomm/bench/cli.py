@@ -46,36 +46,25 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def _peers(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in PEERS]
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown peer {', '.join(unknown)}; choose from {', '.join(PEERS)}"
-        )
-    return list(dict.fromkeys(names))
+def _comma_list(kind: str, choices: Sequence[str], empty_ok: bool = False):
+    """An argparse type: comma-separated names from ``choices``, in order, without repeats."""
+
+    def parse(text: str) -> list[str]:
+        names = [name.strip() for name in text.split(",") if name.strip()]
+        unknown = [name for name in names if name not in choices]
+        if unknown or not (names or empty_ok):
+            raise argparse.ArgumentTypeError(
+                f"unknown {kind} {', '.join(unknown) or repr(text)}; choose from "
+                f"{', '.join(choices)}"
+            )
+        return list(dict.fromkeys(names))
+
+    return parse
 
 
-def _algorithms(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in ALGORITHMS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown algorithm {', '.join(unknown) or repr(text)}; choose from "
-            f"{', '.join(ALGORITHMS)}"
-        )
-    return list(dict.fromkeys(names))
-
-
-def _compressions(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in COMPRESSIONS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown compression {', '.join(unknown) or repr(text)}; choose from "
-            f"{', '.join(COMPRESSIONS)}"
-        )
-    return list(dict.fromkeys(names))
+_peers = _comma_list("peer", PEERS, empty_ok=True)
+_algorithms = _comma_list("algorithm", ALGORITHMS)
+_compressions = _comma_list("compression", COMPRESSIONS)
 
 
 def at_least(kind, least):

@@ -95,13 +95,22 @@ def comparison_cells(
     return cells
 
 
+def _filled(columns: list[str], rows: Iterable[dict], cells) -> Table:
+    """A markdown table of ``columns`` with ``cells(row)`` for each row."""
+    table = markdown_table(columns)
+    for row in rows:
+        table.add_row(*cells(row))
+    return table
+
+
 def comparison_table(
     rows: Iterable[dict], implementations: Sequence[str], has_limit: bool
 ) -> Table:
-    table = markdown_table(comparison_columns(implementations, has_limit))
-    for row in rows:
-        table.add_row(*comparison_cells(row, implementations, has_limit))
-    return table
+    return _filled(
+        comparison_columns(implementations, has_limit),
+        rows,
+        lambda row: comparison_cells(row, implementations, has_limit),
+    )
 
 
 def algorithm_columns(algorithms: Sequence[str]) -> list[str]:
@@ -124,10 +133,7 @@ def algorithm_cells(row: dict, algorithms: Sequence[str]) -> list[str]:
 
 
 def algorithm_table(rows: Iterable[dict], algorithms: Sequence[str]) -> Table:
-    table = markdown_table(algorithm_columns(algorithms))
-    for row in rows:
-        table.add_row(*algorithm_cells(row, algorithms))
-    return table
+    return _filled(algorithm_columns(algorithms), rows, lambda r: algorithm_cells(r, algorithms))
 
 
 def codec_columns(codecs: Sequence[str]) -> list[str]:
@@ -147,7 +153,4 @@ def codec_cells(row: dict, codecs: Sequence[str]) -> list[str]:
 
 
 def codec_table(rows: Iterable[dict], codecs: Sequence[str]) -> Table:
-    table = markdown_table(codec_columns(codecs))
-    for row in rows:
-        table.add_row(*codec_cells(row, codecs))
-    return table
+    return _filled(codec_columns(codecs), rows, lambda row: codec_cells(row, codecs))
