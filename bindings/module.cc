@@ -185,7 +185,10 @@ PYBIND11_MODULE(_core, m) {
       .value("fp8", Compression::Float8);
   m.def("parse_compression", &parseCompression, py::arg("text"));
   py::enum_<TransportKind>(m, "TransportKind")
-      .value("auto", TransportKind::Auto).value("tcp", TransportKind::Tcp).value("shm", TransportKind::Shm);
+      .value("auto", TransportKind::Auto)
+      .value("tcp", TransportKind::Tcp)
+      .value("shm", TransportKind::Shm)
+      .value("ucx", TransportKind::Ucx);
   m.def("parse_algorithm", &parseAlgorithm, py::arg("text"));
   m.def("parse_transport", &parseTransportKind, py::arg("text"));
 
@@ -265,7 +268,8 @@ PYBIND11_MODULE(_core, m) {
                     py::arg("cuda_runtime_version") = b.cudaRuntimeVersion,
                     py::arg("cuda_driver_version") = b.cudaDriverVersion,
                     py::arg("reduce_kernels") = b.reduceKernels, py::arg("half_codec") = b.halfCodec,
-                    py::arg("wire_protection") = b.wireProtection);
+                    py::arg("wire_protection") = b.wireProtection, py::arg("ucx") = b.ucx,
+                    py::arg("ucx_lanes") = b.ucxLanes);
   });
   m.def("mps_running", &mpsRunning, py::arg("pipe_directory"));
 

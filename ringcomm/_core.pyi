@@ -330,11 +330,14 @@ class TransportKind:
       tcp
     
       shm
+    
+      ucx
     """
     __members__: typing.ClassVar[dict[str, TransportKind]]
     auto: typing.ClassVar[TransportKind]
     shm: typing.ClassVar[TransportKind]
     tcp: typing.ClassVar[TransportKind]
+    ucx: typing.ClassVar[TransportKind]
     @typing.overload
     def __eq__(self, other: TransportKind) -> builtins.bool:
         ...

@@ -174,8 +174,17 @@ def _transports() -> dict:
         "shm": shm,
         "cross_memory": _try(_cross_memory),
         "tcp": {"available": True},
+        "ucx": _try(_ucx),
         "interfaces": _try(_interfaces),
     }
+
+
+def _ucx() -> dict:
+    """The UCX this build links (RINGCOMM_TRANSPORT=ucx) and the lanes it offers here."""
+    from ringcomm import _core
+
+    build = _core.build_info()
+    return {"version": build["ucx"] or None, "lanes": build["ucx_lanes"] or None}
 
 
 def _cross_memory() -> dict:
@@ -385,6 +394,7 @@ def _sections(report: dict) -> list:
     build = report["build"]
     if "error" not in build:
         build = dict(build)
+        build.pop("ucx_lanes", None)  # under transports
         if not build.get("cuda"):
             for key in ("cuda_architectures", "cuda_runtime_version", "cuda_driver_version"):
                 build.pop(key, None)
@@ -408,8 +418,23 @@ def _sections(report: dict) -> list:
             else f"no ({cross.get('error')}; Yama ptrace_scope {cross.get('yama_ptrace_scope')}):"
             " direct all-reduces stage every size"
         )
+        ucx = transports.get("ucx", {})
+        ucx_text = (
+            f"UCX {ucx['version']}; {ucx['lanes']}"
+            if ucx.get("version")
+            else ucx.get("error")
+            or "not in this build (install libucx-dev, or a cluster's UCX, and reinstall)"
+        )
         sections.append(
-            ("transports", [("shm", shm_text), ("cross-memory attach", cross_text), ("tcp", "yes")])
+            (
+                "transports",
+                [
+                    ("shm", shm_text),
+                    ("cross-memory attach", cross_text),
+                    ("tcp", "yes"),
+                    ("ucx", ucx_text),
+                ],
+            )
         )
         interfaces = transports["interfaces"]
         if isinstance(interfaces, list):

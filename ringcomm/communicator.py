@@ -22,7 +22,7 @@ _COMPRESSIONS = {
     "fp8": "fp8",
     "mxfp8": "fp8",
 }
-_TRANSPORTS = {"auto", "tcp", "shm"}
+_TRANSPORTS = {"auto", "tcp", "shm", "ucx"}
 
 
 class Work:
@@ -130,8 +130,8 @@ class Communicator:
         return self._core.host_count
 
     def transport_to(self, peer: int) -> str:
-        """How this rank reaches ``peer``: ``"shm"`` (shared memory, same host) or ``"tcp"``;
-        for diagnostics and tests."""
+        """How this rank reaches ``peer``: ``"shm"`` (shared memory, same host), ``"tcp"`` or
+        ``"ucx"``; for diagnostics and tests."""
         return self._core.transport_to(peer)
 
     def choose_algorithm(self, nbytes: int) -> str:
@@ -435,7 +435,7 @@ def init(
     """Joins the job this process was launched into (ringcomm-run, torchrun, mpirun, or none).
 
     ``timeout`` (seconds) bounds rendezvous and, by default, every collective; ``transport``
-    ("auto", "tcp", "shm") and ``algorithm`` ("auto", "ring", "tree", "direct",
+    ("auto", "tcp", "shm", "ucx") and ``algorithm`` ("auto", "ring", "tree", "direct",
     "hierarchical") override the RINGCOMM_TRANSPORT / RINGCOMM_ALGORITHM environment variables.
     """
     config = _core.Config.from_environment()

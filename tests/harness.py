@@ -47,6 +47,17 @@ def mpirun() -> str:
     return str(beside) if beside.exists() else (shutil.which("mpirun") or "")
 
 
+def ucx_built() -> bool:
+    """Whether this build of ringcomm has UCX (RINGCOMM_TRANSPORT=ucx)."""
+    from ringcomm import _core
+
+    return bool(_core.build_info()["ucx"])
+
+
+# What failure tests run over besides shared memory: TCP, and UCX where this build has it.
+NETWORK_TRANSPORTS = ["tcp", *(["ucx"] if ucx_built() else [])]
+
+
 def worker_env(extra: Optional[dict] = None) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))

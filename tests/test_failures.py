@@ -1,7 +1,7 @@
 """A dead, late, stalled or mismatched rank makes every other rank raise, naming it, in time."""
 
 import pytest
-from harness import assert_all_succeeded, run_job
+from harness import NETWORK_TRANSPORTS, assert_all_succeeded, run_job
 
 TIMEOUT = 5.0  # RINGCOMM_TIMEOUT for these jobs
 # Time allowed beyond the timeout: detection runs every 100 ms, plus process start-up on 2 cores.
@@ -25,7 +25,7 @@ def survivors(outcomes, victim):
     return [o.result for o in reports]
 
 
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("transport", ["shm", *NETWORK_TRANSPORTS])
 @pytest.mark.parametrize("size", [2, 4])
 def test_killed_rank_is_named_by_every_survivor(size, transport):
     victim = size - 1
@@ -63,7 +63,7 @@ def test_a_rank_killed_between_collectives_is_named_while_still_a_zombie():
         assert result["waited"] < 3, result  # 20 s before
 
 
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("transport", ["shm", *NETWORK_TRANSPORTS])
 def test_stalled_rank_is_named_within_the_timeout(transport):
     victim = 1
     outcomes = run_job(
@@ -95,7 +95,7 @@ def test_rank_that_never_arrives_fails_rendezvous():
         assert result["since_start"] < TIMEOUT + SLACK, result
 
 
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("transport", ["shm", *NETWORK_TRANSPORTS])
 def test_mismatched_sizes_raise_instead_of_hanging(transport):
     outcomes = run_job(
         3,
@@ -112,7 +112,7 @@ def test_mismatched_sizes_raise_instead_of_hanging(transport):
     assert all("'weights'" in r["message"] for r in results if r["error"] == "MismatchError")
 
 
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("transport", ["shm", *NETWORK_TRANSPORTS])
 @pytest.mark.parametrize("mode,words", [("root", "root 1"), ("dtype", "int32")])
 def test_disagreeing_root_or_type_is_named(transport, mode, words):
     outcomes = run_job(
@@ -181,7 +181,7 @@ def test_ranks_in_different_collectives_are_named_at_once(mode, transport, size,
     assert all(r["error"] in ("MismatchError", "TransportError") for r in results), results
 
 
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("transport", ["shm", *NETWORK_TRANSPORTS])
 def test_receive_of_another_element_type_is_named(transport):
     outcomes = run_job(
         2,
@@ -204,7 +204,7 @@ def test_receive_of_another_element_type_is_named(transport):
 # so each sender meets the other's data where it waits for the acknowledgement, and raises at
 # once (the tree up to 256 KiB, the chain above). Over shared memory a broadcast goes through the
 # direct schedule's slots, where every rank compares every rank's descriptor, root included.
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("transport", ["shm", *NETWORK_TRANSPORTS])
 @pytest.mark.parametrize(
     "mode,size",
     [
@@ -235,7 +235,7 @@ def test_sender_only_disagreement_is_named_at_once(mode, size, transport):
 
 # A message nobody receives (a send without its recv, as the last call) can only be found at
 # shutdown(), which warns about it.
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("transport", ["shm", *NETWORK_TRANSPORTS])
 def test_unreceived_message_is_reported_at_shutdown(transport):
     outcomes = run_job(
         2,
@@ -251,7 +251,7 @@ def test_unreceived_message_is_reported_at_shutdown(transport):
 # A rank that gives no elements where the others give some is in the same collective as they:
 # every rank raises a MismatchError naming both calls, at once, whatever the collective and
 # transport; no elements on every rank stays a no-op (issue 28).
-@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("transport", ["shm", *NETWORK_TRANSPORTS])
 def test_zero_elements_on_one_rank_are_named_by_every_rank(transport):
     timeout = 20.0
     env = {"RINGCOMM_TRANSPORT": transport, "RINGCOMM_TIMEOUT": str(timeout)}

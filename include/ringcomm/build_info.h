@@ -26,6 +26,10 @@ struct RINGCOMM_API BuildInfo {
   // What seals TCP links' records (RINGCOMM_WIRE_PROTECTION): "AES-256-GCM, OpenSSL 3.0.19 ...",
   // or "" in a build without OpenSSL.
   std::string wireProtection;
+  // The UCX this build links (RINGCOMM_TRANSPORT=ucx), "" without; and the lanes it offers here
+  // by kind of peer ("same host: posix, sysv; other hosts: tcp (eth0); device memory: none").
+  std::string ucx;
+  std::string ucxLanes;
 };
 
 RINGCOMM_API BuildInfo buildInfo();

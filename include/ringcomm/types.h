@@ -62,7 +62,7 @@ enum class Algorithm : uint8_t {
 enum class Compression : uint8_t { None, Float16, BFloat16, Int8, Float8 };
 
 // Which transport carries point-to-point traffic. Auto: shared memory within a host, TCP between.
-enum class TransportKind : uint8_t { Auto, Tcp, Shm };
+enum class TransportKind : uint8_t { Auto, Tcp, Shm, Ucx };
 
 // How an all-reduce of device buffers travels (the other collectives always stage).
 //   Staged: chunks copied to pinned host memory, the host schedule, copied back, pipelined.

@@ -38,6 +38,10 @@ MPI_NOTE = (
     "takes namespaces on one kernel for one host and reaches them through shared memory, past the "
     "links"
 )
+# ringcomm's UCX transport (--transport ucx) likewise: between hosts TCP over the hosts' links
+# (UCX's shared-memory lanes cannot report a lost peer, so ringcomm takes them for peers on the
+# same host only), no cross-memory attach, which would reach past the links.
+RINGCOMM_UCX_ACROSS_HOSTS = {"UCX_TLS": "tcp,sysv,posix,self", "UCX_NET_DEVICES": netns.LINK_NAME}
 _UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
 
 
@@ -142,6 +146,7 @@ class Cluster:
                 MASTER_PORT=port,
                 RINGCOMM_SECRET=self.secret,
                 GLOO_SOCKET_IFNAME=netns.LINK_NAME,
+                **{k: v for k, v in RINGCOMM_UCX_ACROSS_HOSTS.items() if k not in env},
                 **(extra or {}),
             )
             procs.append(start_rank(self.hosts.command(host, [sys.executable, *argv]), rank_env))

@@ -32,20 +32,39 @@ enum class ScratchBuffer : int {
 };
 
 // Reusable, 64-byte aligned temporary buffers, one per ScratchBuffer; grown on demand, kept
-// between collectives so that steady-state collectives allocate nothing.
+// between collectives so that steady-state collectives allocate nothing. Each is registered with
+// the transport while it lives (a network that moves memory by RDMA registers it once).
 class Scratch {
  public:
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { release(); }
+
+  // The transport whose network the buffers are registered with, from now on (it outlives them).
+  void registerWith(transport::Transport* transport) { transport_ = transport; }
+
   uint8_t* get(ScratchBuffer which, size_t bytes) {
     const auto index = static_cast<size_t>(which);
     if (buffers_.size() <= index) buffers_.resize(static_cast<size_t>(ScratchBuffer::Count));
     Buffer& buffer = buffers_[index];
     if (buffer.bytes < bytes) {
       const size_t rounded = (bytes + 63) / 64 * 64;
+      if (buffer.data && transport_ != nullptr) transport_->forgetLongLived(buffer.data.get());
       buffer.data.reset(static_cast<uint8_t*>(std::aligned_alloc(64, rounded)));
       if (!buffer.data) throw std::bad_alloc();
       buffer.bytes = rounded;
+      if (transport_ != nullptr) transport_->registerLongLived(buffer.data.get(), rounded);
     }
     return buffer.data.get();
+  }
+
+  // Frees every buffer (unregistered first).
+  void release() {
+    for (Buffer& buffer : buffers_) {
+      if (buffer.data && transport_ != nullptr) transport_->forgetLongLived(buffer.data.get());
+    }
+    buffers_.clear();
   }
 
  private:
@@ -57,6 +76,7 @@ class Scratch {
     size_t bytes = 0;
   };
   std::vector<Buffer> buffers_;
+  transport::Transport* transport_ = nullptr;
 };
 
 // A schedule runs among `size` ranks numbered 0..size-1, this one being `rank`: the whole

@@ -75,7 +75,7 @@ Rendezvous rendezvous(Store& store, int rank, int size, const RankRecord& self,
   result.jobKey = toText(store.get("job", timeout));
   std::ostringstream mine;
   mine << self.hostId << "\n" << self.address << "\n" << self.port << "\n" << self.pid << "\n"
-       << self.mailboxPort;
+       << self.mailboxPort << "\n" << (self.rdma ? 1 : 0);
   store.set("rank/" + std::to_string(rank), toBytes(mine.str()));
 
   result.ranks.resize(size);
@@ -93,7 +93,9 @@ Rendezvous rendezvous(Store& store, int rank, int size, const RankRecord& self,
     RankRecord& r = result.ranks[peer];
     std::getline(record, r.hostId);
     std::getline(record, r.address);
-    record >> r.port >> r.pid >> r.mailboxPort;
+    int rdma = 0;
+    record >> r.port >> r.pid >> r.mailboxPort >> rdma;
+    r.rdma = rdma != 0;
   }
   return result;
 }

@@ -19,6 +19,9 @@ struct RankRecord {
   int port = 0;
   int pid = 0;
   int mailboxPort = 0;  // its membership mailbox (core/membership.h), on `address`; 0: none
+  // Whether UCX reaches other hosts by RDMA from this rank (RINGCOMM_TRANSPORT=auto asks): two
+  // such ranks on different hosts talk UCX.
+  bool rdma = false;
 };
 
 struct Rendezvous {

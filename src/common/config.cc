@@ -280,7 +280,9 @@ const std::vector<Described>& describedVariables() {
        "seconds after which a waiting collective warns, once, which rank it waits for; 0: never",
        nullptr},
       {"RINGCOMM_TRANSPORT", nullptr, [](const Config& c) { return toString(c.transport); },
-       "auto (shared memory within a host, TCP between), tcp, or shm", nullptr},
+       "auto (shared memory within a host; between hosts UCX where both ends have RDMA, else "
+       "TCP), tcp, shm, or ucx (every peer through UCX; UCX_TLS picks its lanes)",
+       nullptr},
       {"RINGCOMM_ALGORITHM", nullptr, [](const Config& c) { return toString(c.algorithm); },
        "forces the all-reduce schedule: ring, tree, direct or hierarchical (auto: the tuning "
        "file's, else the cost model's)",
@@ -389,7 +391,8 @@ const std::vector<Described>& describedVariables() {
        "other hosts that run at up to 2.5 Gbit/s, none on faster ones or within a host), "
        "integrity (authenticated on every TCP link), encrypt (encrypted and authenticated), off "
        "(the handshake only). AES-256-GCM under per-link keys, with a sequence number against "
-       "replay; needs a build with OpenSSL",
+       "replay; needs a build with OpenSSL. UCX links are never sealed: integrity and encrypt "
+       "keep auto's links between hosts on TCP and refuse RINGCOMM_TRANSPORT=ucx",
        nullptr},
       {"RINGCOMM_LINK_TIMEOUT", nullptr, [](const Config& c) { return seconds(c.linkTimeout); },
        "seconds a TCP peer's host may stay silent (keepalive, unacknowledged data) before its link "

@@ -68,6 +68,7 @@ const char* toString(TransportKind kind) {
     case TransportKind::Auto: return "auto";
     case TransportKind::Tcp: return "tcp";
     case TransportKind::Shm: return "shm";
+    case TransportKind::Ucx: return "ucx";
   }
   return "unknown";
 }
@@ -118,10 +119,11 @@ Algorithm parseAlgorithm(const std::string& name) {
 }
 
 TransportKind parseTransportKind(const std::string& name) {
-  for (TransportKind k : {TransportKind::Auto, TransportKind::Tcp, TransportKind::Shm}) {
+  for (TransportKind k :
+       {TransportKind::Auto, TransportKind::Tcp, TransportKind::Shm, TransportKind::Ucx}) {
     if (name == toString(k)) return k;
   }
-  throw InvalidArgument("transport must be one of auto, tcp, shm; got '" + name + "'");
+  throw InvalidArgument("transport must be one of auto, tcp, shm, ucx; got '" + name + "'");
 }
 
 }  // namespace ringcomm

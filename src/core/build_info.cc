@@ -13,6 +13,7 @@
 #include "reduce/dispatch.h"
 #include "transport/cuda/device_path.h"
 #include "transport/tcp/sealed_stream.h"
+#include "transport/ucx/ucx_network.h"
 
 namespace ringcomm {
 
@@ -28,6 +29,8 @@ BuildInfo buildInfo() {
   if (transport::wireProtectionBuilt()) {
     info.wireProtection = "AES-256-GCM, " + transport::wireProtectionLibrary();
   }
+  info.ucx = transport::ucxVersion();
+  info.ucxLanes = transport::ucxLanes();
   device::describeBuild(info);  // the CUDA half: cuda_path.cc, or no_cuda.cc
   return info;
 }

@@ -38,6 +38,7 @@
 #include "transport/connect.h"
 #include "transport/tcp/sealed_stream.h"
 #include "transport/transport.h"
+#include "transport/ucx/ucx_network.h"
 #include "tuning/link_probe.h"
 
 namespace ringcomm {
@@ -87,8 +88,10 @@ class CommunicatorImpl : public Communicator {
         rank_, store_, membership_.get(), [this](int peer) { return diedWithoutAborting(peer); });
     waitPolicy_ = std::make_unique<WaitPolicy>(config_.spinCount, config_.yieldCount,
                                                static_cast<int>(links_.localRanks.size()));
-    transport_ = std::make_unique<transport::Transport>(rank_, std::move(links_.streams),
-                                                        links_.segments.get(), *waitPolicy_);
+    transport_ = std::make_unique<transport::Transport>(
+        rank_, std::move(links_.streams), std::move(links_.network), links_.segments.get(),
+        *waitPolicy_);
+    scratch_.registerWith(transport_.get());
     settleLink();
     const algorithms::HostLayout layout{links_.hostRanks, links_.hostIndex, localRank()};
     schedules_ = std::make_unique<algorithms::Schedules>(rank_, size_, config_, layout,
@@ -828,6 +831,7 @@ std::shared_ptr<Communicator> createCommunicator(std::shared_ptr<Store> store,
   self.address = address;
   self.port = net::localAddress(listener.get()).port();
   self.pid = static_cast<int>(getpid());
+  self.rdma = config.transport == TransportKind::Auto && size > 1 && transport::ucxOffersRdma();
   // Served from now until the communicator is shut down: the survivors of a failure agree
   // through it (core/membership.h).
   std::shared_ptr<TcpStoreServer> mailbox;

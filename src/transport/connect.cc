@@ -26,6 +26,7 @@
 #include "transport/shm/shm_stream.h"
 #include "transport/tcp/sealed_stream.h"
 #include "transport/tcp/tcp_stream.h"
+#include "transport/ucx/ucx_network.h"
 
 namespace ringcomm::transport {
 namespace {
@@ -427,29 +428,53 @@ Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvo
   }
   links.localRanks = links.hostRanks[links.hostIndex];
 
+  const bool sealingAsked = config.wireProtection == WireProtection::Integrity ||
+                            config.wireProtection == WireProtection::Encrypt;
+  if (config.transport == TransportKind::Ucx && sealingAsked && size > 1) {
+    throw InvalidArgument(std::string("RINGCOMM_WIRE_PROTECTION=") +
+                          (config.wireProtection == WireProtection::Encrypt ? "encrypt"
+                                                                            : "integrity") +
+                          ", but RINGCOMM_TRANSPORT=ucx cannot seal what it sends (UCX moves "
+                          "frames, and RDMA reads memory, as they are); use RINGCOMM_TRANSPORT="
+                          "auto or tcp for sealed links, or RINGCOMM_WIRE_PROTECTION=off");
+  }
   std::vector<int> shmPeers;
   std::vector<int> tcpPeers;
+  std::vector<int> ucxPeers;
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     const bool sameHost = rendezvous.ranks[peer].hostId == myHost;
     if (config.transport == TransportKind::Shm && !sameHost) {
       throw InvalidArgument("RINGCOMM_TRANSPORT=shm, but rank " + std::to_string(peer) +
                             " is on another host (" + rendezvous.ranks[peer].address +
-                            "); use auto or tcp");
+                            "); use auto, tcp or ucx");
     }
-    (sameHost && config.transport != TransportKind::Tcp ? shmPeers : tcpPeers).push_back(peer);
+    // Both ends decide alike from the same records: a link is UCX on both, or on neither. UCX
+    // cannot seal frames: a configuration that asks for sealing keeps auto's links on TCP.
+    const bool bothRdma = rendezvous.ranks[rank].rdma && rendezvous.ranks[peer].rdma;
+    if (config.transport == TransportKind::Ucx ||
+        (config.transport == TransportKind::Auto && !sameHost && bothRdma && !sealingAsked)) {
+      ucxPeers.push_back(peer);
+    } else {
+      (sameHost && config.transport != TransportKind::Tcp ? shmPeers : tcpPeers).push_back(peer);
+    }
   }
   if (log::enabled(LogLevel::Info, kLogTransport)) {
     for (int peer = 0; peer < size; ++peer) {
       if (peer == rank) continue;
       const bool sameHost = rendezvous.ranks[peer].hostId == myHost;
-      const char* why = !sameHost ? "another host"
+      const bool ucx = std::find(ucxPeers.begin(), ucxPeers.end(), peer) != ucxPeers.end();
+      const char* why = config.transport == TransportKind::Ucx ? "RINGCOMM_TRANSPORT=ucx"
+                        : ucx                                  ? "another host, RDMA both ends"
+                        : !sameHost                            ? "another host"
                         : config.transport == TransportKind::Tcp
                             ? "same host, but RINGCOMM_TRANSPORT=tcp"
                             : "same host";
+      const char* kind = ucx ? "UCX"
+                         : sameHost && config.transport != TransportKind::Tcp ? "shared memory"
+                                                                              : "TCP";
       RINGCOMM_LOG(LogLevel::Info, kLogTransport, "rank %d (%s:%d): %s (%s)", peer,
-                   rendezvous.ranks[peer].address.c_str(), rendezvous.ranks[peer].port,
-                   sameHost && config.transport != TransportKind::Tcp ? "shared memory" : "TCP",
+                   rendezvous.ranks[peer].address.c_str(), rendezvous.ranks[peer].port, kind,
                    why);
     }
   }
@@ -475,6 +500,12 @@ Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvo
     }
   }
   setUpTcp(rank, tcpPeers, links, rendezvous, std::move(listener), config, config.timeout, watch);
+  if (!ucxPeers.empty()) {
+    OperationLabel label;
+    label.collective = "connecting to peers over UCX";
+    const Operation op(label, rank, config.timeout);
+    links.network = connectUcx(store, rank, rendezvous, ucxPeers, config, op, watch);
+  }
   return links;
 }
 

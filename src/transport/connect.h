@@ -1,5 +1,6 @@
-// Builds the byte streams of a communicator: shared-memory rings to ranks on this host, TCP
-// connections to the others (or to everyone, when RINGCOMM_TRANSPORT forces one).
+// Builds the links of a communicator: shared-memory rings to ranks on this host, TCP connections
+// to the others, UCX to other hosts where both ends have RDMA (or one of them to everyone, when
+// RINGCOMM_TRANSPORT forces it).
 #pragma once
 
 #include <functional>
@@ -11,12 +12,14 @@
 #include "ringcomm/config.h"
 #include "ringcomm/store.h"
 #include "transport/byte_stream.h"
+#include "transport/message_network.h"
 #include "transport/shm/segment.h"
 
 namespace ringcomm::transport {
 
 struct Links {
   std::vector<std::unique_ptr<ByteStream>> streams;  // by peer; null for this rank
+  std::unique_ptr<MessageNetwork> network;           // reaches peers without a stream, or null
   std::unique_ptr<shm::Segments> segments;           // null when no peer shares memory
   std::vector<int> localRanks;                       // ranks on this host, ascending
   int hostIndex = 0;

@@ -21,7 +21,6 @@
 namespace ringcomm::transport {
 namespace {
 
-constexpr uint32_t kFrameMagic = 0x52434d31;  // "RCM1"
 // Sends up to this size are copied with their header into one buffer: one write, one wake-up.
 constexpr size_t kSmallFrameBytes = 8192;
 // How long one blocking wait lasts before the loop re-checks peers' health and the deadline.
@@ -34,13 +33,38 @@ constexpr std::chrono::milliseconds kMixedPollSlice{1};
 }  // namespace
 
 Transport::Transport(int rank, std::vector<std::unique_ptr<ByteStream>> streams,
-                     const shm::Segments* segments, WaitPolicy& waitPolicy)
-    : rank_(rank), peers_(streams.size()), segments_(segments), waitPolicy_(waitPolicy) {
-  for (size_t peer = 0; peer < streams.size(); ++peer) peers_[peer].stream = std::move(streams[peer]);
+                     std::unique_ptr<MessageNetwork> network, const shm::Segments* segments,
+                     WaitPolicy& waitPolicy)
+    : rank_(rank),
+      peers_(streams.size()),
+      network_(std::move(network)),
+      segments_(segments),
+      waitPolicy_(waitPolicy) {
+  for (size_t peer = 0; peer < streams.size(); ++peer) {
+    peers_[peer].stream = std::move(streams[peer]);
+    peers_[peer].onNetwork =
+        !peers_[peer].stream && network_ != nullptr && static_cast<int>(peer) != rank_;
+  }
 }
 
 const char* Transport::kindOf(int peer) const {
-  return peers_[peer].stream ? peers_[peer].stream->kind() : "self";
+  const Peer& state = peers_[peer];
+  if (state.onNetwork) return network_->kind();
+  return state.stream ? state.stream->kind() : "self";
+}
+
+void Transport::registerLongLived(void* data, size_t bytes) {
+  if (network_ != nullptr) network_->registerMemory(data, bytes);
+}
+
+void Transport::forgetLongLived(void* data) {
+  if (network_ != nullptr) network_->forgetMemory(data);
+}
+
+std::string Transport::failureOf(int peer) const {
+  const Peer& state = peers_[peer];
+  if (state.onNetwork) return network_->failure(peer);
+  return state.stream ? state.stream->failure() : std::string();
 }
 
 Transport::Request Transport::postSend(int peer, const void* data, size_t bytes,
@@ -50,7 +74,11 @@ Transport::Request Transport::postSend(int peer, const void* data, size_t bytes,
   pending.data = const_cast<uint8_t*>(static_cast<const uint8_t*>(data));
   pending.bytes = bytes;
   pending.header = FrameHeader{kFrameMagic, tag.id, tag.signature, tag.variant, bytes};
-  if (bytes <= kSmallFrameBytes) {
+  if (state.onNetwork) {
+    // The network queues it at once (its header travels as the message's header).
+    pending.completion = std::make_shared<MessageNetwork::Completion>();
+    network_->send(peer, state.sendsPosted + 1, pending.header, data, pending.completion);
+  } else if (bytes <= kSmallFrameBytes) {
     pending.smallFrame.resize(sizeof(FrameHeader) + bytes);
     std::memcpy(pending.smallFrame.data(), &pending.header, sizeof(FrameHeader));
     copyBytes(pending.smallFrame.data() + sizeof(FrameHeader), data, bytes);
@@ -58,7 +86,8 @@ Transport::Request Transport::postSend(int peer, const void* data, size_t bytes,
   if (state.sends.empty() && state.recvs.empty()) active_.push_back(peer);
   state.sends.push_back(std::move(pending));
   Request request{peer, true, ++state.sendsPosted};
-  progressSends(peer, state);  // start moving bytes now: the peer may already be waiting
+  // Start moving bytes now: the peer may already be waiting.
+  if (!state.onNetwork) progressSends(peer, state);
   return request;
 }
 
@@ -147,6 +176,18 @@ std::string describeMismatch(int peer, const FrameHeader& incoming, const FrameH
 
 }  // namespace
 
+void Transport::checkHeader(int peer, const FrameHeader& incoming, const FrameHeader& expected,
+                            const Operation& op) const {
+  if (incoming.magic != kFrameMagic) {
+    raisePeerFailure<TransportError>(op, peer, "corrupt frame from rank " + std::to_string(peer));
+  }
+  const bool sameCall = incoming.tag == expected.tag && incoming.signature == expected.signature &&
+                        incoming.variant == expected.variant;
+  if (!sameCall || incoming.bytes != expected.bytes) {
+    raisePeerFailure<MismatchError>(op, peer, describeMismatch(peer, incoming, expected));
+  }
+}
+
 bool Transport::progressRecvs(int peer, Peer& state, const Operation& op) {
   bool moved = false;
   while (!state.recvs.empty()) {
@@ -162,17 +203,7 @@ bool Transport::progressRecvs(int peer, Peer& state, const Operation& op) {
       head.headerMoved += n;
       moved |= n > 0;
       if (head.headerMoved < sizeof(FrameHeader)) return moved;
-      const FrameHeader& incoming = head.received;
-      if (incoming.magic != kFrameMagic) {
-        raisePeerFailure<TransportError>(op, peer,
-                                         "corrupt frame from rank " + std::to_string(peer));
-      }
-      const bool sameCall = incoming.tag == head.header.tag &&
-                            incoming.signature == head.header.signature &&
-                            incoming.variant == head.header.variant;
-      if (!sameCall || incoming.bytes != head.header.bytes) {
-        raisePeerFailure<MismatchError>(op, peer, describeMismatch(peer, incoming, head.header));
-      }
+      checkHeader(peer, head.received, head.header, op);
     }
     while (head.moved < head.bytes) {
       size_t n = state.stream->readSome(head.data + head.moved, head.bytes - head.moved);
@@ -186,13 +217,55 @@ bool Transport::progressRecvs(int peer, Peer& state, const Operation& op) {
   return moved;
 }
 
-bool Transport::progressAll(const Operation& op) {
+bool Transport::progressNetworkSends(int peer, Peer& state, const Operation& op) {
   bool moved = false;
+  while (!state.sends.empty() && state.sends.front().completion->done) {
+    const std::string& failure = state.sends.front().completion->failure;
+    if (!failure.empty()) raisePeerFailure<TransportError>(op, peer, failure);
+    state.sends.pop_front();
+    ++state.sendsDone;
+    moved = true;
+  }
+  return moved;
+}
+
+bool Transport::progressNetworkRecvs(int peer, Peer& state, const Operation& op) {
+  bool moved = false;
+  while (!state.recvs.empty()) {
+    Pending& head = state.recvs.front();
+    const uint64_t sequence = state.recvsDone + 1;
+    if (!head.completion) {
+      const FrameHeader* incoming = network_->arrived(peer, sequence);
+      if (incoming == nullptr) return moved;
+      checkHeader(peer, *incoming, head.header, op);
+      head.completion = std::make_shared<MessageNetwork::Completion>();
+      network_->receive(peer, sequence, head.data, head.completion);
+      moved = true;
+    }
+    if (!head.completion->done) return moved;
+    if (!head.completion->failure.empty()) {
+      raisePeerFailure<TransportError>(op, peer, head.completion->failure);
+    }
+    head.moved = head.bytes;
+    state.recvs.pop_front();
+    ++state.recvsDone;
+    moved = true;
+  }
+  return moved;
+}
+
+bool Transport::progressAll(const Operation& op) {
+  bool moved = network_ != nullptr && network_->progress();
   for (size_t i = 0; i < active_.size();) {
     int peer = active_[i];
     Peer& state = peers_[peer];
-    moved |= progressSends(peer, state);
-    moved |= progressRecvs(peer, state, op);
+    if (state.onNetwork) {
+      moved |= progressNetworkSends(peer, state, op);
+      moved |= progressNetworkRecvs(peer, state, op);
+    } else {
+      moved |= progressSends(peer, state);
+      moved |= progressRecvs(peer, state, op);
+    }
     if (state.sends.empty() && state.recvs.empty()) {
       active_[i] = active_.back();
       active_.pop_back();
@@ -200,9 +273,8 @@ bool Transport::progressAll(const Operation& op) {
     }
     // Only a peer this rank still waits for fails the operation: one that delivered everything
     // and then exited did its part (the others complete this collective too).
-    if (!state.stream->failure().empty()) {
-      raisePeerFailure<TransportError>(op, peer, state.stream->failure());
-    }
+    const std::string failure = failureOf(peer);
+    if (!failure.empty()) raisePeerFailure<TransportError>(op, peer, failure);
     ++i;
   }
   return moved;
@@ -210,7 +282,7 @@ bool Transport::progressAll(const Operation& op) {
 
 void Transport::checkPeers(const Operation& op) {
   for (int peer : active_) {
-    std::string failure = peers_[peer].stream->failure();
+    const std::string failure = failureOf(peer);
     if (!failure.empty()) raisePeerFailure<TransportError>(op, peer, failure);
   }
 }
@@ -237,8 +309,13 @@ void Transport::block(uint32_t doorbellSeen, const Operation& op,
   auto slice = std::min({op.remaining(), kHealthCheckInterval, longest});
   std::vector<pollfd> fds;
   bool sharedMemoryPending = false;
+  bool networkPending = false;
   for (int peer : active_) {
     const Peer& state = peers_[peer];
+    if (state.onNetwork) {
+      networkPending = true;
+      continue;
+    }
     int fd = state.stream->pollFd();
     if (fd < 0) {
       sharedMemoryPending = true;
@@ -249,6 +326,7 @@ void Transport::block(uint32_t doorbellSeen, const Operation& op,
     if (!state.sends.empty()) events |= POLLOUT;
     fds.push_back(pollfd{fd, events, 0});
   }
+  if (networkPending && !pollNetwork(fds)) return;  // events are waiting: no sleep
   if (!fds.empty()) {
     if (sharedMemoryPending) slice = std::min(slice, kMixedPollSlice);
     ::poll(fds.data(), fds.size(), static_cast<int>(slice.count()));
@@ -257,6 +335,13 @@ void Transport::block(uint32_t doorbellSeen, const Operation& op,
   } else {
     sched_yield();
   }
+}
+
+bool Transport::pollNetwork(std::vector<pollfd>& fds) {
+  if (!network_->readyToSleep()) return false;
+  const int fd = network_->eventFd();
+  if (fd >= 0) fds.push_back(pollfd{fd, POLLIN, 0});
+  return true;
 }
 
 template <typename Predicate>
@@ -309,6 +394,19 @@ void Transport::waitAll(const Operation& op) {
   waitUntil([&] { return active_.empty(); }, op);
 }
 
+const FrameHeader* Transport::nextIncoming(int peer, Peer& state, const Operation& op,
+                                           bool* moved) {
+  if (state.onNetwork) {
+    const FrameHeader* next = network_->arrived(peer, state.recvsPosted + 1);
+    if (next != nullptr && next->magic != kFrameMagic) {
+      raisePeerFailure<TransportError>(op, peer, "corrupt frame from rank " + std::to_string(peer));
+    }
+    return next;
+  }
+  *moved |= peekHeader(peer, state, op);
+  return state.peekedBytes == sizeof(FrameHeader) ? &state.peeked : nullptr;
+}
+
 // Reads ahead the header of the peer's next frame, if any bytes of it have arrived.
 bool Transport::peekHeader(int peer, Peer& state, const Operation& op) {
   bool moved = false;
@@ -331,14 +429,11 @@ int Transport::waitForAnySender(const MessageTag& tag, const Operation& op) {
     bool moved = progressAll(op);  // sends this rank posted earlier may be what the sender awaits
     for (size_t peer = 0; peer < peers_.size(); ++peer) {
       Peer& state = peers_[peer];
-      if (!state.stream || !state.recvs.empty()) continue;
-      moved |= peekHeader(static_cast<int>(peer), state, op);
-      if (state.peekedBytes == sizeof(FrameHeader) && state.peeked.tag == tag.id) {
-        return static_cast<int>(peer);
-      }
-      if (!state.stream->failure().empty()) {
-        raisePeerFailure<TransportError>(op, static_cast<int>(peer), state.stream->failure());
-      }
+      if ((!state.stream && !state.onNetwork) || !state.recvs.empty()) continue;
+      const FrameHeader* next = nextIncoming(static_cast<int>(peer), state, op, &moved);
+      if (next != nullptr && next->tag == tag.id) return static_cast<int>(peer);
+      const std::string failure = failureOf(static_cast<int>(peer));
+      if (!failure.empty()) raisePeerFailure<TransportError>(op, static_cast<int>(peer), failure);
     }
     if (moved) {
       spin.reset();
@@ -356,6 +451,7 @@ void Transport::blockForAnyIncoming(uint32_t doorbellSeen, const Operation& op) 
   auto slice = std::min(op.remaining(), kHealthCheckInterval);
   std::vector<pollfd> fds;
   bool sharedMemoryPeers = false;
+  if (network_ != nullptr && !pollNetwork(fds)) return;  // events are waiting: no sleep
   for (const Peer& state : peers_) {
     if (!state.stream) continue;
     int fd = state.stream->pollFd();
@@ -378,7 +474,19 @@ void Transport::blockForAnyIncoming(uint32_t doorbellSeen, const Operation& op) 
 
 std::string Transport::unreadMessageFrom(int peer) {
   Peer& state = peers_[peer];
-  if (!state.stream || !state.recvs.empty()) return {};
+  if (!state.recvs.empty()) return {};
+  if (state.onNetwork) {
+    try {
+      network_->progress();
+      const FrameHeader* next = network_->arrived(peer, state.recvsPosted + 1);
+      if (next == nullptr || next->magic != kFrameMagic) return {};
+      return describeTag(next->tag) + " (" + describeSignature(next->signature, next->variant) +
+             ", " + std::to_string(next->bytes) + " bytes)";
+    } catch (const std::exception&) {
+      return {};
+    }
+  }
+  if (!state.stream) return {};
   try {
     if (state.peekedBytes < sizeof(FrameHeader)) {
       uint8_t* at = reinterpret_cast<uint8_t*>(&state.peeked);
@@ -398,6 +506,7 @@ void Transport::closeStreams() {
   for (Peer& state : peers_) {
     if (state.stream) state.stream->close();
   }
+  if (network_ != nullptr) network_->close();
 }
 
 void Transport::stopSealing() {
@@ -412,6 +521,7 @@ void Transport::abort() {
     state.sends.clear();
     state.recvs.clear();
   }
+  if (network_ != nullptr) network_->closeNow();
   active_.clear();
 }
 

@@ -1,11 +1,15 @@
-// Point-to-point messaging between the ranks of a communicator, over whatever byte stream reaches
-// each peer (TCP socket, shared-memory ring). Algorithms see only this.
+// Point-to-point messaging between the ranks of a communicator, over whatever reaches each peer: a
+// byte stream (TCP socket, shared-memory ring) or a message network (UCX). Algorithms see only
+// this.
 //
 // Messages to one peer complete in the order they were posted, in each direction; each carries a
 // 24-byte frame header (magic, tag, signature, length) that the receiver checks. Requests complete while the
 // caller waits: wait() progresses every pending request, spinning briefly and then blocking
-// (poll() on sockets, a futex on the shared-memory doorbell), so oversubscribed ranks yield the CPU.
+// (poll() on sockets and the network's event descriptor, a futex on the shared-memory doorbell),
+// so oversubscribed ranks yield the CPU.
 #pragma once
+
+#include <poll.h>
 
 #include <chrono>
 #include <cstddef>
@@ -19,20 +23,14 @@
 #include "common/tags.h"
 #include "common/wait_policy.h"
 #include "transport/byte_stream.h"
+#include "transport/frame.h"
+#include "transport/message_network.h"
 
 namespace ringcomm::shm {
 class Segments;
 }
 
 namespace ringcomm::transport {
-
-struct FrameHeader {
-  uint32_t magic;
-  uint32_t tag;
-  uint32_t signature;  // see MessageTag
-  uint32_t variant;
-  uint64_t bytes;
-};
 
 class Transport {
  public:
@@ -42,9 +40,11 @@ class Transport {
     uint64_t sequence = 0;  // per peer and direction
   };
 
-  // streams[peer] reaches peer (null for this rank). segments: this host's shared memory, or null.
+  // streams[peer] reaches peer; where it is null, `network` does (null for this rank, and for
+  // every peer without a network). segments: this host's shared memory, or null.
   Transport(int rank, std::vector<std::unique_ptr<ByteStream>> streams,
-            const shm::Segments* segments, WaitPolicy& waitPolicy);
+            std::unique_ptr<MessageNetwork> network, const shm::Segments* segments,
+            WaitPolicy& waitPolicy);
 
   Request postSend(int peer, const void* data, size_t bytes, const MessageTag& tag);
   Request postRecv(int peer, void* data, size_t bytes, const MessageTag& tag);
@@ -66,6 +66,10 @@ class Transport {
   std::string unreadMessageFrom(int peer);
 
   const char* kindOf(int peer) const;
+  // Buffers that live long (scratch): registered once with a network that wants it (UCX over
+  // RDMA), until forgotten. Nothing for byte streams.
+  void registerLongLived(void* data, size_t bytes);
+  void forgetLongLived(void* data);
   // Marks every stream closed so peers fail fast; pending requests are dropped. Engine thread only.
   void abort();
   // Shuts the streams down without touching request queues: safe from any thread.
@@ -82,9 +86,12 @@ class Transport {
     FrameHeader received{};  // receives: the header as it arrives
     size_t headerMoved = 0;
     std::vector<uint8_t> smallFrame;  // header + payload of a small send, written in one go
+    // Peers on the network: the network's progress on this message (receives: once started).
+    std::shared_ptr<MessageNetwork::Completion> completion;
   };
   struct Peer {
     std::unique_ptr<ByteStream> stream;
+    bool onNetwork = false;  // reached through network_, not a stream
     std::deque<Pending> sends;
     std::deque<Pending> recvs;
     uint64_t sendsPosted = 0;
@@ -99,6 +106,17 @@ class Transport {
 
   bool progressSends(int peer, Peer& state);
   bool progressRecvs(int peer, Peer& state, const Operation& op);
+  bool progressNetworkSends(int peer, Peer& state, const Operation& op);
+  bool progressNetworkRecvs(int peer, Peer& state, const Operation& op);
+  void checkHeader(int peer, const FrameHeader& incoming, const FrameHeader& expected,
+                   const Operation& op) const;
+  // Empty while the peer's stream or network link is healthy; else why it is not.
+  std::string failureOf(int peer) const;
+  // The header of the peer's next frame that no receive has taken, if it has arrived (read
+  // ahead from a stream; null while incomplete).
+  const FrameHeader* nextIncoming(int peer, Peer& state, const Operation& op, bool* moved);
+  // Adds what block() polls for the network, or returns false when it has events waiting.
+  bool pollNetwork(std::vector<pollfd>& fds);
   bool progressAll(const Operation& op);
   template <typename Predicate>
   void waitUntil(Predicate done, const Operation& op);
@@ -111,6 +129,7 @@ class Transport {
 
   int rank_;
   std::vector<Peer> peers_;
+  std::unique_ptr<MessageNetwork> network_;
   const shm::Segments* segments_;
   WaitPolicy& waitPolicy_;
   std::vector<int> active_;  // peers with pending requests

@@ -1,0 +1,58 @@
+// A network that moves whole messages (UCX), beside the byte streams (TCP, shared-memory rings)
+// that Transport frames itself. Transport keeps the order, the checks and the waiting; a network
+// only starts sends, hands over what arrived, and says when it needs progress or has failed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "transport/frame.h"
+
+namespace ringcomm::transport {
+
+class MessageNetwork {
+ public:
+  // Where one send or receive stands; the network sets it, from its progress.
+  struct Completion {
+    bool done = false;
+    std::string failure;  // set with done when the operation failed
+  };
+
+  virtual ~MessageNetwork() = default;
+  virtual const char* kind() const = 0;  // "ucx"
+
+  // Starts sending the peer's frame number `sequence` (from 1, per peer): `data` stays valid
+  // until `completion` is done.
+  virtual void send(int peer, uint64_t sequence, const FrameHeader& header, const void* data,
+                    std::shared_ptr<Completion> completion) = 0;
+  // The header of the peer's frame number `sequence`, once it has arrived (null before).
+  virtual const FrameHeader* arrived(int peer, uint64_t sequence) = 0;
+  // Takes that arrived frame's payload into `data` (header.bytes long): copied at once, or read
+  // from the sender's memory (rendezvous) by the time `completion` is done.
+  virtual void receive(int peer, uint64_t sequence, void* data,
+                       std::shared_ptr<Completion> completion) = 0;
+
+  // Memory that stays in use for long (scratch buffers): registered with the network once, so
+  // that messages from and into it skip the per-message registration (RDMA). Until forgotten.
+  virtual void registerMemory(void* data, size_t bytes) = 0;
+  virtual void forgetMemory(void* data) = 0;
+
+  // Moves what can move; true when anything happened (a message arrived, an operation ended).
+  virtual bool progress() = 0;
+  // A descriptor to poll() for input before sleeping, after readyToSleep() said yes; -1: none.
+  virtual int eventFd() const = 0;
+  // False when events are already waiting (progress again instead of sleeping).
+  virtual bool readyToSleep() = 0;
+  // Empty while the link to `peer` is healthy; else why it is not, naming the rank.
+  virtual std::string failure(int peer) const = 0;
+  // Every link fails from now on, for peers too: they are told at once. From the thread that
+  // drives the network only.
+  virtual void closeNow() = 0;
+  // The same, from any thread: the thread driving the network closes it at its next progress
+  // (woken where it sleeps).
+  virtual void close() = 0;
+};
+
+}  // namespace ringcomm::transport

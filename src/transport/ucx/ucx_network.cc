@@ -1,0 +1,714 @@
+#include "transport/ucx/ucx_network.h"
+
+#include <poll.h>
+#include <ucp/api/ucp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+#include <utility>
+
+#include "auth/handshake.h"
+#include "auth/sha256.h"
+#include "common/bytes.h"
+#include "common/failure.h"
+#include "common/log.h"
+#include "common/process.h"
+#include "ringcomm/errors.h"
+
+namespace ringcomm::transport {
+namespace {
+
+// Active-message ids: the proof of the job's secret (both ways), frames, and a rank's goodbye
+// when its communicator closes (lanes within a host report no failure of their own).
+constexpr unsigned kHelloMessage = 1;
+constexpr unsigned kFrameMessage = 2;
+constexpr unsigned kGoodbyeMessage = 3;
+constexpr uint32_t kHelloMagic = 0x52435548;  // "RCUH"
+constexpr size_t kUcxNonceBytes = 32;
+// How long setup waits for the store at once before it calls the watch again.
+constexpr std::chrono::milliseconds kWatchInterval{100};
+// How long closing the endpoints may take at teardown (a dead peer cannot answer).
+constexpr std::chrono::milliseconds kCloseWait{1000};
+// How often the processes of peers on this host are looked at (their lanes report no failure).
+constexpr std::chrono::milliseconds kLocalPeerCheck{100};
+
+// A peer's first message on its endpoint, and the answer to it: proof of the job's secret for the
+// receiver's nonce. `answer` 0: "I am rank from"; 1: "and I accepted your hello".
+struct Hello {
+  uint32_t magic;
+  uint32_t from;
+  uint32_t to;
+  uint32_t answer;
+  auth::Digest proof;
+};
+
+// The header of a frame's active message.
+struct WireFrame {
+  FrameHeader frame;
+  uint64_t sequence;  // per sender and receiver, from 1
+  uint32_t from;
+  uint32_t reserved;
+};
+
+auth::Digest proofOf(const std::string& secret, const Hello& hello, const uint8_t* nonce) {
+  return auth::hmacSha256(secret, {"ringcomm ucx link", std::to_string(hello.answer),
+                                   std::to_string(hello.from), std::to_string(hello.to),
+                                   std::string(reinterpret_cast<const char*>(nonce), kUcxNonceBytes)});
+}
+
+[[noreturn]] void raiseUcx(const std::string& what, ucs_status_t status) {
+  throw Error("ringcomm: UCX: " + what + " failed: " + ucs_status_string(status));
+}
+
+class UcxNetwork final : public MessageNetwork {
+ public:
+  UcxNetwork(int rank, int size, std::string secret) : rank_(rank), links_(size), secret_(std::move(secret)) {
+    ucp_config_t* config = nullptr;
+    ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
+    if (status != UCS_OK) raiseUcx("reading its configuration (UCX_* variables)", status);
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+    params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    params.name = "ringcomm";
+    status = ucp_init(&params, config, &context_);
+    ucp_config_release(config);
+    if (status != UCS_OK) raiseUcx("ucp_init", status);
+    ucp_worker_params_t workerParams{};
+    workerParams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    // One thread drives the worker (the engine's); close() from others only signals it.
+    workerParams.thread_mode = UCS_THREAD_MODE_SINGLE;
+    status = ucp_worker_create(context_, &workerParams, &worker_);
+    if (status != UCS_OK) {
+      ucp_cleanup(context_);
+      raiseUcx("ucp_worker_create", status);
+    }
+    status = ucp_worker_get_efd(worker_, &eventFd_);
+    if (status != UCS_OK) {
+      teardown();
+      raiseUcx("ucp_worker_get_efd", status);
+    }
+    setHandler(kHelloMessage, &dispatch<&UcxNetwork::onHello>);
+    setHandler(kFrameMessage, &dispatch<&UcxNetwork::onFrame>);
+    setHandler(kGoodbyeMessage, &dispatch<&UcxNetwork::onGoodbye>);
+    auth::randomBytes(nonce_, kUcxNonceBytes);
+    for (size_t peer = 0; peer < links_.size(); ++peer) {
+      links_[peer].network = this;
+      links_[peer].rank = static_cast<int>(peer);
+    }
+  }
+
+  ~UcxNetwork() override { teardown(); }
+
+  const char* kind() const override { return "ucx"; }
+
+  // This rank's nonce and worker address, for the store.
+  Bytes publication() const {
+    ucp_address_t* address = nullptr;
+    size_t length = 0;
+    const ucs_status_t status = ucp_worker_get_address(worker_, &address, &length);
+    if (status != UCS_OK) raiseUcx("ucp_worker_get_address", status);
+    Bytes bytes(nonce_, nonce_ + kUcxNonceBytes);
+    const uint8_t* at = reinterpret_cast<const uint8_t*>(address);
+    bytes.insert(bytes.end(), at, at + length);
+    ucp_worker_release_address(worker_, address);
+    return bytes;
+  }
+
+  // Opens the endpoint to `peer` from what it published, and sends it the proof. `localPid`: the
+  // peer's process where it shares this host (0 otherwise): UCX's shared-memory lanes cannot
+  // report a peer's failure, so this rank watches that process instead.
+  void open(int peer, const Bytes& published, int localPid) {
+    if (published.size() <= kUcxNonceBytes) {
+      throw Error("ringcomm: UCX: rank " + std::to_string(peer) + " published no worker address");
+    }
+    Link& link = links_[peer];
+    std::memcpy(link.nonce, published.data(), kUcxNonceBytes);
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.address = reinterpret_cast<const ucp_address_t*>(published.data() + kUcxNonceBytes);
+    link.localPid = localPid;
+    params.err_mode = localPid != 0 ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = &UcxNetwork::onEndpointError;
+    params.err_handler.arg = &link;
+    const ucs_status_t status = ucp_ep_create(worker_, &params, &link.endpoint);
+    if (status != UCS_OK) {
+      raiseUcx("connecting to rank " + std::to_string(peer), status);
+    }
+    expected_.insert(peer);
+    sendHello(peer, 0);
+  }
+
+  // Whether every peer opened has proved the secret here and accepted this rank's proof.
+  bool everyoneProven() const {
+    for (int peer : expected_) {
+      if (!links_[peer].proven || !links_[peer].accepted) return false;
+    }
+    return true;
+  }
+
+  std::string unproven() const {
+    std::ostringstream text;
+    for (int peer : expected_) {
+      if (links_[peer].proven && links_[peer].accepted) continue;
+      text << (text.tellp() > 0 ? ", " : "") << peer;
+    }
+    return text.str();
+  }
+
+  size_t refused() const { return refused_; }
+
+  // What UCX chose for the endpoint to `peer` (its lanes), as ucp_ep_print_info writes it.
+  std::string lanesTo(int peer) const {
+    char* text = nullptr;
+    size_t length = 0;
+    FILE* stream = open_memstream(&text, &length);
+    if (stream == nullptr) return {};
+    ucp_ep_print_info(links_[peer].endpoint, stream);
+    std::fclose(stream);
+    std::string lanes;
+    std::istringstream lines(std::string(text, length));
+    std::free(text);
+    for (std::string line; std::getline(lines, line);) {
+      // "#   lane[0]:  3:tcp/eth0.0 md[1]  ... am am_bw#0" : the lane lines say it all
+      const size_t at = line.find("lane[");
+      if (at == std::string::npos) continue;
+      std::string lane;
+      for (char c : line.substr(at)) {  // its columns' padding collapsed
+        if (c != ' ' || (!lane.empty() && lane.back() != ' ')) lane += c;
+      }
+      lanes += (lanes.empty() ? "" : "; ") + lane;
+    }
+    return lanes;
+  }
+
+  void send(int peer, uint64_t sequence, const FrameHeader& header, const void* data,
+            std::shared_ptr<Completion> completion) override {
+    Link& link = links_[peer];
+    if (!link.failure.empty() || closing_) {
+      finish(*completion, closing_ ? closedText(peer) : link.failure);
+      return;
+    }
+    auto* state = new Operation_{this, peer, std::move(completion), {}, {}};
+    state->header = WireFrame{header, sequence, static_cast<uint32_t>(rank_), 0};
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_REPLY;  // the receiver learns which endpoint sent it
+    param.cb.send = &UcxNetwork::onSent;
+    param.user_data = state;
+    useRegistration(param, data, header.bytes);
+    const ucs_status_ptr_t request =
+        ucp_am_send_nbx(link.endpoint, kFrameMessage, &state->header, sizeof(WireFrame), data,
+                        header.bytes, &param);
+    settle(request, state);
+  }
+
+  const FrameHeader* arrived(int peer, uint64_t sequence) override {
+    auto& arrivals = links_[peer].arrivals;
+    auto found = arrivals.find(sequence);
+    return found == arrivals.end() ? nullptr : &found->second.header.frame;
+  }
+
+  void receive(int peer, uint64_t sequence, void* data,
+               std::shared_ptr<Completion> completion) override {
+    auto& arrivals = links_[peer].arrivals;
+    auto found = arrivals.find(sequence);
+    Arrival arrival = std::move(found->second);
+    arrivals.erase(found);
+    if (arrival.rendezvous) {
+      auto* state = new Operation_{this, peer, std::move(completion), {}, {}};
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      param.cb.recv_am = &UcxNetwork::onReceived;
+      param.user_data = state;
+      useRegistration(param, data, arrival.length);
+      const ucs_status_ptr_t request =
+          ucp_am_recv_data_nbx(worker_, arrival.data, data, arrival.length, &param);
+      settle(request, state);
+      return;
+    }
+    if (arrival.length > 0) {
+      copyBytes(data, arrival.persistent ? arrival.data : arrival.copy.data(), arrival.length);
+    }
+    if (arrival.persistent) ucp_am_data_release(worker_, arrival.data);
+    finish(*completion, {});
+  }
+
+  void registerMemory(void* data, size_t bytes) override {
+    ucp_mem_map_params_t params{};
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    params.address = data;
+    params.length = bytes;
+    ucp_mem_h memory = nullptr;
+    // Where it fails (no room to pin), messages register on their own, as unregistered ones do.
+    if (ucp_mem_map(context_, &params, &memory) != UCS_OK) return;
+    registered_[reinterpret_cast<uintptr_t>(data)] = Region{bytes, memory};
+  }
+
+  void forgetMemory(void* data) override {
+    auto found = registered_.find(reinterpret_cast<uintptr_t>(data));
+    if (found == registered_.end()) return;
+    ucp_mem_unmap(context_, found->second.memory);
+    registered_.erase(found);
+  }
+
+  bool progress() override {
+    if (closing_.load(std::memory_order_relaxed) && !closed_) closeEndpoints();
+    watchLocalPeers();
+    const uint64_t before = activity_;
+    while (ucp_worker_progress(worker_) != 0) {
+    }
+    answerHellos();
+    return activity_ != before;
+  }
+
+  int eventFd() const override { return eventFd_; }
+
+  bool readyToSleep() override {
+    if (closing_.load(std::memory_order_relaxed) && !closed_) return false;
+    return ucp_worker_arm(worker_) == UCS_OK;
+  }
+
+  std::string failure(int peer) const override {
+    if (closing_.load(std::memory_order_relaxed)) return closedText(peer);
+    return links_[peer].failure;
+  }
+
+  void closeNow() override {
+    closing_.store(true, std::memory_order_relaxed);
+    if (!closed_) closeEndpoints();
+  }
+
+  void close() override {
+    closing_.store(true, std::memory_order_relaxed);
+    ucp_worker_signal(worker_);  // any thread; wakes the engine's poll() to close the endpoints
+  }
+
+ private:
+  struct Arrival {
+    WireFrame header{};
+    void* data = nullptr;  // UCX's: persistent data, or the rendezvous descriptor
+    size_t length = 0;
+    bool rendezvous = false;
+    bool persistent = false;
+    Bytes copy;  // data UCX does not keep past the callback
+  };
+  struct Link {
+    UcxNetwork* network = nullptr;
+    int rank = -1;
+    ucp_ep_h endpoint = nullptr;
+    uint8_t nonce[kUcxNonceBytes] = {};
+    int localPid = 0;  // watched for its exit (a peer on this host), or 0
+    bool proven = false;    // it proved the secret here
+    bool accepted = false;  // it accepted this rank's proof
+    std::string failure;
+    std::map<uint64_t, Arrival> arrivals;  // by sequence; UCX may deliver them out of order
+  };
+  // A send or rendezvous receive in flight: UCX's callback ends it.
+  struct Operation_ {
+    UcxNetwork* network;
+    int peer;
+    std::shared_ptr<Completion> completion;
+    WireFrame header;  // a frame's or a hello's: UCX reads it until the send completes
+    Hello hello;
+  };
+
+  struct Region {
+    size_t bytes;
+    ucp_mem_h memory;
+  };
+
+  // Names the registration that holds [data, data + bytes), where one does.
+  void useRegistration(ucp_request_param_t& param, const void* data, size_t bytes) const {
+    if (registered_.empty() || bytes == 0) return;
+    const auto at = reinterpret_cast<uintptr_t>(data);
+    auto found = registered_.upper_bound(at);
+    if (found == registered_.begin()) return;
+    --found;
+    if (at + bytes > found->first + found->second.bytes) return;
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    param.memh = found->second.memory;
+  }
+
+  static void finish(Completion& completion, const std::string& failure) {
+    completion.failure = failure;
+    completion.done = true;
+  }
+
+  std::string closedText(int peer) const {
+    return "the UCX link to rank " + std::to_string(peer) + " was closed on this rank";
+  }
+
+  void settle(ucs_status_ptr_t request, Operation_* state) {
+    if (request == nullptr) {
+      finish(*state->completion, {});
+      delete state;
+    } else if (UCS_PTR_IS_ERR(request)) {
+      finish(*state->completion, "UCX could not move a message to or from rank " +
+                                     std::to_string(state->peer) + ": " +
+                                     ucs_status_string(UCS_PTR_STATUS(request)));
+      delete state;
+    }
+    // Otherwise the callback finishes it.
+  }
+
+  void ended(void* request, ucs_status_t status, Operation_* state) {
+    std::string failure;
+    if (status != UCS_OK) {
+      const std::string& cause = links_[state->peer].failure;
+      failure = !cause.empty() ? cause
+                               : "UCX could not move a message to or from rank " +
+                                     std::to_string(state->peer) + ": " + ucs_status_string(status);
+    }
+    finish(*state->completion, failure);
+    delete state;
+    ucp_request_free(request);
+    ++activity_;
+  }
+
+  static void onSent(void* request, ucs_status_t status, void* user) {
+    auto* state = static_cast<Operation_*>(user);
+    state->network->ended(request, status, state);
+  }
+
+  static void onReceived(void* request, ucs_status_t status, size_t, void* user) {
+    auto* state = static_cast<Operation_*>(user);
+    state->network->ended(request, status, state);
+  }
+
+  static void onEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
+    auto* link = static_cast<Link*>(arg);
+    if (link->failure.empty()) {
+      link->failure = status == UCS_ERR_CONNECTION_RESET || status == UCS_ERR_ENDPOINT_TIMEOUT
+                          ? "rank " + std::to_string(link->rank) +
+                                " closed its UCX link (it died or aborted: " +
+                                ucs_status_string(status) + ")"
+                          : "the UCX link to rank " + std::to_string(link->rank) + " failed (" +
+                                ucs_status_string(status) + ")";
+    }
+    ++link->network->activity_;
+  }
+
+  using Handler = ucs_status_t (UcxNetwork::*)(const void*, size_t, void*, size_t,
+                                               const ucp_am_recv_param_t*);
+  template <Handler handler>
+  static ucs_status_t dispatch(void* arg, const void* header, size_t headerLength, void* data,
+                               size_t length, const ucp_am_recv_param_t* param) {
+    return (static_cast<UcxNetwork*>(arg)->*handler)(header, headerLength, data, length, param);
+  }
+
+  void setHandler(unsigned id, ucp_am_recv_callback_t callback) {
+    ucp_am_handler_param_t param{};
+    param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                       UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    param.id = id;
+    param.cb = callback;
+    param.arg = this;
+    const ucs_status_t status = ucp_worker_set_am_recv_handler(worker_, &param);
+    if (status != UCS_OK) {
+      teardown();
+      raiseUcx("ucp_worker_set_am_recv_handler", status);
+    }
+  }
+
+  // The endpoint a message came from, when its sender said (UCP_AM_SEND_FLAG_REPLY).
+  static ucp_ep_h senderOf(const ucp_am_recv_param_t* param) {
+    return (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 ? param->reply_ep : nullptr;
+  }
+
+  ucs_status_t onHello(const void* header, size_t headerLength, void*, size_t length,
+                       const ucp_am_recv_param_t* param) {
+    ++activity_;
+    Hello hello;
+    const ucp_ep_h sender = senderOf(param);
+    if (headerLength != sizeof(Hello) || length != 0 || sender == nullptr) return refuse();
+    std::memcpy(&hello, header, sizeof(Hello));
+    const int from = static_cast<int>(hello.from);
+    if (hello.magic != kHelloMagic || static_cast<int>(hello.to) != rank_ || from < 0 ||
+        from >= static_cast<int>(links_.size()) || from == rank_ || hello.answer > 1 ||
+        !auth::sameDigest(hello.proof, proofOf(secret_, hello, nonce_))) {
+      return refuse();
+    }
+    // A replay of an earlier message of this link cannot come from another endpoint: the nonce
+    // is this communicator's, and the first endpoint to prove a rank keeps it.
+    auto known = provenSenders_.find(sender);
+    if (known != provenSenders_.end() && known->second != from) return refuse();
+    provenSenders_[sender] = from;
+    Link& link = links_[from];
+    if (hello.answer == 0) {
+      link.proven = true;
+      helloesToAnswer_.push_back(from);  // not from inside UCX's callback
+    } else {
+      link.accepted = true;
+    }
+    return UCS_OK;
+  }
+
+  ucs_status_t onFrame(const void* header, size_t headerLength, void* data, size_t length,
+                       const ucp_am_recv_param_t* param) {
+    ++activity_;
+    auto known = provenSenders_.find(senderOf(param));
+    WireFrame frame;
+    if (headerLength != sizeof(WireFrame) || known == provenSenders_.end()) return refuse();
+    std::memcpy(&frame, header, sizeof(WireFrame));
+    const int from = known->second;
+    Link& link = links_[from];
+    if (static_cast<int>(frame.from) != from || !link.proven ||
+        link.arrivals.count(frame.sequence) != 0) {
+      return refuse();
+    }
+    Arrival arrival;
+    arrival.header = frame;
+    arrival.header.frame.bytes = length;  // what came, whatever the header claims
+    arrival.length = length;
+    ucs_status_t keep = UCS_OK;
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+      arrival.rendezvous = true;
+      arrival.data = data;
+      keep = UCS_INPROGRESS;
+    } else if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) != 0) {
+      arrival.persistent = true;
+      arrival.data = data;
+      keep = UCS_INPROGRESS;
+    } else if (length > 0) {
+      const uint8_t* at = static_cast<const uint8_t*>(data);
+      arrival.copy.assign(at, at + length);
+    }
+    link.arrivals.emplace(frame.sequence, std::move(arrival));
+    return keep;
+  }
+
+  ucs_status_t onGoodbye(const void*, size_t, void*, size_t, const ucp_am_recv_param_t* param) {
+    ++activity_;
+    auto known = provenSenders_.find(senderOf(param));
+    if (known == provenSenders_.end()) return refuse();
+    Link& link = links_[known->second];
+    if (link.failure.empty()) {
+      link.failure =
+          "rank " + std::to_string(link.rank) + " closed its connection (it died or aborted)";
+    }
+    return UCS_OK;
+  }
+
+  ucs_status_t refuse() {
+    ++refused_;
+    return UCS_OK;  // UCX drops it (a rendezvous's sender completes without its data read)
+  }
+
+  void sendHello(int peer, uint32_t answer) {
+    Link& link = links_[peer];
+    auto* state = new Operation_{this, peer, std::make_shared<Completion>(), {}, {}};
+    Hello& hello = state->hello;
+    hello = Hello{kHelloMagic, static_cast<uint32_t>(rank_), static_cast<uint32_t>(peer), answer, {}};
+    hello.proof = proofOf(secret_, hello, link.nonce);
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_REPLY;
+    param.cb.send = &UcxNetwork::onSent;
+    param.user_data = state;
+    settle(ucp_am_send_nbx(link.endpoint, kHelloMessage, &state->hello, sizeof(Hello), nullptr, 0,
+                           &param),
+           state);
+  }
+
+  void answerHellos() {
+    std::vector<int> answering;
+    answering.swap(helloesToAnswer_);
+    for (int peer : answering) {
+      if (links_[peer].endpoint != nullptr && links_[peer].failure.empty()) sendHello(peer, 1);
+    }
+  }
+
+  // Peers on this host: a process gone is a failed link (checked every kLocalPeerCheck).
+  void watchLocalPeers() {
+    const Clock::time_point now = Clock::now();
+    if (now - lastLocalCheck_ < kLocalPeerCheck) return;
+    lastLocalCheck_ = now;
+    for (Link& link : links_) {
+      if (link.localPid == 0 || !link.failure.empty() || !processGone(link.localPid)) continue;
+      link.failure = "rank " + std::to_string(link.rank) + " (pid " +
+                     std::to_string(link.localPid) + ") exited";
+      ++activity_;
+    }
+  }
+
+  void closeEndpoints() {
+    closed_ = true;
+    // The goodbyes first: once sent they are on the wire (or in the peer's shared-memory queue),
+    // which a forced close does not take back. A peer that cannot take them is cut off when the
+    // wait runs out.
+    std::vector<void*> sending;
+    for (Link& link : links_) {
+      if (link.endpoint == nullptr || !link.failure.empty()) continue;
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = UCP_AM_SEND_FLAG_REPLY;
+      const ucs_status_ptr_t request =
+          ucp_am_send_nbx(link.endpoint, kGoodbyeMessage, nullptr, 0, nullptr, 0, &param);
+      if (request != nullptr && !UCS_PTR_IS_ERR(request)) sending.push_back(request);
+    }
+    awaitRequests(sending);
+    // Forced: a flushing close waits for peers that may never answer (the dead, the busy).
+    std::vector<void*> closing;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    for (Link& link : links_) {
+      if (link.endpoint == nullptr) continue;
+      const ucs_status_ptr_t request = ucp_ep_close_nbx(link.endpoint, &param);
+      link.endpoint = nullptr;
+      if (request != nullptr && !UCS_PTR_IS_ERR(request)) closing.push_back(request);
+    }
+    awaitRequests(closing);
+  }
+
+  // Progresses until `requests` complete, for kCloseWait at most, and frees them.
+  void awaitRequests(std::vector<void*>& requests) {
+    const Clock::time_point deadline = Clock::now() + kCloseWait;
+    while (!requests.empty() && Clock::now() < deadline) {
+      ucp_worker_progress(worker_);
+      for (auto it = requests.begin(); it != requests.end();) {
+        if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
+          ucp_request_free(*it);
+          it = requests.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (void* request : requests) ucp_request_free(request);
+    requests.clear();
+  }
+
+  void teardown() {
+    if (worker_ != nullptr) {
+      if (!closed_) closeEndpoints();
+      for (Link& link : links_) {
+        for (auto& [sequence, arrival] : link.arrivals) {
+          if (arrival.rendezvous || arrival.persistent) ucp_am_data_release(worker_, arrival.data);
+        }
+        link.arrivals.clear();
+      }
+      for (auto& [start, region] : registered_) ucp_mem_unmap(context_, region.memory);
+      registered_.clear();
+      ucp_worker_destroy(worker_);
+      worker_ = nullptr;
+    }
+    if (context_ != nullptr) {
+      ucp_cleanup(context_);
+      context_ = nullptr;
+    }
+  }
+
+  int rank_;
+  std::vector<Link> links_;
+  std::string secret_;
+  uint8_t nonce_[kUcxNonceBytes] = {};
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int eventFd_ = -1;
+  std::set<int> expected_;
+  std::map<uintptr_t, Region> registered_;  // by start address
+  std::unordered_map<ucp_ep_h, int> provenSenders_;  // endpoints that proved a rank's secret
+  std::vector<int> helloesToAnswer_;
+  uint64_t activity_ = 0;  // callbacks so far: progress() reports whether any ran
+  size_t refused_ = 0;
+  Clock::time_point lastLocalCheck_{};
+  std::atomic<bool> closing_{false};
+  bool closed_ = false;
+};
+
+}  // namespace
+
+bool ucxBuilt() { return true; }
+
+std::string ucxVersion() {
+  unsigned major = 0;
+  unsigned minor = 0;
+  unsigned release = 0;
+  ucp_get_version(&major, &minor, &release);
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+}
+
+std::unique_ptr<MessageNetwork> connectUcx(Store& store, int rank,
+                                           const bootstrap::Rendezvous& rendezvous,
+                                           const std::vector<int>& peers, const Config& config,
+                                           const Operation& op,
+                                           const std::function<void()>& watch) {
+  const int size = static_cast<int>(rendezvous.ranks.size());
+  auto network = std::make_unique<UcxNetwork>(rank, size, config.secret);
+  store.set("ucx/" + std::to_string(rank), network->publication());
+  std::vector<std::string> keys;
+  for (int peer : peers) keys.push_back("ucx/" + std::to_string(peer));
+  for (;;) {
+    try {
+      store.wait(keys, std::max(std::chrono::milliseconds(1),
+                                std::min(kWatchInterval, op.remaining())));
+      break;
+    } catch (const TimeoutError&) {
+      if (watch) watch();
+      if (op.expired()) {
+        raisePeerFailure<TimeoutError>(op, -1, "timed out waiting for peers' UCX addresses");
+      }
+    }
+  }
+  for (int peer : peers) {
+    try {
+      const bootstrap::RankRecord& record = rendezvous.ranks[peer];
+      const bool sameHost = record.hostId == rendezvous.ranks[rank].hostId;
+      network->open(peer, store.get("ucx/" + std::to_string(peer), op.remaining()),
+                    sameHost ? record.pid : 0);
+    } catch (const PeerError&) {
+      throw;
+    } catch (const Error& error) {
+      raisePeerFailure<TransportError>(op, peer, error.what());
+    }
+  }
+  auto lastWatch = Clock::now();
+  while (!network->everyoneProven()) {
+    if (!network->progress() && network->readyToSleep()) {
+      pollfd fd{network->eventFd(), POLLIN, 0};
+      ::poll(&fd, 1, static_cast<int>(std::min(kWatchInterval, op.remaining()).count()));
+    }
+    for (int peer : peers) {
+      const std::string failure = network->failure(peer);
+      if (!failure.empty()) raisePeerFailure<TransportError>(op, peer, failure);
+    }
+    if (watch && Clock::now() - lastWatch >= kWatchInterval) {
+      watch();
+      lastWatch = Clock::now();
+    }
+    if (op.expired()) {
+      raisePeerFailure<TimeoutError>(op, -1,
+                                     "timed out waiting for ranks " + network->unproven() +
+                                         " to prove the job's secret over UCX");
+    }
+  }
+  if (network->refused() > 0) {
+    RINGCOMM_LOG(LogLevel::Warn, kLogAuth,
+                 "rank %d dropped %zu UCX message(s) from endpoints that had not proved the "
+                 "job's secret (strangers, or ranks of another job)",
+                 rank, network->refused());
+  }
+  RINGCOMM_LOG(LogLevel::Info, kLogAuth,
+               "%zu UCX link(s) proved the job's secret both ways (HMAC-SHA256 over a fresh "
+               "nonce) before any frame; their payloads travel unsealed",
+               peers.size());
+  if (log::enabled(LogLevel::Info, kLogTransport)) {
+    for (int peer : peers) {
+      RINGCOMM_LOG(LogLevel::Info, kLogTransport, "rank %d over UCX %s: %s", peer,
+                   ucxVersion().c_str(), network->lanesTo(peer).c_str());
+    }
+  }
+  return network;
+}
+
+}  // namespace ringcomm::transport
