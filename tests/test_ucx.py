@@ -31,10 +31,11 @@ def assert_collectives_agree(results):
                 assert value == reference[name], f"rank {rank} differs on {name}"
 
 
-def test_every_collective_over_ucx_shared_memory_within_a_host():
+@pytest.mark.parametrize("size", [2, 3, 8])
+def test_every_collective_over_ucx_shared_memory_within_a_host(size):
     env = {"RINGCOMM_TRANSPORT": "ucx", "UCX_TLS": "sm,self", "RINGCOMM_DEBUG": "INFO",
            "RINGCOMM_DEBUG_SUBSYS": "TRANSPORT,AUTH"}  # fmt: skip
-    outcomes = run_job(3, "collectives.py", ["65537"], env=env, deadline=240)
+    outcomes = run_job(size, "collectives.py", ["65537"], env=env, deadline=240)
     assert_all_succeeded(outcomes)
     assert_collectives_agree([o.result for o in outcomes])
     # Which lane each peer got, and that it proved the secret first.

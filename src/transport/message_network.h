@@ -3,6 +3,7 @@
 // only starts sends, hands over what arrived, and says when it needs progress or has failed.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -14,10 +15,13 @@ namespace ringcomm::transport {
 
 class MessageNetwork {
  public:
-  // Where one send or receive stands; the network sets it, from its progress.
+  // Where one send or receive stands; the network sets it, from its progress (or from the
+  // thread that closes it): `failure` first, then `done` (release), read after `done` (acquire).
   struct Completion {
-    bool done = false;
-    std::string failure;  // set with done when the operation failed
+    std::atomic<bool> done{false};
+    std::string failure;  // set before done when the operation failed
+
+    bool isDone() const { return done.load(std::memory_order_acquire); }
   };
 
   virtual ~MessageNetwork() = default;
@@ -47,11 +51,8 @@ class MessageNetwork {
   virtual bool readyToSleep() = 0;
   // Empty while the link to `peer` is healthy; else why it is not, naming the rank.
   virtual std::string failure(int peer) const = 0;
-  // Every link fails from now on, for peers too: they are told at once. From the thread that
-  // drives the network only.
-  virtual void closeNow() = 0;
-  // The same, from any thread: the thread driving the network closes it at its next progress
-  // (woken where it sleeps).
+  // Every link fails from now on, for peers too: they are told at once. From any thread (the
+  // engine's may be using the network meanwhile).
   virtual void close() = 0;
 };
 

@@ -219,7 +219,7 @@ bool Transport::progressRecvs(int peer, Peer& state, const Operation& op) {
 
 bool Transport::progressNetworkSends(int peer, Peer& state, const Operation& op) {
   bool moved = false;
-  while (!state.sends.empty() && state.sends.front().completion->done) {
+  while (!state.sends.empty() && state.sends.front().completion->isDone()) {
     const std::string& failure = state.sends.front().completion->failure;
     if (!failure.empty()) raisePeerFailure<TransportError>(op, peer, failure);
     state.sends.pop_front();
@@ -242,7 +242,7 @@ bool Transport::progressNetworkRecvs(int peer, Peer& state, const Operation& op)
       network_->receive(peer, sequence, head.data, head.completion);
       moved = true;
     }
-    if (!head.completion->done) return moved;
+    if (!head.completion->isDone()) return moved;
     if (!head.completion->failure.empty()) {
       raisePeerFailure<TransportError>(op, peer, head.completion->failure);
     }
@@ -521,7 +521,7 @@ void Transport::abort() {
     state.sends.clear();
     state.recvs.clear();
   }
-  if (network_ != nullptr) network_->closeNow();
+  if (network_ != nullptr) network_->close();
   active_.clear();
 }
 

@@ -167,7 +167,9 @@ TEST(ucx_frames_arrive_in_order_small_and_rendezvous) {
   networks[0]->receive(1, 1, smallIn.data(), took);
   auto tookBig = std::make_shared<MessageNetwork::Completion>();
   networks[0]->receive(1, 2, bigIn.data(), tookBig);
-  progressUntil(networks, [&] { return took->done && tookBig->done && first->done && second->done; });
+  progressUntil(networks, [&] {
+    return took->isDone() && tookBig->isDone() && first->isDone() && second->isDone();
+  });
   CHECK(took->failure.empty() && tookBig->failure.empty());
   CHECK(smallIn == small);
   CHECK(bigIn == big);
@@ -219,7 +221,13 @@ TEST(ucx_ranks_with_different_secrets_do_not_connect) {
     });
   }
   for (std::thread& thread : threads) thread.join();
+  // The first to give up names the peers that never proved the secret; the other may instead
+  // see that rank's links close as it goes.
+  int unproven = 0;
   for (const std::string& error : errors) {
-    CHECK(error.find("to prove the job's secret over UCX") != std::string::npos);
+    const bool named = error.find("to prove the job's secret over UCX") != std::string::npos;
+    unproven += named ? 1 : 0;
+    CHECK(named || error.find("closed its UCX link") != std::string::npos);
   }
+  CHECK(unproven >= 1);
 }

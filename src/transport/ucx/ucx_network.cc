@@ -8,8 +8,10 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 
@@ -81,13 +83,18 @@ class UcxNetwork final : public MessageNetwork {
     if (status != UCS_OK) raiseUcx("ucp_init", status);
     ucp_worker_params_t workerParams{};
     workerParams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    // One thread drives the worker (the engine's); close() from others only signals it.
-    workerParams.thread_mode = UCS_THREAD_MODE_SINGLE;
+    // The engine's thread drives the worker; close() may come from any (an abort). A UCX built
+    // without threads (--enable-mt) gives a single-threaded worker: close() then signals.
+    workerParams.thread_mode = UCS_THREAD_MODE_MULTI;
     status = ucp_worker_create(context_, &workerParams, &worker_);
     if (status != UCS_OK) {
       ucp_cleanup(context_);
       raiseUcx("ucp_worker_create", status);
     }
+    ucp_worker_attr_t attributes{};
+    attributes.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE;
+    multiThreaded_ = ucp_worker_query(worker_, &attributes) == UCS_OK &&
+                     attributes.thread_mode == UCS_THREAD_MODE_MULTI;
     status = ucp_worker_get_efd(worker_, &eventFd_);
     if (status != UCS_OK) {
       teardown();
@@ -190,6 +197,7 @@ class UcxNetwork final : public MessageNetwork {
 
   void send(int peer, uint64_t sequence, const FrameHeader& header, const void* data,
             std::shared_ptr<Completion> completion) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     Link& link = links_[peer];
     if (!link.failure.empty() || closing_) {
       finish(*completion, closing_ ? closedText(peer) : link.failure);
@@ -211,6 +219,8 @@ class UcxNetwork final : public MessageNetwork {
   }
 
   const FrameHeader* arrived(int peer, uint64_t sequence) override {
+    // The arrival stays where it is until receive() takes it, on this same thread.
+    std::lock_guard<std::mutex> lock(mutex_);
     auto& arrivals = links_[peer].arrivals;
     auto found = arrivals.find(sequence);
     return found == arrivals.end() ? nullptr : &found->second.header.frame;
@@ -218,6 +228,7 @@ class UcxNetwork final : public MessageNetwork {
 
   void receive(int peer, uint64_t sequence, void* data,
                std::shared_ptr<Completion> completion) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     auto& arrivals = links_[peer].arrivals;
     auto found = arrivals.find(sequence);
     Arrival arrival = std::move(found->second);
@@ -242,6 +253,7 @@ class UcxNetwork final : public MessageNetwork {
   }
 
   void registerMemory(void* data, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     ucp_mem_map_params_t params{};
     params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
     params.address = data;
@@ -253,6 +265,7 @@ class UcxNetwork final : public MessageNetwork {
   }
 
   void forgetMemory(void* data) override {
+    std::lock_guard<std::mutex> lock(mutex_);
     auto found = registered_.find(reinterpret_cast<uintptr_t>(data));
     if (found == registered_.end()) return;
     ucp_mem_unmap(context_, found->second.memory);
@@ -260,6 +273,8 @@ class UcxNetwork final : public MessageNetwork {
   }
 
   bool progress() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    driver_ = std::this_thread::get_id();
     if (closing_.load(std::memory_order_relaxed) && !closed_) closeEndpoints();
     watchLocalPeers();
     const uint64_t before = activity_;
@@ -272,23 +287,29 @@ class UcxNetwork final : public MessageNetwork {
   int eventFd() const override { return eventFd_; }
 
   bool readyToSleep() override {
+    std::lock_guard<std::mutex> lock(mutex_);
     if (closing_.load(std::memory_order_relaxed) && !closed_) return false;
     return ucp_worker_arm(worker_) == UCS_OK;
   }
 
   std::string failure(int peer) const override {
     if (closing_.load(std::memory_order_relaxed)) return closedText(peer);
+    std::lock_guard<std::mutex> lock(mutex_);
     return links_[peer].failure;
   }
 
-  void closeNow() override {
-    closing_.store(true, std::memory_order_relaxed);
-    if (!closed_) closeEndpoints();
-  }
-
   void close() override {
+    std::lock_guard<std::mutex> lock(mutex_);
     closing_.store(true, std::memory_order_relaxed);
-    ucp_worker_signal(worker_);  // any thread; wakes the engine's poll() to close the endpoints
+    if (closed_) return;
+    // A worker that takes calls from any thread closes now, so that peers waiting on this rank
+    // fail at once even while the thread driving it is idle; otherwise that thread does it at
+    // its next progress (woken, where it sleeps; ucp_worker_signal is for any thread).
+    if (multiThreaded_ || driver_ == std::this_thread::get_id()) {
+      closeEndpoints();
+    } else {
+      ucp_worker_signal(worker_);
+    }
   }
 
  private:
@@ -339,7 +360,7 @@ class UcxNetwork final : public MessageNetwork {
 
   static void finish(Completion& completion, const std::string& failure) {
     completion.failure = failure;
-    completion.done = true;
+    completion.done.store(true, std::memory_order_release);
   }
 
   std::string closedText(int peer) const {
@@ -623,6 +644,10 @@ class UcxNetwork final : public MessageNetwork {
   size_t refused_ = 0;
   Clock::time_point lastLocalCheck_{};
   std::atomic<bool> closing_{false};
+  // Guards what follows and every call into UCX: the engine's thread, and one that closes.
+  mutable std::mutex mutex_;
+  bool multiThreaded_ = false;
+  std::thread::id driver_;  // the thread that progresses the worker
   bool closed_ = false;
 };
 
