@@ -25,8 +25,8 @@ from ringcomm.bench.collectives import (
     element_counts,
     limit_busbw,
 )
-from ringcomm.bench.compare import algorithm_rows, comparison_rows
-from ringcomm.bench.launchers import find_mpirun
+from ringcomm.bench.compare import algorithm_rows, comparison_rows, ringcomm_columns, turn_rows
+from ringcomm.bench.launchers import Outcome, find_mpirun
 from ringcomm.bench.plan import Plan
 from ringcomm.bench.sizes import parse_size, sweep
 from ringcomm.bench.timing import (
@@ -47,6 +47,9 @@ HAVE_PEERS = (
     and find_mpirun() is not None
 )
 needs_peers = pytest.mark.skipif(not HAVE_PEERS, reason="needs torch, mpi4py and mpirun")
+needs_ucx = pytest.mark.skipif(
+    not _core.build_info()["ucx"], reason="this ringcomm was built without UCX"
+)
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
 
@@ -179,9 +182,12 @@ def test_comparison_rows_and_cells():
     busbw = {"ringcomm": {8: 0.002, 1024: 2.0}, "gloo": {8: 0.001, 1024: 1.0}, "mpi": {1024: 4.0}}
     rows = comparison_rows(busbw, limit=8.0)
     assert [r["size"] for r in rows] == [8, 1024]
-    assert rows[1]["vs"] == {"gloo": pytest.approx(2.0), "mpi": pytest.approx(0.5)}
+    assert rows[1]["vs"] == {
+        "ringcomm/gloo": pytest.approx(2.0),
+        "ringcomm/mpi": pytest.approx(0.5),
+    }
     assert rows[1]["of_limit"]["ringcomm"] == pytest.approx(0.25)
-    assert rows[0]["vs"]["mpi"] is None  # mpi did not measure that size
+    assert rows[0]["vs"]["ringcomm/mpi"] is None  # mpi did not measure that size
     impls = ["ringcomm", "gloo", "mpi"]
     columns = table.comparison_columns(impls, has_limit=True)
     assert columns == [
@@ -199,6 +205,82 @@ def test_comparison_rows_and_cells():
     assert cells == ["1024", "2.00", "1.00", "4.00", "2.00", "0.50", "0.25", "0.12", "0.50"]
     assert len(table.comparison_cells(rows[0], impls, has_limit=False)) == 6
     assert comparison_rows(busbw, limit=None)[0]["of_limit"]["gloo"] is None
+
+
+def test_comparison_holds_every_transport_against_every_peer():
+    """--transport tcp,ucx --compare gloo,mpi: ringcomm through each transport is a column of
+    its own ("ringcomm" the first listed), and each is held against each peer."""
+    references = ringcomm_columns(["tcp", "ucx"])
+    assert references == ["ringcomm", "ringcomm[ucx]"]
+    busbw = {
+        "ringcomm": {8: 0.002, 1024: 2.0},
+        "ringcomm[ucx]": {8: 0.004, 1024: 3.0},
+        "gloo": {8: 0.001, 1024: 1.0},
+        "mpi": {1024: 4.0},
+    }
+    rows = comparison_rows(busbw, limit=8.0, references=references)
+    assert [r["size"] for r in rows] == [8, 1024]
+    assert rows[1]["vs"] == {
+        "ringcomm/gloo": pytest.approx(2.0),
+        "ringcomm/mpi": pytest.approx(0.5),
+        "ringcomm[ucx]/gloo": pytest.approx(3.0),
+        "ringcomm[ucx]/mpi": pytest.approx(0.75),
+    }
+    assert rows[0]["vs"]["ringcomm[ucx]/gloo"] == pytest.approx(4.0)
+    assert rows[0]["vs"]["ringcomm[ucx]/mpi"] is None  # mpi did not measure that size
+    assert rows[1]["of_limit"]["ringcomm[ucx]"] == pytest.approx(0.375)
+    impls = list(busbw)
+    columns = table.comparison_columns(impls, has_limit=True, references=references)
+    assert columns[1:9] == [
+        "ringcomm busbw",
+        "ringcomm[ucx] busbw",
+        "gloo busbw",
+        "mpi busbw",
+        "ringcomm/gloo",
+        "ringcomm/mpi",
+        "ringcomm[ucx]/gloo",
+        "ringcomm[ucx]/mpi",
+    ]
+    cells = table.comparison_cells(rows[1], impls, has_limit=True, references=references)
+    assert len(cells) == len(columns) == 13
+    assert cells[5:9] == ["2.00", "0.50", "3.00", "0.75"]
+
+
+def _transports_outcome(transports) -> Outcome:
+    """ringcomm's Outcome of a run with ``transports`` timed in turns, at sizes 8 and 1 GiB."""
+    variants = {
+        transport: [
+            {"size": size, "time_us": 10.0 * (i + 1) * size, "busbw": 1.0 / (i + 1)}
+            for size in (8, 1 << 30)
+        ]
+        for i, transport in enumerate(transports)
+    }
+    return Outcome("ringcomm", {"results": variants[transports[0]], "variants": variants})
+
+
+def test_transports_become_columns_of_the_comparison():
+    from ringcomm.bench import report
+
+    plan = Plan("allreduce", [8, 1 << 30], transports=["ucx", "tcp"])
+    assert plan.varied() == "transport" and Plan("allreduce", [8]).varied() is None
+    outcomes = [_transports_outcome(["ucx", "tcp"]), Outcome("gloo", {"results": []})]
+    columns = report.by_column(outcomes, plan)
+    assert [o.implementation for o in columns] == ["ringcomm", "ringcomm[tcp]", "gloo"]
+    assert columns[1].rows == outcomes[0].variants["tcp"]
+    # Algorithms in turns keep one ringcomm column: the first algorithm's.
+    algorithms = Plan("allreduce", [8], algorithms=["auto", "ring"])
+    assert report.by_column(outcomes, algorithms) == outcomes
+    # A failed run: one ringcomm column, with its note.
+    failed = [Outcome("ringcomm", note="ringcomm run failed (exit status 1)")] + outcomes[1:]
+    assert [o.implementation for o in report.by_column(failed, plan)] == ["ringcomm", "gloo"]
+
+
+def test_transports_in_turns_rows_name_the_fastest_only():
+    (row, _) = turn_rows(_transports_outcome(["auto", "ucx"]).variants)
+    assert row == {"size": 8, "time_us": {"auto": 80.0, "ucx": 160.0}, "fastest": "auto"}
+    cells = table.turn_cells(row, ["auto", "ucx"])
+    assert cells == ["8", "80.00", "160.00", "auto"]
+    assert len(cells) == len(table.turn_columns(["auto", "ucx"]))
 
 
 # ---- inputs and checking ----------------------------------------------------------------------
@@ -445,6 +527,29 @@ def test_cli_sizes_and_plan():
         cli.requested_sizes(parser.parse_args(["allreduce", "--size", "8", "-b", "8"]), parser)
 
 
+def test_cli_transports_in_turns(capsys):
+    from ringcomm.bench import machine, report
+
+    parser = cli.build_parser()
+    assert parser.parse_args(["allreduce"]).transport == ["auto"]
+    args = parser.parse_args(["allreduce", "--transport", "tcp, ucx,tcp"])
+    assert args.transport == ["tcp", "ucx"]
+    plan = cli.make_plan(args, [8], 2)
+    assert plan.transports == ["tcp", "ucx"] and plan.varied() == "transport"
+    alone = cli.make_plan(parser.parse_args(["allreduce", "--transport", "ucx"]), [8], 2)
+    assert alone.transports == ["ucx"] and alone.varied() is None
+    assert plan.timeout == pytest.approx(2 * alone.timeout)  # each takes as long again
+    header = report.header_lines("cmd", machine.describe(), plan, 2)[-1]
+    assert "transport tcp,ucx (in turns, in one set of ranks)" in header
+    with pytest.raises(SystemExit):
+        parser.parse_args(["allreduce", "--transport", "tcp,rdma"])
+    assert "unknown transport rdma" in capsys.readouterr().err
+    for other in (["--algorithm", "ring,tree"], ["--compression", "none,fp16"]):
+        with pytest.raises(SystemExit):
+            cli.main(["allreduce", "--transport", "tcp,ucx", *other])
+        assert "each list several: vary one at a time" in capsys.readouterr().err
+
+
 def test_launched_as_rank():
     assert not cli.launched_as_rank({})
     assert cli.launched_as_rank({"RINGCOMM_RANK": "0"})
@@ -557,7 +662,7 @@ def test_allreduce_sweep_against_gloo_and_mpi(tmp_path):
     comparison = document["comparison"]
     assert [row["size"] for row in comparison] == [8, 64, 512, 4096, 32768]
     for row in comparison:
-        assert row["vs"]["gloo"] > 0 and row["vs"]["mpi"] > 0
+        assert row["vs"]["ringcomm/gloo"] > 0 and row["vs"]["ringcomm/mpi"] > 0
         assert row["of_limit"]["ringcomm"] > 0
     for heading in (
         "## ringcomm",
@@ -705,6 +810,33 @@ def test_wire_codecs_in_turns_report_their_ratios_and_errors(tmp_path):
     assert set(row["vs"]) == {"fp16/none", "int8/none", "fp8/none", "int8/fp16", "fp8/fp16"}
     assert all(value > 0 for value in row["vs"].values())
     assert "compressions in turns" in stdout and "int8/fp16" in stdout, stdout
+
+
+@needs_ucx
+@pytest.mark.timeout(110)
+def test_transports_in_turns_in_one_set_of_ranks(tmp_path):
+    """--transport tcp,ucx: both timed in turns in the same two ranks, a communicator each, each
+    checked and carried by its own links; with a peer, each is a column of the comparison."""
+    args = ["allreduce", "-np", "2", "-b", "1K", "-e", "64K", "-f", "8", "--check"]
+    args += ["--transport", "tcp,ucx", "--iters", "20", "--warmup", "2"]
+    stdout, document = run_bench(args + ["--compare", "mpi"] * HAVE_PEERS, tmp_path)
+    assert_all_right(document, ["ringcomm"] + ["mpi"] * HAVE_PEERS, 3)
+    assert document["plan"]["transports"] == ["tcp", "ucx"]
+    ringcomm = document["implementations"]["ringcomm"]
+    assert ringcomm["results"] == ringcomm["variants"]["tcp"]
+    assert list(ringcomm["variants"]) == ["tcp", "ucx"]
+    for transport, rows in ringcomm["variants"].items():
+        assert all(row["wrong"] == 0 and row["time_us"] > 0 for row in rows), rows
+        assert {row["transport"] for row in rows} == {transport}
+    assert [row["size"] for row in ringcomm["transports"]] == [1024, 8192, 65536]
+    assert all(set(row["time_us"]) == {"tcp", "ucx"} for row in ringcomm["transports"])
+    for heading in ("allreduce, 2 ranks, transport tcp", ", transport ucx", "transports in turns"):
+        assert heading in stdout, stdout
+    if HAVE_PEERS:
+        for row in document["comparison"]:
+            assert set(row["vs"]) == {"ringcomm/mpi", "ringcomm[ucx]/mpi"}
+            assert all(ratio > 0 for ratio in row["vs"].values()), row
+        assert "ringcomm[ucx] busbw" in stdout
 
 
 @pytest.mark.timeout(110)
@@ -998,3 +1130,40 @@ def test_tables_never_cut_a_number_in_a_narrow_terminal():
     for cell in table.result_cells(row):
         assert cell in text, (cell, text)
     assert max(len(line) for line in text.splitlines()) > 80  # wrapped by the terminal, not cut
+
+
+def test_transport_tables_never_cut_a_number_in_a_narrow_terminal():
+    """The comparison with two transports' columns (13 of them) and the transports' table, in
+    an 80-column terminal: every header and cell whole."""
+    import io
+
+    from rich.console import Console
+
+    from ringcomm.bench import report
+
+    plan = Plan("allreduce", [8, 1 << 30], transports=["tcp", "ucx"])
+    ringcomm = _transports_outcome(["tcp", "ucx"])
+    peers = [
+        Outcome(name, {"results": [{"size": 8, "busbw": 1.5e-4}, {"size": 1 << 30, "busbw": bw}]})
+        for name, bw in (("gloo", 1234.5678), ("mpi", 0.0123))
+    ]
+    stream = io.StringIO()
+    terminal = Console(
+        file=stream, width=80, force_terminal=True, highlight=False, markup=False, soft_wrap=True
+    )
+    rows = report.print_comparison(terminal, [ringcomm, *peers], plan, 8.0, "the links' bound")
+    report.print_transports(terminal, ringcomm.variants)
+    text = stream.getvalue()
+    assert "\x1b" not in text and "…" not in text, text
+    implementations = ["ringcomm", "ringcomm[ucx]", "gloo", "mpi"]
+    references = implementations[:2]
+    assert "ringcomm[ucx] = ringcomm through ucx" in text
+    for name in table.comparison_columns(implementations, True, references):
+        assert f" {name} |" in text, (name, text)
+    for row in rows:
+        for cell in table.comparison_cells(row, implementations, True, references):
+            assert f" {cell} |" in text, (cell, text)
+    for row in turn_rows(ringcomm.variants):
+        for cell in table.turn_cells(row, ["tcp", "ucx"]):
+            assert f" {cell} |" in text, (cell, text)
+    assert max(len(line) for line in text.splitlines()) > 80

@@ -36,6 +36,9 @@ from ringcomm.bench.worker import progress_path
 OPS = ("sum", "avg", "min", "max", "prod")
 ALGORITHMS = ("auto", "ring", "tree", "direct", "hierarchical")
 COMPRESSIONS = ("none", "fp16", "bf16", "int8", "fp8")
+TRANSPORTS = ("auto", "tcp", "shm", "ucx")
+# The options that may list several values, timed in turns in one set of ranks: one at a time.
+IN_TURNS = ("algorithm", "compression", "transport")
 _DEFAULT_BEGIN, _DEFAULT_END, _DEFAULT_FACTOR = "8", "128M", 4
 
 
@@ -65,6 +68,7 @@ def _comma_list(kind: str, choices: Sequence[str], empty_ok: bool = False):
 _peers = _comma_list("peer", PEERS, empty_ok=True)
 _algorithms = _comma_list("algorithm", ALGORITHMS)
 _compressions = _comma_list("compression", COMPRESSIONS)
+_transports = _comma_list("transport", TRANSPORTS)
 
 
 def at_least(kind, least):
@@ -131,7 +135,16 @@ def build_parser() -> argparse.ArgumentParser:
         "cost model's); several, as auto,direct,ring,tree, are timed in turns in one set of "
         "ranks and compared per size (auto/best: auto against the fastest forced one)",
     )
-    parser.add_argument("--transport", choices=("auto", "tcp", "shm"), default="auto")
+    parser.add_argument(
+        "--transport",
+        type=_transports,
+        default=["auto"],
+        metavar="auto|tcp|shm|ucx[,...]",
+        help="ringcomm's transport (default auto: shared memory within a host; between hosts "
+        "TCP, or UCX where both ends have RDMA); tcp and ucx (a build with UCX) carry every "
+        "link; several, as tcp,ucx, are timed in turns in one set of ranks, each through a "
+        "communicator of its own, compared per size, and each is a column of --compare's table",
+    )
     parser.add_argument(
         "--device",
         choices=bench_device.DEVICES,
@@ -231,13 +244,14 @@ def make_plan(args: argparse.Namespace, sizes: list[int], nranks: int) -> Plan:
         warmup=args.warmup,
         min_time=args.min_time,
         algorithms=args.algorithm,
-        transport=args.transport,
+        transports=args.transport,
         compressions=args.compression,
         device=args.device,
         memory=args.memory,
         # Variants timed in turns take as long again each.
         timeout=args.timeout
-        or run_deadline(sizes, nranks) * max(len(args.algorithm), len(args.compression)),
+        or run_deadline(sizes, nranks)
+        * max(len(args.algorithm), len(args.compression), len(args.transport)),
     )
 
 
@@ -258,7 +272,8 @@ def _finish(
             args.json, command, info, plan, nranks, bandwidth, limit, outcomes, comparison
         )
     if args.plot:
-        plot.plot_busbw(args.plot, outcomes, plan.collective, nranks, limit, command, limit_label)
+        columns = report.by_column(outcomes, plan)  # a line per transport timed in turns
+        plot.plot_busbw(args.plot, columns, plan.collective, nranks, limit, command, limit_label)
     wrong = any(
         (row.get("wrong") or 0) > 0
         for o in outcomes
@@ -323,7 +338,7 @@ def _run_as_rank(args, parser, command: str) -> int:
     comparison = None
     if args.compare:
         limit_name = "the links' bound" if len(set(hosts)) > 1 else "the single-host limit"
-        comparison = report.print_comparison(out, outcomes, limit, limit_name)
+        comparison = report.print_comparison(out, outcomes, plan, limit, limit_name)
     return _finish(args, command, info, plan, comm.size, bandwidth, limit, outcomes, comparison)
 
 
@@ -336,6 +351,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     command = machine.command_line(argv)
+    listed = [f"--{axis}" for axis in IN_TURNS if len(getattr(args, axis)) > 1]
+    if len(listed) > 1:
+        parser.error(
+            f"{', '.join(listed[:-1])} and {listed[-1]} each list several: vary one at a time"
+        )
     if len(args.algorithm) > 1:
         if args.collective != "allreduce":
             parser.error("several algorithms: they are all-reduce schedules; measure allreduce")
@@ -344,8 +364,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if len(args.compression) > 1:
         if args.collective != "allreduce":
             parser.error("several compressions: they are wire formats of allreduce; measure it")
-        if len(args.algorithm) > 1:
-            parser.error("several compressions and several algorithms: vary one at a time")
     if args.plot and plot.available() is not None:
         print(f"ringcomm-bench: {plot.available()}", file=sys.stderr)  # before minutes of runs
         return 2
@@ -444,7 +462,9 @@ def _run_from_shell(args, command: str, plan: Plan, nranks: int, hosts) -> int:
             report.print_outcome(out, outcome, plan, nranks, info)
             outcomes.append(outcome)
     limit_name = "the links' bound" if hosts else "the single-host limit"
-    comparison = report.print_comparison(out, outcomes, limit, limit_name) if args.compare else None
+    comparison = (
+        report.print_comparison(out, outcomes, plan, limit, limit_name) if args.compare else None
+    )
     if copy is not None and link is not None:  # measured together (--device cuda)
         for line in bench_device.copy_ratio_lines(outcomes, copy):
             out.print(line)

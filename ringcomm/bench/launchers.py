@@ -92,7 +92,8 @@ class Outcome:
 
     @property
     def variants(self) -> dict:
-        """{algorithm: rows} when several were compared in turns (worker.run_plan), else {}."""
+        """{algorithm, compression or transport: rows} when several were compared in turns
+        (worker.run_plan), else {}."""
         return (self.report or {}).get("variants", {})
 
 

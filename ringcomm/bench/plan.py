@@ -28,7 +28,9 @@ class Plan:
     # ringcomm all-reduce schedules: one, or several timed in turns in one set of ranks
     # (timing.measure_interleaved), the first one's table being the run's results.
     algorithms: list[str] = field(default_factory=lambda: ["auto"])
-    transport: str = "auto"  # ringcomm only
+    # ringcomm's transports (auto, tcp, shm, ucx): one, or several timed in turns in one set of
+    # ranks, each through a communicator of its own (ringcomm_worker.run), as the algorithms are.
+    transports: list[str] = field(default_factory=lambda: ["auto"])
     # ringcomm all-reduce wire formats (none, fp16, bf16, int8, fp8): one, or several timed in
     # turns in one set of ranks and compared per size, as the algorithms are.
     compressions: list[str] = field(default_factory=lambda: ["none"])
@@ -36,6 +38,16 @@ class Plan:
     memory: str = "private"  # ringcomm's CPU buffers: private, or shared (ringcomm.empty)
     op_timeout: float = 120.0  # seconds one collective may take before it fails
     timeout: float = 600.0  # seconds a whole run may take before its ranks exit
+
+    def varied(self) -> Optional[str]:
+        """Which of ringcomm's options has several values, timed in turns: "algorithm",
+        "compression" or "transport" (the CLI lets only one list several), or None."""
+        axes = {
+            "algorithm": self.algorithms,
+            "compression": self.compressions,
+            "transport": self.transports,
+        }
+        return next((axis for axis, names in axes.items() if len(names) > 1), None)
 
     def save(self, path) -> None:
         with open(path, "w") as f:

@@ -12,7 +12,13 @@ from rich.console import Console
 from ringcomm.bench import table, timing
 from ringcomm.bench.cluster import link_bound
 from ringcomm.bench.collectives import REDUCING, limit_formula
-from ringcomm.bench.compare import algorithm_rows, codec_rows, comparison_rows
+from ringcomm.bench.compare import (
+    algorithm_rows,
+    codec_rows,
+    comparison_rows,
+    ringcomm_columns,
+    turn_rows,
+)
 from ringcomm.bench.launchers import Outcome
 from ringcomm.bench.memory_bandwidth import MemoryBandwidth
 from ringcomm.bench.plan import Plan
@@ -85,7 +91,7 @@ def header_lines(
         f"# machine: {machine['cpu']}, {machine['cores']} cores{memory}; "
         f"python {machine['python']}; {versions}",
         f"# {plan.collective}: {placement or f'{nranks} ranks on one host'}, {plan.dtype}{op}, "
-        f"algorithm {_in_turns(plan.algorithms)}, transport {plan.transport}, "
+        f"algorithm {_in_turns(plan.algorithms)}, transport {_in_turns(plan.transports)}, "
         f"compression {_in_turns(plan.compressions)}, memory {plan.memory}, "
         f"{_sizes(plan.sizes)}",
     ]
@@ -139,7 +145,7 @@ def print_outcome(out: Console, outcome: Outcome, plan: Plan, nranks: int, machi
         out.print(title)
     if outcome.note:
         out.print(f"note: {outcome.note}")
-    varied = "compression" if len(plan.compressions) > 1 else "algorithm"
+    varied = plan.varied()
     for variant, rows in (outcome.variants or {"": outcome.rows}).items():
         if not rows:
             continue
@@ -149,9 +155,19 @@ def print_outcome(out: Console, outcome: Outcome, plan: Plan, nranks: int, machi
         out.print(f"# Avg bus bandwidth    : {average_busbw(rows):g}")
     if outcome.variants and varied == "compression":
         print_codecs(out, outcome.variants)
+    elif outcome.variants and varied == "transport":
+        print_transports(out, outcome.variants)
     elif outcome.variants:
         print_algorithms(out, outcome.variants)
     out.file.flush()
+
+
+def _turns_heading(what: str, note: str = "") -> str:
+    return (
+        f"\n## {what} in turns: time (us) per call over {timing.ROUNDS} rounds in which each "
+        "runs a loop in turn (the fastest one's median; the others' median ratio to it in the "
+        f"same round, times that){note}"
+    )
 
 
 def print_algorithms(out: Console, variants: dict) -> None:
@@ -163,12 +179,14 @@ def print_algorithms(out: Console, variants: dict) -> None:
             "; auto/best = auto's time / the fastest forced schedule's (< 1.05: within 5%); "
             "auto ran = the schedule auto chose"
         )
-    out.print(
-        f"\n## algorithms in turns: time (us) per call over {timing.ROUNDS} rounds in which each "
-        "runs a loop in turn (the fastest one's median; the others' median ratio to it in the "
-        f"same round, times that){note}"
-    )
+    out.print(_turns_heading("algorithms", note))
     print_table(out, table.algorithm_table(algorithm_rows(variants), algorithms))
+
+
+def print_transports(out: Console, variants: dict) -> None:
+    """The transports timed in turns (a communicator each, in the same ranks), side by side."""
+    out.print(_turns_heading("transports", "; each transport through a communicator of its own"))
+    print_table(out, table.turn_table(turn_rows(variants), list(variants)))
 
 
 def print_codecs(out: Console, variants: dict) -> None:
@@ -183,8 +201,11 @@ def print_codecs(out: Console, variants: dict) -> None:
 
 
 def _variant_rows(plan: Plan, variants: dict) -> dict:
-    if len(plan.compressions) > 1:
+    varied = plan.varied()
+    if varied == "compression":
         return {"codecs": codec_rows(variants)}
+    if varied == "transport":
+        return {"transports": turn_rows(variants)}
     return {"algorithms": algorithm_rows(variants)}
 
 
@@ -197,19 +218,47 @@ def busbw_by_size(outcomes: Sequence[Outcome]) -> dict[str, dict[int, float]]:
     return {o.implementation: {row["size"]: row["busbw"] for row in o.rows} for o in outcomes}
 
 
+def by_column(outcomes: Sequence[Outcome], plan: Plan) -> list[Outcome]:
+    """The outcomes as the comparison's (and the plot's) columns: with several transports,
+    ringcomm's becomes one per transport, named by compare.ringcomm_columns ("ringcomm" for the
+    first listed, "ringcomm[ucx]" for another), each with that transport's rows."""
+    if plan.varied() != "transport":
+        return list(outcomes)
+    names = dict(zip(plan.transports, ringcomm_columns(plan.transports)))
+    columns = []
+    for outcome in outcomes:
+        if outcome.implementation == "ringcomm" and outcome.variants:
+            for transport, rows in outcome.variants.items():
+                columns.append(Outcome(names[transport], {"results": rows}))
+        else:
+            columns.append(outcome)
+    return columns
+
+
 def print_comparison(
     out: Console,
     outcomes: Sequence[Outcome],
+    plan: Plan,
     limit: Optional[float],
     limit_name: str = "the single-host limit",
 ) -> list:
-    implementations = [o.implementation for o in outcomes]
-    rows = comparison_rows(busbw_by_size(outcomes), limit)
+    columns = by_column(outcomes, plan)
+    implementations = [o.implementation for o in columns]
+    transports = dict(zip(ringcomm_columns(plan.transports), plan.transports))
+    # ringcomm's columns that ran (only "ringcomm", with a note, when its run failed)
+    references = [name for name in transports if name in implementations]
+    rows = comparison_rows(busbw_by_size(columns), limit, references)
+    through = ""
+    if len(references) > 1:
+        through = "; " + ", ".join(
+            f"{name} = ringcomm through {transports[name]}" for name in references
+        )
     out.print(
         "\n## comparison: busbw (GB/s); ringcomm/peer > 1 means ringcomm is faster; "
-        f"x/limit is the share of {limit_name}"
+        f"x/limit is the share of {limit_name}{through}"
     )
-    print_table(out, table.comparison_table(rows, implementations, limit is not None))
+    has_limit = limit is not None
+    print_table(out, table.comparison_table(rows, implementations, has_limit, references))
     return rows
 
 

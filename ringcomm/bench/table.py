@@ -10,7 +10,7 @@ from typing import Iterable, Optional, Sequence
 from rich import box
 from rich.table import Table
 
-from ringcomm.bench.compare import codec_pairs
+from ringcomm.bench.compare import codec_pairs, comparison_pairs
 
 RESULT_COLUMNS = (
     "size",
@@ -74,22 +74,27 @@ def results_table(rows: Sequence[dict]) -> Table:
 
 
 def comparison_columns(
-    implementations: Sequence[str], has_limit: bool, reference: str = "ringcomm"
+    implementations: Sequence[str], has_limit: bool, references: Sequence[str] = ("ringcomm",)
 ) -> list[str]:
-    peers = [impl for impl in implementations if impl != reference]
+    """Each implementation's busbw (ringcomm's ``references``: one per transport timed), each
+    reference against each peer, and each implementation against the limit."""
     columns = ["size"] + [f"{impl} busbw" for impl in implementations]
-    columns += [f"{reference}/{peer}" for peer in peers]
+    columns += [f"{ref}/{peer}" for ref, peer in comparison_pairs(implementations, references)]
     if has_limit:
         columns += [f"{impl}/limit" for impl in implementations]
     return columns
 
 
 def comparison_cells(
-    row: dict, implementations: Sequence[str], has_limit: bool, reference: str = "ringcomm"
+    row: dict,
+    implementations: Sequence[str],
+    has_limit: bool,
+    references: Sequence[str] = ("ringcomm",),
 ) -> list[str]:
     """One compare.comparison_rows row -> cells in comparison_columns' order."""
     cells = [str(row["size"])] + [format_bw(row["busbw"].get(impl)) for impl in implementations]
-    cells += [format_ratio(row["vs"].get(impl)) for impl in implementations if impl != reference]
+    pairs = comparison_pairs(implementations, references)
+    cells += [format_ratio(row["vs"].get(f"{ref}/{peer}")) for ref, peer in pairs]
     if has_limit:
         cells += [format_ratio(row["of_limit"].get(impl)) for impl in implementations]
     return cells
@@ -104,28 +109,46 @@ def _filled(columns: list[str], rows: Iterable[dict], cells) -> Table:
 
 
 def comparison_table(
-    rows: Iterable[dict], implementations: Sequence[str], has_limit: bool
+    rows: Iterable[dict],
+    implementations: Sequence[str],
+    has_limit: bool,
+    references: Sequence[str] = ("ringcomm",),
 ) -> Table:
     return _filled(
-        comparison_columns(implementations, has_limit),
+        comparison_columns(implementations, has_limit, references),
         rows,
-        lambda row: comparison_cells(row, implementations, has_limit),
+        lambda row: comparison_cells(row, implementations, has_limit, references),
     )
 
 
+def turn_columns(names: Sequence[str]) -> list[str]:
+    """compare.turn_rows' columns: each variant's time, and the fastest."""
+    return ["size"] + [f"{name} (us)" for name in names] + ["fastest"]
+
+
+def turn_cells(row: dict, names: Sequence[str]) -> list[str]:
+    times = row["time_us"]
+    cells = [str(row["size"])]
+    cells += [f"{times[name]:.2f}" if name in times else "-" for name in names]
+    cells.append(row["fastest"])
+    return cells
+
+
+def turn_table(rows: Iterable[dict], names: Sequence[str]) -> Table:
+    """Variants timed in turns (transports), side by side."""
+    return _filled(turn_columns(names), rows, lambda row: turn_cells(row, names))
+
+
 def algorithm_columns(algorithms: Sequence[str]) -> list[str]:
-    """compare.algorithm_rows' columns: each schedule's time, the fastest, and auto's standing."""
-    columns = ["size"] + [f"{a} (us)" for a in algorithms] + ["fastest"]
+    """compare.algorithm_rows' columns: turn_columns, and auto's standing."""
+    columns = turn_columns(algorithms)
     if "auto" in algorithms and len(algorithms) > 1:
         columns += ["best forced", "auto/best", "auto ran"]
     return columns
 
 
 def algorithm_cells(row: dict, algorithms: Sequence[str]) -> list[str]:
-    times = row["time_us"]
-    cells = [str(row["size"])]
-    cells += [f"{times[a]:.2f}" if a in times else "-" for a in algorithms]
-    cells.append(row["fastest"])
+    cells = turn_cells(row, algorithms)
     if "auto" in algorithms and len(algorithms) > 1:
         cells += [row.get("best_forced", "-"), format_ratio(row.get("auto_vs_best"))]
         cells.append(row.get("auto_ran") or "-")

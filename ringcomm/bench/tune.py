@@ -241,7 +241,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 collective="allreduce",
                 sizes=sizes,
                 algorithms=list(algorithms),
-                transport=transport,
+                transports=[transport],
                 min_time=args.min_time,
                 timeout=run_deadline(sizes, nranks) * len(algorithms),
             )

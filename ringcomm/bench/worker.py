@@ -3,8 +3,8 @@
 For each size: allocate the buffers (only those the collective needs: in place where it can be),
 fill them with exact-sum inputs, time the collective (timing.py), then, with --check, refill, run
 it once more and count the elements that differ from the expected result, summed over ranks.
-Variants of the collective (ringcomm's all-reduce schedules) share the buffers, are timed in
-turns, and are checked one after another.
+Variants of the collective (ringcomm's all-reduce schedules, wire formats or transports) share
+the buffers, are timed in turns, and are checked one after another.
 Rank 0 returns the report; the launcher writes it where the parent reads it.
 """
 
@@ -174,9 +174,9 @@ def _run_size(
     plan: Plan, group: Group, counts: ElementCounts, variants: dict, first: bool = False
 ) -> dict:
     """{variant name: result row} for one size: every variant (a group on the same ranks: an
-    all-reduce schedule) timed on the same buffers, in turns when there are several. The
-    ``first`` size of a run with adaptive counts is timed only after the ranks have settled
-    (timing.settle()); fixed counts (--iters, --warmup) are run as given."""
+    all-reduce schedule, a wire format, a transport) timed on the same buffers, in turns when
+    there are several. The ``first`` size of a run with adaptive counts is timed only after the
+    ranks have settled (timing.settle()); fixed counts (--iters, --warmup) are run as given."""
     case = _Case(plan, group, counts)
     case.fill_inputs()
     calls = {name: case.call(variant) for name, variant in variants.items()}
@@ -244,7 +244,8 @@ def run_plan(
     """Runs every size of the plan; returns the report on rank 0 and None on the others.
     ``progress``: a file where rank 0 notes each size as it starts it (progress_path()).
     ``variants``: {name: group}, versions of ``group`` on the same ranks that run the collective
-    differently (ringcomm's all-reduce schedules), compared in turns at each size; the report's
+    differently (ringcomm's all-reduce schedules, wire formats or transports: a communicator
+    each), compared in turns at each size; the report's
     "results" are the first one's, and "variants" has every one's."""
     report = {
         "implementation": group.name,
