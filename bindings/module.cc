@@ -268,8 +268,12 @@ PYBIND11_MODULE(_core, m) {
                     py::arg("cuda_runtime_version") = b.cudaRuntimeVersion,
                     py::arg("cuda_driver_version") = b.cudaDriverVersion,
                     py::arg("reduce_kernels") = b.reduceKernels, py::arg("half_codec") = b.halfCodec,
-                    py::arg("wire_protection") = b.wireProtection, py::arg("ucx") = b.ucx,
-                    py::arg("ucx_lanes") = b.ucxLanes);
+                    py::arg("wire_protection") = b.wireProtection, py::arg("ucx") = b.ucx);
+  });
+  m.def("ucx_info", [] {
+    UcxInfo u = ucxInfo();
+    return py::dict(py::arg("version") = u.version, py::arg("lanes") = u.lanes,
+                    py::arg("why_not") = u.whyNot);
   });
   m.def("mps_running", &mpsRunning, py::arg("pipe_directory"));
 

@@ -180,11 +180,14 @@ def _transports() -> dict:
 
 
 def _ucx() -> dict:
-    """The UCX this build links (RINGCOMM_TRANSPORT=ucx) and the lanes it offers here."""
+    """The UCX library that loads here (RINGCOMM_TRANSPORT=ucx) and the lanes it offers, or why
+    none does."""
     from ringcomm import _core
 
-    build = _core.build_info()
-    return {"version": build["ucx"] or None, "lanes": build["ucx_lanes"] or None}
+    if not _core.build_info()["ucx"]:
+        return {"version": None, "lanes": None, "why_not": None}
+    found = _core.ucx_info()
+    return {k: v or None for k, v in found.items()}
 
 
 def _cross_memory() -> dict:
@@ -394,7 +397,6 @@ def _sections(report: dict) -> list:
     build = report["build"]
     if "error" not in build:
         build = dict(build)
-        build.pop("ucx_lanes", None)  # under transports
         if not build.get("cuda"):
             for key in ("cuda_architectures", "cuda_runtime_version", "cuda_driver_version"):
                 build.pop(key, None)
@@ -422,7 +424,8 @@ def _sections(report: dict) -> list:
         ucx_text = (
             f"UCX {ucx['version']}; {ucx['lanes']}"
             if ucx.get("version")
-            else ucx.get("error")
+            else ucx.get("why_not")
+            or ucx.get("error")
             or "not in this build (install libucx-dev, or a cluster's UCX, and reinstall)"
         )
         sections.append(

@@ -7,6 +7,7 @@ ranks still running at it are killed and reported as timed out (a hang fails, it
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -47,23 +48,32 @@ def mpirun() -> str:
     return str(beside) if beside.exists() else (shutil.which("mpirun") or "")
 
 
-def ucx_built() -> bool:
-    """Whether this build of ringcomm has UCX (RINGCOMM_TRANSPORT=ucx)."""
-    from ringcomm import _core
-
-    return bool(_core.build_info()["ucx"])
-
-
-# What failure tests run over besides shared memory: TCP, and UCX where this build has it.
-NETWORK_TRANSPORTS = ["tcp", *(["ucx"] if ucx_built() else [])]
-
-
 def worker_env(extra: Optional[dict] = None) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env.setdefault("RINGCOMM_TIMEOUT", "60")
     env.update(extra or {})
     return env
+
+
+@functools.lru_cache(maxsize=None)
+def ucx_built() -> bool:
+    """Whether this build of ringcomm has UCX (RINGCOMM_TRANSPORT=ucx) and its library loads
+    here. Asked in a child process: loading UCX into the test process would make it the one
+    MPICH's mpi4py finds in tests that import both."""
+    from ringcomm import _core
+
+    if not _core.build_info()["ucx"]:
+        return False
+    probe = "from ringcomm import _core; print(_core.ucx_info()['version'])"
+    found = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=worker_env()
+    )
+    return bool(found.stdout.strip())
+
+
+# What failure tests run over besides shared memory: TCP, and UCX where this build has it.
+NETWORK_TRANSPORTS = ["tcp", *(["ucx"] if ucx_built() else [])]
 
 
 def run_job(

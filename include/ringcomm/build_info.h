@@ -26,13 +26,22 @@ struct RINGCOMM_API BuildInfo {
   // What seals TCP links' records (RINGCOMM_WIRE_PROTECTION): "AES-256-GCM, OpenSSL 3.0.19 ...",
   // or "" in a build without OpenSSL.
   std::string wireProtection;
-  // The UCX this build links (RINGCOMM_TRANSPORT=ucx), "" without; and the lanes it offers here
-  // by kind of peer ("same host: posix, sysv; other hosts: tcp (eth0); device memory: none").
+  // The UCX API the build was compiled against ("1.13"; RINGCOMM_TRANSPORT=ucx), "" without.
+  // The library loads only when a communicator or ucxInfo() needs it.
   std::string ucx;
-  std::string ucxLanes;
 };
 
 RINGCOMM_API BuildInfo buildInfo();
+
+// UCX on this machine, for `ringcomm info`: the library that loads ("1.13.1"; "" with why not),
+// and the lanes it offers by kind of peer ("same host: posix, sysv; other hosts: tcp (eth0);
+// device memory: none"). Loads UCX.
+struct RINGCOMM_API UcxInfo {
+  std::string version;
+  std::string lanes;
+  std::string whyNot;
+};
+RINGCOMM_API UcxInfo ucxInfo();
 
 // Whether a CUDA MPS control daemon listens in `pipeDirectory` (Config::mpsPipeDirectory), at
 // its endpoint "control" there, which CUDA clients use: a socket of any type (driver 580 makes

@@ -29,9 +29,15 @@ BuildInfo buildInfo() {
   if (transport::wireProtectionBuilt()) {
     info.wireProtection = "AES-256-GCM, " + transport::wireProtectionLibrary();
   }
-  info.ucx = transport::ucxVersion();
-  info.ucxLanes = transport::ucxLanes();
+  info.ucx = transport::ucxHeaders();
   device::describeBuild(info);  // the CUDA half: cuda_path.cc, or no_cuda.cc
+  return info;
+}
+
+UcxInfo ucxInfo() {
+  UcxInfo info;
+  info.version = transport::ucxVersion(&info.whyNot);
+  if (!info.version.empty()) info.lanes = transport::ucxLanes();
   return info;
 }
 

@@ -1,12 +1,13 @@
 // What UCX offers on this machine, read from its transport layer (UCT): the lanes ucp could pick
 // for a peer on this host, on another host, and for device memory.
-#include <uct/api/uct.h>
-
+#include <filesystem>
 #include <map>
+#include <system_error>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "transport/ucx/ucx_api.h"
 #include "transport/ucx/ucx_network.h"
 
 namespace ringcomm::transport {
@@ -18,38 +19,38 @@ struct Lane {
   uct_device_type_t type;
 };
 
-std::vector<Lane> lanes() {
+std::vector<Lane> lanes(const UcxApi* ucx) {
   std::vector<Lane> found;
   uct_component_h* components = nullptr;
   unsigned componentCount = 0;
-  if (uct_query_components(&components, &componentCount) != UCS_OK) return found;
+  if (ucx->uct_query_components(&components, &componentCount) != UCS_OK) return found;
   for (unsigned c = 0; c < componentCount; ++c) {
     uct_component_attr_t attr{};
     attr.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
-    if (uct_component_query(components[c], &attr) != UCS_OK) continue;
+    if (ucx->uct_component_query(components[c], &attr) != UCS_OK) continue;
     std::vector<uct_md_resource_desc_t> domains(attr.md_resource_count);
     attr.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
     attr.md_resources = domains.data();
-    if (uct_component_query(components[c], &attr) != UCS_OK) continue;
+    if (ucx->uct_component_query(components[c], &attr) != UCS_OK) continue;
     for (const uct_md_resource_desc_t& domain : domains) {
       uct_md_config_t* config = nullptr;
-      if (uct_md_config_read(components[c], nullptr, nullptr, &config) != UCS_OK) continue;
+      if (ucx->uct_md_config_read(components[c], nullptr, nullptr, &config) != UCS_OK) continue;
       uct_md_h md = nullptr;
-      const ucs_status_t opened = uct_md_open(components[c], domain.md_name, config, &md);
-      uct_config_release(config);
+      const ucs_status_t opened = ucx->uct_md_open(components[c], domain.md_name, config, &md);
+      ucx->uct_config_release(config);
       if (opened != UCS_OK) continue;
       uct_tl_resource_desc_t* resources = nullptr;
       unsigned resourceCount = 0;
-      if (uct_md_query_tl_resources(md, &resources, &resourceCount) == UCS_OK) {
+      if (ucx->uct_md_query_tl_resources(md, &resources, &resourceCount) == UCS_OK) {
         for (unsigned r = 0; r < resourceCount; ++r) {
           found.push_back(Lane{resources[r].tl_name, resources[r].dev_name, resources[r].dev_type});
         }
-        uct_release_tl_resource_list(resources);
+        ucx->uct_release_tl_resource_list(resources);
       }
-      uct_md_close(md);
+      ucx->uct_md_close(md);
     }
   }
-  uct_release_component_list(components);
+  ucx->uct_release_component_list(components);
   return found;
 }
 
@@ -62,9 +63,11 @@ bool isRdma(const std::string& transport) {
 }  // namespace
 
 std::string ucxLanes() {
+  const UcxApi* ucx = ucxApi();
+  if (ucx == nullptr) return "";
   std::map<std::string, std::set<std::string>> byKind;  // kind -> "transport (devices)"
   std::map<std::string, std::set<std::string>> devices;  // "kind/transport" -> devices
-  for (const Lane& lane : lanes()) {
+  for (const Lane& lane : lanes(ucx)) {
     const char* kind = lane.type == UCT_DEVICE_TYPE_NET   ? "other hosts"
                        : lane.type == UCT_DEVICE_TYPE_SHM ? "same host"
                        : lane.type == UCT_DEVICE_TYPE_ACC ? "device memory"
@@ -93,9 +96,14 @@ std::string ucxLanes() {
 }
 
 bool ucxOffersRdma() {
-  // Opening every memory domain costs milliseconds: once per process.
+  // Opening every memory domain costs milliseconds: once per process. A host without an RDMA
+  // device (none under /sys/class/infiniband, where RoCE's show too) does not load UCX to ask.
   static const bool offers = [] {
-    for (const Lane& lane : lanes()) {
+    std::error_code error;
+    if (std::filesystem::is_empty("/sys/class/infiniband", error) || error) return false;
+    const UcxApi* ucx = ucxApi();
+    if (ucx == nullptr) return false;
+    for (const Lane& lane : lanes(ucx)) {
       if (lane.type == UCT_DEVICE_TYPE_NET && isRdma(lane.transport)) return true;
     }
     return false;

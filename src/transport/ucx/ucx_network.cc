@@ -1,7 +1,6 @@
 #include "transport/ucx/ucx_network.h"
 
 #include <poll.h>
-#include <ucp/api/ucp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -22,6 +21,7 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "ringcomm/errors.h"
+#include "transport/ucx/ucx_api.h"
 
 namespace ringcomm::transport {
 namespace {
@@ -64,41 +64,46 @@ auth::Digest proofOf(const std::string& secret, const Hello& hello, const uint8_
                                    std::string(reinterpret_cast<const char*>(nonce), kUcxNonceBytes)});
 }
 
-[[noreturn]] void raiseUcx(const std::string& what, ucs_status_t status) {
-  throw Error("ringcomm: UCX: " + what + " failed: " + ucs_status_string(status));
+// The loaded UCX, or an error saying why there is none and how to get it.
+const UcxApi& requireUcx() {
+  std::string whyNot;
+  const UcxApi* api = ucxApi(&whyNot);
+  if (api == nullptr) throw Error("ringcomm: RINGCOMM_TRANSPORT=ucx, but " + whyNot);
+  return *api;
 }
 
 class UcxNetwork final : public MessageNetwork {
  public:
-  UcxNetwork(int rank, int size, std::string secret) : rank_(rank), links_(size), secret_(std::move(secret)) {
+  UcxNetwork(int rank, int size, std::string secret)
+      : ucx_(requireUcx()), rank_(rank), links_(size), secret_(std::move(secret)) {
     ucp_config_t* config = nullptr;
-    ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
-    if (status != UCS_OK) raiseUcx("reading its configuration (UCX_* variables)", status);
+    ucs_status_t status = ucx_.ucp_config_read(nullptr, nullptr, &config);
+    if (status != UCS_OK) fail("reading its configuration (UCX_* variables)", status);
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
     params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
     params.name = "ringcomm";
-    status = ucp_init(&params, config, &context_);
-    ucp_config_release(config);
-    if (status != UCS_OK) raiseUcx("ucp_init", status);
+    status = ucx_.ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &context_);
+    ucx_.ucp_config_release(config);
+    if (status != UCS_OK) fail("ucp_init", status);
     ucp_worker_params_t workerParams{};
     workerParams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     // The engine's thread drives the worker; close() may come from any (an abort). A UCX built
     // without threads (--enable-mt) gives a single-threaded worker: close() then signals.
     workerParams.thread_mode = UCS_THREAD_MODE_MULTI;
-    status = ucp_worker_create(context_, &workerParams, &worker_);
+    status = ucx_.ucp_worker_create(context_, &workerParams, &worker_);
     if (status != UCS_OK) {
-      ucp_cleanup(context_);
-      raiseUcx("ucp_worker_create", status);
+      ucx_.ucp_cleanup(context_);
+      fail("ucp_worker_create", status);
     }
     ucp_worker_attr_t attributes{};
     attributes.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE;
-    multiThreaded_ = ucp_worker_query(worker_, &attributes) == UCS_OK &&
+    multiThreaded_ = ucx_.ucp_worker_query(worker_, &attributes) == UCS_OK &&
                      attributes.thread_mode == UCS_THREAD_MODE_MULTI;
-    status = ucp_worker_get_efd(worker_, &eventFd_);
+    status = ucx_.ucp_worker_get_efd(worker_, &eventFd_);
     if (status != UCS_OK) {
       teardown();
-      raiseUcx("ucp_worker_get_efd", status);
+      fail("ucp_worker_get_efd", status);
     }
     setHandler(kHelloMessage, &dispatch<&UcxNetwork::onHello>);
     setHandler(kFrameMessage, &dispatch<&UcxNetwork::onFrame>);
@@ -112,18 +117,22 @@ class UcxNetwork final : public MessageNetwork {
 
   ~UcxNetwork() override { teardown(); }
 
+  [[noreturn]] void fail(const std::string& what, ucs_status_t status) const {
+    throw Error("ringcomm: UCX: " + what + " failed: " + ucx_.ucs_status_string(status));
+  }
+
   const char* kind() const override { return "ucx"; }
 
   // This rank's nonce and worker address, for the store.
   Bytes publication() const {
     ucp_address_t* address = nullptr;
     size_t length = 0;
-    const ucs_status_t status = ucp_worker_get_address(worker_, &address, &length);
-    if (status != UCS_OK) raiseUcx("ucp_worker_get_address", status);
+    const ucs_status_t status = ucx_.ucp_worker_get_address(worker_, &address, &length);
+    if (status != UCS_OK) fail("ucp_worker_get_address", status);
     Bytes bytes(nonce_, nonce_ + kUcxNonceBytes);
     const uint8_t* at = reinterpret_cast<const uint8_t*>(address);
     bytes.insert(bytes.end(), at, at + length);
-    ucp_worker_release_address(worker_, address);
+    ucx_.ucp_worker_release_address(worker_, address);
     return bytes;
   }
 
@@ -144,9 +153,9 @@ class UcxNetwork final : public MessageNetwork {
     params.err_mode = localPid != 0 ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = &UcxNetwork::onEndpointError;
     params.err_handler.arg = &link;
-    const ucs_status_t status = ucp_ep_create(worker_, &params, &link.endpoint);
+    const ucs_status_t status = ucx_.ucp_ep_create(worker_, &params, &link.endpoint);
     if (status != UCS_OK) {
-      raiseUcx("connecting to rank " + std::to_string(peer), status);
+      fail("connecting to rank " + std::to_string(peer), status);
     }
     expected_.insert(peer);
     sendHello(peer, 0);
@@ -177,7 +186,7 @@ class UcxNetwork final : public MessageNetwork {
     size_t length = 0;
     FILE* stream = open_memstream(&text, &length);
     if (stream == nullptr) return {};
-    ucp_ep_print_info(links_[peer].endpoint, stream);
+    ucx_.ucp_ep_print_info(links_[peer].endpoint, stream);
     std::fclose(stream);
     std::string lanes;
     std::istringstream lines(std::string(text, length));
@@ -213,7 +222,7 @@ class UcxNetwork final : public MessageNetwork {
     param.user_data = state;
     useRegistration(param, data, header.bytes);
     const ucs_status_ptr_t request =
-        ucp_am_send_nbx(link.endpoint, kFrameMessage, &state->header, sizeof(WireFrame), data,
+        ucx_.ucp_am_send_nbx(link.endpoint, kFrameMessage, &state->header, sizeof(WireFrame), data,
                         header.bytes, &param);
     settle(request, state);
   }
@@ -241,14 +250,14 @@ class UcxNetwork final : public MessageNetwork {
       param.user_data = state;
       useRegistration(param, data, arrival.length);
       const ucs_status_ptr_t request =
-          ucp_am_recv_data_nbx(worker_, arrival.data, data, arrival.length, &param);
+          ucx_.ucp_am_recv_data_nbx(worker_, arrival.data, data, arrival.length, &param);
       settle(request, state);
       return;
     }
     if (arrival.length > 0) {
       copyBytes(data, arrival.persistent ? arrival.data : arrival.copy.data(), arrival.length);
     }
-    if (arrival.persistent) ucp_am_data_release(worker_, arrival.data);
+    if (arrival.persistent) ucx_.ucp_am_data_release(worker_, arrival.data);
     finish(*completion, {});
   }
 
@@ -260,7 +269,7 @@ class UcxNetwork final : public MessageNetwork {
     params.length = bytes;
     ucp_mem_h memory = nullptr;
     // Where it fails (no room to pin), messages register on their own, as unregistered ones do.
-    if (ucp_mem_map(context_, &params, &memory) != UCS_OK) return;
+    if (ucx_.ucp_mem_map(context_, &params, &memory) != UCS_OK) return;
     registered_[reinterpret_cast<uintptr_t>(data)] = Region{bytes, memory};
   }
 
@@ -268,7 +277,7 @@ class UcxNetwork final : public MessageNetwork {
     std::lock_guard<std::mutex> lock(mutex_);
     auto found = registered_.find(reinterpret_cast<uintptr_t>(data));
     if (found == registered_.end()) return;
-    ucp_mem_unmap(context_, found->second.memory);
+    ucx_.ucp_mem_unmap(context_, found->second.memory);
     registered_.erase(found);
   }
 
@@ -278,7 +287,7 @@ class UcxNetwork final : public MessageNetwork {
     if (closing_.load(std::memory_order_relaxed) && !closed_) closeEndpoints();
     watchLocalPeers();
     const uint64_t before = activity_;
-    while (ucp_worker_progress(worker_) != 0) {
+    while (ucx_.ucp_worker_progress(worker_) != 0) {
     }
     answerHellos();
     return activity_ != before;
@@ -289,7 +298,7 @@ class UcxNetwork final : public MessageNetwork {
   bool readyToSleep() override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (closing_.load(std::memory_order_relaxed) && !closed_) return false;
-    return ucp_worker_arm(worker_) == UCS_OK;
+    return ucx_.ucp_worker_arm(worker_) == UCS_OK;
   }
 
   std::string failure(int peer) const override {
@@ -308,7 +317,7 @@ class UcxNetwork final : public MessageNetwork {
     if (multiThreaded_ || driver_ == std::this_thread::get_id()) {
       closeEndpoints();
     } else {
-      ucp_worker_signal(worker_);
+      ucx_.ucp_worker_signal(worker_);
     }
   }
 
@@ -339,6 +348,7 @@ class UcxNetwork final : public MessageNetwork {
     std::shared_ptr<Completion> completion;
     WireFrame header;  // a frame's or a hello's: UCX reads it until the send completes
     Hello hello;
+    void* request = nullptr;  // UCX's, while in flight
   };
 
   struct Region {
@@ -374,10 +384,12 @@ class UcxNetwork final : public MessageNetwork {
     } else if (UCS_PTR_IS_ERR(request)) {
       finish(*state->completion, "UCX could not move a message to or from rank " +
                                      std::to_string(state->peer) + ": " +
-                                     ucs_status_string(UCS_PTR_STATUS(request)));
+                                     ucx_.ucs_status_string(UCS_PTR_STATUS(request)));
       delete state;
+    } else {
+      state->request = request;  // the callback finishes it
+      inFlight_.insert(state);
     }
-    // Otherwise the callback finishes it.
   }
 
   void ended(void* request, ucs_status_t status, Operation_* state) {
@@ -386,11 +398,12 @@ class UcxNetwork final : public MessageNetwork {
       const std::string& cause = links_[state->peer].failure;
       failure = !cause.empty() ? cause
                                : "UCX could not move a message to or from rank " +
-                                     std::to_string(state->peer) + ": " + ucs_status_string(status);
+                                     std::to_string(state->peer) + ": " + ucx_.ucs_status_string(status);
     }
     finish(*state->completion, failure);
+    inFlight_.erase(state);
     delete state;
-    ucp_request_free(request);
+    ucx_.ucp_request_free(request);
     ++activity_;
   }
 
@@ -406,13 +419,14 @@ class UcxNetwork final : public MessageNetwork {
 
   static void onEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
     auto* link = static_cast<Link*>(arg);
+    const UcxApi& ucx_ = link->network->ucx_;
     if (link->failure.empty()) {
       link->failure = status == UCS_ERR_CONNECTION_RESET || status == UCS_ERR_ENDPOINT_TIMEOUT
                           ? "rank " + std::to_string(link->rank) +
                                 " closed its UCX link (it died or aborted: " +
-                                ucs_status_string(status) + ")"
+                                ucx_.ucs_status_string(status) + ")"
                           : "the UCX link to rank " + std::to_string(link->rank) + " failed (" +
-                                ucs_status_string(status) + ")";
+                                ucx_.ucs_status_string(status) + ")";
     }
     ++link->network->activity_;
   }
@@ -432,10 +446,10 @@ class UcxNetwork final : public MessageNetwork {
     param.id = id;
     param.cb = callback;
     param.arg = this;
-    const ucs_status_t status = ucp_worker_set_am_recv_handler(worker_, &param);
+    const ucs_status_t status = ucx_.ucp_worker_set_am_recv_handler(worker_, &param);
     if (status != UCS_OK) {
       teardown();
-      raiseUcx("ucp_worker_set_am_recv_handler", status);
+      fail("ucp_worker_set_am_recv_handler", status);
     }
   }
 
@@ -535,7 +549,7 @@ class UcxNetwork final : public MessageNetwork {
     param.flags = UCP_AM_SEND_FLAG_REPLY;
     param.cb.send = &UcxNetwork::onSent;
     param.user_data = state;
-    settle(ucp_am_send_nbx(link.endpoint, kHelloMessage, &state->hello, sizeof(Hello), nullptr, 0,
+    settle(ucx_.ucp_am_send_nbx(link.endpoint, kHelloMessage, &state->hello, sizeof(Hello), nullptr, 0,
                            &param),
            state);
   }
@@ -573,7 +587,7 @@ class UcxNetwork final : public MessageNetwork {
       param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
       param.flags = UCP_AM_SEND_FLAG_REPLY;
       const ucs_status_ptr_t request =
-          ucp_am_send_nbx(link.endpoint, kGoodbyeMessage, nullptr, 0, nullptr, 0, &param);
+          ucx_.ucp_am_send_nbx(link.endpoint, kGoodbyeMessage, nullptr, 0, nullptr, 0, &param);
       if (request != nullptr && !UCS_PTR_IS_ERR(request)) sending.push_back(request);
     }
     awaitRequests(sending);
@@ -584,7 +598,7 @@ class UcxNetwork final : public MessageNetwork {
     param.flags = UCP_EP_CLOSE_FLAG_FORCE;
     for (Link& link : links_) {
       if (link.endpoint == nullptr) continue;
-      const ucs_status_ptr_t request = ucp_ep_close_nbx(link.endpoint, &param);
+      const ucs_status_ptr_t request = ucx_.ucp_ep_close_nbx(link.endpoint, &param);
       link.endpoint = nullptr;
       if (request != nullptr && !UCS_PTR_IS_ERR(request)) closing.push_back(request);
     }
@@ -595,17 +609,17 @@ class UcxNetwork final : public MessageNetwork {
   void awaitRequests(std::vector<void*>& requests) {
     const Clock::time_point deadline = Clock::now() + kCloseWait;
     while (!requests.empty() && Clock::now() < deadline) {
-      ucp_worker_progress(worker_);
+      ucx_.ucp_worker_progress(worker_);
       for (auto it = requests.begin(); it != requests.end();) {
-        if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
-          ucp_request_free(*it);
+        if (ucx_.ucp_request_check_status(*it) != UCS_INPROGRESS) {
+          ucx_.ucp_request_free(*it);
           it = requests.erase(it);
         } else {
           ++it;
         }
       }
     }
-    for (void* request : requests) ucp_request_free(request);
+    for (void* request : requests) ucx_.ucp_request_free(request);
     requests.clear();
   }
 
@@ -614,21 +628,33 @@ class UcxNetwork final : public MessageNetwork {
       if (!closed_) closeEndpoints();
       for (Link& link : links_) {
         for (auto& [sequence, arrival] : link.arrivals) {
-          if (arrival.rendezvous || arrival.persistent) ucp_am_data_release(worker_, arrival.data);
+          if (arrival.rendezvous || arrival.persistent) ucx_.ucp_am_data_release(worker_, arrival.data);
         }
         link.arrivals.clear();
       }
-      for (auto& [start, region] : registered_) ucp_mem_unmap(context_, region.memory);
+      for (auto& [start, region] : registered_) ucx_.ucp_mem_unmap(context_, region.memory);
       registered_.clear();
-      ucp_worker_destroy(worker_);
+      // What a lost peer never answered (a rendezvous it was to read, on a lane that reports no
+      // failure) UCX warns of as the worker goes: accounted for here, so not a warning.
+      ucs_log_component_config_t& log = ucx_.globalOptions->log_component;
+      const ucs_log_level_t level = log.log_level;
+      if (!inFlight_.empty() && level == UCS_LOG_LEVEL_WARN) log.log_level = UCS_LOG_LEVEL_ERROR;
+      ucx_.ucp_worker_destroy(worker_);
+      log.log_level = level;
       worker_ = nullptr;
+      for (Operation_* state : inFlight_) {
+        finish(*state->completion, closedText(state->peer));
+        delete state;
+      }
+      inFlight_.clear();
     }
     if (context_ != nullptr) {
-      ucp_cleanup(context_);
+      ucx_.ucp_cleanup(context_);
       context_ = nullptr;
     }
   }
 
+  const UcxApi& ucx_;
   int rank_;
   std::vector<Link> links_;
   std::string secret_;
@@ -637,6 +663,7 @@ class UcxNetwork final : public MessageNetwork {
   ucp_worker_h worker_ = nullptr;
   int eventFd_ = -1;
   std::set<int> expected_;
+  std::set<Operation_*> inFlight_;  // sends and rendezvous receives UCX has not ended
   std::map<uintptr_t, Region> registered_;  // by start address
   std::unordered_map<ucp_ep_h, int> provenSenders_;  // endpoints that proved a rank's secret
   std::vector<int> helloesToAnswer_;
@@ -653,13 +680,17 @@ class UcxNetwork final : public MessageNetwork {
 
 }  // namespace
 
-bool ucxBuilt() { return true; }
+std::string ucxHeaders() {
+  return std::to_string(UCP_API_MAJOR) + "." + std::to_string(UCP_API_MINOR);
+}
 
-std::string ucxVersion() {
+std::string ucxVersion(std::string* whyNot) {
+  const UcxApi* ucx = ucxApi(whyNot);
+  if (ucx == nullptr) return "";
   unsigned major = 0;
   unsigned minor = 0;
   unsigned release = 0;
-  ucp_get_version(&major, &minor, &release);
+  ucx->ucp_get_version(&major, &minor, &release);
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
 }
 

@@ -22,9 +22,11 @@
 
 namespace ringcomm::transport {
 
-// Whether this build has UCX, and which (empty without).
-bool ucxBuilt();
-std::string ucxVersion();
+// The UCX API this build was compiled against ("1.13"), or "" for a build without UCX. The
+// library itself loads when first needed (ucx_api.h).
+std::string ucxHeaders();
+// The UCX library that loads here ("1.13.1"), or "" with why not in `whyNot`. Loads it.
+std::string ucxVersion(std::string* whyNot = nullptr);
 
 // The lanes UCX offers on this machine, by kind of peer ("same host: posix, sysv, cma; other
 // hosts: tcp (eth0); device memory: cuda_copy"), for `ringcomm info`. Empty without UCX.

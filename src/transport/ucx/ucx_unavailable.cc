@@ -5,9 +5,12 @@
 
 namespace ringcomm::transport {
 
-bool ucxBuilt() { return false; }
+std::string ucxHeaders() { return ""; }
 
-std::string ucxVersion() { return ""; }
+std::string ucxVersion(std::string* whyNot) {
+  if (whyNot != nullptr) *whyNot = "this build has no UCX (CMake found none)";
+  return "";
+}
 
 std::string ucxLanes() { return ""; }
 
