@@ -6,7 +6,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <exception>
 #include <memory>
 #include <string>
@@ -19,6 +18,7 @@
 #include "ringcomm/store.h"
 #include "transport/frame.h"
 #include "transport/ucx/ucx_network.h"
+#include "transport/ucx/ucx_wire.h"
 
 using namespace ringcomm;
 using namespace ringcomm::transport;
@@ -93,7 +93,8 @@ class Stranger {
     CHECK(ucp_worker_create(context_, &workerParams, &worker_) == UCS_OK);
     ucp_ep_params_t epParams{};
     epParams.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-    epParams.address = reinterpret_cast<const ucp_address_t*>(published.data() + 32);
+    epParams.address =
+        reinterpret_cast<const ucp_address_t*>(published.data() + ucx_wire::kAddressNonceBytes);
     CHECK(ucp_ep_create(worker_, &epParams, &endpoint_) == UCS_OK);
   }
 
@@ -113,7 +114,8 @@ class Stranger {
 
   // Sends an active message `id` with `header` and `payload`, as a rank would (asking for the
   // reply endpoint), and waits until it has left.
-  void send(unsigned id, const void* header, size_t headerBytes, const std::vector<uint8_t>& payload,
+  void send(unsigned id, const void* header, size_t headerBytes,
+            const std::vector<uint8_t>& payload,
             const std::vector<std::unique_ptr<MessageNetwork>>& networks) {
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -134,14 +136,6 @@ class Stranger {
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   ucp_ep_h endpoint_ = nullptr;
-};
-
-// The header of a frame's active message, as ucx_network.cc lays it out.
-struct WireFrame {
-  FrameHeader frame;
-  uint64_t sequence;
-  uint32_t from;
-  uint32_t reserved;
 };
 
 }  // namespace
@@ -181,16 +175,14 @@ TEST(ucx_stranger_without_the_secret_gets_nothing_accepted) {
   Stranger stranger(store.get("ucx/0", 1s));
   std::vector<uint8_t> payload(64, 0xee);
   // A frame claiming to be rank 1's first, with no proof before it.
-  WireFrame frame{FrameHeader{kFrameMagic, 5, 0, 0, payload.size()}, 1, 1, 0};
-  stranger.send(2, &frame, sizeof(frame), payload, networks);
+  ucx_wire::WireFrame frame{FrameHeader{kFrameMagic, 5, 0, 0, payload.size()}, 1, 1, 0};
+  stranger.send(ucx_wire::kFrameMessage, &frame, sizeof(frame), payload, networks);
   // A hello with a wrong proof, then the frame again.
-  uint8_t hello[48] = {};
-  const uint32_t words[4] = {0x52435548, 1, 0, 0};
-  std::memcpy(hello, words, sizeof(words));
-  stranger.send(1, hello, sizeof(hello), {}, networks);
-  stranger.send(2, &frame, sizeof(frame), payload, networks);
+  ucx_wire::Hello hello{ucx_wire::kHelloMagic, 1, 0, 0, {}};
+  stranger.send(ucx_wire::kHelloMessage, &hello, sizeof(hello), {}, networks);
+  stranger.send(ucx_wire::kFrameMessage, &frame, sizeof(frame), payload, networks);
   // A goodbye, which would fail rank 0's link to rank 1 if taken.
-  stranger.send(3, nullptr, 0, {}, networks);
+  stranger.send(ucx_wire::kGoodbyeMessage, nullptr, 0, {}, networks);
   for (int i = 0; i < 100; ++i) networks[0]->progress();
   CHECK(networks[0]->arrived(1, 1) == nullptr);
   CHECK(networks[0]->failure(1).empty());

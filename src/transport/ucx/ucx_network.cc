@@ -16,54 +16,32 @@
 #include <utility>
 
 #include "auth/handshake.h"
-#include "auth/sha256.h"
 #include "common/bytes.h"
 #include "common/failure.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "ringcomm/errors.h"
 #include "transport/ucx/ucx_api.h"
+#include "transport/ucx/ucx_wire.h"
 
 namespace ringcomm::transport {
 namespace {
 
-// Active-message ids: the proof of the job's secret (both ways), frames, and a rank's goodbye
-// when its communicator closes (lanes within a host report no failure of their own).
-constexpr unsigned kHelloMessage = 1;
-constexpr unsigned kFrameMessage = 2;
-constexpr unsigned kGoodbyeMessage = 3;
-constexpr uint32_t kHelloMagic = 0x52435548;  // "RCUH"
-constexpr size_t kUcxNonceBytes = 32;
+using ucx_wire::Hello;
+using ucx_wire::kFrameMessage;
+using ucx_wire::kGoodbyeMessage;
+using ucx_wire::kHelloMagic;
+using ucx_wire::kHelloMessage;
+using ucx_wire::kAddressNonceBytes;
+using ucx_wire::proofOf;
+using ucx_wire::WireFrame;
+
 // How long setup waits for the store at once before it calls the watch again.
 constexpr std::chrono::milliseconds kWatchInterval{100};
 // How long closing the endpoints may take at teardown (a dead peer cannot answer).
 constexpr std::chrono::milliseconds kCloseWait{1000};
 // How often the processes of peers on this host are looked at (their lanes report no failure).
 constexpr std::chrono::milliseconds kLocalPeerCheck{100};
-
-// A peer's first message on its endpoint, and the answer to it: proof of the job's secret for the
-// receiver's nonce. `answer` 0: "I am rank from"; 1: "and I accepted your hello".
-struct Hello {
-  uint32_t magic;
-  uint32_t from;
-  uint32_t to;
-  uint32_t answer;
-  auth::Digest proof;
-};
-
-// The header of a frame's active message.
-struct WireFrame {
-  FrameHeader frame;
-  uint64_t sequence;  // per sender and receiver, from 1
-  uint32_t from;
-  uint32_t reserved;
-};
-
-auth::Digest proofOf(const std::string& secret, const Hello& hello, const uint8_t* nonce) {
-  return auth::hmacSha256(secret, {"ringcomm ucx link", std::to_string(hello.answer),
-                                   std::to_string(hello.from), std::to_string(hello.to),
-                                   std::string(reinterpret_cast<const char*>(nonce), kUcxNonceBytes)});
-}
 
 // The loaded UCX, or an error saying why there is none and how to get it.
 const UcxApi& requireUcx() {
@@ -109,7 +87,7 @@ class UcxNetwork final : public MessageNetwork {
     setHandler(kHelloMessage, &dispatch<&UcxNetwork::onHello>);
     setHandler(kFrameMessage, &dispatch<&UcxNetwork::onFrame>);
     setHandler(kGoodbyeMessage, &dispatch<&UcxNetwork::onGoodbye>);
-    auth::randomBytes(nonce_, kUcxNonceBytes);
+    auth::randomBytes(nonce_, kAddressNonceBytes);
     for (size_t peer = 0; peer < links_.size(); ++peer) {
       links_[peer].network = this;
       links_[peer].rank = static_cast<int>(peer);
@@ -130,7 +108,7 @@ class UcxNetwork final : public MessageNetwork {
     size_t length = 0;
     const ucs_status_t status = ucx_.ucp_worker_get_address(worker_, &address, &length);
     if (status != UCS_OK) fail("ucp_worker_get_address", status);
-    Bytes bytes(nonce_, nonce_ + kUcxNonceBytes);
+    Bytes bytes(nonce_, nonce_ + kAddressNonceBytes);
     const uint8_t* at = reinterpret_cast<const uint8_t*>(address);
     bytes.insert(bytes.end(), at, at + length);
     ucx_.ucp_worker_release_address(worker_, address);
@@ -141,15 +119,15 @@ class UcxNetwork final : public MessageNetwork {
   // peer's process where it shares this host (0 otherwise): UCX's shared-memory lanes cannot
   // report a peer's failure, so this rank watches that process instead.
   void open(int peer, const Bytes& published, int localPid, bool eager) {
-    if (published.size() <= kUcxNonceBytes) {
+    if (published.size() <= kAddressNonceBytes) {
       throw Error("ringcomm: UCX: rank " + std::to_string(peer) + " published no worker address");
     }
     Link& link = links_[peer];
-    std::memcpy(link.nonce, published.data(), kUcxNonceBytes);
+    std::memcpy(link.nonce, published.data(), kAddressNonceBytes);
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.address = reinterpret_cast<const ucp_address_t*>(published.data() + kUcxNonceBytes);
+    params.address = reinterpret_cast<const ucp_address_t*>(published.data() + kAddressNonceBytes);
     link.localPid = localPid;
     link.eager = eager;
     params.err_mode = localPid != 0 ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
@@ -225,8 +203,8 @@ class UcxNetwork final : public MessageNetwork {
     param.user_data = state;
     useRegistration(param, data, header.bytes);
     const ucs_status_ptr_t request =
-        ucx_.ucp_am_send_nbx(link.endpoint, kFrameMessage, &state->header, sizeof(WireFrame), data,
-                        header.bytes, &param);
+        ucx_.ucp_am_send_nbx(link.endpoint, kFrameMessage, &state->header, sizeof(WireFrame),
+                             data, header.bytes, &param);
     settle(request, state);
   }
 
@@ -337,7 +315,7 @@ class UcxNetwork final : public MessageNetwork {
     UcxNetwork* network = nullptr;
     int rank = -1;
     ucp_ep_h endpoint = nullptr;
-    uint8_t nonce[kUcxNonceBytes] = {};
+    uint8_t nonce[kAddressNonceBytes] = {};
     int localPid = 0;  // watched for its exit (a peer on this host), or 0
     bool eager = false;  // every frame eager (see connectUcx)
     bool proven = false;    // it proved the secret here
@@ -402,7 +380,8 @@ class UcxNetwork final : public MessageNetwork {
       const std::string& cause = links_[state->peer].failure;
       failure = !cause.empty() ? cause
                                : "UCX could not move a message to or from rank " +
-                                     std::to_string(state->peer) + ": " + ucx_.ucs_status_string(status);
+                                     std::to_string(state->peer) + ": " +
+                                     ucx_.ucs_status_string(status);
     }
     finish(*state->completion, failure);
     inFlight_.erase(state);
@@ -545,7 +524,8 @@ class UcxNetwork final : public MessageNetwork {
     Link& link = links_[peer];
     auto* state = new Operation_{this, peer, std::make_shared<Completion>(), {}, {}};
     Hello& hello = state->hello;
-    hello = Hello{kHelloMagic, static_cast<uint32_t>(rank_), static_cast<uint32_t>(peer), answer, {}};
+    hello = Hello{kHelloMagic, static_cast<uint32_t>(rank_), static_cast<uint32_t>(peer), answer,
+                  {}};
     hello.proof = proofOf(secret_, hello, link.nonce);
     ucp_request_param_t param{};
     param.op_attr_mask =
@@ -553,8 +533,8 @@ class UcxNetwork final : public MessageNetwork {
     param.flags = UCP_AM_SEND_FLAG_REPLY;
     param.cb.send = &UcxNetwork::onSent;
     param.user_data = state;
-    settle(ucx_.ucp_am_send_nbx(link.endpoint, kHelloMessage, &state->hello, sizeof(Hello), nullptr, 0,
-                           &param),
+    settle(ucx_.ucp_am_send_nbx(link.endpoint, kHelloMessage, &state->hello, sizeof(Hello),
+                                nullptr, 0, &param),
            state);
   }
 
@@ -632,7 +612,9 @@ class UcxNetwork final : public MessageNetwork {
       if (!closed_) closeEndpoints();
       for (Link& link : links_) {
         for (auto& [sequence, arrival] : link.arrivals) {
-          if (arrival.rendezvous || arrival.persistent) ucx_.ucp_am_data_release(worker_, arrival.data);
+          if (arrival.rendezvous || arrival.persistent) {
+            ucx_.ucp_am_data_release(worker_, arrival.data);
+          }
         }
         link.arrivals.clear();
       }
@@ -662,7 +644,7 @@ class UcxNetwork final : public MessageNetwork {
   int rank_;
   std::vector<Link> links_;
   std::string secret_;
-  uint8_t nonce_[kUcxNonceBytes] = {};
+  uint8_t nonce_[kAddressNonceBytes] = {};
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int eventFd_ = -1;
