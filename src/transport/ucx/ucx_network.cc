@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <set>
@@ -411,7 +412,16 @@ class UcxNetwork final : public MessageNetwork {
                           : "the UCX link to rank " + std::to_string(link->rank) + " failed (" +
                                 ucx_.ucs_status_string(status) + ")";
     }
+    link->network->forgetProofsOf(link->rank);
     ++link->network->activity_;
+  }
+
+  // The endpoints `rank` proved the secret on are gone with its link: UCX may give their
+  // addresses to new connections, which must prove it afresh.
+  void forgetProofsOf(int rank) {
+    for (auto it = provenSenders_.begin(); it != provenSenders_.end();) {
+      it = it->second == rank ? provenSenders_.erase(it) : std::next(it);
+    }
   }
 
   using Handler = ucs_status_t (UcxNetwork::*)(const void*, size_t, void*, size_t,
@@ -538,11 +548,18 @@ class UcxNetwork final : public MessageNetwork {
            state);
   }
 
+  // A hello that came before this rank opened its own endpoint to the sender waits for it.
   void answerHellos() {
     std::vector<int> answering;
     answering.swap(helloesToAnswer_);
     for (int peer : answering) {
-      if (links_[peer].endpoint != nullptr && links_[peer].failure.empty()) sendHello(peer, 1);
+      const Link& link = links_[peer];
+      if (!link.failure.empty()) continue;
+      if (link.endpoint == nullptr) {
+        if (!closed_) helloesToAnswer_.push_back(peer);
+        continue;
+      }
+      sendHello(peer, 1);
     }
   }
 
