@@ -848,11 +848,20 @@ def _bench_under(launcher: list[str], tmp_path, extra: list[str]) -> tuple[str, 
     return stdout, json.loads(out.read_text())
 
 
+# ringcomm's own launcher, and torchrun (torch's env:// variables; --no-python: the command
+# names its Python).
+LAUNCHERS = {
+    "ringcomm-run": [sys.executable, "-m", "ringcomm.launch", "-np", "2"],
+    "torchrun": [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                 "--no-python"],
+}  # fmt: skip
+
+
 @pytest.mark.timeout(110)
 @needs_peers
-def test_runs_as_ranks_under_a_launcher_beside_gloo(tmp_path):
-    launcher = [sys.executable, "-m", "ringcomm.launch", "-np", "2"]
-    stdout, document = _bench_under(launcher, tmp_path, ["--compare", "gloo,mpi"])
+@pytest.mark.parametrize("launcher", list(LAUNCHERS))
+def test_runs_as_ranks_under_a_launcher_beside_gloo(tmp_path, launcher):
+    stdout, document = _bench_under(LAUNCHERS[launcher], tmp_path, ["--compare", "gloo,mpi"])
     assert_all_right(document, ["ringcomm", "gloo"], 3)
     assert stdout.count("## ringcomm") == 1  # only rank 0 prints
     # Outside mpirun MPI sees a world of one a process: said, not timed.
