@@ -405,6 +405,40 @@ void setUpTcp(int rank, const std::vector<int>& tcpPeers, Links& links,
 
 }  // namespace
 
+LinkChoice chooseLink(const Config& config, const bootstrap::RankRecord& self,
+                      const bootstrap::RankRecord& peer, int peerRank) {
+  const bool sameHost = peer.hostId == self.hostId;
+  const bool sealingAsked = config.wireProtection == WireProtection::Integrity ||
+                            config.wireProtection == WireProtection::Encrypt;
+  switch (config.transport) {
+    case TransportKind::Shm:
+      if (!sameHost) {
+        throw InvalidArgument("RINGCOMM_TRANSPORT=shm, but rank " + std::to_string(peerRank) +
+                              " is on another host (" + peer.address + "); use auto, tcp or ucx");
+      }
+      return {LinkKind::Shm, "same host"};
+    case TransportKind::Tcp:
+      return {LinkKind::Tcp, sameHost ? "same host, but RINGCOMM_TRANSPORT=tcp" : "another host"};
+    case TransportKind::Ucx:
+      if (sealingAsked) {
+        throw InvalidArgument(
+            std::string("RINGCOMM_WIRE_PROTECTION=") +
+            (config.wireProtection == WireProtection::Encrypt ? "encrypt" : "integrity") +
+            ", but RINGCOMM_TRANSPORT=ucx cannot seal what it sends (UCX moves frames, and RDMA "
+            "reads memory, as they are); use RINGCOMM_TRANSPORT=auto or tcp for sealed links, "
+            "or RINGCOMM_WIRE_PROTECTION=off");
+      }
+      return {LinkKind::Ucx, "RINGCOMM_TRANSPORT=ucx"};
+    case TransportKind::Auto:
+      break;
+  }
+  if (sameHost) return {LinkKind::Shm, "same host"};
+  // UCX cannot seal frames: a configuration that asks for sealing keeps these links on TCP.
+  if (!(self.rdma && peer.rdma)) return {LinkKind::Tcp, "another host"};
+  if (sealingAsked) return {LinkKind::Tcp, "another host; RDMA, but RINGCOMM_WIRE_PROTECTION"};
+  return {LinkKind::Ucx, "another host, RDMA at both ends"};
+}
+
 Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvous,
                    net::UniqueFd listener, const Config& config,
                    const std::function<void()>& watch) {
@@ -428,55 +462,23 @@ Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvo
   }
   links.localRanks = links.hostRanks[links.hostIndex];
 
-  const bool sealingAsked = config.wireProtection == WireProtection::Integrity ||
-                            config.wireProtection == WireProtection::Encrypt;
-  if (config.transport == TransportKind::Ucx && sealingAsked && size > 1) {
-    throw InvalidArgument(std::string("RINGCOMM_WIRE_PROTECTION=") +
-                          (config.wireProtection == WireProtection::Encrypt ? "encrypt"
-                                                                            : "integrity") +
-                          ", but RINGCOMM_TRANSPORT=ucx cannot seal what it sends (UCX moves "
-                          "frames, and RDMA reads memory, as they are); use RINGCOMM_TRANSPORT="
-                          "auto or tcp for sealed links, or RINGCOMM_WIRE_PROTECTION=off");
-  }
   std::vector<int> shmPeers;
   std::vector<int> tcpPeers;
   std::vector<int> ucxPeers;
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
-    const bool sameHost = rendezvous.ranks[peer].hostId == myHost;
-    if (config.transport == TransportKind::Shm && !sameHost) {
-      throw InvalidArgument("RINGCOMM_TRANSPORT=shm, but rank " + std::to_string(peer) +
-                            " is on another host (" + rendezvous.ranks[peer].address +
-                            "); use auto, tcp or ucx");
-    }
-    // Both ends decide alike from the same records: a link is UCX on both, or on neither. UCX
-    // cannot seal frames: a configuration that asks for sealing keeps auto's links on TCP.
-    const bool bothRdma = rendezvous.ranks[rank].rdma && rendezvous.ranks[peer].rdma;
-    if (config.transport == TransportKind::Ucx ||
-        (config.transport == TransportKind::Auto && !sameHost && bothRdma && !sealingAsked)) {
-      ucxPeers.push_back(peer);
-    } else {
-      (sameHost && config.transport != TransportKind::Tcp ? shmPeers : tcpPeers).push_back(peer);
-    }
-  }
-  if (log::enabled(LogLevel::Info, kLogTransport)) {
-    for (int peer = 0; peer < size; ++peer) {
-      if (peer == rank) continue;
-      const bool sameHost = rendezvous.ranks[peer].hostId == myHost;
-      const bool ucx = std::find(ucxPeers.begin(), ucxPeers.end(), peer) != ucxPeers.end();
-      const char* why = config.transport == TransportKind::Ucx ? "RINGCOMM_TRANSPORT=ucx"
-                        : ucx                                  ? "another host, RDMA both ends"
-                        : !sameHost                            ? "another host"
-                        : config.transport == TransportKind::Tcp
-                            ? "same host, but RINGCOMM_TRANSPORT=tcp"
-                            : "same host";
-      const char* kind = ucx ? "UCX"
-                         : sameHost && config.transport != TransportKind::Tcp ? "shared memory"
-                                                                              : "TCP";
-      RINGCOMM_LOG(LogLevel::Info, kLogTransport, "rank %d (%s:%d): %s (%s)", peer,
-                   rendezvous.ranks[peer].address.c_str(), rendezvous.ranks[peer].port, kind,
-                   why);
-    }
+    const bootstrap::RankRecord& record = rendezvous.ranks[peer];
+    const LinkChoice choice = chooseLink(config, rendezvous.ranks[rank], record, peer);
+    (choice.kind == LinkKind::Ucx   ? ucxPeers
+     : choice.kind == LinkKind::Shm ? shmPeers
+                                    : tcpPeers)
+        .push_back(peer);
+    RINGCOMM_LOG(LogLevel::Info, kLogTransport, "rank %d (%s:%d): %s (%s)", peer,
+                 record.address.c_str(), record.port,
+                 choice.kind == LinkKind::Ucx   ? "UCX"
+                 : choice.kind == LinkKind::Shm ? "shared memory"
+                                                : "TCP",
+                 choice.why);
   }
 
   if (!shmPeers.empty() &&

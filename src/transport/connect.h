@@ -28,6 +28,18 @@ struct Links {
   std::vector<std::vector<int>> hostRanks;
 };
 
+// How this rank reaches a peer, before shared memory is known to fit (which may turn Shm into
+// Tcp), and why, in words for the TRANSPORT log. Both ends come to the same answer from the same
+// records, so a link is one kind at both. Throws InvalidArgument for a configuration that cannot
+// reach the peer (shm to another host; ucx where sealing is asked for).
+enum class LinkKind { Shm, Tcp, Ucx };
+struct LinkChoice {
+  LinkKind kind;
+  const char* why;
+};
+LinkChoice chooseLink(const Config& config, const bootstrap::RankRecord& self,
+                      const bootstrap::RankRecord& peer, int peerRank);
+
 // `watch`, where given, is called at least every 100 ms while waiting for a peer, and raises
 // where the communicator can no longer form (a peer that gave up forming it, or is gone).
 Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvous,
