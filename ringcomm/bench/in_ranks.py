@@ -46,11 +46,17 @@ def _run_mpi(plan: Plan, comm) -> Outcome:
     # Every rank decides alike: a rank of another launcher's job sees a world of one.
     sizes = comm.allgather(np.array([world.Get_size()], dtype=np.int64))
     if any(int(size) != comm.size for size in sizes.reshape(-1)):
+        # srun hands MPI its ranks only through a PMI plugin, which it does not load by default.
+        hint = (
+            "; under srun add --mpi=pmi2 (MPICH) or --mpi=pmix (Open MPI)"
+            if "SLURM_PROCID" in os.environ
+            else ""
+        )
         return Outcome(
             "mpi",
             note=f"MPI sees {world.Get_size()} rank(s) where the launcher started {comm.size}: "
             "not launched by the mpirun of the MPI mpi4py was built for "
-            f"({MPI.Get_library_version().splitlines()[0].strip()})",
+            f"({MPI.Get_library_version().splitlines()[0].strip()}){hint}",
         )
     return Outcome("mpi", run_plan(plan, MpiGroup(world)))
 
