@@ -183,6 +183,15 @@ def start_ranks_on_hosts(
     return procs
 
 
+def results_of_ranks(procs: Sequence[subprocess.Popen], deadline: float) -> list[dict]:
+    """finish_ranks(), asserting that every rank reported a result: the results, by rank."""
+    results = []
+    for result, code, out, err in finish_ranks(procs, deadline):
+        assert result is not None, f"rank exited {code} without a result\n{out}\n{err[-4000:]}"
+        results.append(result)
+    return results
+
+
 def finish_ranks(procs: Sequence[subprocess.Popen], deadline: float) -> list:
     """Waits for ranks started by start_ranks_on_hosts until `deadline` (time.monotonic()),
     killing the late ones: (last RESULT or None, return code, stdout, stderr) per rank."""

@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from harness import WORKERS, finish_ranks, start_ranks_on_hosts, worker_env
+from harness import WORKERS, results_of_ranks, start_ranks_on_hosts, worker_env
 
 from ringcomm.bench import netns
 
@@ -44,12 +44,7 @@ def start_ranks(hosts, worker_args, env_extra, port, secret=SECRET):
     return start_ranks_on_hosts(hosts, worker_args, {**secret, **env_extra}, f"{SUBNET}.1", port)
 
 
-def collect(procs, deadline):
-    results = []
-    for result, code, out, err in finish_ranks(procs, deadline):
-        assert result is not None, f"rank exited {code} without a result\n{out}\n{err}"
-        results.append(result)
-    return results
+collect = results_of_ranks
 
 
 def test_collectives_across_two_hosts(two_hosts):

@@ -5,12 +5,17 @@ transports), a stranger without the secret in tests/cpp/test_ucx_network.cc. Ski
 build has no UCX (install libucx-dev and reinstall).
 """
 
-import subprocess
-import sys
 import time
 
 import pytest
-from harness import WORKERS, assert_all_succeeded, run_job, ucx_built, worker_env
+from harness import (
+    WORKERS,
+    assert_all_succeeded,
+    results_of_ranks,
+    run_job,
+    start_ranks_on_hosts,
+    ucx_built,
+)
 from test_collectives import SHARED_RESULTS
 
 from ringcomm.bench import netns
@@ -52,35 +57,15 @@ def two_hosts():
         pytest.skip(str(reason))
 
 
+# Between the hosts UCX's TCP lane: its shared-memory lanes would reach past the link (the
+# namespaces share one kernel).
+UCX_BETWEEN_HOSTS = {"RINGCOMM_TRANSPORT": "ucx", "UCX_TLS": "tcp", **SECRET}
+
+
 def start_on_hosts(hosts, argv, env, port, layout):
-    procs = []
-    for rank, host in enumerate(layout):
-        rank_env = worker_env(
-            {"RANK": str(rank), "WORLD_SIZE": str(len(layout)), "MASTER_ADDR": f"{SUBNET}.1",
-             "MASTER_PORT": str(port), "RINGCOMM_TRANSPORT": "ucx", "UCX_TLS": "tcp",
-             **SECRET, **env}
-        )  # fmt: skip
-        procs.append(
-            subprocess.Popen(hosts.command(host, [sys.executable, *argv]), env=rank_env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        )  # fmt: skip
-    return procs
-
-
-def results_of(procs, deadline):
-    import json
-
-    results = []
-    for proc in procs:
-        try:
-            out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-        assert lines, f"rank exited {proc.returncode} without a result\n{out}\n{err[-3000:]}"
-        results.append(json.loads(lines[-1][len("RESULT ") :]))
-    return results
+    return start_ranks_on_hosts(
+        hosts, argv, {**UCX_BETWEEN_HOSTS, **env}, f"{SUBNET}.1", port, layout
+    )
 
 
 def test_every_collective_over_ucx_tcp_across_two_hosts(two_hosts):
@@ -88,7 +73,7 @@ def test_every_collective_over_ucx_tcp_across_two_hosts(two_hosts):
     procs = start_on_hosts(
         two_hosts, [str(WORKERS / "collectives.py"), "65537"], {}, 29631, (0, 0, 0, 1, 1)
     )
-    assert_collectives_agree(results_of(procs, time.monotonic() + 240))
+    assert_collectives_agree(results_of_ranks(procs, time.monotonic() + 240))
 
 
 def test_cut_link_over_ucx_is_named_by_every_rank(two_hosts):
@@ -103,7 +88,7 @@ def test_cut_link_over_ucx_is_named_by_every_rank(two_hosts):
     try:
         time.sleep(4.0)  # let them connect and stream all-reduces across the link
         two_hosts.cut(1)
-        results = results_of(procs, time.monotonic() + 60)
+        results = results_of_ranks(procs, time.monotonic() + 60)
     finally:
         two_hosts.mend(1)
     for result in results:
