@@ -41,6 +41,10 @@ using ucx_wire::WireFrame;
 constexpr std::chrono::milliseconds kWatchInterval{100};
 // How long closing the endpoints may take at teardown (a dead peer cannot answer).
 constexpr std::chrono::milliseconds kCloseWait{1000};
+// How long the teardown lets UCX finish what closing queued, and how many progress calls in a row
+// that do nothing mean it has.
+constexpr std::chrono::milliseconds kDrainWait{200};
+constexpr int kIdleProgressCalls = 100;
 // How often the processes of peers on this host are looked at (their lanes report no failure).
 constexpr std::chrono::milliseconds kLocalPeerCheck{100};
 
@@ -482,6 +486,7 @@ class UcxNetwork final : public MessageNetwork {
   ucs_status_t onFrame(const void* header, size_t headerLength, void* data, size_t length,
                        const ucp_am_recv_param_t* param) {
     ++activity_;
+    if (closed_) return UCS_OK;  // nobody will take it: nothing kept for the teardown
     auto known = provenSenders_.find(senderOf(param));
     WireFrame frame;
     if (headerLength != sizeof(WireFrame) || known == provenSenders_.end()) return refuse();
@@ -578,6 +583,10 @@ class UcxNetwork final : public MessageNetwork {
 
   void closeEndpoints() {
     closed_ = true;
+    // What peers sent that nobody will take, first: a rendezvous released tells its sender, on
+    // the endpoint it came by (the teardown drains that before the worker goes). Not draining
+    // here: an aborting rank's engine has its failure to hand on, which peers wait for.
+    releaseArrivals();
     // The goodbyes first: once sent they are on the wire (or in the peer's shared-memory queue),
     // which a forced close does not take back. A peer that cannot take them is cut off when the
     // wait runs out.
@@ -606,6 +615,28 @@ class UcxNetwork final : public MessageNetwork {
     awaitRequests(closing);
   }
 
+  void releaseArrivals() {
+    for (Link& link : links_) {
+      for (auto& [sequence, arrival] : link.arrivals) {
+        if (arrival.rendezvous || arrival.persistent) {
+          ucx_.ucp_am_data_release(worker_, arrival.data);
+        }
+      }
+      link.arrivals.clear();
+    }
+  }
+
+  // Progresses until UCX has nothing left to do, for kDrainWait at most: what closing and
+  // releasing queued (a cancelled rendezvous, an endpoint's disconnect) must not be pending on
+  // an endpoint when the worker destroys it.
+  void drain() {
+    const Clock::time_point deadline = Clock::now() + kDrainWait;
+    int idle = 0;
+    while (idle < kIdleProgressCalls && Clock::now() < deadline) {
+      idle = ucx_.ucp_worker_progress(worker_) == 0 ? idle + 1 : 0;
+    }
+  }
+
   // Progresses until `requests` complete, for kCloseWait at most, and frees them.
   void awaitRequests(std::vector<void*>& requests) {
     const Clock::time_point deadline = Clock::now() + kCloseWait;
@@ -627,14 +658,8 @@ class UcxNetwork final : public MessageNetwork {
   void teardown() {
     if (worker_ != nullptr) {
       if (!closed_) closeEndpoints();
-      for (Link& link : links_) {
-        for (auto& [sequence, arrival] : link.arrivals) {
-          if (arrival.rendezvous || arrival.persistent) {
-            ucx_.ucp_am_data_release(worker_, arrival.data);
-          }
-        }
-        link.arrivals.clear();
-      }
+      releaseArrivals();
+      drain();
       for (auto& [start, region] : registered_) ucx_.ucp_mem_unmap(context_, region.memory);
       registered_.clear();
       // What a lost peer never answered (a rendezvous it was to read, on a lane that reports no
