@@ -149,15 +149,23 @@ class UcxNetwork final : public MessageNetwork {
   // Whether every peer opened has proved the secret here and accepted this rank's proof.
   bool everyoneProven() const {
     for (int peer : expected_) {
-      if (!links_[peer].proven || !links_[peer].accepted) return false;
+      if (!provenBothWays(peer)) return false;
     }
     return true;
+  }
+
+  // Whether `peer` proved the secret here and accepted this rank's proof: its part of the setup
+  // is done, and what it does next (it may finish a collective and close while this rank still
+  // waits for another peer's proof) is the communicator's to see, not the setup's.
+  bool provenBothWays(int peer) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return links_[peer].proven && links_[peer].accepted;
   }
 
   std::string unproven() const {
     std::ostringstream text;
     for (int peer : expected_) {
-      if (links_[peer].proven && links_[peer].accepted) continue;
+      if (provenBothWays(peer)) continue;
       text << (text.tellp() > 0 ? ", " : "") << peer;
     }
     return text.str();
@@ -770,6 +778,7 @@ std::unique_ptr<MessageNetwork> connectUcx(Store& store, int rank,
       ::poll(&fd, 1, static_cast<int>(std::min(kWatchInterval, op.remaining()).count()));
     }
     for (int peer : peers) {
+      if (network->provenBothWays(peer)) continue;
       const std::string failure = network->failure(peer);
       if (!failure.empty()) raisePeerFailure<TransportError>(op, peer, failure);
     }
