@@ -62,6 +62,7 @@ if(RINGCOMM_BUILD_CUDA)
       ${PROJECT_SOURCE_DIR}/src/transport/cuda/cuda_path.cc
       ${PROJECT_SOURCE_DIR}/src/transport/cuda/device_state.cc
       ${PROJECT_SOURCE_DIR}/src/transport/cuda/staging.cc
+      ${PROJECT_SOURCE_DIR}/src/transport/cuda/message_staging.cc
       ${PROJECT_SOURCE_DIR}/src/transport/cuda/ipc.cc
       ${PROJECT_SOURCE_DIR}/src/transport/cuda/queue_device.cc
     )

@@ -359,8 +359,14 @@ class Communicator:
         async_op: bool = False,
         timeout: Optional[float] = None,
         name: Optional[str] = None,
+        stream=None,
     ):
-        """Sends ``x`` to ``dest``; the matching ``recv`` must use the same size and tag."""
+        """Sends ``x`` to ``dest``; the matching ``recv`` must use the same size and tag.
+
+        A CUDA array is sent once the work queued on ``stream`` before the call has run; it goes
+        to the network as device memory where the link takes it (UCX built with CUDA), and
+        through a pinned host copy otherwise."""
+        set_call_stream(stream)
         work = self._core.send(x, dest, tag, self._timeout(timeout), not async_op, name or "")
         return self._finish(work, None, (x,), async_op)
 
@@ -372,8 +378,13 @@ class Communicator:
         async_op: bool = False,
         timeout: Optional[float] = None,
         name: Optional[str] = None,
+        stream=None,
     ):
-        """Receives into ``x`` from ``source``."""
+        """Receives into ``x`` from ``source``.
+
+        A CUDA array is written after the work queued on ``stream`` before the call, and that
+        stream waits for it, as a collective's result."""
+        set_call_stream(stream)
         work = self._core.recv(x, source, tag, self._timeout(timeout), not async_op, name or "")
         return self._finish(work, x, (x,), async_op)
 

@@ -57,19 +57,27 @@ def worker_env(extra: Optional[dict] = None) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def ucx_built() -> bool:
-    """Whether this build of ringcomm has UCX (RINGCOMM_TRANSPORT=ucx) and its library loads
-    here. Asked in a child process: loading UCX into the test process would make it the one
-    MPICH's mpi4py finds in tests that import both."""
+def ucx_info() -> Optional[dict]:
+    """What this build of ringcomm says of UCX (its version and lanes, as `ringcomm info`), or
+    None where it has no UCX or none loads here. Asked in a child process: loading UCX into the
+    test process would make it the one MPICH's mpi4py finds in tests that import both."""
     from ringcomm import _core
 
     if not _core.build_info()["ucx"]:
-        return False
-    probe = "from ringcomm import _core; print(_core.ucx_info()['version'])"
+        return None
+    probe = "from ringcomm import _core; import json; print(json.dumps(_core.ucx_info()))"
     found = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, env=worker_env()
     )
-    return bool(found.stdout.strip())
+    if found.returncode != 0:
+        return None
+    info = json.loads(found.stdout)
+    return info if info["version"] else None
+
+
+def ucx_built() -> bool:
+    """Whether this build of ringcomm has UCX (RINGCOMM_TRANSPORT=ucx) and its library loads."""
+    return ucx_info() is not None
 
 
 # What failure tests run over besides shared memory: TCP, and UCX where this build has it.

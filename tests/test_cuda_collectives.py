@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 import pytest
-from harness import assert_all_succeeded, free_port, run_job
+from harness import assert_all_succeeded, free_port, run_job, ucx_info
 
 import ringcomm
 from ringcomm import _core, _devices
@@ -107,6 +107,36 @@ def test_collectives_on_cuda_arrays_across_hosts(library, path):
         deadline=500,
     )
     assert_right_and_alike(outcomes)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("library", ["torch", "cupy"])
+def test_cuda_arrays_over_ucx(library):
+    """Every collective, and sends and receives, at 2 ranks with RINGCOMM_TRANSPORT=ucx. A send
+    or receive of a device buffer goes to UCX as device memory where UCX has CUDA lanes (the
+    libucx-cu12 wheel, which tests/gpu/run.sh builds against when .whl/ carries it), and is
+    staged through pinned memory otherwise; the log says which."""
+    require_cuda(library)
+    ucx = ucx_info()
+    if ucx is None:
+        pytest.skip("this ringcomm was built without UCX, or no UCX library loads here")
+    device_lanes = "device memory: none" not in ucx["lanes"]
+    outcomes = run_job(
+        2,
+        "cuda_collectives.py",
+        [library, str(LARGE_COUNT)],
+        env={
+            "RINGCOMM_TRANSPORT": "ucx",
+            "RINGCOMM_DEBUG": "INFO",
+            "RINGCOMM_DEBUG_SUBSYS": "CUDA",
+            **CHUNKS,
+        },
+        deadline=500,
+    )
+    assert_right_and_alike(outcomes)
+    said = "to the network as device memory" if device_lanes else "staged through pinned host"
+    for outcome in outcomes:
+        assert said in outcome.stderr, f"rank {outcome.rank}: {outcome.stderr[-2000:]}"
 
 
 def assert_right_and_alike(outcomes) -> None:

@@ -60,6 +60,13 @@ OperationLabel labelOf(const char* collective, size_t count, DataType type, bool
   return label;
 }
 
+// Where a send's or receive's bytes are, as the transport takes them: its message's device
+// buffer, or host memory (a staged copy, or the caller's own).
+transport::Memory memoryOf(const device::Message* message) {
+  return message != nullptr && message->onDevice() ? transport::Memory::Cuda
+                                                   : transport::Memory::Host;
+}
+
 // Creates a communicator: `setupTimeout` bounds its rendezvous and connections (a shrink's are
 // bounded by the shrink's deadline), config.timeout its collectives. `watch`, where given, is
 // called while connecting and raises where the communicator can no longer form (a shrink's
@@ -354,24 +361,38 @@ class CommunicatorImpl : public Communicator {
 
   WorkPtr send(const SendOptions& o) override {
     o.validate(size_, rank_);
-    device_->refusePointToPoint(o, o.buffer, "send");
-    return enqueuePointToPoint(o, PointToPoint::labelOf("send", o.peer, o.tag, o.bytes),
-                               [o](const algorithms::Context& ctx) {
-                                 return ctx.transport.postSend(o.peer, o.buffer, o.bytes,
-                                                               PointToPoint::tagOf(o.tag, o.type));
-                               });
+    const device::TicketPtr ticket = device_->prepare(o, {o.buffer}, "send");
+    return enqueuePointToPoint(
+        o, PointToPoint::labelOf("send", o.peer, o.tag, o.bytes),
+        [this, o, ticket](const algorithms::Context& ctx) {
+          PointToPoint::Posted posted;
+          posted.message = device_->message(ticket, ctx, o.peer, const_cast<void*>(o.buffer),
+                                            o.bytes, true);
+          posted.request =
+              ctx.transport.postSend(o.peer, posted.message ? posted.message->data() : o.buffer,
+                                     o.bytes, PointToPoint::tagOf(o.tag, o.type),
+                                     memoryOf(posted.message.get()));
+          return posted;
+        });
   }
 
   WorkPtr recv(const RecvOptions& o) override {
     o.validate(size_, rank_);
-    device_->refusePointToPoint(o, o.buffer, "recv");
+    const device::TicketPtr ticket = device_->prepare(o, {o.buffer}, "recv");
     return enqueuePointToPoint(
-        o, PointToPoint::labelOf("recv", o.peer, o.tag, o.bytes), [o](const algorithms::Context& ctx) {
+        o, PointToPoint::labelOf("recv", o.peer, o.tag, o.bytes),
+        [this, o, ticket](const algorithms::Context& ctx) {
           const MessageTag tag = PointToPoint::tagOf(o.tag, o.type);
           // A receive from any rank waits here, in its turn, for a sender to show itself.
-          const int peer = o.peer == kAnySource ? ctx.transport.waitForAnySender(tag, ctx.op) : o.peer;
+          const int peer =
+              o.peer == kAnySource ? ctx.transport.waitForAnySender(tag, ctx.op) : o.peer;
           if (o.source != nullptr) *o.source = peer;
-          return ctx.transport.postRecv(peer, o.buffer, o.bytes, tag);
+          PointToPoint::Posted posted;
+          posted.message = device_->message(ticket, ctx, peer, o.buffer, o.bytes, false);
+          posted.request =
+              ctx.transport.postRecv(peer, posted.message ? posted.message->data() : o.buffer,
+                                     o.bytes, tag, memoryOf(posted.message.get()));
+          return posted;
         });
   }
 
@@ -662,8 +683,8 @@ class CommunicatorImpl : public Communicator {
       algorithms::Context ctx{rank_, size_, *transport_, op, MessageTag{}, config_.segmentBytes,
                               scratch_};
       try {
-        transport::Transport::Request request = post(ctx);
-        pointToPoint_.add(request, std::move(op), work);
+        PointToPoint::Posted posted = post(ctx);
+        pointToPoint_.add(std::move(posted), std::move(op), work);
       } catch (const PeerError& error) {
         failWith(error);
       }

@@ -71,13 +71,24 @@ device::TicketPtr DeviceCollectives::prepare(const CommonOptions& options,
   return path_->prepare(addresses, options.stream, collective);
 }
 
-void DeviceCollectives::refusePointToPoint(const CommonOptions& options, const void* buffer,
-                                           const char* what) {
-  if (prepare(options, {buffer}, what)) {
-    throw InvalidArgument(std::string(what) +
-                          ": send/recv of device memory is not supported yet; copy the buffer "
-                          "to host memory first");
+std::unique_ptr<device::Message> DeviceCollectives::message(const device::TicketPtr& ticket,
+                                                           const algorithms::Context& ctx,
+                                                           int peer, void* buffer, size_t bytes,
+                                                           bool isSend) {
+  if (!ticket || bytes == 0) return nullptr;
+  const bool direct =
+      ctx.transport.takesDeviceMemory(peer) && config_.cudaPath != CudaPath::Staged;
+  if (log::enabled(LogLevel::Info, kLogCuda)) {
+    const char* how = direct ? "goes to the network as device memory (its link takes it)"
+                      : ctx.transport.takesDeviceMemory(peer)
+                          ? "is staged through pinned host memory (RINGCOMM_CUDA_PATH=staged)"
+                          : "is staged through pinned host memory (its link takes host memory)";
+    if (firstTime(how)) {
+      RINGCOMM_LOG(LogLevel::Info, kLogCuda, "a %s of %zu B of device memory %s rank %d %s",
+                   isSend ? "send" : "receive", bytes, isSend ? "to" : "from", peer, how);
+    }
   }
+  return path_->message(ticket, ctx.op, buffer, bytes, isSend, direct);
 }
 
 void DeviceCollectives::stageWhole(const device::TicketPtr& ticket, const algorithms::Context& ctx,
@@ -134,12 +145,15 @@ MemoryPath DeviceCollectives::allreducePath(const AllreduceOptions& o,
   return path;
 }
 
+bool DeviceCollectives::firstTime(const char* reason) const {
+  if (log::enabled(LogLevel::Trace, kLogCuda)) return true;  // every time at TRACE
+  std::lock_guard<std::mutex> lock(loggedMutex_);
+  return logged_.insert(reason).second;
+}
+
 void DeviceCollectives::logPath(const char* path, const char* why, size_t bytes) const {
+  if (!firstTime(why)) return;  // once per reason at INFO
   const bool everyCall = log::enabled(LogLevel::Trace, kLogCuda);
-  {
-    std::lock_guard<std::mutex> lock(loggedMutex_);
-    if (!logged_.insert(why).second && !everyCall) return;  // once per reason at INFO
-  }
   RINGCOMM_LOG(everyCall ? LogLevel::Trace : LogLevel::Info, kLogCuda,
                "allreduce of %zu B of device memory: %s (%s; IPC from %zu B, "
                "RINGCOMM_CUDA_PATH=%s)",

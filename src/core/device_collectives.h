@@ -32,8 +32,13 @@ class DeviceCollectives {
   device::TicketPtr prepare(const CommonOptions& options,
                             std::initializer_list<const void*> addresses, const char* collective);
 
-  // Point-to-point takes host memory only: InvalidArgument for a device buffer.
-  void refusePointToPoint(const CommonOptions& options, const void* buffer, const char* what);
+  // A send's or receive's buffer as the transport takes it, in the engine's turn: null for host
+  // memory (no ticket, or nothing to move); else the device buffer itself where `peer`'s link
+  // takes device memory (UCX built with CUDA) and RINGCOMM_CUDA_PATH is not staged, or a pinned
+  // host copy (DevicePath::message).
+  std::unique_ptr<device::Message> message(const device::TicketPtr& ticket,
+                                            const algorithms::Context& ctx, int peer,
+                                            void* buffer, size_t bytes, bool isSend);
 
   // Runs `body` on host copies of the device regions, or straight on the caller's buffers when
   // there is no ticket.
@@ -87,6 +92,8 @@ class DeviceCollectives {
                  const BroadcastOptions& options);
 
  private:
+  // Whether a reason for a path is logged now: its first time at INFO, every time at TRACE.
+  bool firstTime(const char* reason) const;
   // Logs the path an all-reduce of device memory takes and why (once per reason at INFO).
   void logPath(const char* path, const char* why, size_t bytes) const;
   // Why the IPC all-reduce cannot take these options here, or null if it can.

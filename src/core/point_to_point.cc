@@ -25,8 +25,18 @@ OperationLabel PointToPoint::labelOf(const char* what, int peer, int tag, size_t
   return label;
 }
 
-void PointToPoint::add(transport::Transport::Request request, Operation op, WorkPtr work) {
-  pending_.push_back(Pending{request, std::move(op), std::move(work)});
+void PointToPoint::add(Posted posted, Operation op, WorkPtr work) {
+  pending_.push_back(Pending{std::move(posted), std::move(op), std::move(work)});
+}
+
+std::exception_ptr PointToPoint::finish(Pending& pending) {
+  if (!pending.posted.message) return nullptr;
+  try {
+    pending.posted.message->finish(pending.op);  // a receive's copy to the device
+  } catch (...) {
+    return std::current_exception();  // this one's failure, not its peer's
+  }
+  return nullptr;
 }
 
 engine::PollResult PointToPoint::poll(transport::Transport& transport, bool mayBlock,
@@ -37,11 +47,11 @@ engine::PollResult PointToPoint::poll(transport::Transport& transport, bool mayB
   try {
     transport.progress(pending_.front().op, mayBlock, kPollSlice);
     for (auto it = pending_.begin(); it != pending_.end();) {
-      if (transport.isDone(it->request)) {
-        result.finished.emplace_back(it->work, nullptr);
+      if (transport.isDone(it->posted.request)) {
+        result.finished.emplace_back(it->work, finish(*it));
         it = pending_.erase(it);
       } else if (it->op.expired()) {
-        transport.wait(it->request, it->op);  // raises the timeout, naming the peer
+        transport.wait(it->posted.request, it->op);  // raises the timeout, naming the peer
         ++it;
       } else {
         ++it;

@@ -10,6 +10,7 @@
 #include <exception>
 #include <functional>
 #include <list>
+#include <memory>
 #include <optional>
 
 #include "common/deadline.h"
@@ -18,6 +19,7 @@
 #include "ringcomm/errors.h"
 #include "ringcomm/types.h"
 #include "ringcomm/work.h"
+#include "transport/cuda/device_path.h"
 #include "transport/transport.h"
 
 namespace ringcomm {
@@ -29,8 +31,16 @@ class PointToPoint {
   // How a send or receive names itself in errors, logs and the trace.
   static OperationLabel labelOf(const char* what, int peer, int tag, size_t bytes);
 
-  // A posted send or receive, whose `work` completes when its bytes have moved.
-  void add(transport::Transport::Request request, Operation op, WorkPtr work);
+  // What a send or receive posted in its turn: its request, and where its buffer is device
+  // memory the message (staged or not) that carries it, or null.
+  struct Posted {
+    transport::Transport::Request request;
+    std::unique_ptr<device::Message> message;
+  };
+
+  // A posted send or receive, whose `work` completes when its bytes have moved (and, for a
+  // device buffer, once its message has finished).
+  void add(Posted posted, Operation op, WorkPtr work);
 
   // The engine's poller: completes the sends and receives whose bytes have all moved, fails
   // those past their deadline, and fails them all if a peer failed. `peerFailed` turns a peer's
@@ -43,10 +53,12 @@ class PointToPoint {
 
  private:
   struct Pending {
-    transport::Transport::Request request;
+    Posted posted;
     Operation op;
     WorkPtr work;
   };
+  // The pending one's outcome once its bytes have moved: null, or why its message failed.
+  static std::exception_ptr finish(Pending& pending);
   std::list<Pending> pending_;
 };
 

@@ -13,6 +13,10 @@
 
 namespace ringcomm::transport {
 
+// Where a message's bytes are: host memory, or CUDA device memory (to and from a network that
+// takes it only: MessageNetwork::takesDeviceMemory).
+enum class Memory { Host, Cuda };
+
 class MessageNetwork {
  public:
   // Where one send or receive stands; the network sets it, from its progress (or from the
@@ -26,16 +30,20 @@ class MessageNetwork {
 
   virtual ~MessageNetwork() = default;
   virtual const char* kind() const = 0;  // "ucx"
+  // Whether send() and receive() take CUDA device memory (a UCX built with CUDA moves it with
+  // its CUDA lanes: copies, IPC within a host, GPUDirect RDMA where the fabric has it).
+  virtual bool takesDeviceMemory() const = 0;
 
   // Starts sending the peer's frame number `sequence` (from 1, per peer): `data` stays valid
   // until `completion` is done.
   virtual void send(int peer, uint64_t sequence, const FrameHeader& header, const void* data,
-                    std::shared_ptr<Completion> completion) = 0;
+                    Memory memory, std::shared_ptr<Completion> completion) = 0;
   // The header of the peer's frame number `sequence`, once it has arrived (null before).
   virtual const FrameHeader* arrived(int peer, uint64_t sequence) = 0;
   // Takes that arrived frame's payload into `data` (header.bytes long): copied at once, or read
   // from the sender's memory (rendezvous) by the time `completion` is done.
-  virtual void receive(int peer, uint64_t sequence, void* data,
+  // Whatever memory the sender's bytes were in.
+  virtual void receive(int peer, uint64_t sequence, void* data, Memory memory,
                        std::shared_ptr<Completion> completion) = 0;
 
   // Memory that stays in use for long (scratch buffers): registered with the network once, so

@@ -29,6 +29,15 @@ constexpr std::chrono::milliseconds kHealthCheckInterval{100};
 // the doorbell is not ignored for long.
 constexpr std::chrono::milliseconds kMixedPollSlice{1};
 
+// A device buffer reaches this layer only for a peer that takes device memory: the layers above
+// stage the others through host memory (src/transport/cuda/device_path.h).
+void requireHostMemory(const Transport& transport, int peer, Memory memory) {
+  if (memory == Memory::Cuda && !transport.takesDeviceMemory(peer)) {
+    throw Error(std::string("ringcomm: internal error: device memory for rank ") +
+                std::to_string(peer) + " over " + transport.kindOf(peer) +
+                ", which takes host memory only");
+  }
+}
 
 }  // namespace
 
@@ -53,6 +62,10 @@ const char* Transport::kindOf(int peer) const {
   return state.stream ? state.stream->kind() : "self";
 }
 
+bool Transport::takesDeviceMemory(int peer) const {
+  return peers_[peer].onNetwork && network_->takesDeviceMemory();
+}
+
 void Transport::registerLongLived(void* data, size_t bytes) {
   if (network_ != nullptr) network_->registerMemory(data, bytes);
 }
@@ -68,16 +81,18 @@ std::string Transport::failureOf(int peer) const {
 }
 
 Transport::Request Transport::postSend(int peer, const void* data, size_t bytes,
-                                       const MessageTag& tag) {
+                                       const MessageTag& tag, Memory memory) {
+  requireHostMemory(*this, peer, memory);
   Peer& state = peers_[peer];
   Pending pending;
   pending.data = const_cast<uint8_t*>(static_cast<const uint8_t*>(data));
   pending.bytes = bytes;
+  pending.memory = memory;
   pending.header = FrameHeader{kFrameMagic, tag.id, tag.signature, tag.variant, bytes};
   if (state.onNetwork) {
     // The network queues it at once (its header travels as the message's header).
     pending.completion = std::make_shared<MessageNetwork::Completion>();
-    network_->send(peer, state.sendsPosted + 1, pending.header, data, pending.completion);
+    network_->send(peer, state.sendsPosted + 1, pending.header, data, memory, pending.completion);
   } else if (bytes <= kSmallFrameBytes) {
     pending.smallFrame.resize(sizeof(FrameHeader) + bytes);
     std::memcpy(pending.smallFrame.data(), &pending.header, sizeof(FrameHeader));
@@ -91,11 +106,14 @@ Transport::Request Transport::postSend(int peer, const void* data, size_t bytes,
   return request;
 }
 
-Transport::Request Transport::postRecv(int peer, void* data, size_t bytes, const MessageTag& tag) {
+Transport::Request Transport::postRecv(int peer, void* data, size_t bytes, const MessageTag& tag,
+                                       Memory memory) {
+  requireHostMemory(*this, peer, memory);
   Peer& state = peers_[peer];
   Pending pending;
   pending.data = static_cast<uint8_t*>(data);
   pending.bytes = bytes;
+  pending.memory = memory;
   // What we expect to receive.
   pending.header = FrameHeader{kFrameMagic, tag.id, tag.signature, tag.variant, bytes};
   if (state.sends.empty() && state.recvs.empty()) active_.push_back(peer);
@@ -239,7 +257,7 @@ bool Transport::progressNetworkRecvs(int peer, Peer& state, const Operation& op)
       if (incoming == nullptr) return moved;
       checkHeader(peer, *incoming, head.header, op);
       head.completion = std::make_shared<MessageNetwork::Completion>();
-      network_->receive(peer, sequence, head.data, head.completion);
+      network_->receive(peer, sequence, head.data, head.memory, head.completion);
       moved = true;
     }
     if (!head.completion->isDone()) return moved;

@@ -46,8 +46,11 @@ class Transport {
             std::unique_ptr<MessageNetwork> network, const shm::Segments* segments,
             WaitPolicy& waitPolicy);
 
-  Request postSend(int peer, const void* data, size_t bytes, const MessageTag& tag);
-  Request postRecv(int peer, void* data, size_t bytes, const MessageTag& tag);
+  // memory: Memory::Cuda only to a peer that takesDeviceMemory().
+  Request postSend(int peer, const void* data, size_t bytes, const MessageTag& tag,
+                   Memory memory = Memory::Host);
+  Request postRecv(int peer, void* data, size_t bytes, const MessageTag& tag,
+                   Memory memory = Memory::Host);
   void wait(const Request& request, const Operation& op);
   void waitAll(const Operation& op);
   // Waits until some peer's next incoming message carries this tag and returns that peer; the
@@ -66,6 +69,9 @@ class Transport {
   std::string unreadMessageFrom(int peer);
 
   const char* kindOf(int peer) const;
+  // Whether messages to and from `peer` may be in CUDA device memory (a network that takes it);
+  // byte streams take host memory only, so device buffers are staged for them.
+  bool takesDeviceMemory(int peer) const;
   // Buffers that live long (scratch): registered once with a network that wants it (UCX over
   // RDMA), until forgotten. Nothing for byte streams.
   void registerLongLived(void* data, size_t bytes);
@@ -82,6 +88,7 @@ class Transport {
     uint8_t* data = nullptr;
     size_t bytes = 0;
     size_t moved = 0;
+    Memory memory = Memory::Host;
     FrameHeader header{};    // sends: what goes out; receives: what is expected
     FrameHeader received{};  // receives: the header as it arrives
     size_t headerMoved = 0;

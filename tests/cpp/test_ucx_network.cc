@@ -149,8 +149,10 @@ TEST(ucx_frames_arrive_in_order_small_and_rendezvous) {
   for (size_t i = 0; i < large; ++i) big[i] = static_cast<uint8_t>(i * 31 + 5);
   auto first = std::make_shared<MessageNetwork::Completion>();
   auto second = std::make_shared<MessageNetwork::Completion>();
-  networks[1]->send(0, 1, FrameHeader{kFrameMagic, 11, 0, 0, small.size()}, small.data(), first);
-  networks[1]->send(0, 2, FrameHeader{kFrameMagic, 12, 0, 0, big.size()}, big.data(), second);
+  networks[1]->send(0, 1, FrameHeader{kFrameMagic, 11, 0, 0, small.size()}, small.data(),
+                    Memory::Host, first);
+  networks[1]->send(0, 2, FrameHeader{kFrameMagic, 12, 0, 0, big.size()}, big.data(),
+                    Memory::Host, second);
   progressUntil(networks, [&] { return networks[0]->arrived(1, 2) != nullptr; });
   CHECK(networks[0]->arrived(1, 1) != nullptr);
   CHECK_EQ(networks[0]->arrived(1, 1)->tag, 11u);
@@ -158,15 +160,19 @@ TEST(ucx_frames_arrive_in_order_small_and_rendezvous) {
   std::vector<uint8_t> smallIn(small.size());
   std::vector<uint8_t> bigIn(large);
   auto took = std::make_shared<MessageNetwork::Completion>();
-  networks[0]->receive(1, 1, smallIn.data(), took);
+  networks[0]->receive(1, 1, smallIn.data(), Memory::Host, took);
   auto tookBig = std::make_shared<MessageNetwork::Completion>();
-  networks[0]->receive(1, 2, bigIn.data(), tookBig);
+  networks[0]->receive(1, 2, bigIn.data(), Memory::Host, tookBig);
   progressUntil(networks, [&] {
     return took->isDone() && tookBig->isDone() && first->isDone() && second->isDone();
   });
   CHECK(took->failure.empty() && tookBig->failure.empty());
   CHECK(smallIn == small);
   CHECK(bigIn == big);
+  // Device memory goes to UCX as such only where its lanes include CUDA ones, which `ringcomm
+  // info` lists (Debian's UCX has none; the libucx-cu12 wheel has).
+  const bool cudaLanes = ucxLanes().find("device memory: none") == std::string::npos;
+  CHECK_EQ(networks[0]->takesDeviceMemory(), cudaLanes);
 }
 
 TEST(ucx_stranger_without_the_secret_gets_nothing_accepted) {
@@ -189,7 +195,8 @@ TEST(ucx_stranger_without_the_secret_gets_nothing_accepted) {
   // Rank 1's own first frame is still the first.
   std::vector<uint8_t> real(8, 1);
   auto sent = std::make_shared<MessageNetwork::Completion>();
-  networks[1]->send(0, 1, FrameHeader{kFrameMagic, 6, 0, 0, real.size()}, real.data(), sent);
+  networks[1]->send(0, 1, FrameHeader{kFrameMagic, 6, 0, 0, real.size()}, real.data(),
+                    Memory::Host, sent);
   progressUntil(networks, [&] { return networks[0]->arrived(1, 1) != nullptr; });
   CHECK_EQ(networks[0]->arrived(1, 1)->tag, 6u);
 }

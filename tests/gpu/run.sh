@@ -13,7 +13,8 @@
 # Logs land in /tmp/ringcomm-gpu, one per step, and at the end in one archive in $OUT (the device
 # tool's folder, which takes back at most 8 files); the summary is the last thing printed.
 # RINGCOMM_GPU_BENCH names the benchmark groups (tests/gpu/bench.sh; default all). MPI: a wheel of mpich in .whl/ (see the device tool's README) is
-# installed first, so the tests that launch with mpirun run too.
+# installed first, so the tests that launch with mpirun run too; so is one of libucx-cu12 (and of
+# pkgconf, for a machine without pkg-config), so that the build has UCX with CUDA lanes.
 #
 # The build uses the machine's own C++ compiler first (that is what a user gets), and falls back
 # to /usr/bin/g++ only if that fails, saying so in the summary.
@@ -69,6 +70,19 @@ if ls .whl/mpich-*.whl >/dev/null 2>&1; then
     && export PATH=/tmp/site/bin:$PATH
 fi
 
+# UCX with CUDA lanes: the libucx-cu12 wheel, carried in .whl/ beside mpich's and installed
+# with it above. The build finds its headers through pkg-config (pkgconf's wheel where the machine
+# has no pkg-config), and ringcomm then loads its library, so that device buffers in sends and
+# receives go to UCX as device memory (test_cuda_collectives.py::test_cuda_arrays_over_ucx). Its
+# .pc files name the folder the wheel was built in: pointed at where it lies here.
+if [ -d /tmp/site/libucx/lib/pkgconfig ]; then
+  sed -i "s|^prefix = .*|prefix = /tmp/site/libucx|" /tmp/site/libucx/lib/pkgconfig/*.pc
+  export PKG_CONFIG_PATH=/tmp/site/libucx/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  if ! command -v pkg-config >/dev/null && [ -x /tmp/site/bin/pkgconf ]; then
+    export PKG_CONFIG=/tmp/site/bin/pkgconf  # CMake's FindPkgConfig takes it from there
+  fi
+fi
+
 # The GPU machine has no iproute2, which the simulated cluster (network namespaces) needs: a copy
 # carried in .whl/iproute2 (Debian's ip and tc with their libraries, behind wrappers).
 [ -x .whl/iproute2/bin/ip ] && ! command -v ip >/dev/null && export PATH=$PWD/.whl/iproute2/bin:$PATH
@@ -107,8 +121,10 @@ fi
 
 build() {
   "$PYTHON" -m pip install -v --no-build-isolation --no-deps \
+    ${PKG_CONFIG:+-Ccmake.define.PKG_CONFIG_EXECUTABLE=$PKG_CONFIG} \
     -Ccmake.define.RINGCOMM_BUILD_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 -e . &&
     "$PYTHON" -c 'import ringcomm, ringcomm._devices as d; assert d.built_with_cuda(); print("built with CUDA")' &&
+    "$PYTHON" -m ringcomm info &&
     "$PYTHON" -m ringcomm.c10d
 }
 export -f build

@@ -253,9 +253,56 @@ def other_collectives() -> None:
     check("scatter", out, mine.astype(np.float64))
 
 
+def point_to_point() -> None:
+    # A ring: every rank sends to the next and receives from the previous, at every size (empty,
+    # one element, prime, several staging chunks), device to device, then device to host and host
+    # to device. The path (a pinned copy, or the device buffer itself where the link takes device
+    # memory) depends on the transport: tests/test_cuda_collectives.py runs both.
+    right, left = (rank + 1) % size, (rank - 1) % size
+
+    def payload(r: int, count: int) -> np.ndarray:
+        return (np.arange(count, dtype=np.int64) * 3 + r) % 101
+
+    for dtype in ("float32", "int64", "uint8"):
+        for count in COUNTS:
+            name = f"send/recv/{dtype}/{count}"
+            out = empty(count, dtype)
+            sent = to_device(payload(rank, count), dtype)
+            receiving = comm.recv(out, left, tag=7, async_op=True)
+            comm.send(sent, right, tag=7, async_op=True).wait()
+            receiving.wait()
+            check(name, out, payload(left, count).astype(np.float64))
+    count = 1009
+    host_out = np.empty(count, dtype=np.float32)
+    receiving = comm.recv(host_out, left, tag=8, async_op=True)
+    comm.send(to_device(payload(rank, count), "float32"), right, tag=8)
+    receiving.wait()
+    if not np.array_equal(host_out, payload(left, count).astype(np.float32)):
+        failures.append("send/recv/device to host: wrong values")
+    device_out = empty(count, "float32")
+    receiving = comm.recv(device_out, left, tag=9, async_op=True)
+    comm.send(payload(rank, count).astype(np.float32), right, tag=9)
+    receiving.wait()
+    check("send/recv/host to device", device_out, payload(left, count).astype(np.float64))
+    # Streams: what is sent was made by a kernel on a side stream just before; what is queued on
+    # that stream after the receive's wait() sees the received values.
+    stream = side_stream()
+    with on_stream(stream):
+        sent = to_device(payload(rank, LARGE), "float32")
+        sent = sent * 1 + 0
+        out = empty(LARGE, "float32")
+        receiving = comm.recv(out, left, tag=10, async_op=True)
+        comm.send(sent, right, tag=10, async_op=True).wait()
+        receiving.wait()
+        doubled = out * 2
+    stream.synchronize()
+    check("send/recv/streams", doubled, payload(left, LARGE).astype(np.float64) * 2)
+
+
 guarded("allreduce", allreduce_cases)
 guarded("bitwise", bitwise_cases)
 guarded("streams", stream_cases)
 guarded("other collectives", other_collectives)
+guarded("send and receive", point_to_point)
 comm.shutdown()
 report({"failures": failures, "digests": digests})

@@ -59,6 +59,33 @@ def collectives():
     check("reduce_scatter_tensor", bool((out == size).all()))
 
 
+def point_to_point():
+    # What pipeline parallelism sends between stages: CUDA tensors, one each way around a ring,
+    # as torch's batch_isend_irecv posts them; then a blocking send and receive, and a receive
+    # from any source.
+    right, left = (rank + 1) % size, (rank - 1) % size
+    for count in (0, 1, 1009, 3_000_017):
+        sent = torch.arange(count, dtype=torch.float32, device=DEVICE) + rank
+        got = torch.empty(count, dtype=torch.float32, device=DEVICE)
+        ops = [dist.P2POp(dist.isend, sent, right), dist.P2POp(dist.irecv, got, left)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        expected = torch.arange(count, dtype=torch.float32, device=DEVICE) + left
+        check(f"batch_isend_irecv/{count}", bool(torch.equal(got, expected)))
+    x = torch.full((4099,), float(rank), dtype=torch.bfloat16, device=DEVICE)
+    if rank == 0:
+        dist.send(x, dst=1)
+    elif rank == 1:
+        dist.recv(x, src=0)
+        check("send/recv", bool((x == 0).all()))
+    if rank == 1:
+        dist.send(torch.full((17,), 5.0, device=DEVICE), dst=0)
+    elif rank == 0:
+        y = torch.empty(17, device=DEVICE)
+        source = dist.recv(y)
+        check("recv from any source", source == 1 and bool((y == 5).all()), str(source))
+
+
 def ddp():
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -79,6 +106,7 @@ def ddp():
 
 
 case("collectives", collectives)
+case("point to point", point_to_point)
 case("ddp", ddp)
 dist.destroy_process_group()
 report({"failures": failures, "digests": digests})

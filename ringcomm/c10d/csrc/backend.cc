@@ -770,7 +770,8 @@ WorkHandle RingcommBackend::send(std::vector<at::Tensor>& tensors, int dstRank, 
   at::Tensor buffer = Staging::in(tensors[0]);
   return start(rank_, sequence_, OpType::SEND, {"send", "ringcomm:send"}, tensors, {}, {buffer},
                [&](RingcommWork&) {
-                 ringcomm::SendOptions o;
+                 // torch's send has no timeout of its own; a CUDA tensor's stream comes along.
+                 auto o = common<ringcomm::SendOptions>(std::chrono::milliseconds(0), true);
                  o.buffer = buffer.data_ptr();
                  o.bytes = buffer.nbytes();
                  o.peer = dstRank;
@@ -799,7 +800,7 @@ WorkHandle RingcommBackend::receive(std::vector<at::Tensor>& tensors, int srcRan
   return start(
       rank_, sequence_, type, op, tensors, tensors, {buffer},
       [&](RingcommWork& work) {
-        ringcomm::RecvOptions o;
+        auto o = common<ringcomm::RecvOptions>(std::chrono::milliseconds(0), true);
         o.buffer = buffer.data_ptr();
         o.bytes = buffer.nbytes();
         o.peer = srcRank;

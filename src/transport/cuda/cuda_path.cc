@@ -19,6 +19,7 @@
 #include "ringcomm/build_info.h"
 #include "ringcomm/config.h"
 #include "ringcomm/errors.h"
+#include "transport/cuda/device_copy.h"
 #include "transport/cuda/device_path.h"
 #include "transport/cuda/device_state.h"
 #include "transport/cuda/ipc.h"
@@ -110,6 +111,12 @@ class CudaPath : public DevicePath {
                    copyIn, copyOut, step);
   }
 
+  std::unique_ptr<Message> message(const TicketPtr& ticket, const Operation& op, void* buffer,
+                                   size_t bytes, bool isSend, bool linkTakesDevice) override {
+    return stageMessage(std::static_pointer_cast<const CudaTicket>(ticket), op, buffer, bytes,
+                        isSend, linkTakesDevice);
+  }
+
   bool ipcAllreduce(const Ticket& ticket, const Operation& op, const Peers& peers,
                     const void* input, void* output, size_t count, DataType type,
                     ReduceOp reduceOp) override {
@@ -149,6 +156,11 @@ class CudaPath : public DevicePath {
 };
 
 }  // namespace
+
+void copyToDevice(void* device, const void* host, size_t bytes) {
+  check(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice),
+        "cudaMemcpy (a received message to the device)");
+}
 
 std::unique_ptr<DevicePath> createDevicePath(int rank, int size, const Config& config) {
   return std::make_unique<CudaPath>(rank, size, config);

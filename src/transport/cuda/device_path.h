@@ -13,6 +13,8 @@
 //     slices the others reduced (ipcAllreduce);
 //   - or, across hosts, do that among the ranks of each host, and stage only each rank's reduced
 //     slice through host memory to the network between the two halves (ipcAllreduceWithinHost).
+// A send or receive of a device buffer (message) is staged through a pinned host copy of its own,
+// or goes to the network as device memory where the link takes it (UCX built with CUDA).
 //
 // Streams. A collective is ordered after the work the caller queued on its stream before
 // submitting it (prepare() records an event there, on the caller's thread), and the caller's
@@ -73,6 +75,19 @@ struct Peers {
 // step may change in place (the network's half of an all-reduce across hosts).
 using SliceStep = std::function<void(void* slice, size_t offset, size_t count)>;
 
+// A send's or receive's device buffer as the transport takes it (DevicePath::message).
+class Message {
+ public:
+  virtual ~Message() = default;
+  // Where the transport reads the send from or writes the receive to: a pinned host copy, or
+  // the device buffer itself (onDevice) for a link that takes device memory.
+  virtual void* data() const = 0;
+  virtual bool onDevice() const = 0;
+  // Once the transport has moved the bytes: a staged receive is copied to the device, and the
+  // caller's stream is ordered after that copy. Raises TimeoutError past the op's deadline.
+  virtual void finish(const Operation& op) = 0;
+};
+
 // A host step of a chunked collective: run the host schedule on `count` elements at `chunk`
 // (pinned host memory), which stand for elements [offset, offset + count) of the caller's buffers.
 using ChunkStep = std::function<void(void* chunk, size_t offset, size_t count)>;
@@ -100,6 +115,14 @@ class DevicePath {
   virtual void pipelined(const Ticket& ticket, const Operation& op, const void* input, void* output,
                          size_t count, size_t elementBytes, bool copyIn, bool copyOut,
                          const ChunkStep& step) = 0;
+
+  // For a send (isSend) or a receive of `bytes` at `buffer`, device memory that prepare() found.
+  // linkTakesDevice: the buffer itself, once the caller's stream has it ready; else a pinned host
+  // copy of its own (several sends and receives may be in flight), holding a send's bytes on
+  // return. Whoever posts it keeps the ticket alive with the message (the message holds it).
+  virtual std::unique_ptr<Message> message(const TicketPtr& ticket, const Operation& op,
+                                           void* buffer, size_t bytes, bool isSend,
+                                           bool linkTakesDevice) = 0;
 
   // The IPC all-reduce (input and output on device, every rank on this host, a process each).
   // Returns false, having changed nothing, when some rank cannot map its peers' memory (another

@@ -23,6 +23,8 @@ namespace {
 // Polls of an event that only yield the core before the wait sleeps between polls.
 constexpr int kYieldPolls = 64;
 constexpr std::chrono::microseconds kPollSleep{20};
+// Pinned copies of sends and receives kept for the next ones (DeviceState::giveMessageCopy).
+constexpr size_t kKeptMessageCopies = 8;
 
 }  // namespace
 
@@ -206,6 +208,37 @@ cudaEvent_t DeviceState::takeEvent() {
 void DeviceState::giveEvent(cudaEvent_t event) {
   std::lock_guard<std::mutex> lock(eventsMutex_);
   freeEvents_.push_back(event);
+}
+
+std::unique_ptr<Pinned> DeviceState::takeMessageCopy(size_t bytes) {
+  std::unique_ptr<Pinned> copy;
+  {
+    std::lock_guard<std::mutex> lock(messageCopiesMutex_);
+    // The smallest that holds `bytes`, or else the largest (grown below): pinning is slow.
+    auto best = freeMessageCopies_.end();
+    auto largest = freeMessageCopies_.end();
+    for (auto it = freeMessageCopies_.begin(); it != freeMessageCopies_.end(); ++it) {
+      const size_t capacity = (*it)->capacity();
+      if (capacity >= bytes && (best == freeMessageCopies_.end() || capacity < (*best)->capacity())) {
+        best = it;
+      }
+      if (largest == freeMessageCopies_.end() || capacity > (*largest)->capacity()) largest = it;
+    }
+    if (best == freeMessageCopies_.end()) best = largest;
+    if (best != freeMessageCopies_.end()) {
+      copy = std::move(*best);
+      freeMessageCopies_.erase(best);
+    }
+  }
+  if (!copy) copy = std::make_unique<Pinned>();
+  copy->reserve(std::max<size_t>(bytes, 1));
+  return copy;
+}
+
+void DeviceState::giveMessageCopy(std::unique_ptr<Pinned> copy) {
+  std::lock_guard<std::mutex> lock(messageCopiesMutex_);
+  // As many as were in flight at once, up to a few: the rest are freed.
+  if (freeMessageCopies_.size() < kKeptMessageCopies) freeMessageCopies_.push_back(std::move(copy));
 }
 
 void DeviceState::ensureSlots() {

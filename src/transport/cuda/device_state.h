@@ -83,6 +83,7 @@ class Pinned {
   // The caller makes sure no copy still uses the old memory.
   uint8_t* reserve(size_t bytes);
   uint8_t* data() const { return data_; }
+  size_t capacity() const { return bytes_; }
 
  private:
   // Frees the memory; `status` receives the first CUDA error (the destructor ignores it).
@@ -128,9 +129,16 @@ struct DeviceState {
 
   void ensureSlots();
 
+  // Pinned host copies of sends and receives (message_staging.cc): several may be in flight
+  // beside a collective's staging, so each takes one of its own and gives it back after.
+  std::unique_ptr<Pinned> takeMessageCopy(size_t bytes);
+  void giveMessageCopy(std::unique_ptr<Pinned> copy);
+
  private:
   std::mutex eventsMutex_;
   std::vector<cudaEvent_t> freeEvents_;
+  std::mutex messageCopiesMutex_;
+  std::vector<std::unique_ptr<Pinned>> freeMessageCopies_;
 };
 
 // What prepare() captured on the caller's thread: the device state, the caller's stream, the

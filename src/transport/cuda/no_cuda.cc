@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ringcomm/errors.h"
+#include "transport/cuda/device_copy.h"
 #include "transport/cuda/device_path.h"
 #include "transport/cuda/queue_device.h"
 
@@ -38,6 +39,10 @@ class NoCuda : public DevicePath {
                  const ChunkStep&) override {
     refuse("staging");
   }
+  std::unique_ptr<Message> message(const TicketPtr&, const Operation&, void*, size_t, bool,
+                                   bool) override {
+    refuse("send/recv");
+  }
   bool ipcAllreduce(const Ticket&, const Operation&, const Peers&, const void*, void*, size_t,
                     DataType, ReduceOp) override {
     refuse("allreduce");
@@ -63,6 +68,8 @@ class NoCudaQueue : public QueueDevice {
 };
 
 }  // namespace
+
+void copyToDevice(void*, const void*, size_t) { refuse("receive"); }
 
 std::unique_ptr<QueueDevice> createQueueDevice() { return std::make_unique<NoCudaQueue>(); }
 

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "transport/cuda/device_state.h"
@@ -23,5 +24,10 @@ void stageWhole(const CudaTicket& ticket, const Operation& op, const std::vector
 void stagePipelined(const CudaTicket& ticket, const Operation& op, const void* input, void* output,
                     size_t count, size_t elementBytes, bool copyIn, bool copyOut,
                     const ChunkStep& step);
+
+// DevicePath::message (message_staging.cc).
+std::unique_ptr<Message> stageMessage(std::shared_ptr<const CudaTicket> ticket,
+                                      const Operation& op, void* buffer, size_t bytes,
+                                      bool isSend, bool linkTakesDevice);
 
 }  // namespace ringcomm::device

@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "ringcomm/errors.h"
+#include "transport/cuda/device_copy.h"
 #include "transport/ucx/ucx_api.h"
 #include "transport/ucx/ucx_wire.h"
 
@@ -70,6 +71,10 @@ class UcxNetwork final : public MessageNetwork {
     status = ucx_.ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &context_);
     ucx_.ucp_config_release(config);
     if (status != UCS_OK) fail("ucp_init", status);
+    ucp_context_attr_t contextAttributes{};
+    contextAttributes.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    takesDeviceMemory_ = ucx_.ucp_context_query(context_, &contextAttributes) == UCS_OK &&
+                         (contextAttributes.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
     ucp_worker_params_t workerParams{};
     workerParams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     // The engine's thread drives the worker; close() may come from any (an abort). A UCX built
@@ -106,6 +111,7 @@ class UcxNetwork final : public MessageNetwork {
   }
 
   const char* kind() const override { return "ucx"; }
+  bool takesDeviceMemory() const override { return takesDeviceMemory_; }
 
   // This rank's nonce and worker address, for the store.
   Bytes publication() const {
@@ -198,7 +204,7 @@ class UcxNetwork final : public MessageNetwork {
   }
 
   void send(int peer, uint64_t sequence, const FrameHeader& header, const void* data,
-            std::shared_ptr<Completion> completion) override {
+            Memory memory, std::shared_ptr<Completion> completion) override {
     std::lock_guard<std::mutex> lock(mutex_);
     Link& link = links_[peer];
     if (!link.failure.empty() || closing_) {
@@ -210,11 +216,13 @@ class UcxNetwork final : public MessageNetwork {
     ucp_request_param_t param{};
     param.op_attr_mask =
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    // The receiver learns which endpoint sent it.
-    param.flags = UCP_AM_SEND_FLAG_REPLY | (link.eager ? UCP_AM_SEND_FLAG_EAGER : 0);
+    // The receiver learns which endpoint sent it. Device memory goes as UCX chooses: its CUDA
+    // protocols (a rendezvous by IPC or GPUDirect, staging of its own) are not TCP's.
+    const bool eager = link.eager && memory == Memory::Host;
+    param.flags = UCP_AM_SEND_FLAG_REPLY | (eager ? UCP_AM_SEND_FLAG_EAGER : 0);
     param.cb.send = &UcxNetwork::onSent;
     param.user_data = state;
-    useRegistration(param, data, header.bytes);
+    describeMemory(param, data, header.bytes, memory);
     const ucs_status_ptr_t request =
         ucx_.ucp_am_send_nbx(link.endpoint, kFrameMessage, &state->header, sizeof(WireFrame),
                              data, header.bytes, &param);
@@ -229,26 +237,33 @@ class UcxNetwork final : public MessageNetwork {
     return found == arrivals.end() ? nullptr : &found->second.header.frame;
   }
 
-  void receive(int peer, uint64_t sequence, void* data,
+  void receive(int peer, uint64_t sequence, void* data, Memory memory,
                std::shared_ptr<Completion> completion) override {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& arrivals = links_[peer].arrivals;
     auto found = arrivals.find(sequence);
     Arrival arrival = std::move(found->second);
     arrivals.erase(found);
-    if (arrival.rendezvous) {
+    // Into device memory UCX unpacks what it still holds (a rendezvous, eager data it kept);
+    // what was copied out of its callback is a few bytes, copied to the device here.
+    const bool unpackByUcx =
+        arrival.rendezvous || (memory == Memory::Cuda && arrival.persistent);
+    if (unpackByUcx) {
       auto* state = new Operation_{this, peer, std::move(completion), {}, {}};
       ucp_request_param_t param{};
       param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       param.cb.recv_am = &UcxNetwork::onReceived;
       param.user_data = state;
-      useRegistration(param, data, arrival.length);
+      describeMemory(param, data, arrival.length, memory);
+      // Releases eager data it unpacks, as ucp_am_data_release would.
       const ucs_status_ptr_t request =
           ucx_.ucp_am_recv_data_nbx(worker_, arrival.data, data, arrival.length, &param);
       settle(request, state);
       return;
     }
-    if (arrival.length > 0) {
+    if (arrival.length > 0 && memory == Memory::Cuda) {
+      device::copyToDevice(data, arrival.copy.data(), arrival.length);
+    } else if (arrival.length > 0) {
       copyBytes(data, arrival.persistent ? arrival.data : arrival.copy.data(), arrival.length);
     }
     if (arrival.persistent) ucx_.ucp_am_data_release(worker_, arrival.data);
@@ -351,8 +366,15 @@ class UcxNetwork final : public MessageNetwork {
     ucp_mem_h memory;
   };
 
-  // Names the registration that holds [data, data + bytes), where one does.
-  void useRegistration(ucp_request_param_t& param, const void* data, size_t bytes) const {
+  // Says what memory [data, data + bytes) is: device memory as such (UCX then needs not look),
+  // host memory by the registration that holds it, where one does.
+  void describeMemory(ucp_request_param_t& param, const void* data, size_t bytes,
+                      Memory memory) const {
+    if (memory == Memory::Cuda) {
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+      param.memory_type = UCS_MEMORY_TYPE_CUDA;
+      return;
+    }
     if (registered_.empty() || bytes == 0) return;
     const auto at = reinterpret_cast<uintptr_t>(data);
     auto found = registered_.upper_bound(at);
@@ -710,6 +732,7 @@ class UcxNetwork final : public MessageNetwork {
   // Guards what follows and every call into UCX: the engine's thread, and one that closes.
   mutable std::mutex mutex_;
   bool multiThreaded_ = false;
+  bool takesDeviceMemory_ = false;  // UCX has CUDA lanes (UCS_MEMORY_TYPE_CUDA)
   std::thread::id driver_;  // the thread that progresses the worker
   bool closed_ = false;
 };
