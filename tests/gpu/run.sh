@@ -13,8 +13,9 @@
 # Logs land in /tmp/ringcomm-gpu, one per step, and at the end in one archive in $OUT (the device
 # tool's folder, which takes back at most 8 files); the summary is the last thing printed.
 # RINGCOMM_GPU_BENCH names the benchmark groups (tests/gpu/bench.sh; default all). MPI: a wheel of mpich in .whl/ (see the device tool's README) is
-# installed first, so the tests that launch with mpirun run too; so is one of libucx-cu12 (and of
-# pkgconf, for a machine without pkg-config), so that the build has UCX with CUDA lanes.
+# installed first, so the tests that launch with mpirun run too; and UCX with CUDA lanes, where
+# tests/gpu/pack_ucx.sh packed it into .whl/ (with pkgconf's wheel for a machine without
+# pkg-config), so that the build has UCX and device buffers go to it as device memory.
 #
 # The build uses the machine's own C++ compiler first (that is what a user gets), and falls back
 # to /usr/bin/g++ only if that fails, saying so in the summary.
@@ -70,12 +71,13 @@ if ls .whl/mpich-*.whl >/dev/null 2>&1; then
     && export PATH=/tmp/site/bin:$PATH
 fi
 
-# UCX with CUDA lanes: the libucx-cu12 wheel, carried in .whl/ beside mpich's and installed
-# with it above. The build finds its headers through pkg-config (pkgconf's wheel where the machine
-# has no pkg-config), and ringcomm then loads its library, so that device buffers in sends and
-# receives go to UCX as device memory (test_cuda_collectives.py::test_cuda_arrays_over_ucx). Its
-# .pc files name the folder the wheel was built in: pointed at where it lies here.
-if [ -d /tmp/site/libucx/lib/pkgconfig ]; then
+# UCX with CUDA lanes: the libucx-cu12 wheel's libraries, packed by tests/gpu/pack_ucx.sh into
+# .whl/libucx-cu12.tar.gz. The build finds its headers through pkg-config (pkgconf's wheel in .whl/
+# where the machine has no pkg-config), and ringcomm loads its library, so that device buffers in
+# sends and receives go to UCX as device memory (test_cuda_collectives.py's
+# test_cuda_arrays_over_ucx). Its .pc files name the folder the wheel was built in: pointed here.
+if [ -f .whl/libucx-cu12.tar.gz ]; then
+  mkdir -p /tmp/site && tar -xzf .whl/libucx-cu12.tar.gz -C /tmp/site
   sed -i "s|^prefix = .*|prefix = /tmp/site/libucx|" /tmp/site/libucx/lib/pkgconfig/*.pc
   export PKG_CONFIG_PATH=/tmp/site/libucx/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
   if ! command -v pkg-config >/dev/null && [ -x /tmp/site/bin/pkgconf ]; then
