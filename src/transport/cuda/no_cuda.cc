@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "ringcomm/errors.h"
-#include "transport/cuda/device_copy.h"
 #include "transport/cuda/device_path.h"
 #include "transport/cuda/queue_device.h"
 
@@ -68,8 +67,6 @@ class NoCudaQueue : public QueueDevice {
 };
 
 }  // namespace
-
-void copyToDevice(void*, const void*, size_t) { refuse("receive"); }
 
 std::unique_ptr<QueueDevice> createQueueDevice() { return std::make_unique<NoCudaQueue>(); }
 

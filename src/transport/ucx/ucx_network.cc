@@ -22,7 +22,6 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "ringcomm/errors.h"
-#include "transport/cuda/device_copy.h"
 #include "transport/ucx/ucx_api.h"
 #include "transport/ucx/ucx_wire.h"
 
@@ -71,10 +70,7 @@ class UcxNetwork final : public MessageNetwork {
     status = ucx_.ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &context_);
     ucx_.ucp_config_release(config);
     if (status != UCS_OK) fail("ucp_init", status);
-    ucp_context_attr_t contextAttributes{};
-    contextAttributes.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-    takesDeviceMemory_ = ucx_.ucp_context_query(context_, &contextAttributes) == UCS_OK &&
-                         (contextAttributes.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+    takesDeviceMemory_ = movesCudaMemory();
     ucp_worker_params_t workerParams{};
     workerParams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     // The engine's thread drives the worker; close() may come from any (an abort). A UCX built
@@ -94,9 +90,11 @@ class UcxNetwork final : public MessageNetwork {
       teardown();
       fail("ucp_worker_get_efd", status);
     }
-    setHandler(kHelloMessage, &dispatch<&UcxNetwork::onHello>);
-    setHandler(kFrameMessage, &dispatch<&UcxNetwork::onFrame>);
-    setHandler(kGoodbyeMessage, &dispatch<&UcxNetwork::onGoodbye>);
+    setHandler(kHelloMessage, &dispatch<&UcxNetwork::onHello>, 0);
+    // Frames' eager data stays UCX's (one copy into its descriptor, as into ours before), so
+    // that every receive can have UCX unpack it, into device memory too (ucp_am_recv_data_nbx).
+    setHandler(kFrameMessage, &dispatch<&UcxNetwork::onFrame>, UCP_AM_FLAG_PERSISTENT_DATA);
+    setHandler(kGoodbyeMessage, &dispatch<&UcxNetwork::onGoodbye>, 0);
     auth::randomBytes(nonce_, kAddressNonceBytes);
     for (size_t peer = 0; peer < links_.size(); ++peer) {
       links_[peer].network = this;
@@ -112,6 +110,22 @@ class UcxNetwork final : public MessageNetwork {
 
   const char* kind() const override { return "ucx"; }
   bool takesDeviceMemory() const override { return takesDeviceMemory_; }
+
+  // Whether UCX moves CUDA memory here: it has CUDA lanes, and is 1.20 or newer. Older ones
+  // need the buffer's CUDA context current on whichever thread progresses the worker (ringcomm
+  // progresses from the engine's threads and from callers'), and abort otherwise; since 1.20
+  // their CUDA lanes make the buffer's own context current themselves.
+  bool movesCudaMemory() const {
+    unsigned major = 0;
+    unsigned minor = 0;
+    unsigned release = 0;
+    ucx_.ucp_get_version(&major, &minor, &release);
+    if (major == 1 && minor < 20) return false;
+    ucp_context_attr_t attributes{};
+    attributes.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    return ucx_.ucp_context_query(context_, &attributes) == UCS_OK &&
+           (attributes.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+  }
 
   // This rank's nonce and worker address, for the store.
   Bytes publication() const {
@@ -244,8 +258,9 @@ class UcxNetwork final : public MessageNetwork {
     auto found = arrivals.find(sequence);
     Arrival arrival = std::move(found->second);
     arrivals.erase(found);
-    // Into device memory UCX unpacks what it still holds (a rendezvous, eager data it kept);
-    // what was copied out of its callback is a few bytes, copied to the device here.
+    // Into device memory UCX unpacks the data it holds (a rendezvous, or eager data it kept:
+    // the frame handler asks it to keep all); what was copied out of its callback is host data
+    // for host memory only.
     const bool unpackByUcx =
         arrival.rendezvous || (memory == Memory::Cuda && arrival.persistent);
     if (unpackByUcx) {
@@ -261,9 +276,12 @@ class UcxNetwork final : public MessageNetwork {
       settle(request, state);
       return;
     }
-    if (arrival.length > 0 && memory == Memory::Cuda) {
-      device::copyToDevice(data, arrival.copy.data(), arrival.length);
-    } else if (arrival.length > 0) {
+    if (memory == Memory::Cuda && arrival.length > 0) {
+      finish(*completion, "UCX handed over a message from rank " + std::to_string(peer) +
+                              " without keeping it, which cannot go to device memory");
+      return;
+    }
+    if (arrival.length > 0) {
       copyBytes(data, arrival.persistent ? arrival.data : arrival.copy.data(), arrival.length);
     }
     if (arrival.persistent) ucx_.ucp_am_data_release(worker_, arrival.data);
@@ -366,8 +384,9 @@ class UcxNetwork final : public MessageNetwork {
     ucp_mem_h memory;
   };
 
-  // Says what memory [data, data + bytes) is: device memory as such (UCX then needs not look),
-  // host memory by the registration that holds it, where one does.
+  // Says what memory [data, data + bytes) is: device memory as such (UCX still finds out which
+  // device through its memory-type cache), host memory by the registration that holds it, where
+  // one does.
   void describeMemory(ucp_request_param_t& param, const void* data, size_t bytes,
                       Memory memory) const {
     if (memory == Memory::Cuda) {
@@ -466,11 +485,12 @@ class UcxNetwork final : public MessageNetwork {
     return (static_cast<UcxNetwork*>(arg)->*handler)(header, headerLength, data, length, param);
   }
 
-  void setHandler(unsigned id, ucp_am_recv_callback_t callback) {
+  void setHandler(unsigned id, ucp_am_recv_callback_t callback, uint32_t flags) {
     ucp_am_handler_param_t param{};
     param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                       UCP_AM_HANDLER_PARAM_FIELD_ARG;
+                       UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
     param.id = id;
+    param.flags = flags;
     param.cb = callback;
     param.arg = this;
     const ucs_status_t status = ucx_.ucp_worker_set_am_recv_handler(worker_, &param);
