@@ -16,13 +16,16 @@ from __future__ import annotations
 import os
 import socket
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ringcomm._ports import free_port
 from ringcomm.bench.launchers import Outcome
 from ringcomm.bench.plan import Plan
 from ringcomm.bench.worker import run_plan
+
+if TYPE_CHECKING:
+    from torch.distributed import TCPStore
 
 _ADDRESS_BYTES = 256
 
@@ -67,14 +70,7 @@ def _run_torch(name: str, plan: Plan, comm) -> Outcome:
     from ringcomm.bench.peers.torch_worker import TorchGroup
 
     backend = "gloo" if name == "gloo" else "ringcomm"
-    host, port = _store_address(comm)
-    store = dist.TCPStore(
-        host,
-        port,
-        comm.size,
-        is_master=comm.rank == 0,
-        timeout=timedelta(seconds=plan.op_timeout),
-    )
+    store = _torch_store(comm, timedelta(seconds=plan.op_timeout))
     dist.init_process_group(
         backend,
         store=store,
@@ -89,10 +85,15 @@ def _run_torch(name: str, plan: Plan, comm) -> Outcome:
     return Outcome(name, report)
 
 
-def _store_address(comm) -> tuple[str, int]:
-    """Where rank 0 serves torch.distributed's store: MASTER_ADDR (and a free port) where the
-    launcher set it, 127.0.0.1 when every rank is on this host, else this host's address."""
+def _torch_store(comm, timeout: timedelta) -> TCPStore:
+    """torch.distributed's store, served by rank 0 at MASTER_ADDR where the launcher set it,
+    127.0.0.1 when every rank is on this host, else this host's address. Its port is the one the
+    kernel gave the listening store, sent to the other ranks after: a port looked up free and
+    bound later could be taken by another process in between."""
+    import torch.distributed as dist
+
     message = np.zeros(_ADDRESS_BYTES, dtype=np.uint8)
+    store = None
     if comm.rank == 0:
         if "MASTER_ADDR" in os.environ:
             host = os.environ["MASTER_ADDR"]
@@ -100,9 +101,13 @@ def _store_address(comm) -> tuple[str, int]:
             host = "127.0.0.1"
         else:
             host = socket.gethostbyname(socket.gethostname())
-        port = free_port("127.0.0.1" if host == "127.0.0.1" else "")
-        encoded = f"{host} {port}".encode()
+        store = dist.TCPStore(
+            host, 0, comm.size, is_master=True, timeout=timeout, wait_for_workers=False
+        )
+        encoded = f"{host} {store.port}".encode()
         message[: len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
     comm.broadcast(message, root=0)
-    address, port_text = bytes(message).rstrip(b"\0").decode().split()
-    return address, int(port_text)
+    if store is None:
+        address, port_text = bytes(message).rstrip(b"\0").decode().split()
+        store = dist.TCPStore(address, int(port_text), comm.size, is_master=False, timeout=timeout)
+    return store
