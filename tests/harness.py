@@ -7,6 +7,7 @@ ranks still running at it are killed and reported as timed out (a hang fails, it
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -17,10 +18,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
+
+import pytest
 
 from ringcomm import _core, _secret
 from ringcomm._ports import free_port  # noqa: F401 (tests import it from here)
+from ringcomm.bench import netns
 
 WORKERS = Path(__file__).parent / "workers"
 REPO = Path(__file__).resolve().parent.parent
@@ -78,6 +82,17 @@ def ucx_info() -> Optional[dict]:
 def ucx_built() -> bool:
     """Whether this build of ringcomm has UCX (RINGCOMM_TRANSPORT=ucx) and its library loads."""
     return ucx_info() is not None
+
+
+@contextlib.contextmanager
+def namespace_hosts(subnet: str, tag: str = "rc") -> Iterator[netns.Hosts]:
+    """Two hosts made of network namespaces on `subnet` (ringcomm.bench.netns), deleted after;
+    the test skips, saying why, where namespaces cannot be made."""
+    try:
+        with netns.two_hosts(subnet, tag=tag) as hosts:
+            yield hosts
+    except netns.NamespacesUnavailableError as reason:
+        pytest.skip(str(reason))
 
 
 # What failure tests run over besides shared memory: TCP, and UCX where this build has it.

@@ -57,9 +57,14 @@ import sys
 import time
 
 import pytest
-from harness import WORKERS, finish_ranks, mpirun, start_ranks_on_hosts, worker_env
-
-from ringcomm.bench import netns
+from harness import (
+    WORKERS,
+    finish_ranks,
+    mpirun,
+    namespace_hosts,
+    start_ranks_on_hosts,
+    worker_env,
+)
 
 TIMEOUT = 3.0  # RINGCOMM_TIMEOUT of the jobs: a late (stopped) peer is named after this long
 # Beyond the timeout: the health check (100 ms), the abort travelling to the other survivors,
@@ -433,11 +438,8 @@ SECRET = {"RINGCOMM_SECRET": "fault-injection-test-secret-0123456789abcdef"}
 def hosts():
     if shutil.which("tc") is None:
         pytest.skip("needs tc (iproute2) for netem")
-    try:
-        with netns.two_hosts(SUBNET, tag="rf") as made:
-            yield made
-    except netns.NamespacesUnavailableError as reason:
-        pytest.skip(str(reason))
+    with namespace_hosts(SUBNET, tag="rf") as made:
+        yield made
 
 
 def netem(hosts, host: int, *spec: str) -> None:

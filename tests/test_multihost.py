@@ -12,9 +12,7 @@ import sys
 import time
 
 import pytest
-from harness import WORKERS, results_of_ranks, start_ranks_on_hosts, worker_env
-
-from ringcomm.bench import netns
+from harness import WORKERS, namespace_hosts, results_of_ranks, start_ranks_on_hosts, worker_env
 
 # Addresses of our own test hosts, inside namespaces this test creates and deletes.
 SUBNET = "10.231.77"
@@ -22,11 +20,8 @@ SUBNET = "10.231.77"
 
 @pytest.fixture(scope="module")
 def hosts_for_module():
-    try:
-        with netns.two_hosts(SUBNET) as hosts:
-            yield hosts
-    except netns.NamespacesUnavailableError as reason:
-        pytest.skip(str(reason))
+    with namespace_hosts(SUBNET) as hosts:
+        yield hosts
 
 
 @pytest.fixture

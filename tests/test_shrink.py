@@ -14,12 +14,11 @@ from harness import (
     finish_ranks,
     free_port,
     mpirun,
+    namespace_hosts,
     run_job,
     start_ranks_on_hosts,
     worker_env,
 )
-
-from ringcomm.bench import netns
 
 # Far beyond what a shrink takes here (10-150 ms): a survivor that waited for a dead rank's
 # timeout would show.
@@ -218,11 +217,8 @@ LINK_TIMEOUT = 2.0
 
 @pytest.fixture(scope="module")
 def two_hosts():
-    try:
-        with netns.two_hosts(SUBNET, tag="rs") as hosts:
-            yield hosts
-    except netns.NamespacesUnavailableError as reason:
-        pytest.skip(str(reason))
+    with namespace_hosts(SUBNET, tag="rs") as hosts:
+        yield hosts
 
 
 # 5 ms: in the agreement. 60 and 120 ms: as the new communicator forms, where some survivors

@@ -11,14 +11,13 @@ import pytest
 from harness import (
     WORKERS,
     assert_all_succeeded,
+    namespace_hosts,
     results_of_ranks,
     run_job,
     start_ranks_on_hosts,
     ucx_built,
 )
 from test_collectives import SHARED_RESULTS
-
-from ringcomm.bench import netns
 
 pytestmark = pytest.mark.skipif(not ucx_built(), reason="this build of ringcomm has no UCX")
 
@@ -50,11 +49,8 @@ def test_every_collective_over_ucx_shared_memory_within_a_host(size):
 
 @pytest.fixture(scope="module")
 def two_hosts():
-    try:
-        with netns.two_hosts(SUBNET) as hosts:
-            yield hosts
-    except netns.NamespacesUnavailableError as reason:
-        pytest.skip(str(reason))
+    with namespace_hosts(SUBNET) as hosts:
+        yield hosts
 
 
 # Between the hosts UCX's TCP lane: its shared-memory lanes would reach past the link (the

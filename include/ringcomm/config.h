@@ -154,7 +154,8 @@ struct RINGCOMM_API Config {
   // the cost model decides (tests run so, untouched by a user's measurements). Empty: off.
   std::string tuningDirectory;
 
-  // RINGCOMM_CUDA_PATH=auto|staged|ipc: how an all-reduce of device buffers travels (types.h).
+  // RINGCOMM_CUDA_PATH=auto|staged|ipc: how an all-reduce of device buffers travels, and whether
+  // sends and receives may take UCX's CUDA lanes (types.h).
   CudaPath cudaPath = CudaPath::Auto;
   // RINGCOMM_CUDA_CHUNK_BYTES: the unit of the staged path's pipeline (src/transport/cuda/
   // staging.h): device-to-host copies, the host collective and host-to-device copies overlap one

@@ -69,6 +69,8 @@ enum class TransportKind : uint8_t { Auto, Tcp, Shm, Ucx };
 //   Ipc:    every rank on one host: each reduces its slice straight from its peers' device
 //           buffers (CUDA IPC), then copies the others' slices; no host round trip.
 //   Auto:   Ipc when every rank is on this host and the message is large, else Staged.
+// Sends and receives of device buffers go to a network that takes device memory (UCX with CUDA)
+// as they are, except under Staged; elsewhere they are staged whole.
 enum class CudaPath : uint8_t { Auto, Staged, Ipc };
 
 // Whether this library was built with CUDA (RINGCOMM_BUILD_CUDA=ON): only then do collectives

@@ -289,7 +289,8 @@ const std::vector<Described>& describedVariables() {
        nullptr},
       {"RINGCOMM_CUDA_PATH", nullptr, [](const Config& c) { return toString(c.cudaPath); },
        "how an all-reduce of CUDA buffers travels: auto, staged (through pinned host memory) or "
-       "ipc (peers read each other's device memory)",
+       "ipc (peers read each other's device memory); staged also keeps sends and receives of "
+       "CUDA buffers off UCX's CUDA lanes",
        nullptr},
       {"RINGCOMM_CUDA_CHUNK_BYTES", nullptr,
        [](const Config& c) { return number(c.cudaChunkBytes); },
