@@ -366,6 +366,28 @@ PYBIND11_MODULE(_core, m) {
       }, py::arg("timeout") = 0.0)
       .def("split", &Comm::split, py::arg("color"), py::arg("key"),
            py::call_guard<py::gil_scoped_release>())
+      .def("grow", [](Comm& c, int expect, double timeout) {
+        GrowOptions options;
+        options.expect = expect;
+        options.timeout = toMilliseconds(timeout);
+        py::gil_scoped_release release;
+        return c.grow(options);
+      }, py::arg("expect") = 0, py::arg("timeout") = 0.0)
+      .def_static("join", [](const std::vector<std::string>& addresses,
+                             std::shared_ptr<Store> board, const std::string& door_key,
+                             const Config& config, double timeout) {
+        JoinOptions options;
+        options.addresses = addresses;
+        options.board = std::move(board);
+        options.doorKey = door_key;
+        options.timeout = toMilliseconds(timeout);
+        py::gil_scoped_release release;
+        return Comm::join(options, config);
+      }, py::arg("addresses"), py::arg("board"), py::arg("door_key"), py::arg("config"),
+         py::arg("timeout") = 0.0)
+      .def_property_readonly("address", &Comm::address)
+      .def("publish_door", &Comm::publishDoor, py::arg("board"), py::arg("key"),
+           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("rank", &Comm::rank)
       .def_property_readonly("size", &Comm::size)
       .def_property_readonly("local_rank", &Comm::localRank)

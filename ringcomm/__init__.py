@@ -19,7 +19,7 @@ from ringcomm._core import (
     TransportError,
 )
 from ringcomm._version import __version__
-from ringcomm.communicator import Communicator, Work, init
+from ringcomm.communicator import Communicator, Work, init, join
 from ringcomm.ops import ADASUM, AVG, MAX, MIN, PROD, SUM
 from ringcomm.shared_arrays import empty, zeros
 
@@ -40,6 +40,7 @@ __all__ = [
     "Communicator",
     "Work",
     "init",
+    "join",
     "RingcommError",
     "PeerError",
     "TimeoutError",

@@ -35,6 +35,12 @@ PYTHON_VARIABLES = {
     "RINGCOMM_LOCAL_RANK": (_LAUNCHER, "this rank's index among its host's ranks"),
     "RINGCOMM_LOCAL_WORLD_SIZE": (_LAUNCHER, "the number of ranks on this host"),
     "RINGCOMM_STORE": (_LAUNCHER, "host:port of the rendezvous store the launcher serves"),
+    "RINGCOMM_JOIN": (
+        _LAUNCHER,
+        "set in a process that replaces a lost rank: init() joins the running job (grow) instead "
+        "of starting one; 1 finds the members on the launcher's store, or host:port[,host:port] "
+        "names members (any member's Communicator.address)",
+    ),
     "RINGCOMM_ELASTIC": (_ELASTIC, "1 in a worker of an elastic ringcomm-run"),
     "RINGCOMM_ELASTIC_HOST": (_ELASTIC, "the host an elastic worker runs for"),
     "RINGCOMM_ELASTIC_SLOT": (_ELASTIC, "an elastic worker's slot on its host"),

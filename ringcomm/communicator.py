@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+import os
+from typing import Any, Optional, Sequence, Union
 
 from ringcomm import _core, _log, _tuning
 from ringcomm._buffers import empty_like, shape_of, split_shape, stacked_shape
@@ -416,6 +417,31 @@ class Communicator:
         callers that must name the lost ranks themselves. Raises as :meth:`shrink` does."""
         return list(self._core.survivors(self._timeout(timeout)))
 
+    def grow(self, expect: int = 0, timeout: Optional[float] = None) -> "Communicator":
+        """Collective over the members: admits the processes that asked to join (:func:`join`,
+        or :func:`init` in a process started with ``RINGCOMM_JOIN``) into a new communicator of
+        the members, in their order, then the newcomers. Returns this communicator itself
+        where nobody asked (one small all-reduce: cheap to call every step), else the grown one
+        (this one stays as it is). ``expect``: wait, by the timeout, until at least this many
+        have asked (a replacement the launcher started).
+
+        The members agree as :meth:`shrink`'s survivors do: a member or a newcomer that dies
+        meanwhile is left out, and every member and newcomer ends with the same communicator.
+        Raises what an all-reduce of this communicator raises where a member is lost (shrink
+        first), ``TimeoutError`` where fewer than ``expect`` asked in time. Give the newcomers
+        the state they need next, for example with :meth:`broadcast` from rank 0."""
+        if isinstance(expect, bool) or not isinstance(expect, int) or expect < 0:
+            raise ValueError(f"expect must be a count of newcomers >= 0; got {expect!r}")
+        core = self._core.grow(expect, self._timeout(timeout))
+        return self if core is None else Communicator(core, self._environment)
+
+    @property
+    def address(self) -> str:
+        """Where a new process finds this rank to join the job (``"host:port"`` of its mailbox):
+        any member's will do for :func:`join`. Empty for a communicator of one rank made by
+        :func:`init`, which newcomers cannot reach."""
+        return self._core.address
+
     def split(self, color: int, key: int = 0) -> Optional["Communicator"]:
         """Collective (MPI's ``Comm_split``): a communicator of the ranks that pass the same
         ``color``, numbered by ``key`` and then by rank; ``None`` for a negative color."""
@@ -438,6 +464,11 @@ class Communicator:
         self.shutdown()
 
 
+# Where the members of the job's first communicator keep their addresses on the launcher's store,
+# for a process that replaces a lost rank (RINGCOMM_JOIN=1).
+DOOR_KEY = "ringcomm/door"
+
+
 def init(
     timeout: Optional[float] = None,
     transport: Optional[str] = None,
@@ -448,20 +479,13 @@ def init(
     ``timeout`` (seconds) bounds rendezvous and, by default, every collective; ``transport``
     ("auto", "tcp", "shm", "ucx") and ``algorithm`` ("auto", "ring", "tree", "direct",
     "hierarchical") override the RINGCOMM_TRANSPORT / RINGCOMM_ALGORITHM environment variables.
+
+    In a process started to replace a lost rank (``RINGCOMM_JOIN`` set, as ``ringcomm-run
+    --keep-survivors --replace`` does), it joins the running job instead: see :func:`join`.
     """
-    config = _core.Config.from_environment()
-    if timeout is not None:
-        if timeout <= 0:
-            raise ValueError(f"timeout must be positive seconds; got {timeout}")
-        config.timeout = float(timeout)
-    if transport is not None:
-        if transport not in _TRANSPORTS:
-            raise ValueError(f"transport must be one of {sorted(_TRANSPORTS)}; got {transport!r}")
-        config.transport = _core.parse_transport(transport)
-    if algorithm is not None:
-        config.algorithm = _check_algorithm(algorithm)
-    # The log's level and file from here on (the rank joins its prefix once it is known).
-    _core.configure_observability(config)
+    if os.environ.get("RINGCOMM_JOIN"):
+        return join(timeout=timeout, transport=transport, algorithm=algorithm)
+    config = _configured(timeout, transport, algorithm)
     given_secret = bool(config.secret)
     environment = detect(config.timeout, config.secret)
     config.secret = environment.secret
@@ -484,4 +508,70 @@ def init(
             environment.store, environment.rank, environment.size, config
         )
     environment.met()
+    if core.size > 1:
+        core.publish_door(environment.store, DOOR_KEY)
+    return Communicator(core, environment)
+
+
+def _configured(
+    timeout: Optional[float], transport: Optional[str], algorithm: Optional[str]
+) -> "_core.Config":
+    """The core's Config from the environment, with init()'s and join()'s arguments over it."""
+    config = _core.Config.from_environment()
+    if timeout is not None:
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive seconds; got {timeout}")
+        config.timeout = float(timeout)
+    if transport is not None:
+        if transport not in _TRANSPORTS:
+            raise ValueError(f"transport must be one of {sorted(_TRANSPORTS)}; got {transport!r}")
+        config.transport = _core.parse_transport(transport)
+    if algorithm is not None:
+        config.algorithm = _check_algorithm(algorithm)
+    # The log's level and file from here on (the rank joins its prefix once it is known).
+    _core.configure_observability(config)
+    return config
+
+
+def join(
+    address: Union[str, Sequence[str], None] = None,
+    timeout: Optional[float] = None,
+    transport: Optional[str] = None,
+    algorithm: Optional[str] = None,
+) -> Communicator:
+    """A new process joins a running job: it proves the job's secret (``RINGCOMM_SECRET``) to a
+    member, asks to join, and returns once the members have called :meth:`Communicator.grow`,
+    with its communicator of the grown job (its rank after the members').
+
+    ``address``: members' addresses (:attr:`Communicator.address`, ``"host:port"``), any one
+    of which will do; by default ``RINGCOMM_JOIN``'s, or the addresses the members keep on the
+    launcher's store (``RINGCOMM_STORE``), which follow them through shrinks and grows.
+    ``timeout`` bounds the wait for the members to admit it. Raises ``TransportError`` where no
+    member proves the secret (another job's addresses, or another secret)."""
+    config = _configured(timeout, transport, algorithm)
+    if not config.secret:
+        raise RuntimeError(
+            "ringcomm.join: no job secret: set RINGCOMM_SECRET (or RINGCOMM_SECRET_FILE) to the "
+            "job's, which ringcomm-run passes to the processes it starts"
+        )
+    if address is None:
+        given = os.environ.get("RINGCOMM_JOIN", "")
+        address = [] if given in ("", "1") else given.split(",")
+    addresses = [address] if isinstance(address, str) else [str(a) for a in address]
+    board = None
+    if os.environ.get("RINGCOMM_STORE"):
+        host, _, port = os.environ["RINGCOMM_STORE"].rpartition(":")
+        board = _core.TcpStore(host.strip("[]"), int(port), 30.0, config.secret)
+    if not addresses and board is None:
+        raise ValueError(
+            "ringcomm.join: no way to find the members: pass address= (any member's "
+            "Communicator.address), or set RINGCOMM_JOIN=host:port, or RINGCOMM_STORE to the "
+            "launcher's store"
+        )
+    core = _core.Communicator.join(addresses, board, DOOR_KEY, config, config.timeout)
+    if board is not None and core.size > 1:
+        core.publish_door(board, DOOR_KEY)
+    environment = LaunchEnvironment(
+        core.rank, core.size, board, "ringcomm-join", config.secret, [board] if board else []
+    )
     return Communicator(core, environment)

@@ -107,9 +107,12 @@ def run_job(
     deadline: float = 240.0,
     per_rank_env: Optional[dict] = None,
     unreaped: Sequence[int] = (),
+    newcomers: int = 0,
 ) -> list[RankOutcome]:
     """`unreaped`: ranks whose exit is not collected until every other rank has ended, so that
-    one that dies stays a zombie meanwhile (as under a launcher that reaps late)."""
+    one that dies stays a zombie meanwhile (as under a launcher that reaps late). `newcomers`:
+    processes started beside the ranks with RINGCOMM_JOIN=1 and no rank, to join the running
+    job (Communicator.grow); their outcomes follow the ranks'."""
     secret = _secret.new_secret()
     server = _core.TcpStoreServer("127.0.0.1", 0, secret)
     base = worker_env(env)
@@ -121,8 +124,11 @@ def run_job(
     with tempfile.TemporaryDirectory() as logs:
         procs, files = [], []
         start = time.monotonic()
-        for rank in range(nranks):
-            rank_env = dict(base, RINGCOMM_RANK=str(rank), **(per_rank_env or {}).get(rank, {}))
+        for rank in range(nranks + newcomers):
+            if rank < nranks:
+                rank_env = dict(base, RINGCOMM_RANK=str(rank), **(per_rank_env or {}).get(rank, {}))
+            else:
+                rank_env = dict(base, RINGCOMM_JOIN="1")
             out = open(Path(logs) / f"{rank}.out", "w+")
             err = open(Path(logs) / f"{rank}.err", "w+")
             files.append((out, err))
@@ -134,7 +140,7 @@ def run_job(
                     stderr=err,
                 )
             )
-        ended = [None] * nranks
+        ended = [None] * (nranks + newcomers)
         watched = [(rank, proc) for rank, proc in enumerate(procs) if rank not in unreaped]
         while time.monotonic() - start < deadline and any(p.poll() is None for _, p in watched):
             for rank, proc in watched:

@@ -54,6 +54,33 @@ class RINGCOMM_API Communicator {
   // torch.distributed.shrink_group does. Raises as shrink() does.
   virtual std::vector<int> survivors(std::chrono::milliseconds timeout) = 0;
 
+  // Collective over the members (ncclCommGrow, torchcomms' reconfigure): admits the processes
+  // that asked to join (join() below) into a new communicator of the members, in their order,
+  // then the newcomers, in the order the members knew them. The members agree through the
+  // agreement of shrink(), so a member that dies meanwhile is left out, as is a newcomer that
+  // died; every member and every newcomer ends with the same communicator, or all raise. This
+  // one is left as it is. Returns nullptr where nobody asked (cheap: one small all-reduce), or
+  // raises what this communicator's all-reduce raises (a member lost: shrink first);
+  // TimeoutError where fewer than options.expect asked by the timeout; InvalidArgument while
+  // another grow of this communicator runs.
+  virtual std::shared_ptr<Communicator> grow(const GrowOptions& options) = 0;
+
+  // A new process joins a running communicator: it proves the job's secret (Config::secret) to
+  // a member found through `options`, asks to join, and waits until the members grow(). Returns
+  // its communicator in the grown group (its rank: after the members'). Raises TransportError
+  // where no member proves the secret (another job, or a wrong secret), TimeoutError where the
+  // members did not admit it by the timeout.
+  static std::shared_ptr<Communicator> join(const JoinOptions& options, const Config& config);
+
+  // Where newcomers reach this rank ("host:port" of its mailbox, core/membership.h); empty for a
+  // communicator of one rank made by create().
+  virtual std::string address() const = 0;
+  // Keeps the members' addresses under `key` in `board` (the launcher's store), written by rank
+  // 0 now and by the first rank of every communicator that shrink() and grow() make from this
+  // one, so that a replacement started later finds the members however they changed. A board
+  // that is gone (it died with a rank) is skipped.
+  virtual void publishDoor(std::shared_ptr<Store> board, const std::string& key) = 0;
+
   // Collective (MPI's Comm_split): a communicator of the ranks that pass the same `color`,
   // numbered by `key`, then by rank; nullptr for a negative color (MPI_UNDEFINED).
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;

@@ -5,11 +5,13 @@
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "ringcomm/export.h"
+#include "ringcomm/store.h"
 #include "ringcomm/types.h"
 
 namespace ringcomm {
@@ -165,6 +167,28 @@ struct RINGCOMM_API RecvOptions : CommonOptions {
   // Where to write the sender's rank before the Work completes (useful with kAnySource).
   int* source = nullptr;
   void validate(int size, int rank) const;
+};
+
+// Communicator::grow: the members admit the processes that asked to join (Communicator::join).
+struct RINGCOMM_API GrowOptions {
+  // Wait, by the timeout, until at least this many newcomers have asked (a replacement the
+  // launcher started); 0: admit whoever waits now, and return at once where nobody does.
+  int expect = 0;
+  std::chrono::milliseconds timeout{0};
+  void validate() const;
+};
+
+// Communicator::join: how a new process finds a running communicator. Any member's address
+// will do; the members publish theirs where the launcher's store keeps them (publishDoor).
+struct RINGCOMM_API JoinOptions {
+  // Members' addresses, "host:port" (Communicator::address()), tried in order.
+  std::vector<std::string> addresses;
+  // Or a store and a key in it where the members keep their addresses (publishDoor): read
+  // afresh whenever the addresses known fail, since the members may have changed.
+  std::shared_ptr<Store> board;
+  std::string doorKey;
+  std::chrono::milliseconds timeout{0};  // 0: Config::timeout
+  void validate() const;
 };
 
 }  // namespace ringcomm

@@ -101,6 +101,44 @@ LinkKeys Acceptor::keys(const uint8_t* reply) const {
   return keys;
 }
 
+Connector::Connector(const std::string& secret, Purpose purpose, Caller caller)
+    : secret_(secret), purpose_(purpose), caller_(caller) {}
+
+std::optional<std::array<uint8_t, kReplyBytes>> Connector::reply(const uint8_t* hello) {
+  if (getLittleEndian32(hello) != kMagic || hello[4] != kVersion ||
+      hello[5] != static_cast<uint8_t>(purpose_)) {
+    return std::nullopt;
+  }
+  std::memcpy(helloNonce_.data(), hello + 6, kNonceBytes);
+  randomBytes(replyNonce_.data(), kNonceBytes);
+  std::array<uint8_t, kReplyBytes> reply{};
+  putLittleEndian32(reply.data(), kMagic);
+  reply[4] = kVersion;
+  reply[5] = static_cast<uint8_t>(purpose_);
+  putLittleEndian32(reply.data() + 6, static_cast<uint32_t>(caller_.from));
+  putLittleEndian32(reply.data() + 10, static_cast<uint32_t>(caller_.to));
+  std::memcpy(reply.data() + 14, replyNonce_.data(), kNonceBytes);
+  const Digest proof =
+      clientProof(secret_, purpose_, caller_, helloNonce_.data(), replyNonce_.data());
+  std::memcpy(reply.data() + 14 + kNonceBytes, proof.data(), kProofBytes);
+  return reply;
+}
+
+bool Connector::proves(const uint8_t* proof) const {
+  Digest answer;
+  std::memcpy(answer.data(), proof, kProofBytes);
+  return sameDigest(answer,
+                    serverProof(secret_, purpose_, caller_, helloNonce_.data(), replyNonce_.data()));
+}
+
+LinkKeys Connector::keys() const {
+  LinkKeys keys;
+  keys.send = linkKey(secret_, purpose_, caller_, "caller", helloNonce_.data(), replyNonce_.data());
+  keys.receive =
+      linkKey(secret_, purpose_, caller_, "listener", helloNonce_.data(), replyNonce_.data());
+  return keys;
+}
+
 LinkKeys connectHandshake(int fd, const std::string& secret, Purpose purpose, Caller caller,
                       Clock::time_point deadline, const std::string& what) {
   auto refused = [&](const std::string& why) -> TransportError {
@@ -115,24 +153,15 @@ LinkKeys connectHandshake(int fd, const std::string& secret, Purpose purpose, Ca
     throw refused(std::string("closed the connection before its handshake (") + error.what() +
                   ")");
   }
-  if (getLittleEndian32(hello) != kMagic || hello[4] != kVersion ||
-      hello[5] != static_cast<uint8_t>(purpose)) {
+  Connector connector(secret, purpose, caller);
+  const std::optional<std::array<uint8_t, kReplyBytes>> reply = connector.reply(hello);
+  if (!reply) {
     throw refused("does not speak ringcomm's handshake (another program, or another version)");
   }
-  uint8_t reply[kReplyBytes];
-  putLittleEndian32(reply, kMagic);
-  reply[4] = kVersion;
-  reply[5] = static_cast<uint8_t>(purpose);
-  putLittleEndian32(reply + 6, static_cast<uint32_t>(caller.from));
-  putLittleEndian32(reply + 10, static_cast<uint32_t>(caller.to));
-  uint8_t* nonce = reply + 14;
-  randomBytes(nonce, kNonceBytes);
-  const Digest proof = clientProof(secret, purpose, caller, hello + 6, nonce);
-  std::memcpy(reply + 14 + kNonceBytes, proof.data(), kProofBytes);
-  net::writeFully(fd, reply, sizeof(reply), deadline);
-  Digest answer;
+  net::writeFully(fd, reply->data(), reply->size(), deadline);
+  uint8_t answer[kProofBytes];
   try {
-    net::readFully(fd, answer.data(), answer.size(), deadline);
+    net::readFully(fd, answer, sizeof(answer), deadline);
   } catch (const TimeoutError&) {
     throw;
   } catch (const TransportError&) {
@@ -140,13 +169,10 @@ LinkKeys connectHandshake(int fd, const std::string& secret, Purpose purpose, Ca
                   "secret (RINGCOMM_SECRET / RINGCOMM_SECRET_FILE must be the same everywhere), "
                   "or this is another job's port");
   }
-  if (!sameDigest(answer, serverProof(secret, purpose, caller, hello + 6, nonce))) {
+  if (!connector.proves(answer)) {
     throw refused("did not prove it knows the job's secret: another job, or an impostor");
   }
-  LinkKeys keys;
-  keys.send = linkKey(secret, purpose, caller, "caller", hello + 6, nonce);
-  keys.receive = linkKey(secret, purpose, caller, "listener", hello + 6, nonce);
-  return keys;
+  return connector.keys();
 }
 
 }  // namespace ringcomm::auth

@@ -74,6 +74,28 @@ class Acceptor {
   std::array<uint8_t, kHelloBytes> hello_;
 };
 
+// The connecting side's two steps, for a caller that drives its own non-blocking loop (the
+// liveness probes of core/membership.h ask many mailboxes at once): reply() to the hello, then
+// check the proof that comes back with proves().
+class Connector {
+ public:
+  Connector(const std::string& secret, Purpose purpose, Caller caller);
+  // The reply to send, or nothing when `hello` is not ringcomm's handshake for this purpose
+  // (another program, another version).
+  std::optional<std::array<uint8_t, kReplyBytes>> reply(const uint8_t* hello);
+  // Whether `proof` (kProofBytes) shows that the accepting side knows the secret; after reply().
+  bool proves(const uint8_t* proof) const;
+  // The link's keys, as the connecting side uses them; after reply().
+  LinkKeys keys() const;
+
+ private:
+  std::string secret_;  // a copy, as Acceptor's
+  Purpose purpose_;
+  Caller caller_;
+  std::array<uint8_t, kNonceBytes> helloNonce_{};
+  std::array<uint8_t, kNonceBytes> replyNonce_{};
+};
+
 // The connecting side, on a blocking socket, by `deadline`. Throws TransportError when the other
 // side does not speak the protocol or does not prove the secret (`what` names it: "the store at
 // host:port", "rank 3"), and TimeoutError when it does not answer in time. Returns the link's

@@ -165,6 +165,7 @@ class ServerLoop {
   std::atomic<uint64_t>& refused_;  // connections closed for failing the handshake
   const size_t maxConnections_;
   Clock::time_point acceptPausedUntil_{};
+  Clock::time_point lastRefusalLogged_{};
 
   std::unordered_map<std::string, Bytes> values_;
   size_t storedBytes_ = 0;  // keys and values
@@ -302,9 +303,22 @@ size_t ServerLoop::liveConnections() const {
 }
 
 void ServerLoop::refuse(Connection& connection, const char* why) {
-  (void)why;  // the count is what tests and reports read; the reason helps when debugging
   connection.closing = true;
   refused_.fetch_add(1);
+  // Who tried without the secret is worth a line (a newcomer of another job, a stranger); a
+  // flood of them is not worth one each.
+  const auto now = Clock::now();
+  if (now - lastRefusalLogged_ < std::chrono::seconds(1)) return;
+  lastRefusalLogged_ = now;
+  std::string peer = "an unknown address";
+  try {
+    peer = net::peerAddress(connection.fd.get()).toString();
+  } catch (const Error&) {
+  }
+  RINGCOMM_LOG(LogLevel::Warn, kLogStore,
+               "store server on port %d refused a connection from %s: it %s (%llu refused so far)",
+               net::localAddress(listenFd_).port(), peer.c_str(), why,
+               static_cast<unsigned long long>(refused_.load()));
 }
 
 void ServerLoop::continueHandshake(Connection& connection) {
@@ -335,7 +349,7 @@ void ServerLoop::expireStalled(Clock::time_point now) {
   for (auto& [id, connection] : connections_) {
     if (connection.closing) continue;
     if (!connection.authenticated()) {
-      if (now >= connection.handshakeDeadline) refuse(connection, "handshake too slow");
+      if (now >= connection.handshakeDeadline) refuse(connection, "took too long over the handshake");
       continue;
     }
     // A request that began to arrive and stopped, or replies the client does not take, hold

@@ -188,4 +188,28 @@ void RecvOptions::validate(int size, int rank) const {
   requirePeer(peer, size, rank, "recv");
 }
 
+void GrowOptions::validate() const {
+  if (expect < 0) {
+    throw InvalidArgument("grow: expect must be >= 0 newcomers; got " + std::to_string(expect));
+  }
+  if (timeout.count() < 0) throw InvalidArgument("grow: timeout must not be negative");
+}
+
+void JoinOptions::validate() const {
+  if (addresses.empty() && !board) {
+    throw InvalidArgument(
+        "join: no way to find the members: give addresses (a member's Communicator::address(), "
+        "\"host:port\") or a board (the store where they publish them)");
+  }
+  if (board && doorKey.empty()) throw InvalidArgument("join: board given without a doorKey");
+  for (const std::string& address : addresses) {
+    const size_t colon = address.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == address.size() ||
+        address.find_first_not_of("0123456789", colon + 1) != std::string::npos) {
+      throw InvalidArgument("join: addresses must look like host:port; got \"" + address + "\"");
+    }
+  }
+  if (timeout.count() < 0) throw InvalidArgument("join: timeout must not be negative");
+}
+
 }  // namespace ringcomm

@@ -26,6 +26,7 @@
 #include "bootstrap/rendezvous.h"
 #include "core/device_collectives.h"
 #include "core/failure_records.h"
+#include "core/forming.h"
 #include "core/membership.h"
 #include "core/point_to_point.h"
 #include "common/bytes.h"
@@ -47,6 +48,8 @@ namespace {
 // At shutdown, how long rank 0 waits for the other ranks' parts of RINGCOMM_TRACE (at most: the
 // communicator's own timeout when shorter). A rank that died never sends one.
 constexpr std::chrono::milliseconds kTraceGatherWait{30000};
+// How often grow(expect > 0) looks again for the newcomers it waits for.
+constexpr std::chrono::milliseconds kKnockPoll{20};
 
 OperationLabel labelOf(const char* collective, size_t count, DataType type, bool perRank = false,
                        int root = -1) {
@@ -66,16 +69,6 @@ transport::Memory memoryOf(const device::Message* message) {
   return message != nullptr && message->onDevice() ? transport::Memory::Cuda
                                                    : transport::Memory::Host;
 }
-
-// Creates a communicator: `setupTimeout` bounds its rendezvous and connections (a shrink's are
-// bounded by the shrink's deadline), config.timeout its collectives. `watch`, where given, is
-// called while connecting and raises where the communicator can no longer form (a shrink's
-// FormingStore::check).
-std::shared_ptr<Communicator> createCommunicator(std::shared_ptr<Store> store,
-                                                 const std::string& scope, int rank, int size,
-                                                 const Config& config,
-                                                 std::chrono::milliseconds setupTimeout,
-                                                 const std::function<void()>& watch);
 
 class CommunicatorImpl : public Communicator {
  public:
@@ -146,7 +139,10 @@ class CommunicatorImpl : public Communicator {
       const std::string round = call + "/" + std::to_string(attempt);
       const Survivors survivors = membership_->agree(round, dropped, deadline, quietSince());
       try {
-        return join(survivors.ranks, survivors.leader, round + "/comm/", deadline);
+        std::shared_ptr<Communicator> shrunk =
+            join(survivors.ranks, survivors.leader, round + "/comm/", deadline, true);
+        handOver(*shrunk);
+        return shrunk;
       } catch (const PeerError& error) {
         // A survivor failed while the new communicator formed: every survivor that saw it
         // agrees again, and the next round finds who is gone.
@@ -192,6 +188,72 @@ class CommunicatorImpl : public Communicator {
       leader = std::min(leader, r);
     }
     return join(ranks, leader, scope, net::deadlineAfter(config_.timeout));
+  }
+
+  std::shared_ptr<Communicator> grow(const GrowOptions& options) override {
+    options.validate();
+    if (closed_.load(std::memory_order_acquire)) {
+      throw CommunicatorClosed("ringcomm: grow: this communicator is closed (" + closedReason() +
+                               "): shrink() it first, then grow the survivors' communicator");
+    }
+    if (!membership_) {
+      throw InvalidArgument("grow: a communicator of one rank made by create() has no mailbox "
+                            "for newcomers to reach; create it with the others, or shrink to it");
+    }
+    std::unique_lock<std::mutex> growing(growMutex_, std::try_to_lock);
+    if (!growing.owns_lock()) {
+      throw InvalidArgument("grow: another grow of this communicator is under way: one at a time");
+    }
+    const auto deadline = net::deadlineAfter(
+        options.timeout.count() > 0 ? options.timeout : config_.timeout);
+    if (newcomersWaiting(options.expect, deadline) == 0) return nullptr;
+    std::lock_guard<std::mutex> lock(membershipMutex_);
+    const std::string call = "grow/" + std::to_string(grows_++);
+    for (int attempt = 0;; ++attempt) {
+      const std::string round = call + "/" + std::to_string(attempt);
+      const Survivors decided = membership_->agree(
+          round, {}, deadline, quietSince(), membership_->knocks(kDoorLook));
+      if (decided.joiners.empty() && static_cast<int>(decided.ranks.size()) == size_) {
+        return nullptr;  // those that knocked died before they were admitted
+      }
+      try {
+        std::shared_ptr<Communicator> grown = formGrown(decided, round, deadline);
+        membership_->admitted(decided);
+        handOver(*grown);
+        return grown;
+      } catch (const PeerError& error) {
+        if (Clock::now() >= deadline) throw;
+        RINGCOMM_LOG(LogLevel::Warn, kLogInit,
+                     "grow: the grown communicator did not form (%s); agreeing again",
+                     error.what());
+      }
+    }
+  }
+
+  std::string address() const override {
+    if (!membership_) return "";
+    const MailboxAddress& own = membership_->ownAddress();
+    return net::formatHostPort(own.host, own.port);
+  }
+
+  void publishDoor(std::shared_ptr<Store> board, const std::string& key) override {
+    if (!board || key.empty()) throw InvalidArgument("publishDoor: a board and a key are needed");
+    std::lock_guard<std::mutex> lock(stateMutex_);
+    board_ = std::move(board);
+    doorKey_ = key;
+    if (rank_ != 0 || !membership_) return;
+    std::string members;
+    for (int r = 0; r < size_; ++r) {
+      const MailboxAddress& address = membership_->addressOf(r);
+      members += net::formatHostPort(address.host, address.port) + "\n";
+    }
+    // Best effort: the board may have died with a rank that served it (env://).
+    if (!board_->trySet(doorKey_, Bytes(members.begin(), members.end()), kDoorLook)) {
+      RINGCOMM_LOG(LogLevel::Info, kLogInit,
+                   "the members' addresses could not be published under %s: its store does not "
+                   "answer; newcomers need a member's address",
+                   doorKey_.c_str());
+    }
   }
 
   // Keeps `owner` (a mailbox the new communicator meets through) as long as this one.
@@ -437,10 +499,80 @@ class CommunicatorImpl : public Communicator {
   }
 
  private:
+  // How many newcomers wait, as every member agrees (each counts those that knocked at its own
+  // mailbox; an all-reduce takes the largest count, so that all decide alike): at once where
+  // `expect` is 0, else once at least `expect` do, by `deadline`.
+  int64_t newcomersWaiting(int expect, Clock::time_point deadline) {
+    for (;;) {
+      int64_t waiting = static_cast<int64_t>(membership_->knocks(kDoorLook).size());
+      AllreduceOptions count;
+      count.input = &waiting;
+      count.output = &waiting;
+      count.count = 1;
+      count.type = DataType::Int64;
+      count.op = ReduceOp::Max;
+      count.name = "newcomers waiting (grow)";
+      count.runInCaller = true;
+      allreduce(count)->wait();
+      if (waiting >= std::max(1, expect) || (expect == 0)) return waiting;
+      if (Clock::now() >= deadline) {
+        throw TimeoutError("ringcomm: grow: " + std::to_string(expect) +
+                               " newcomers expected, " + std::to_string(waiting) +
+                               " asked to join by the deadline",
+                           FailureContext{"grow", rank_, -1, 0.0});
+      }
+      std::this_thread::sleep_for(kKnockPoll);
+    }
+  }
+
+  // The grown communicator the members agreed on in `round`: its survivors in their order, then
+  // the joiners; meets in the leader's mailbox, where the leader first writes every member's
+  // address for the newcomers (who know none but the one they knocked at).
+  std::shared_ptr<Communicator> formGrown(const Survivors& decided, const std::string& round,
+                                          Clock::time_point deadline) {
+    std::vector<MailboxAddress> members;
+    for (int r : decided.ranks) members.push_back(membership_->addressOf(r));
+    for (const Joiner& joiner : decided.joiners) members.push_back(joiner.address);
+    if (decided.leader == rank_) {
+      membership_->post(round + "/members", encodeMembers(members), kDoorLook);
+    }
+    membership_->welcome(decided, round);
+    const int newRank = static_cast<int>(
+        std::find(decided.ranks.begin(), decided.ranks.end(), rank_) - decided.ranks.begin());
+    Config config = config_;
+    config.listenAddress = listenAddress_;
+    std::shared_ptr<Communicator> grown =
+        formAmong(membership_->client(decided.leader, deadline), members, newRank,
+                  round + "/comm/", config, deadline);
+    if (decided.leader == rank_) static_cast<CommunicatorImpl&>(*grown).keepAlive(mailbox_);
+    return grown;
+  }
+
+  // What a communicator that replaces this one (a shrink's, a grow's) takes over: the board
+  // where the first rank publishes the members, and the way to it for newcomers that knocked
+  // here too late.
+  void handOver(Communicator& successor) {
+    std::shared_ptr<Store> board;
+    std::string key;
+    {
+      std::lock_guard<std::mutex> lock(stateMutex_);
+      board = board_;
+      key = doorKey_;
+    }
+    if (board) successor.publishDoor(board, key);
+    const std::string where = successor.address();
+    if (membership_ && !where.empty()) {
+      membership_->post("door/successor", Bytes(where.begin(), where.end()), kDoorLook);
+    }
+  }
+
   // The communicator of `ranks` (this communicator's ranks, in the new order), meeting in
   // `leader`'s mailbox under `scope`: a shrink's survivors, or a split's group.
+  // `regroup`: the new communicator replaces this one (a shrink), and keeps a mailbox for
+  // newcomers however few its ranks.
   std::shared_ptr<Communicator> join(const std::vector<int>& ranks, int leader,
-                                     const std::string& scope, Clock::time_point deadline) {
+                                     const std::string& scope, Clock::time_point deadline,
+                                     bool regroup = false) {
     const int newRank = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) -
                                          ranks.begin());
     Config config = config_;
@@ -448,14 +580,14 @@ class CommunicatorImpl : public Communicator {
     const auto setup = std::max(std::chrono::milliseconds(1), millisecondsLeft(deadline));
     if (!membership_) {
       return createCommunicator(store_, scope, newRank, static_cast<int>(ranks.size()), config,
-                                setup, nullptr);
+                                setup, nullptr, regroup);
     }
     const std::shared_ptr<FormingStore> forming =
         membership_->forming(leader, ranks, scope, deadline);
     std::shared_ptr<Communicator> created;
     try {
       created = createCommunicator(forming, scope, newRank, static_cast<int>(ranks.size()),
-                                   config, setup, [&forming] { forming->check(); });
+                                   config, setup, [&forming] { forming->check(); }, regroup);
       forming->commit(deadline);
     } catch (const PeerError& error) {
       forming->abandon(error.what());
@@ -787,8 +919,12 @@ class CommunicatorImpl : public Communicator {
   std::shared_ptr<TcpStoreServer> mailbox_;
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<FailureRecords> records_;  // after membership_, which it asks
-  std::mutex membershipMutex_;  // shrink() and split() number their calls
+  std::mutex membershipMutex_;  // shrink(), grow() and split() number their calls
   int shrinks_ = 0;
+  int grows_ = 0;
+  std::mutex growMutex_;  // one grow() at a time
+  std::shared_ptr<Store> board_;  // where rank 0 publishes the members (publishDoor), and under
+  std::string doorKey_;           // which key
   int survivorQueries_ = 0;
   int splits_ = 0;
   std::vector<std::shared_ptr<void>> keepAlive_;
@@ -797,7 +933,7 @@ class CommunicatorImpl : public Communicator {
 
 std::atomic<uint64_t> communicatorsCreated{0};
 
-
+}  // namespace
 
 std::string listenAddressFor(const Config& config, Store& store) {
   if (!config.listenAddress.empty()) return config.listenAddress;
@@ -810,8 +946,6 @@ std::string listenAddressFor(const Config& config, Store& store) {
   return "127.0.0.1";
 }
 
-}  // namespace
-
 std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store, int rank, int size,
                                                    const Config& config) {
   return createInScope(std::move(store),
@@ -822,16 +956,16 @@ std::shared_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
 std::shared_ptr<Communicator> Communicator::createInScope(std::shared_ptr<Store> store,
                                                           const std::string& scope, int rank,
                                                           int size, const Config& config) {
-  return createCommunicator(std::move(store), scope, rank, size, config, config.timeout, nullptr);
+  return createCommunicator(std::move(store), scope, rank, size, config, config.timeout, nullptr,
+                            false);
 }
-
-namespace {
 
 std::shared_ptr<Communicator> createCommunicator(std::shared_ptr<Store> store,
                                                  const std::string& scope, int rank, int size,
                                                  const Config& config,
                                                  std::chrono::milliseconds setupTimeout,
-                                                 const std::function<void()>& watch) {
+                                                 const std::function<void()>& watch,
+                                                 bool withMailbox) {
   configureObservability(config, rank);
   if (!store) throw InvalidArgument("Communicator::create: store is null");
   if (size < 1) throw InvalidArgument("size must be >= 1; got " + std::to_string(size));
@@ -856,7 +990,7 @@ std::shared_ptr<Communicator> createCommunicator(std::shared_ptr<Store> store,
   // Served from now until the communicator is shut down: the survivors of a failure agree
   // through it (core/membership.h).
   std::shared_ptr<TcpStoreServer> mailbox;
-  if (size > 1) {
+  if (size > 1 || withMailbox) {
     mailbox = std::make_shared<TcpStoreServer>(address, 0, config.secret);
     self.mailboxPort = mailbox->port();
   }
@@ -874,7 +1008,5 @@ std::shared_ptr<Communicator> createCommunicator(std::shared_ptr<Store> store,
   return std::make_shared<CommunicatorImpl>(rank, size, config, std::move(links), scoped,
                                             address, std::move(mailbox), std::move(mailboxes));
 }
-
-}  // namespace
 
 }  // namespace ringcomm

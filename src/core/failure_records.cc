@@ -126,7 +126,7 @@ std::string FailureRecords::traced(const PeerError& error, bool& mismatch) {
       }
       break;
     }
-    bool left = reach == Reach::Refused;
+    bool left = goneForSure(reach);
     const auto recorded = recordOf(next, left ? Clock::now() + kLookupPoll : deadline, left);
     if (!recorded) {
       if (left && next != error.context().peer) {

@@ -4,12 +4,14 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <iterator>
 #include <sstream>
 #include <thread>
 #include <utility>
 
+#include "auth/handshake.h"
 #include "common/log.h"
 #include "common/socket.h"
 #include "ringcomm/errors.h"
@@ -46,15 +48,54 @@ std::pair<std::string, std::set<int>> parseList(const std::string& text) {
   return {word, ranks};
 }
 
+std::string firstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// A view's or a decision's joiners: one "join <id> <host> <port>" line each after its first.
+std::string joinerLines(const std::vector<Joiner>& joiners) {
+  std::string text;
+  for (const Joiner& joiner : joiners) {
+    text += "\njoin " + joiner.id + " " + joiner.address.host + " " +
+            std::to_string(joiner.address.port);
+  }
+  return text;
+}
+
+std::vector<Joiner> parseJoiners(const std::string& text) {
+  std::vector<Joiner> joiners;
+  std::istringstream in(text);
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string word;
+    Joiner joiner;
+    if (words >> word >> joiner.id >> joiner.address.host >> joiner.address.port &&
+        word == "join") {
+      joiners.push_back(joiner);
+    }
+  }
+  return joiners;
+}
+
 }  // namespace
 
 namespace {
 
-// One mailbox's liveness question: connection attempts to its addresses in turn, each started
-// without blocking, so that many mailboxes are asked at once.
+// How long a connection that was accepted may stay without the mailbox's proof of the secret
+// before what accepted it counts as a stranger. A mailbox's server sends its hello the moment it
+// accepts and its proof one round trip later (tens of microseconds, a few milliseconds on a
+// crowded host); a squatter that accepts and says nothing would be waited for until the deadline.
+constexpr std::chrono::milliseconds kProofPatience{150};
+
+// One mailbox's liveness question: a connection attempt to its addresses in turn, started
+// without blocking so that many mailboxes are asked at once, then the handshake of the job's
+// secret (auth/handshake.h): only a mailbox that proves the secret answers. A connection that is
+// accepted proves the host is reachable; what then fails the proof (closes, speaks another
+// protocol, proves another secret, or stays mute) took the port after the rank's process died.
 class Probe {
  public:
-  explicit Probe(const MailboxAddress& address) {
+  Probe(const MailboxAddress& address, const std::string& secret)
+      : connector_(secret, auth::Purpose::Store, auth::Caller{}) {
     try {
       targets_ = net::resolve(address.host, address.port, /*passive=*/false);
     } catch (const Error&) {
@@ -63,24 +104,95 @@ class Probe {
   }
 
   bool done() const { return result_.has_value(); }
-  Reach result() const { return result_.value_or(Reach::Silent); }
   int fd() const { return fd_.get(); }
+  short events() const {
+    return step_ == Step::Connecting || step_ == Step::Replying ? POLLOUT : POLLIN;
+  }
+  // What it found by `now`, the deadline: a connection accepted long enough ago without the
+  // proof is a stranger's; a shorter wait tells nothing.
+  Reach result(Clock::time_point now) const {
+    if (result_) return *result_;
+    if (step_ != Step::Connecting && now - connectedAt_ >= kProofPatience) return Reach::Unproven;
+    return Reach::Silent;
+  }
 
-  // The attempt under way is ready to write: connected, refused, or failed (then the next).
-  void settle() {
+  // The socket is ready for what this probe waits for (or has an error or hang-up pending).
+  void advance() {
+    switch (step_) {
+      case Step::Connecting:
+        return settleConnect();
+      case Step::ReadingHello:
+        if (!readSome(hello_.data(), hello_.size())) return;
+        if (const auto reply = connector_.reply(hello_.data())) {
+          reply_ = *reply;
+          step_ = Step::Replying;
+          done_ = 0;
+          return advance();  // the reply fits the socket's buffer: most likely sent at once
+        }
+        return finish(Reach::Unproven);
+      case Step::Replying: {
+        const ssize_t sent = ::send(fd_.get(), reply_.data() + done_, reply_.size() - done_,
+                                    MSG_NOSIGNAL);
+        if (sent < 0) {
+          if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) finish(Reach::Unproven);
+          return;
+        }
+        done_ += static_cast<size_t>(sent);
+        if (done_ == reply_.size()) {
+          step_ = Step::ReadingProof;
+          done_ = 0;
+        }
+        return;
+      }
+      case Step::ReadingProof:
+        if (!readSome(proof_.data(), proof_.size())) return;
+        return finish(connector_.proves(proof_.data()) ? Reach::Answers : Reach::Unproven);
+    }
+  }
+
+ private:
+  enum class Step { Connecting, ReadingHello, Replying, ReadingProof };
+
+  void finish(Reach reach) {
+    result_ = reach;
+    fd_.reset();  // a mailbox that proved itself sees the connection close: a probe's end
+  }
+
+  // Reads into `into` up to `size` bytes in all; true once they are all there. A hang-up or an
+  // error before then: the other side is not a mailbox that proves the secret.
+  bool readSome(uint8_t* into, size_t size) {
+    const ssize_t got = ::recv(fd_.get(), into + done_, size - done_, 0);
+    if (got < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) finish(Reach::Unproven);
+      return false;
+    }
+    if (got == 0) {
+      finish(Reach::Unproven);
+      return false;
+    }
+    done_ += static_cast<size_t>(got);
+    return done_ == size;
+  }
+
+  void connected() {
+    step_ = Step::ReadingHello;
+    connectedAt_ = Clock::now();
+    done_ = 0;
+  }
+
+  void settleConnect() {
     int error = 0;
     socklen_t length = sizeof(error);
     if (::getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &error, &length) != 0) error = errno;
     if (error == 0) {
-      result_ = Reach::Answers;
+      connected();
     } else if (error == ECONNREFUSED) {
-      result_ = Reach::Refused;
+      finish(Reach::Refused);
     } else {
       startNext();
     }
   }
 
- private:
   void startNext() {
     fd_.reset();
     while (next_ < targets_.size()) {
@@ -89,7 +201,8 @@ class Probe {
       if (!fd) continue;
       if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&target.storage),
                     target.length) == 0) {
-        result_ = Reach::Answers;
+        fd_ = std::move(fd);
+        connected();
         return;
       }
       if (errno == ECONNREFUSED) {
@@ -107,22 +220,29 @@ class Probe {
   std::vector<net::Address> targets_;
   size_t next_ = 0;
   net::UniqueFd fd_;
+  Step step_ = Step::Connecting;
+  Clock::time_point connectedAt_{};
+  auth::Connector connector_;
+  std::array<uint8_t, auth::kHelloBytes> hello_{};
+  std::array<uint8_t, auth::kReplyBytes> reply_{};
+  std::array<uint8_t, auth::kProofBytes> proof_{};
+  size_t done_ = 0;  // bytes of the step under way
   std::optional<Reach> result_;
 };
 
 }  // namespace
 
 std::vector<Reach> probeMailboxes(const std::vector<MailboxAddress>& addresses,
-                                  Clock::time_point deadline) {
+                                  const std::string& secret, Clock::time_point deadline) {
   std::vector<Probe> probes;
   probes.reserve(addresses.size());
-  for (const MailboxAddress& address : addresses) probes.emplace_back(address);
+  for (const MailboxAddress& address : addresses) probes.emplace_back(address, secret);
   for (;;) {
     std::vector<pollfd> waiting;
     std::vector<Probe*> owners;
     for (Probe& probe : probes) {
       if (probe.done()) continue;
-      waiting.push_back(pollfd{probe.fd(), POLLOUT, 0});
+      waiting.push_back(pollfd{probe.fd(), probe.events(), 0});
       owners.push_back(&probe);
     }
     const auto left = millisecondsLeft(deadline).count();
@@ -130,17 +250,19 @@ std::vector<Reach> probeMailboxes(const std::vector<MailboxAddress>& addresses,
     const int ready = ::poll(waiting.data(), waiting.size(), static_cast<int>(left));
     if (ready < 0 && errno != EINTR) break;
     for (size_t i = 0; i < waiting.size(); ++i) {
-      if (waiting[i].revents != 0) owners[i]->settle();
+      if (waiting[i].revents != 0) owners[i]->advance();
     }
   }
+  const auto now = Clock::now();
   std::vector<Reach> reached;
   reached.reserve(probes.size());
-  for (const Probe& probe : probes) reached.push_back(probe.result());
+  for (const Probe& probe : probes) reached.push_back(probe.result(now));
   return reached;
 }
 
-Reach probeMailbox(const MailboxAddress& address, Clock::time_point deadline) {
-  return probeMailboxes({address}, deadline).front();
+Reach probeMailbox(const MailboxAddress& address, const std::string& secret,
+                   Clock::time_point deadline) {
+  return probeMailboxes({address}, secret, deadline).front();
 }
 
 Membership::Membership(int rank, std::vector<MailboxAddress> mailboxes, std::string secret,
@@ -152,7 +274,7 @@ std::vector<Reach> Membership::reachAll() {
   // Every mailbox at once, for the wait of one: where one host is lost, so are all its ranks,
   // and the agreement that follows counts these answers as its first asks.
   const auto asked = Clock::now();
-  std::vector<Reach> reached = probeMailboxes(mailboxes_, asked + kProbeWait);
+  std::vector<Reach> reached = probeMailboxes(mailboxes_, secret_, asked + kProbeWait);
   reached[static_cast<size_t>(rank_)] = Reach::Answers;
   std::lock_guard<std::mutex> lock(recordsMutex_);
   for (size_t r = 0; r < reached.size(); ++r) {
@@ -173,7 +295,7 @@ std::shared_ptr<Store> Membership::open(int rank, Clock::time_point deadline,
   // TcpStore's constructor retries a refused connection until its timeout (a server may start
   // late); mailboxes start with their communicator, so one that refuses is gone: ask once first.
   reach = rank == rank_ ? Reach::Answers
-                        : probeMailbox(address, std::min(deadline, Clock::now() + kProbeWait));
+                        : probeMailbox(address, secret_, std::min(deadline, Clock::now() + kProbeWait));
   if (reach != Reach::Answers) return nullptr;
   try {
     return std::make_shared<TcpStore>(
@@ -206,7 +328,11 @@ bool Membership::refuses(int rank, Clock::time_point deadline) {
     std::lock_guard<std::mutex> lock(recordsMutex_);
     if (recordsGone_.count(rank)) return true;
   }
-  if (probeMailbox(mailboxes_[static_cast<size_t>(rank)], deadline) != Reach::Refused) return false;
+  // At least a probe's whole wait: a shorter one cannot tell a mute squatter from a mailbox.
+  const auto until = std::max(deadline, Clock::now() + kProbeWait);
+  if (!goneForSure(probeMailbox(mailboxes_[static_cast<size_t>(rank)], secret_, until))) {
+    return false;
+  }
   std::lock_guard<std::mutex> lock(recordsMutex_);
   recordsGone_.insert(rank);
   recordClients_.erase(rank);
@@ -224,7 +350,7 @@ std::optional<std::shared_ptr<Store>> Membership::recordClient(int rank,
   Reach reach = Reach::Silent;
   std::shared_ptr<Store> store = open(rank, deadline, reach);
   std::lock_guard<std::mutex> lock(recordsMutex_);
-  if (reach == Reach::Refused) recordsGone_.insert(rank);
+  if (goneForSure(reach)) recordsGone_.insert(rank);
   if (!store) return std::nullopt;
   recordClients_[rank] = store;
   return store;
@@ -254,14 +380,14 @@ std::shared_ptr<FormingStore> Membership::forming(int leader, const std::vector<
     if (member != rank_) watched.emplace_back(member, mailboxes_.at(static_cast<size_t>(member)));
   }
   return std::make_shared<FormingStore>(client(leader, deadline), std::move(watched), scope,
-                                        rank_);
+                                        rank_, secret_);
 }
 
 FormingStore::FormingStore(std::shared_ptr<Store> inner,
                            std::vector<std::pair<int, MailboxAddress>> members, std::string scope,
-                           int rank)
+                           int rank, std::string secret)
     : inner_(std::move(inner)), members_(std::move(members)), scope_(std::move(scope)),
-      rank_(rank) {}
+      rank_(rank), secret_(std::move(secret)) {}
 
 void FormingStore::set(const std::string& key, const Bytes& value) { inner_->set(key, value); }
 int64_t FormingStore::add(const std::string& key, int64_t delta) {
@@ -292,10 +418,15 @@ std::string FormingStore::formedKey(int rank) const {
   return scope_ + "forming/formed/" + std::to_string(rank);
 }
 
+bool FormingStore::goneAt(const MailboxAddress& address) const {
+  return goneForSure(probeMailbox(address, secret_, Clock::now() + kProbeWait));
+}
+
 void FormingStore::raiseIfGone(int member, const MailboxAddress& address) {
-  if (probeMailbox(address, Clock::now() + kProbeWait) == Reach::Refused) {
+  if (goneAt(address)) {
     throw TransportError("ringcomm: rank " + std::to_string(member) +
-                             " is gone (its mailbox refuses) while the survivors met",
+                             " is gone (its mailbox refuses or does not prove the secret) while "
+                             "the members met",
                          FailureContext{"shrink", rank_, member, 0.0});
   }
 }
@@ -353,10 +484,10 @@ void FormingStore::commit(Clock::time_point deadline) {
     // Only those that have not formed it: one that did and died after is the new
     // communicator's failure. Read again after the ask, since it may have formed it between.
     for (const auto& [member, address] : pending) {
-      if (probeMailbox(address, Clock::now() + kProbeWait) == Reach::Refused && !formed(member)) {
+      if (goneAt(address) && !formed(member)) {
         throw TransportError("ringcomm: rank " + std::to_string(member) +
-                                 " is gone (its mailbox refuses) before it formed the survivors' "
-                                 "communicator",
+                                 " is gone (its mailbox refuses or does not prove the secret) "
+                                 "before it formed the new communicator",
                              FailureContext{"shrink", rank_, member, 0.0});
       }
     }
@@ -377,7 +508,8 @@ std::set<int> Membership::gone(const std::set<int>& ranks, Clock::time_point dea
     }
   }
   const auto now = Clock::now();
-  const std::vector<Reach> reached = probeMailboxes(addresses, std::min(deadline, now + kProbeWait));
+  const std::vector<Reach> reached =
+      probeMailboxes(addresses, secret_, std::min(deadline, now + kProbeWait));
   for (size_t i = 0; i < asked.size(); ++i) {
     const int rank = asked[i];
     switch (reached[i]) {
@@ -385,10 +517,14 @@ std::set<int> Membership::gone(const std::set<int>& ranks, Clock::time_point dea
         silences.erase(rank);
         continue;
       case Reach::Refused:
+      case Reach::Unproven:
         refused_.insert(rank);
         clients_.erase(rank);
-        RINGCOMM_LOG(LogLevel::Info, kLogInit, "shrink: rank %d is gone (its mailbox refuses)",
-                     rank);
+        RINGCOMM_LOG(LogLevel::Info, kLogInit, "shrink: rank %d is gone (%s)", rank,
+                     reached[i] == Reach::Refused
+                         ? "its mailbox refuses"
+                         : "what answers at its mailbox does not prove the job's secret: another "
+                           "process holds the port");
         found.insert(rank);
         continue;
       case Reach::Silent:
@@ -412,7 +548,8 @@ std::set<int> Membership::gone(const std::set<int>& ranks, Clock::time_point dea
 }
 
 Survivors Membership::agree(const std::string& round, const std::set<int>& exclude,
-                            Clock::time_point deadline, Clock::time_point quietSince) {
+                            Clock::time_point deadline, Clock::time_point quietSince,
+                            const std::vector<Joiner>& knocking) {
   quietSince_ = quietSince;
   for (;;) {
     int leader = -1;
@@ -422,8 +559,8 @@ Survivors Membership::agree(const std::string& round, const std::set<int>& exclu
         break;
       }
     }
-    if (leader == rank_) return lead(round, exclude, deadline);
-    if (std::optional<Survivors> decided = follow(leader, round, exclude, deadline)) {
+    if (leader == rank_) return lead(round, exclude, knocking, deadline);
+    if (std::optional<Survivors> decided = follow(leader, round, exclude, knocking, deadline)) {
       return *decided;
     }
     if (Clock::now() >= deadline) {
@@ -436,6 +573,7 @@ Survivors Membership::agree(const std::string& round, const std::set<int>& exclu
 
 std::optional<Survivors> Membership::follow(int leader, const std::string& round,
                                             const std::set<int>& exclude,
+                                            const std::vector<Joiner>& knocking,
                                             Clock::time_point deadline) {
   std::map<int, Silence> silences;
   std::shared_ptr<Store> store;
@@ -446,6 +584,7 @@ std::optional<Survivors> Membership::follow(int leader, const std::string& round
       if (!store) store = client(leader, deadline);
       std::string view = "exclude";
       for (int r : exclude) view += " " + std::to_string(r);
+      view += joinerLines(knocking);
       if (store->trySet(round + "/view/" + std::to_string(rank_), bytesOf(view),
                         std::min(millisecondsLeft(deadline), linkTimeout_))) {
         break;
@@ -461,8 +600,9 @@ std::optional<Survivors> Membership::follow(int leader, const std::string& round
   for (;;) {
     if (Clock::now() >= deadline) return std::nullopt;
     try {
-      const Bytes decision = store->get(round + "/decision", std::min(kWaitSlice, millisecondsLeft(deadline)));
-      const auto [word, ranks] = parseList(textOf(decision));
+      const std::string decision = textOf(
+          store->get(round + "/decision", std::min(kWaitSlice, millisecondsLeft(deadline))));
+      const auto [word, ranks] = parseList(firstLine(decision));
       if (word == "survivors") {
         if (!ranks.count(rank_)) {
           throw MembershipError("ringcomm: shrink: the survivors, led by rank " +
@@ -470,10 +610,11 @@ std::optional<Survivors> Membership::follow(int leader, const std::string& round
                                 std::to_string(rank_) + " (survivors: " + joined(ranks) +
                                 "); it was excluded, or did not join the agreement in time");
         }
-        return Survivors{std::vector<int>(ranks.begin(), ranks.end()), leader};
+        return Survivors{std::vector<int>(ranks.begin(), ranks.end()), leader,
+                         parseJoiners(decision)};
       }
       throw MembershipError("ringcomm: shrink on rank " + std::to_string(rank_) + ": " +
-                            textOf(decision).substr(word.size() + 1));
+                            firstLine(decision).substr(word.size() + 1));
     } catch (const MembershipError&) {
       throw;
     } catch (const Error&) {
@@ -487,7 +628,7 @@ std::optional<Survivors> Membership::follow(int leader, const std::string& round
 }
 
 Survivors Membership::lead(const std::string& round, const std::set<int>& exclude,
-                           Clock::time_point deadline) {
+                           const std::vector<Joiner>& knocking, Clock::time_point deadline) {
   std::shared_ptr<Store> own = client(rank_, deadline);
   std::set<int> pending;
   for (int r = 0; r < static_cast<int>(mailboxes_.size()); ++r) {
@@ -497,6 +638,7 @@ Survivors Membership::lead(const std::string& round, const std::set<int>& exclud
   }
   std::set<int> posted;
   std::set<int> excluded = exclude;
+  std::map<int, std::vector<Joiner>> knocked{{rank_, knocking}};  // by the rank that knew them
   std::map<int, Silence> silences;
   const auto collectUntil = deadline - std::min(kDecisionGrace, millisecondsLeft(deadline) / 5);
   // The first look at once: a rank killed is usually why this agreement runs.
@@ -509,8 +651,9 @@ Survivors Membership::lead(const std::string& round, const std::set<int>& exclud
         ++it;
         continue;
       }
-      const auto [word, theirExclude] = parseList(textOf(*view));
+      const auto [word, theirExclude] = parseList(firstLine(textOf(*view)));
       excluded.insert(theirExclude.begin(), theirExclude.end());
+      knocked[*it] = parseJoiners(textOf(*view));
       posted.insert(*it);
       silent_.erase(*it);
       it = pending.erase(it);
@@ -540,8 +683,10 @@ Survivors Membership::lead(const std::string& round, const std::set<int>& exclud
   }
   std::string decision;
   const bool quorum = survivors.size() > lost.size();
+  std::vector<Joiner> joiners;
   if (quorum) {
-    decision = "survivors " + joined(survivors);
+    joiners = answering(knocked, survivors, deadline);
+    decision = "survivors " + joined(survivors) + joinerLines(joiners);
   } else {
     decision = "quorum: this side lost its quorum (it holds ranks " + joined(survivors) +
                ", and cannot reach ranks " + joined(lost) +
@@ -556,7 +701,77 @@ Survivors Membership::lead(const std::string& round, const std::set<int>& exclud
     throw MembershipError("ringcomm: shrink on rank " + std::to_string(rank_) + ": " +
                           decision.substr(std::string("quorum: ").size()));
   }
-  return Survivors{std::vector<int>(survivors.begin(), survivors.end()), rank_};
+  return Survivors{std::vector<int>(survivors.begin(), survivors.end()), rank_, joiners};
+}
+
+std::vector<Joiner> Membership::answering(const std::map<int, std::vector<Joiner>>& knocked,
+                                          const std::set<int>& survivors,
+                                          Clock::time_point deadline) const {
+  std::vector<Joiner> candidates;
+  std::set<std::string> seen;
+  for (const auto& [rank, joiners] : knocked) {
+    if (!survivors.count(rank)) continue;
+    for (const Joiner& joiner : joiners) {
+      if (seen.insert(joiner.id).second) candidates.push_back(joiner);
+    }
+  }
+  if (candidates.empty()) return {};
+  std::vector<MailboxAddress> addresses;
+  for (const Joiner& joiner : candidates) addresses.push_back(joiner.address);
+  const std::vector<Reach> reached =
+      probeMailboxes(addresses, secret_, std::min(deadline, Clock::now() + kProbeWait));
+  std::vector<Joiner> alive;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (reached[i] == Reach::Answers) {
+      alive.push_back(candidates[i]);
+    } else {
+      RINGCOMM_LOG(LogLevel::Info, kLogInit,
+                   "grow: the newcomer %s at %s is not admitted: its mailbox does not answer "
+                   "with proof of the secret",
+                   candidates[i].id.c_str(),
+                   net::formatHostPort(candidates[i].address.host, candidates[i].address.port)
+                       .c_str());
+    }
+  }
+  return alive;
+}
+
+std::vector<Joiner> Membership::knocks(std::chrono::milliseconds within) {
+  const auto deadline = Clock::now() + within;
+  const std::optional<std::shared_ptr<Store>> own = recordClient(rank_, deadline);
+  if (!own) return {};
+  const int64_t knocked = (*own)->add("door/knocks", 0);
+  for (int64_t n = knocksRead_ + 1; n <= knocked; ++n) {
+    // A newcomer counts its knock before it writes it: one not there yet is read next time.
+    const std::optional<Bytes> knock = (*own)->tryGet(
+        "door/knock/" + std::to_string(n),
+        std::max(std::chrono::milliseconds(1), millisecondsLeft(deadline)));
+    if (!knock) break;
+    std::vector<Joiner> parsed = parseJoiners("knock\n" + textOf(*knock));
+    if (!parsed.empty()) knocks_[n] = parsed.front();
+    knocksRead_ = n;
+  }
+  std::vector<Joiner> waiting;
+  for (const auto& [n, joiner] : knocks_) waiting.push_back(joiner);
+  return waiting;
+}
+
+void Membership::welcome(const Survivors& decided, const std::string& round) {
+  const MailboxAddress& leader = mailboxes_.at(static_cast<size_t>(decided.leader));
+  const std::string where = round + " " + leader.host + " " + std::to_string(leader.port);
+  for (const auto& [n, joiner] : knocks_) {
+    const bool admitted = std::any_of(decided.joiners.begin(), decided.joiners.end(),
+                                      [&](const Joiner& j) { return j.id == joiner.id; });
+    if (admitted) post("door/welcome/" + std::to_string(n), bytesOf(where), kProbeWait);
+  }
+}
+
+void Membership::admitted(const Survivors& decided) {
+  for (auto it = knocks_.begin(); it != knocks_.end();) {
+    const bool admitted = std::any_of(decided.joiners.begin(), decided.joiners.end(),
+                                      [&](const Joiner& j) { return j.id == it->second.id; });
+    it = admitted ? knocks_.erase(it) : std::next(it);
+  }
 }
 
 }  // namespace ringcomm

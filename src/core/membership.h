@@ -6,10 +6,16 @@
 // them mid-frame). Every rank of a communicator serves a mailbox instead, a small store server
 // of its own for as long as the communicator lives (TcpStoreServer: connections prove the job's
 // secret), whose address the rendezvous published. A rank's mailbox answers exactly while its
-// process lives, so asking it is the liveness test:
+// process lives, so asking it is the liveness test; an answer counts only with proof of the job's
+// secret (the handshake of auth/handshake.h, both ways), since once the process died any other
+// may bind its port and accept connections there:
 //
-//   answers   the process lives (it may be slow to join the agreement: it is waited for);
+//   answers   its mailbox proved the secret: the process lives (it may be slow to join the
+//             agreement: it is waited for);
 //   refused   the process is gone: its host's kernel refused the connection. Gone for sure;
+//   unproven  the host accepted the connection, but what answered did not prove the secret
+//             (hung up, spoke another protocol or another job's secret, or said nothing for
+//             kProofPatience): another process holds the port. Gone for sure, as refused;
 //   silent    no answer within RINGCOMM_LINK_TIMEOUT: its host or the way to it is lost. It may
 //             live on the other side of a partition.
 //
@@ -53,19 +59,32 @@ struct MailboxAddress {
   int port = 0;
 };
 
-enum class Reach { Answers, Refused, Silent };
+enum class Reach { Answers, Refused, Unproven, Silent };
 
-// One connection attempt to `address` by `deadline` (no retries): what the liveness test above
-// reads from it.
-Reach probeMailbox(const MailboxAddress& address, Clock::time_point deadline);
+// Whether `reach` says the rank's process is gone for sure (above).
+inline bool goneForSure(Reach reach) { return reach == Reach::Refused || reach == Reach::Unproven; }
+
+// One connection attempt to `address` and its proof of `secret` by `deadline` (no retries): what
+// the liveness test above reads from it. A deadline under kProofPatience (150 ms) away cannot
+// tell a mute stranger from a slow mailbox: it says silent.
+Reach probeMailbox(const MailboxAddress& address, const std::string& secret,
+                   Clock::time_point deadline);
 // The same for several mailboxes at once (one wait for all, not one each), in their order.
 std::vector<Reach> probeMailboxes(const std::vector<MailboxAddress>& addresses,
-                                  Clock::time_point deadline);
+                                  const std::string& secret, Clock::time_point deadline);
+
+// A process that asked to join the communicator (Communicator::join): its own name for itself,
+// and its mailbox, which answers for it while it waits (the same liveness test as a rank's).
+struct Joiner {
+  std::string id;  // random, the same across its knocks
+  MailboxAddress address;
+};
 
 // What the survivors agreed on.
 struct Survivors {
   std::vector<int> ranks;  // their ranks in the communicator shrunk, ascending
   int leader = -1;         // whose mailbox holds the decision, and serves the new rendezvous
+  std::vector<Joiner> joiners;  // admitted with them (a grow), in the order of their new ranks
 };
 
 // A client of the leader's mailbox through which the survivors' new communicator forms
@@ -87,7 +106,7 @@ struct Survivors {
 class FormingStore : public Store {
  public:
   FormingStore(std::shared_ptr<Store> inner, std::vector<std::pair<int, MailboxAddress>> members,
-               std::string scope, int rank);
+               std::string scope, int rank, std::string secret);
 
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
@@ -105,8 +124,10 @@ class FormingStore : public Store {
 
  private:
   std::string formedKey(int rank) const;
-  // Raises where `member`'s mailbox refuses: the process is gone.
+  // Raises where `member`'s process is gone (its mailbox refuses, or no longer proves the secret).
   void raiseIfGone(int member, const MailboxAddress& address);
+  // Whether `address` shows its process gone for sure.
+  bool goneAt(const MailboxAddress& address) const;
   // Whether kProbeInterval has passed since the last look (and, if so, starts the next): the
   // new communicator's threads may wait on this store at once.
   bool lookDue();
@@ -115,6 +136,7 @@ class FormingStore : public Store {
   const std::vector<std::pair<int, MailboxAddress>> members_;  // all but this rank
   const std::string scope_;
   const int rank_;
+  const std::string secret_;
   std::mutex lookMutex_;
   Clock::time_point lastLook_{};
 };
@@ -133,12 +155,34 @@ class Membership {
   // on purpose): a silent mailbox counts as lost once RINGCOMM_LINK_TIMEOUT has passed since
   // then, and at the second ask at the earliest. A communicator that failed across a lost link
   // found it after a link timeout of silence: the caller gives the failure's time less that.
+  // `knocking`: processes that asked this rank to join (knocks()); the leader admits those of
+  // every survivor's list whose mailbox answers, in the order of the ranks that knew them (a
+  // grow); none for a shrink.
   Survivors agree(const std::string& round, const std::set<int>& exclude,
-                  Clock::time_point deadline, Clock::time_point quietSince);
+                  Clock::time_point deadline, Clock::time_point quietSince,
+                  const std::vector<Joiner>& knocking = {});
 
-  // Whether each rank's mailbox answers a connection now, in rank order (all asked at once, at
-  // most 200 ms; a kernel answers however busy its process is): Refused, the process is gone;
-  // Silent, its host or the way to it is lost; this rank's own answers. For a failing rank that
+  // Joining (Communicator::join): a newcomer knocks at a member's mailbox, leaving its Joiner
+  // under "door/knock/<n>" (n from the counter "door/knocks"); the members admit it in a grow
+  // and this rank, where it knocked, writes "door/welcome/<n>": the round whose decision admits
+  // it, and where (the leader's mailbox). A communicator that a shrink or a grow replaced says
+  // where its members went on under "door/successor", for newcomers that knocked too late.
+  //
+  // The knocks waiting in this rank's mailbox, oldest first (read afresh, bounded by `within`).
+  std::vector<Joiner> knocks(std::chrono::milliseconds within);
+  // Tells the newcomers that knocked here and are among `decided`'s joiners where they meet.
+  void welcome(const Survivors& decided, const std::string& round);
+  // The newcomers among `decided`'s joiners are members now: no longer waiting.
+  void admitted(const Survivors& decided);
+  // A client of `rank`'s mailbox (kept); raises TransportError where it does not answer.
+  std::shared_ptr<Store> client(int rank, Clock::time_point deadline);
+  // This rank's mailbox, as newcomers reach it.
+  const MailboxAddress& ownAddress() const { return mailboxes_.at(static_cast<size_t>(rank_)); }
+  const MailboxAddress& addressOf(int rank) const { return mailboxes_.at(static_cast<size_t>(rank)); }
+
+  // Whether each rank's mailbox answers a connection with proof of the secret now, in rank order
+  // (all asked at once, at most 200 ms): Refused or Unproven, the process is gone; Silent, its
+  // host or the way to it is lost; this rank's own answers. For a failing rank that
   // follows the reasons its peers recorded: neither kind will give one. The silent ones count as
   // the first asks of the agreement that follows.
   std::vector<Reach> reachAll();
@@ -150,7 +194,8 @@ class Membership {
   // is bounded by `within`; safe from any thread (the agreement's state is not touched).
   bool post(const std::string& key, const Bytes& value, std::chrono::milliseconds within);
   std::optional<Bytes> read(int rank, const std::string& key, std::chrono::milliseconds within);
-  // Whether `rank`'s mailbox refuses now (its process is gone), asked afresh (by `deadline`)
+  // Whether `rank`'s process is gone (its mailbox refuses, or another process holds its port),
+  // asked afresh (by `deadline`, or kProofPatience at least, to tell a mute stranger)
   // until it once has: a process killed a moment ago answers while the kernel takes it apart,
   // so what reachAll() found in the first milliseconds after a failure may be out of date.
   bool refuses(int rank, Clock::time_point deadline);
@@ -168,16 +213,19 @@ class Membership {
     int asks = 0;
   };
   std::optional<Survivors> follow(int leader, const std::string& round,
-                                  const std::set<int>& exclude, Clock::time_point deadline);
+                                  const std::set<int>& exclude, const std::vector<Joiner>& knocking,
+                                  Clock::time_point deadline);
   Survivors lead(const std::string& round, const std::set<int>& exclude,
-                 Clock::time_point deadline);
+                 const std::vector<Joiner>& knocking, Clock::time_point deadline);
+  // The joiners the survivors knew (`knocked`, by rank), once each, whose mailboxes answer now.
+  std::vector<Joiner> answering(const std::map<int, std::vector<Joiner>>& knocked,
+                                const std::set<int>& survivors, Clock::time_point deadline) const;
   // Asks the mailboxes of `ranks` at once whether they live; records what it found and returns
   // those gone or lost.
   std::set<int> gone(const std::set<int>& ranks, Clock::time_point deadline,
                      std::map<int, Silence>& silences);
   // Whether reach() found `rank`'s mailbox silent at `since` or later.
   bool silentSince(int rank, Clock::time_point since);
-  std::shared_ptr<Store> client(int rank, Clock::time_point deadline);
   // A new client of `rank`'s mailbox after one liveness question (its answer in `reach`), or
   // nullptr where the mailbox does not answer.
   std::shared_ptr<Store> open(int rank, Clock::time_point deadline, Reach& reach) const;
@@ -197,6 +245,9 @@ class Membership {
   std::set<int> recordsGone_;
   std::map<int, Clock::time_point> silentAsked_;
   std::set<int> refused_;  // gone for sure
+  // Knocks at this rank's mailbox not yet admitted, by their number there, and how far read.
+  std::map<int64_t, Joiner> knocks_;
+  int64_t knocksRead_ = 0;
   std::set<int> silent_;   // lost: they may live beyond a partition
 };
 

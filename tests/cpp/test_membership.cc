@@ -65,29 +65,77 @@ class Unanswered {
   std::vector<int> fillers_;
 };
 
+// A process that took a dead rank's mailbox port: it listens and the kernel accepts connections
+// for it, but it never proves the job's secret. Mute: it says nothing (nobody accepts); HangsUp:
+// it accepts and closes at once; OtherJob: another job's mailbox, with another secret.
+class Squatter {
+ public:
+  enum class Kind { Mute, HangsUp, OtherJob };
+
+  explicit Squatter(Kind kind) : kind_(kind) {
+    if (kind == Kind::OtherJob) {
+      otherJob_ = std::make_unique<TcpStoreServer>("127.0.0.1", 0, "another-job-secret-0123456789");
+      port_ = otherJob_->port();
+      return;
+    }
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+    listen(listener_, 64);
+    socklen_t length = sizeof(address);
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length);
+    port_ = ntohs(address.sin_port);
+    if (kind == Kind::HangsUp) {
+      hangingUp_ = std::thread([this] {
+        for (int fd; (fd = accept(listener_, nullptr, nullptr)) >= 0;) close(fd);
+      });
+    }
+  }
+  ~Squatter() {
+    if (listener_ >= 0) shutdown(listener_, SHUT_RDWR);  // ends the accept loop
+    if (hangingUp_.joinable()) hangingUp_.join();
+    if (listener_ >= 0) close(listener_);
+  }
+  MailboxAddress address() const { return {"127.0.0.1", port_}; }
+
+ private:
+  Kind kind_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::thread hangingUp_;
+  std::unique_ptr<TcpStoreServer> otherJob_;
+};
+
 struct Outcome {
   std::vector<int> survivors;
   std::string error;
 };
 
 // `ranks` ranks as threads: those in `dead` have no mailbox any more, those in `lost` one nobody
-// answers; the others agree. Returns each rank's outcome (empty for dead and lost ranks).
+// answers, those in `squatted` one a mute stranger holds; the others agree. Returns each rank's
+// outcome (empty for dead, lost and squatted ranks).
 std::vector<Outcome> agreeAmong(int ranks, const std::set<int>& dead, const std::set<int>& lost,
-                                const std::set<int>& exclude = {}) {
+                                const std::set<int>& exclude = {},
+                                const std::set<int>& squatted = {}) {
   std::vector<std::unique_ptr<TcpStoreServer>> servers;
   std::vector<MailboxAddress> mailboxes;
   const Unanswered unanswered;
+  const Squatter squatter(Squatter::Kind::Mute);
   for (int r = 0; r < ranks; ++r) {
     servers.push_back(std::make_unique<TcpStoreServer>("127.0.0.1", 0, kMembershipSecret));
-    mailboxes.push_back(lost.count(r) ? unanswered.address()
-                                      : MailboxAddress{"127.0.0.1", servers.back()->port()});
+    mailboxes.push_back(lost.count(r)       ? unanswered.address()
+                        : squatted.count(r) ? squatter.address()
+                                            : MailboxAddress{"127.0.0.1", servers.back()->port()});
   }
+  for (int r : squatted) servers[static_cast<size_t>(r)]->stop();
   for (int r : dead) servers[static_cast<size_t>(r)]->stop();
   std::vector<Outcome> outcomes(static_cast<size_t>(ranks));
   std::vector<std::thread> threads;
   const auto linkTimeout = std::chrono::milliseconds(300);
   for (int r = 0; r < ranks; ++r) {
-    if (dead.count(r) || lost.count(r)) continue;
+    if (dead.count(r) || lost.count(r) || squatted.count(r)) continue;
     threads.emplace_back([&, r] {
       Membership membership(r, mailboxes, kMembershipSecret, linkTimeout);
       try {
@@ -147,11 +195,47 @@ TEST(probingTellsGoneFromLost) {
   TcpStoreServer server("127.0.0.1", 0, kMembershipSecret);
   const MailboxAddress alive{"127.0.0.1", server.port()};
   const auto soon = [] { return Clock::now() + std::chrono::milliseconds(200); };
-  CHECK(probeMailbox(alive, soon()) == Reach::Answers);
+  CHECK(probeMailbox(alive, kMembershipSecret, soon()) == Reach::Answers);
   server.stop();
-  CHECK(probeMailbox(alive, soon()) == Reach::Refused);
+  CHECK(probeMailbox(alive, kMembershipSecret, soon()) == Reach::Refused);
   const Unanswered unanswered;
-  CHECK(probeMailbox(unanswered.address(), soon()) == Reach::Silent);
+  CHECK(probeMailbox(unanswered.address(), kMembershipSecret, soon()) == Reach::Silent);
+}
+
+TEST(onlyAMailboxThatProvesTheSecretAnswers) {
+  // Whatever took a dead rank's port is no proof of its life (issue 48): it counts as gone for
+  // sure, at once where it hangs up or speaks another secret, after kProofPatience where mute.
+  const auto soon = [] { return Clock::now() + std::chrono::milliseconds(300); };
+  for (const auto kind : {Squatter::Kind::HangsUp, Squatter::Kind::OtherJob}) {
+    const Squatter squatter(kind);
+    const auto started = Clock::now();
+    CHECK(probeMailbox(squatter.address(), kMembershipSecret, soon()) == Reach::Unproven);
+    CHECK(Clock::now() - started < std::chrono::milliseconds(150));
+  }
+  const Squatter mute(Squatter::Kind::Mute);
+  CHECK(probeMailbox(mute.address(), kMembershipSecret, soon()) == Reach::Unproven);
+  // Too short a wait to tell it from a slow mailbox: no verdict.
+  CHECK(probeMailbox(mute.address(), kMembershipSecret,
+                     Clock::now() + std::chrono::milliseconds(50)) == Reach::Silent);
+  CHECK(goneForSure(Reach::Unproven) && goneForSure(Reach::Refused));
+  CHECK(!goneForSure(Reach::Silent) && !goneForSure(Reach::Answers));
+}
+
+TEST(aSquattedMailboxIsGoneNotLost) {
+  // Two ranks, rank 1's port taken by a mute stranger: rank 0 goes on alone within a probe's
+  // patience (it lost its quorum after 14.5 s when an accepted connection counted as life).
+  auto started = Clock::now();
+  auto outcomes = agreeAmong(2, {}, {}, {}, {1});
+  CHECK((outcomes[0].survivors == std::vector<int>{0}));
+  CHECK(Clock::now() - started < std::chrono::milliseconds(1500));
+  // Three ranks, the leader's port squatted: the others agree under the next leader.
+  started = Clock::now();
+  outcomes = agreeAmong(3, {}, {}, {}, {0});
+  for (int r : {1, 2}) {
+    CHECK_EQ(outcomes[static_cast<size_t>(r)].error, std::string());
+    CHECK((outcomes[static_cast<size_t>(r)].survivors == std::vector<int>{1, 2}));
+  }
+  CHECK(Clock::now() - started < std::chrono::milliseconds(1500));
 }
 
 TEST(manyMailboxesAreAskedAtOnce) {
@@ -163,13 +247,13 @@ TEST(manyMailboxesAreAskedAtOnce) {
   const Unanswered first, second;
   const auto started = Clock::now();
   const std::vector<Reach> reached = probeMailboxes(
-      {first.address(), {"127.0.0.1", alive.port()}, gone, second.address()},
+      {first.address(), {"127.0.0.1", alive.port()}, gone, second.address()}, kMembershipSecret,
       started + std::chrono::milliseconds(300));
   const auto waited = Clock::now() - started;
   CHECK((reached == std::vector<Reach>{Reach::Silent, Reach::Answers, Reach::Refused,
                                         Reach::Silent}));
   CHECK(waited < std::chrono::milliseconds(550));
-  CHECK(probeMailboxes({}, started).empty());
+  CHECK(probeMailboxes({}, kMembershipSecret, started).empty());
 }
 
 TEST(aMailboxThatStopsAfterAnsweringRefusesFromThen) {
