@@ -561,7 +561,12 @@ def join(
     board = None
     if os.environ.get("RINGCOMM_STORE"):
         host, _, port = os.environ["RINGCOMM_STORE"].rpartition(":")
-        board = _core.TcpStore(host.strip("[]"), int(port), 30.0, config.secret)
+        try:
+            board = _core.TcpStore(host.strip("[]"), int(port), 30.0, config.secret)
+        except _core.RingcommError:
+            if not addresses:
+                raise
+            # The members' own mailboxes will say what is wrong (a wrong secret, their log).
     if not addresses and board is None:
         raise ValueError(
             "ringcomm.join: no way to find the members: pass address= (any member's "

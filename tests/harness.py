@@ -128,7 +128,7 @@ def run_job(
             if rank < nranks:
                 rank_env = dict(base, RINGCOMM_RANK=str(rank), **(per_rank_env or {}).get(rank, {}))
             else:
-                rank_env = dict(base, RINGCOMM_JOIN="1")
+                rank_env = dict(base, RINGCOMM_JOIN="1", **(per_rank_env or {}).get(rank, {}))
             out = open(Path(logs) / f"{rank}.out", "w+")
             err = open(Path(logs) / f"{rank}.err", "w+")
             files.append((out, err))

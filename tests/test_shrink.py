@@ -324,3 +324,28 @@ def test_ddp_across_two_hosts_trains_on_after_a_rank_is_killed(two_hosts, victim
         assert result["recovered_at"] - killed_at < 2.0, result
         params.add(result["params"])
     assert len(params) == 1
+
+
+SQUAT_CASES = [(2, "1"), (3, "0")]
+
+
+@pytest.mark.parametrize("size,victims", SQUAT_CASES, ids=["2ranks-kill1", "3ranks-kill0-leader"])
+def test_a_port_held_by_another_process_is_no_proof_of_life(tmp_path, size, victims):
+    """Issue 48: the victim's mailbox port stays open in another process (a child that inherited
+    it), where the kernel accepts connections and nobody proves the secret. Counted as life, it
+    cost 2 ranks a lost quorum after 14.5 s and 3 ranks a timeout after 15 s; now the survivors
+    go on within a probe's patience (150 ms) of what they take without it."""
+    done = tmp_path / "done"
+    try:
+        outcomes = run_job(
+            size,
+            "shrink.py",
+            ["squat", victims],
+            env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "TEST_DONE": str(done)},
+            deadline=90,
+        )
+    finally:
+        done.touch()  # the squatters leave
+    reports = survivors_agree(outcomes, {int(victims)}, expected_shrinks=1)
+    for report in reports:
+        assert report["shrinks"][0]["after_failure"] < 1.5, report

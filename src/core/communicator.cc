@@ -501,21 +501,25 @@ class CommunicatorImpl : public Communicator {
  private:
   // How many newcomers wait, as every member agrees (each counts those that knocked at its own
   // mailbox; an all-reduce takes the largest count, so that all decide alike): at once where
-  // `expect` is 0, else once at least `expect` do, by `deadline`.
+  // `expect` is 0, else once at least `expect` do, by `deadline`. Whether the deadline passed
+  // travels in the same all-reduce: members that gave up at different moments would leave the
+  // others waiting in the next one.
   int64_t newcomersWaiting(int expect, Clock::time_point deadline) {
     for (;;) {
-      int64_t waiting = static_cast<int64_t>(membership_->knocks(kDoorLook).size());
+      int64_t seen[2] = {static_cast<int64_t>(membership_->knocks(kDoorLook).size()),
+                         Clock::now() >= deadline ? 1 : 0};
       AllreduceOptions count;
-      count.input = &waiting;
-      count.output = &waiting;
-      count.count = 1;
+      count.input = seen;
+      count.output = seen;
+      count.count = 2;
       count.type = DataType::Int64;
       count.op = ReduceOp::Max;
       count.name = "newcomers waiting (grow)";
       count.runInCaller = true;
       allreduce(count)->wait();
-      if (waiting >= std::max(1, expect) || (expect == 0)) return waiting;
-      if (Clock::now() >= deadline) {
+      const int64_t waiting = seen[0];
+      if (waiting >= std::max(1, expect) || expect == 0) return waiting;
+      if (seen[1] != 0) {
         throw TimeoutError("ringcomm: grow: " + std::to_string(expect) +
                                " newcomers expected, " + std::to_string(waiting) +
                                " asked to join by the deadline",
@@ -1003,7 +1007,8 @@ std::shared_ptr<Communicator> createCommunicator(std::shared_ptr<Store> store,
       transport::connectPeers(*scoped, rank, rendezvous, std::move(listener), setup, watch);
   std::vector<MailboxAddress> mailboxes;
   for (const bootstrap::RankRecord& record : rendezvous.ranks) {
-    mailboxes.push_back(MailboxAddress{record.address, record.mailboxPort});
+    const bool local = record.hostId == self.hostId;
+    mailboxes.push_back(MailboxAddress{record.address, record.mailboxPort, local ? record.pid : 0});
   }
   return std::make_shared<CommunicatorImpl>(rank, size, config, std::move(links), scoped,
                                             address, std::move(mailbox), std::move(mailboxes));

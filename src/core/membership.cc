@@ -13,6 +13,7 @@
 
 #include "auth/handshake.h"
 #include "common/log.h"
+#include "common/process.h"
 #include "common/socket.h"
 #include "ringcomm/errors.h"
 
@@ -96,6 +97,10 @@ class Probe {
  public:
   Probe(const MailboxAddress& address, const std::string& secret)
       : connector_(secret, auth::Purpose::Store, auth::Caller{}) {
+    if (address.localPid > 0 && processGone(address.localPid)) {
+      result_ = Reach::Refused;  // its process exited: whatever answers there is not it
+      return;
+    }
     try {
       targets_ = net::resolve(address.host, address.port, /*passive=*/false);
     } catch (const Error&) {
@@ -522,7 +527,7 @@ std::set<int> Membership::gone(const std::set<int>& ranks, Clock::time_point dea
         clients_.erase(rank);
         RINGCOMM_LOG(LogLevel::Info, kLogInit, "shrink: rank %d is gone (%s)", rank,
                      reached[i] == Reach::Refused
-                         ? "its mailbox refuses"
+                         ? "its mailbox refuses, or its process on this host exited"
                          : "what answers at its mailbox does not prove the job's secret: another "
                            "process holds the port");
         found.insert(rank);

@@ -57,6 +57,9 @@ namespace ringcomm {
 struct MailboxAddress {
   std::string host;
   int port = 0;
+  // The rank's process id where it runs on this host (0: another host, or unknown): a process
+  // that is gone is asked nothing, however its port answers (another process may hold it).
+  int localPid = 0;
 };
 
 enum class Reach { Answers, Refused, Unproven, Silent };

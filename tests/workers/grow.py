@@ -8,6 +8,10 @@ argv: mode [victims] [newcomers]
   add      nobody fails: the members grow(expect=newcomers) after a few steps
   idle     nobody knocks: grow() must hand back the same communicator, at the cost of one
            all-reduce
+  stranger the newcomer holds another secret and knocks at rank 0's address (TEST_DIR): it
+           must be refused at once, the members' log must name it, and the members, calling
+           grow() every step meanwhile, go on unchanged
+  misuse   no newcomer: grow() on a closed communicator, two grows at once, bad arguments
 Members train a toy model (weights updated by an averaged all-reduce each step); after a grow,
 rank 0 broadcasts the weights and the step to the newcomers, and everyone trains on. Each reports
 its rank and size after, how long the shrink and the grow took, and a digest of the weights (all
@@ -55,6 +59,59 @@ def share_state(comm, weights: np.ndarray, step: int) -> int:
     return int(counter[0])
 
 
+def stranger() -> None:
+    """A newcomer with another secret knocks at rank 0's address."""
+    address_file = os.path.join(os.environ["TEST_DIR"], "address")
+    while not os.path.exists(address_file):
+        time.sleep(0.02)
+    with open(address_file) as f:
+        address = f.read()
+    began = time.monotonic()
+    try:
+        ringcomm.join(address=address, timeout=10)
+        outcome = {"joined": True}
+    except ringcomm.RingcommError as error:
+        outcome = {"joined": False, "error": type(error).__name__, "message": str(error)}
+    outcome["seconds"] = time.monotonic() - began
+    open(os.path.join(os.environ["TEST_DIR"], "stranger_done"), "w").close()
+    report(outcome)
+
+
+def misuse(comm) -> dict:
+    """What grow() says to a caller's mistakes: each error's type and message."""
+    import threading
+
+    said = {}
+
+    def attempt(name, call):
+        try:
+            call()
+            said[name] = "no error"
+        except (ringcomm.RingcommError, ValueError) as error:
+            said[name] = f"{type(error).__name__}: {error}"
+
+    attempt("negative expect", lambda: comm.grow(expect=-1))
+    attempt("expect not a count", lambda: comm.grow(expect=1.5))
+    # Two grows at once on one rank: the second is refused while the first waits.
+    first = threading.Thread(target=attempt, args=("first grow", lambda: comm.grow(1, 1.0)))
+    first.start()
+    time.sleep(0.3)
+    attempt("second grow", lambda: comm.grow())
+    first.join()
+    comm.barrier()
+    closed = comm.split(0)
+    closed.abort("the test closes it")
+    attempt("closed", lambda: closed.grow())
+    os.environ.pop("RINGCOMM_STORE")  # no board to find the members on either
+    attempt("join without a way", lambda: ringcomm.join(address=[]))
+    attempt("join a bad address", lambda: ringcomm.join(address="no-port-here"))
+    return said
+
+
+if mode == "stranger" and os.environ.get("RINGCOMM_JOIN"):
+    stranger()
+    sys.exit(0)
+
 weights = np.zeros(1 << 16, np.float32)
 outcome = {}
 joining = bool(os.environ.get("RINGCOMM_JOIN"))
@@ -78,7 +135,25 @@ else:
         outcome["shrink_seconds"] = time.monotonic() - began
         # The survivors may have stopped at different steps: rank 0's state is everyone's.
         step = share_state(comm, weights, step)
-    if mode == "idle":
+    if mode == "stranger":
+        if comm.rank == 0:
+            with open(os.path.join(os.environ["TEST_DIR"], "address.tmp"), "w") as f:
+                f.write(comm.address)
+            os.rename(os.path.join(os.environ["TEST_DIR"], "address.tmp"),
+                      os.path.join(os.environ["TEST_DIR"], "address"))
+        done = os.path.join(os.environ["TEST_DIR"], "stranger_done")
+        deadline = time.monotonic() + 30
+        while True:  # a training loop that admits newcomers every step
+            seen = np.array([os.path.exists(done)], np.int32)
+            comm.allreduce(seen, op=ringcomm.MIN)
+            if seen[0] or time.monotonic() > deadline:
+                break
+            assert comm.grow() is comm
+            step = train(comm, weights, 1, step)
+        outcome["same"] = comm.grow() is comm
+    elif mode == "misuse":
+        outcome["said"] = misuse(comm)
+    elif mode == "idle":
         began = time.monotonic()
         same = comm.grow()
         outcome.update(same=same is comm, grow_seconds=time.monotonic() - began)

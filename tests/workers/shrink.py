@@ -11,6 +11,10 @@ argv: mode victims [store_port]
   split     nobody fails: the ranks split by parity of rank, numbered backwards (key = -rank)
   partition nobody fails: the ranks stream all-reduces until the test cuts the link between
             their hosts (they say when they stream: TEST_READY_DIR), then shrink
+  squat     as kill, but another process holds each victim's mailbox port when it dies (the
+            victim forks a child that keeps only the listening socket, as a helper process that
+            inherited it would): the kernel accepts connections there, nobody proves the secret
+            (issue 48); the child leaves once TEST_DONE exists
 victims: comma-separated ranks. store_port: given, rank 0 serves the job's store itself
 (env://, as under mpirun), so that a killed rank 0 takes the store with it.
 
@@ -22,6 +26,7 @@ gave (every survivor must agree).
 import hashlib
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -84,6 +89,35 @@ def checks(new) -> dict:
     )
 
 
+def die_with_a_squatter() -> None:
+    """Forks a child that keeps this rank's mailbox port listening (it closes every other
+    descriptor: the data links must break as at a kill), then dies by SIGKILL."""
+    mailbox_port = int(comm.address.rpartition(":")[2])
+    done = os.environ["TEST_DONE"]
+    if os.fork() == 0:
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            if fd <= 2:
+                continue
+            try:
+                with socket.socket(fileno=os.dup(fd)) as probe:  # closes the copy only
+                    keep = probe.getsockname()[1] == mailbox_port and probe.getsockopt(
+                        socket.SOL_SOCKET, socket.SO_ACCEPTCONN
+                    )
+            except OSError:
+                keep = False
+            if not keep:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        deadline = time.monotonic() + 30
+        while not os.path.exists(done) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os._exit(0)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 # A training loop that survives: any failure, in the stream or in the checks after it, and the
 # survivors shrink and go on. `shrinks` records each: when it started after the failure, and
 # how long it took.
@@ -99,6 +133,8 @@ while True:
         if iteration < 6:
             if rank in victims and iteration == 3 and mode == "exit":
                 os._exit(1)
+            if rank in victims and iteration == 3 and mode == "squat":
+                die_with_a_squatter()
             if rank in victims and iteration == 3 and mode in ("kill", "during"):
                 if mode == "kill" or rank == victims[0]:
                     os.kill(os.getpid(), signal.SIGKILL)

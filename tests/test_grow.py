@@ -1,0 +1,104 @@
+"""Communicator.grow and ringcomm.join: new processes join a running job in place, a lost rank's
+replacement or extra ones, and get their state from a member (issue 48). Each job runs ranks of
+tests/workers/grow.py beside processes started with RINGCOMM_JOIN=1."""
+
+import pytest
+from harness import run_job
+
+TIMEOUT = 20
+# Far beyond what a grow takes here (a few ms once the newcomer knocked, 0.2-0.4 s with its
+# start-up): a newcomer left to the timeout would show.
+GROW_WITHIN = 5.0
+
+
+def everyone_agrees(outcomes, victims=(), size=None):
+    """Every live process (members and newcomers) ended in one communicator of `size` ranks,
+    numbered 0..size-1, with the same weights; returns the reports."""
+    reports = []
+    for outcome in outcomes:
+        if outcome.rank in victims:
+            assert outcome.returncode == -9, outcome.describe()
+            continue
+        assert outcome.returncode == 0 and outcome.result, outcome.describe()
+        reports.append(outcome.result)
+    assert sorted(r["rank"] for r in reports) == list(range(size)), reports
+    assert {r["size"] for r in reports} == {size}, reports
+    assert len({r["digest"] for r in reports}) == 1, reports
+    assert len({r["step"] for r in reports}) == 1, reports
+    newcomers = [r for r in reports if r["newcomer"]]
+    assert all(r["rank"] >= size - len(newcomers) for r in newcomers), reports
+    assert all(r.get("grow_seconds", 0) < GROW_WITHIN for r in reports), reports
+    return reports
+
+
+CASES = [(4, "2", 1), (4, "0", 1), (5, "1,3", 2)]
+
+
+@pytest.mark.parametrize(
+    "size,victims,newcomers", CASES, ids=[f"{s}ranks-kill{v}-{n}new" for s, v, n in CASES]
+)
+def test_replacements_join_the_survivors(size, victims, newcomers):
+    """The victims die in the stream, the survivors shrink, the replacements (started at the
+    job's start, they find the members on the launcher's store, and follow them through the
+    shrink) are admitted by grow(expect=...) and get the weights from rank 0: the job is back at
+    full size with the same weights everywhere. Rank 0, whose mailbox they first knocked at,
+    among the victims."""
+    lost = {int(v) for v in victims.split(",")}
+    outcomes = run_job(
+        size, "grow.py", ["replace", victims, str(newcomers)],
+        env={"RINGCOMM_TIMEOUT": str(TIMEOUT)}, newcomers=newcomers, deadline=90,
+    )  # fmt: skip
+    everyone_agrees(outcomes, lost, size - len(lost) + newcomers)
+
+
+def test_newcomers_join_a_healthy_job():
+    outcomes = run_job(
+        3, "grow.py", ["add", "", "2"], env={"RINGCOMM_TIMEOUT": str(TIMEOUT)}, newcomers=2,
+        deadline=90,
+    )  # fmt: skip
+    reports = everyone_agrees(outcomes, size=5)
+    members = sorted((r for r in reports if not r["newcomer"]), key=lambda r: r["rank_before"])
+    assert [r["rank"] for r in members] == [0, 1, 2], reports  # the members keep their ranks
+
+
+def test_grow_with_nobody_waiting_keeps_the_communicator():
+    outcomes = run_job(3, "grow.py", ["idle"], env={"RINGCOMM_TIMEOUT": str(TIMEOUT)})
+    for report in everyone_agrees(outcomes, size=3):
+        assert report["same"], report
+
+
+def test_a_newcomer_with_another_secret_is_refused(tmp_path):
+    """It raises at once, naming the secret; the member's log names where it came from; the
+    members, admitting newcomers every step meanwhile, go on unchanged."""
+    outcomes = run_job(
+        2, "grow.py", ["stranger"],
+        env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "TEST_DIR": str(tmp_path)}, newcomers=1,
+        per_rank_env={2: {"RINGCOMM_SECRET": "another-job-secret-0123456789abcdef"}},
+        deadline=60,
+    )  # fmt: skip
+    stranger = outcomes[2]
+    assert stranger.returncode == 0 and stranger.result, stranger.describe()
+    assert not stranger.result["joined"], stranger.result
+    assert stranger.result["error"] == "TransportError", stranger.result
+    assert "secret" in stranger.result["message"], stranger.result
+    assert stranger.result["seconds"] < 2.0, stranger.result
+    for member in outcomes[:2]:
+        assert member.returncode == 0 and member.result["same"], member.describe()
+        assert member.result["size"] == 2, member.result
+    assert "refused a connection from" in outcomes[0].stderr, outcomes[0].stderr[-3000:]
+    assert "did not prove the job's secret" in outcomes[0].stderr, outcomes[0].stderr[-3000:]
+
+
+def test_grow_says_what_is_wrong():
+    outcomes = run_job(2, "grow.py", ["misuse"], env={"RINGCOMM_TIMEOUT": str(TIMEOUT)})
+    for outcome in outcomes:
+        assert outcome.returncode == 0 and outcome.result, outcome.describe()
+        said = outcome.result["said"]
+        assert said["negative expect"].startswith("ValueError: expect"), said
+        assert said["expect not a count"].startswith("ValueError: expect"), said
+        assert "TimeoutError" in said["first grow"] and "1 newcomers expected" in said[
+            "first grow"], said
+        assert "another grow of this communicator is under way" in said["second grow"], said
+        assert "CommunicatorClosed" in said["closed"] and "shrink() it first" in said["closed"], said
+        assert "no way to find the members" in said["join without a way"], said
+        assert "host:port" in said["join a bad address"], said
