@@ -386,6 +386,7 @@ PYBIND11_MODULE(_core, m) {
       }, py::arg("addresses"), py::arg("board"), py::arg("door_key"), py::arg("config"),
          py::arg("timeout") = 0.0)
       .def_property_readonly("address", &Comm::address)
+      .def_property_readonly("former_ranks", &Comm::formerRanks)
       .def("publish_door", &Comm::publishDoor, py::arg("board"), py::arg("key"),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("rank", &Comm::rank)

@@ -72,6 +72,11 @@ class RINGCOMM_API Communicator {
   // members did not admit it by the timeout.
   static std::shared_ptr<Communicator> join(const JoinOptions& options, const Config& config);
 
+  // The rank each member had in the communicator this one replaced (shrink()'s, grow()'s), by
+  // rank; -1 for a newcomer. Empty for a communicator made otherwise. Callers that number ranks
+  // themselves (torch's groups) map their numbering through it.
+  virtual std::vector<int> formerRanks() const = 0;
+
   // Where newcomers reach this rank ("host:port" of its mailbox, core/membership.h); empty for a
   // communicator of one rank made by create().
   virtual std::string address() const = 0;

@@ -141,6 +141,7 @@ class CommunicatorImpl : public Communicator {
       try {
         std::shared_ptr<Communicator> shrunk =
             join(survivors.ranks, survivors.leader, round + "/comm/", deadline, true);
+        setFormerRanks(*shrunk, survivors.ranks);
         handOver(*shrunk);
         return shrunk;
       } catch (const PeerError& error) {
@@ -230,6 +231,8 @@ class CommunicatorImpl : public Communicator {
     }
   }
 
+  std::vector<int> formerRanks() const override { return formerRanks_; }
+
   std::string address() const override {
     if (!membership_) return "";
     const MailboxAddress& own = membership_->ownAddress();
@@ -255,6 +258,8 @@ class CommunicatorImpl : public Communicator {
                    doorKey_.c_str());
     }
   }
+
+  void adoptFormerRanks(std::vector<int> ranks) { formerRanks_ = std::move(ranks); }
 
   // Keeps `owner` (a mailbox the new communicator meets through) as long as this one.
   void keepAlive(std::shared_ptr<void> owner) { keepAlive_.push_back(std::move(owner)); }
@@ -538,6 +543,9 @@ class CommunicatorImpl : public Communicator {
     for (int r : decided.ranks) members.push_back(membership_->addressOf(r));
     for (const Joiner& joiner : decided.joiners) members.push_back(joiner.address);
     if (decided.leader == rank_) {
+      std::string former;
+      for (int r : decided.ranks) former += std::to_string(r) + " ";
+      membership_->post(round + "/former", Bytes(former.begin(), former.end()), kDoorLook);
       membership_->post(round + "/members", encodeMembers(members), kDoorLook);
     }
     membership_->welcome(decided, round);
@@ -549,6 +557,9 @@ class CommunicatorImpl : public Communicator {
         formAmong(membership_->client(decided.leader, deadline), members, newRank,
                   round + "/comm/", config, deadline);
     if (decided.leader == rank_) static_cast<CommunicatorImpl&>(*grown).keepAlive(mailbox_);
+    std::vector<int> former = decided.ranks;
+    former.resize(decided.ranks.size() + decided.joiners.size(), -1);
+    setFormerRanks(*grown, std::move(former));
     return grown;
   }
 
@@ -929,6 +940,7 @@ class CommunicatorImpl : public Communicator {
   std::mutex growMutex_;  // one grow() at a time
   std::shared_ptr<Store> board_;  // where rank 0 publishes the members (publishDoor), and under
   std::string doorKey_;           // which key
+  std::vector<int> formerRanks_;  // set once, by the communicator this one replaced
   int survivorQueries_ = 0;
   int splits_ = 0;
   std::vector<std::shared_ptr<void>> keepAlive_;
@@ -938,6 +950,10 @@ class CommunicatorImpl : public Communicator {
 std::atomic<uint64_t> communicatorsCreated{0};
 
 }  // namespace
+
+void setFormerRanks(Communicator& communicator, std::vector<int> ranks) {
+  static_cast<CommunicatorImpl&>(communicator).adoptFormerRanks(std::move(ranks));
+}
 
 std::string listenAddressFor(const Config& config, Store& store) {
   if (!config.listenAddress.empty()) return config.listenAddress;

@@ -33,6 +33,9 @@ std::shared_ptr<Communicator> createCommunicator(std::shared_ptr<Store> store,
                                                  const std::function<void()>& watch,
                                                  bool withMailbox);
 
+// Communicator::formerRanks() of a communicator that replaced another (`ranks`, by rank).
+void setFormerRanks(Communicator& communicator, std::vector<int> ranks);
+
 // The address this rank listens on: Config's, its interface's, or the one that reaches `store`.
 std::string listenAddressFor(const Config& config, Store& store);
 

@@ -231,8 +231,13 @@ class Newcomer {
                                " does not name this newcomer",
                            FailureContext{"join", -1, -1, 0.0});
     }
+    std::vector<int> former;
+    std::istringstream formerRanks(joinText(meeting->get(round + "/former", kDoorLook * 5)));
+    for (int r; formerRanks >> r;) former.push_back(r);
     std::shared_ptr<Communicator> joined =
         formAmong(meeting, members, rank, round + "/comm/", config_, deadline_);
+    former.resize(members.size(), -1);
+    setFormerRanks(*joined, std::move(former));
     RINGCOMM_LOG(LogLevel::Info, kLogInit, "join: newcomer %s is rank %d of %d", id_.c_str(),
                  joined->rank(), joined->size());
     return joined;

@@ -135,30 +135,65 @@ RingcommBackend::RingcommBackend(std::shared_ptr<Communicator> communicator)
     : ::c10d::Backend(communicator->rank(), communicator->size()),
       communicator_(std::move(communicator)) {}
 
+RingcommBackend::RingcommBackend(std::shared_ptr<Communicator> communicator, int rank, int size,
+                                 std::vector<int> coreRanks)
+    : ::c10d::Backend(rank, size), communicator_(std::move(communicator)),
+      coreRanks_(std::move(coreRanks)) {
+  std::string lost;
+  for (int r = 0; r < size; ++r) {
+    if (coreRankOf(r) < 0) lost += (lost.empty() ? "" : ", ") + std::to_string(r);
+  }
+  communicator_->abort("rank(s) " + lost + " of this group died while torch's shrink_group "
+                       "formed it: shrink again (shrink_group(ringcomm.c10d.lost_ranks()) "
+                       "names them)");
+}
+
+int RingcommBackend::coreRankOf(int rank) const {
+  return coreRanks_.empty() ? rank : coreRanks_.at(static_cast<size_t>(rank));
+}
+
 c10::intrusive_ptr<::c10d::Backend> RingcommBackend::shrink(
     const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
     const c10::intrusive_ptr<Options>& /*optionsOverride: ringcomm has none of torch's*/) {
   // torch's SHRINK_ABORT: end what this group still runs before the survivors meet.
   constexpr int kShrinkAbort = 1;
   if (shrinkFlags & kShrinkAbort) communicator_->abort("shrink_group with SHRINK_ABORT");
-  const std::vector<int> exclude(ranksToExclude.begin(), ranksToExclude.end());
-  std::shared_ptr<Communicator> shrunk = communicator_->shrink(exclude, std::chrono::milliseconds(0));
-  const int expected = size_ - static_cast<int>(exclude.size());
-  if (shrunk->size() != expected) {
-    shrunk->shutdown();
-    TORCH_CHECK(false, "ringcomm shrink_group: ", shrunk->size(), " ranks go on where ", expected,
-                " were expected: other ranks than those in ranks_to_exclude are gone too. "
-                "torch numbers the new group from that list, so it must name every lost rank: "
-                "ringcomm.c10d.lost_ranks(group) names them, as every survivor agrees");
+  std::vector<bool> excluded(static_cast<size_t>(size_), false);
+  std::vector<int> exclude;  // in the communicator's numbering
+  for (int64_t r : ranksToExclude) {
+    TORCH_CHECK_VALUE(r >= 0 && r < size_, "ringcomm shrink_group: ranks_to_exclude names rank ",
+                      r, ", which is not a rank of this group of ", size_);
+    excluded[static_cast<size_t>(r)] = true;
+    if (coreRankOf(static_cast<int>(r)) >= 0) exclude.push_back(coreRankOf(static_cast<int>(r)));
   }
-  return c10::make_intrusive<RingcommBackend>(std::move(shrunk));
+  std::shared_ptr<Communicator> shrunk = communicator_->shrink(exclude, std::chrono::milliseconds(0));
+  // torch numbers the new group: the ranks it keeps, in order. Each one's place in the
+  // communicator the survivors formed, found by the rank it had in this one.
+  const std::vector<int> former = shrunk->formerRanks();
+  std::vector<int> coreRanks;
+  int rank = -1;
+  bool lostMeanwhile = false;
+  for (int r = 0; r < size_; ++r) {
+    if (excluded[static_cast<size_t>(r)]) continue;
+    if (r == rank_) rank = static_cast<int>(coreRanks.size());
+    const auto at = std::find(former.begin(), former.end(), coreRankOf(r));
+    coreRanks.push_back(coreRankOf(r) >= 0 && at != former.end()
+                            ? static_cast<int>(at - former.begin())
+                            : -1);
+    lostMeanwhile = lostMeanwhile || coreRanks.back() < 0;
+  }
+  if (!lostMeanwhile) return c10::make_intrusive<RingcommBackend>(std::move(shrunk));
+  return c10::make_intrusive<RingcommBackend>(std::move(shrunk), rank,
+                                              static_cast<int>(coreRanks.size()),
+                                              std::move(coreRanks));
 }
 
 std::vector<int64_t> RingcommBackend::lostRanks() {
   const std::vector<int> alive = communicator_->survivors(std::chrono::milliseconds(0));
   std::vector<int64_t> lost;
   for (int r = 0; r < size_; ++r) {
-    if (std::find(alive.begin(), alive.end(), r) == alive.end()) lost.push_back(r);
+    const int core = coreRankOf(r);
+    if (core < 0 || std::find(alive.begin(), alive.end(), core) == alive.end()) lost.push_back(r);
   }
   return lost;
 }

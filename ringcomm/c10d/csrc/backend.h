@@ -41,6 +41,13 @@ class RingcommBackend : public ::c10d::Backend {
                   double linkBandwidth = 0, const std::string& listenAddress = "");
   // A backend on a communicator made already (shrink()'s).
   explicit RingcommBackend(std::shared_ptr<Communicator> communicator);
+  // The group torch asked shrink_group for, of which some ranks died while it formed (between
+  // lost_ranks() and shrink_group(), or during it): torch's rank and size for it, and each of
+  // its ranks' rank in `communicator` (the true survivors'), -1 for the lost. `communicator` is
+  // aborted naming them, so that the group's first collective raises at once and the training
+  // loop shrinks again, where lost_ranks() names them.
+  RingcommBackend(std::shared_ptr<Communicator> communicator, int rank, int size,
+                  std::vector<int> coreRanks);
   ~RingcommBackend() override;
 
   const std::string getBackendName() const override { return "ringcomm"; }
@@ -102,9 +109,10 @@ class RingcommBackend : public ::c10d::Backend {
   void shutdown() override;
 
   // torch.distributed.shrink_group: a backend of the ranks not in `ranksToExclude`, agreed by
-  // them (Communicator::shrink). SHRINK_ABORT aborts this backend's operations first. Raises
-  // where other ranks than those excluded are gone too: torch numbers the new group from the
-  // excluded list, so it must name every lost rank (lostRanks() does).
+  // them (Communicator::shrink). SHRINK_ABORT aborts this backend's operations first. torch
+  // numbers the new group from the excluded list; where other ranks died too, it gets the group
+  // it asked for with those ranks lost in it (the constructor above), so a second death during
+  // recovery costs one more shrink, not the job.
   bool supportsShrinking() const override { return true; }
   c10::intrusive_ptr<::c10d::Backend> shrink(
       const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
@@ -143,7 +151,12 @@ class RingcommBackend : public ::c10d::Backend {
                                        const Reduction& reduction,
                                        ringcomm::ReduceScatterOptions o);
 
+  // The communicator's rank of torch's rank r of this group: r itself, or coreRanks_[r] (-1: lost
+  // while the group formed) where torch's group is larger than the communicator.
+  int coreRankOf(int rank) const;
+
   std::shared_ptr<Communicator> communicator_;
+  std::vector<int> coreRanks_;  // empty: torch's ranks are the communicator's
   std::atomic<uint64_t> sequence_{0};
 };
 
