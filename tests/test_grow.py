@@ -3,7 +3,7 @@ replacement or extra ones, and get their state from a member (issue 48). Each jo
 tests/workers/grow.py beside processes started with RINGCOMM_JOIN=1."""
 
 import pytest
-from harness import run_job
+from harness import free_port, run_job
 
 TIMEOUT = 20
 # Far beyond what a grow takes here (a few ms once the newcomer knocked, 0.2-0.4 s with its
@@ -102,3 +102,28 @@ def test_grow_says_what_is_wrong():
         assert "CommunicatorClosed" in said["closed"] and "shrink() it first" in said["closed"], said
         assert "no way to find the members" in said["join without a way"], said
         assert "host:port" in said["join a bad address"], said
+
+
+def test_ddp_heals_a_killed_rank_with_a_replacement(tmp_path):
+    """torch users (issue 48): rank 0 (which served torch's store) is killed; the survivors
+    shrink the default group, wait for a replacement at the end of the next step
+    (ringcomm.c10d.grow_group), which joins (join_process_group, finding them on the launcher's
+    store) and gets the model and the optimizer's momentum from the new rank 0
+    (broadcast_state): 4 ranks again, the same parameters and momentum everywhere."""
+    outcomes = run_job(
+        4, "ddp_grow.py", ["0", "8"],
+        env={"RINGCOMM_TIMEOUT": str(TIMEOUT), "TEST_DIR": str(tmp_path),
+             "TEST_MASTER_PORT": str(free_port())},
+        newcomers=1, deadline=150,
+    )  # fmt: skip
+    assert outcomes[0].returncode == -9, outcomes[0].describe()
+    reports = []
+    for outcome in outcomes[1:]:
+        assert outcome.returncode == 0 and outcome.result, outcome.describe()
+        reports.append(outcome.result)
+    assert sorted(r["rank"] for r in reports) == [0, 1, 2, 3], reports
+    assert {r["size"] for r in reports} == {4} and {r["step"] for r in reports} == {8}, reports
+    assert len({r["params"] for r in reports}) == 1, reports
+    assert len({r["momentum"] for r in reports}) == 1, reports
+    newcomer = next(r for r in reports if r["newcomer"])
+    assert newcomer["rank"] == 3 and newcomer["join_seconds"] < GROW_WITHIN, newcomer

@@ -17,7 +17,17 @@ from datetime import timedelta
 
 from ringcomm import _secret
 
-__all__ = ["BACKEND_NAME", "register", "autoload", "lost_ranks"]
+__all__ = [
+    "BACKEND_NAME",
+    "register",
+    "autoload",
+    "lost_ranks",
+    "joining",
+    "join_process_group",
+    "grow_group",
+    "broadcast_state",
+    "address",
+]
 
 #: The backend's name, as ``init_process_group`` and ``new_group`` take it.
 BACKEND_NAME = "ringcomm"
@@ -46,7 +56,21 @@ def _create_backend(store, rank: int, size: int, timeout: timedelta):
     )
     if path is not None:  # every rank of the group has met: the file has served its purpose
         _secret.remove_host_secret(path)
+    _publish_door(backend, size, secret)
     return backend
+
+
+def _publish_door(backend, size: int, secret: bytes) -> None:
+    """The default group's members keep their addresses on the launcher's store, where a
+    replacement finds them (ringcomm.c10d.join_process_group): torch creates the default group's
+    backend first, before it files any group as the default."""
+    import torch.distributed.distributed_c10d as c10d
+
+    from ringcomm.c10d.grow import DOOR_KEY
+
+    board = os.environ.get("RINGCOMM_STORE")
+    if board and size > 1 and c10d._world.default_pg is None:
+        backend.publish_door(board, DOOR_KEY, secret)
 
 
 def _address_towards(store) -> str:
@@ -189,3 +213,12 @@ def lost_ranks(group=None) -> list:
 
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     return [int(r) for r in pg._get_backend(torch.device("cpu")).lost_ranks()]
+
+
+from ringcomm.c10d.grow import (  # noqa: E402 (after what they import lazily)
+    address,
+    broadcast_state,
+    grow_group,
+    join_process_group,
+    joining,
+)

@@ -120,6 +120,22 @@ class RingcommBackend : public ::c10d::Backend {
   // The ranks of this group that are gone, as every survivor agrees (Communicator::survivors).
   std::vector<int64_t> lostRanks();
 
+  // Growing in place (growth.cc). The members admit the processes waiting to join
+  // (Communicator::grow): the grown group's backend, or nullptr where nobody waits.
+  c10::intrusive_ptr<RingcommBackend> grow(int expect, std::chrono::milliseconds timeout);
+  // A newcomer's backend in the grown group (Communicator::join): the members found at
+  // `addresses` ("host:port"), or on `board` (the launcher's store, "host:port") under `doorKey`.
+  static c10::intrusive_ptr<RingcommBackend> join(const std::vector<std::string>& addresses,
+                                                   const std::string& board,
+                                                   const std::string& doorKey,
+                                                   std::chrono::milliseconds timeout,
+                                                   const std::string& secret);
+  // Keeps the members' addresses on `board` ("host:port" of a ringcomm store) under `doorKey`,
+  // through every shrink and grow (Communicator::publishDoor).
+  void publishDoor(const std::string& board, const std::string& doorKey, const std::string& secret);
+  // Where a newcomer reaches this rank (Communicator::address).
+  std::string address() const { return communicator_->address(); }
+
   // An all-reduce (sum or average) whose messages carry `compression` on the wire: ringcomm's
   // codecs (fp16, bf16, int8, fp8), which torch's all_reduce has no option for. What the DDP
   // comm hooks of ringcomm/c10d/hooks.py run.
@@ -150,6 +166,9 @@ class RingcommBackend : public ::c10d::Backend {
   ringcomm::WorkPtr startReduceScatter(const at::Tensor& input, const at::Tensor& output,
                                        const Reduction& reduction,
                                        ringcomm::ReduceScatterOptions o);
+
+  // How long a connection to the launcher's store (the board of members' addresses) may take.
+  static constexpr std::chrono::milliseconds kBoardWait{5000};
 
   // The communicator's rank of torch's rank r of this group: r itself, or coreRanks_[r] (-1: lost
   // while the group formed) where torch's group is larger than the communicator.

@@ -59,6 +59,29 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("tcp_allreduce_rules") = NamedRules{}, py::arg("link_latency") = 0.0,
            py::arg("link_bandwidth") = 0.0, py::arg("listen_address") = std::string())
       .def("lost_ranks", &RingcommBackend::lostRanks, py::call_guard<py::gil_scoped_release>())
+      .def("grow", &RingcommBackend::grow, py::arg("expect"), py::arg("timeout"),
+           py::call_guard<py::gil_scoped_release>())
+      .def_static(
+          "join",
+          [](const std::vector<std::string>& addresses, const std::string& board,
+             const std::string& doorKey, std::chrono::milliseconds timeout,
+             const py::bytes& secret) {
+            std::string key = secret;
+            py::gil_scoped_release release;
+            return RingcommBackend::join(addresses, board, doorKey, timeout, key);
+          },
+          py::arg("addresses"), py::arg("board"), py::arg("door_key"), py::arg("timeout"),
+          py::arg("secret"))
+      .def(
+          "publish_door",
+          [](RingcommBackend& backend, const std::string& board, const std::string& doorKey,
+             const py::bytes& secret) {
+            std::string key = secret;
+            py::gil_scoped_release release;
+            backend.publishDoor(board, doorKey, key);
+          },
+          py::arg("board"), py::arg("door_key"), py::arg("secret"))
+      .def_property_readonly("address", &RingcommBackend::address)
       .def(
           "allreduce_compressed",
           [](RingcommBackend& backend, at::Tensor& tensor, const std::string& compression,
