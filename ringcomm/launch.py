@@ -16,7 +16,8 @@ LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), as torchrun does, so init_process_g
 under it too. Each rank runs in a session of its own, as under mpiexec and torchrun
 (ringcomm/_ranks.py). If one rank fails, the others are stopped (after a grace period, so they
 can report the failure themselves), and the launcher exits with the failing rank's status;
-with --keep-survivors they go on, as a job that shrinks its communicator wants.
+with --keep-survivors they go on, as a job that shrinks its communicator wants, and with
+--replace a lost rank's process is started again on its host, to join the job in place.
 
 SIGTERM, SIGHUP and SIGINT (what timeout, Slurm, Kubernetes and a terminal send) are passed on to
 every rank; ranks still running after the grace period are killed, and the launcher exits with
@@ -77,10 +78,13 @@ def spawn(
     keep_survivors: bool = False,
     hosts: Optional[Sequence[tuple[str, int]]] = None,
     ssh: Ssh = DEFAULT_SSH,
+    replacements: int = 0,
 ) -> int:
     """Runs ``command`` as ``nranks`` ranks; returns the job's exit status (0 if all succeeded;
     with ``keep_survivors``, 0 if any rank ran to a successful end: see _supervise). ``hosts``:
-    [(host, slots)] to place them on (ringcomm/_hostlist.py), this machine where not given."""
+    [(host, slots)] to place them on (ringcomm/_hostlist.py), this machine where not given.
+    ``replacements``: how many lost ranks' processes may be started again, on the lost one's
+    host, to join the running job in place (RINGCOMM_JOIN=1; implies ``keep_survivors``)."""
     if nranks < 1:
         raise ValueError(f"-np must be at least 1; got {nranks}")
     placements = _hostlist.place(hosts or [("localhost", nranks)], nranks)
@@ -99,6 +103,21 @@ def spawn(
     )
     children = []
     signals = _SignalsToForward()
+    environments = []
+    left = [replacements]
+
+    def replace(index: int):
+        """A process in place of child `index`, lost: on its host, with its local rank (its
+        GPU), asking to join (its rank comes from the members, not from the launcher)."""
+        if left[0] <= 0:
+            return None
+        left[0] -= 1
+        host, env_of_lost = environments[index]
+        child_env = {k: v for k, v in env_of_lost.items() if k not in ("RINGCOMM_RANK", "RANK")}
+        child_env["RINGCOMM_JOIN"] = "1"
+        environments.append((host, child_env))
+        return start_on(host, command, child_env, ssh)
+
     try:
         for rank, placement in enumerate(placements):
             child_env = dict(
@@ -110,8 +129,12 @@ def spawn(
                 LOCAL_RANK=str(placement.local_rank),
                 LOCAL_WORLD_SIZE=str(placement.local_size),
             )
+            environments.append((placement.host, child_env))
             children.append(start_on(placement.host, command, child_env, ssh))
-        return _supervise(children, grace, signals, keep_survivors)
+        return _supervise(
+            children, grace, signals, keep_survivors or replacements > 0,
+            replace if replacements > 0 else None,
+        )  # fmt: skip
     finally:
         signals.restore()
         for child in children:
@@ -219,11 +242,17 @@ class _SignalsToForward:
 
 
 def _supervise(
-    children, grace: float, signals: _SignalsToForward, keep_survivors: bool = False
+    children,
+    grace: float,
+    signals: _SignalsToForward,
+    keep_survivors: bool = False,
+    replace=None,
 ) -> int:
     """Waits for the ranks. A failed rank ends the job: the others are stopped after `grace`.
     With `keep_survivors` they go on instead (they may shrink their communicator, see
-    docs/guides/recovery.md), and the job succeeds if any rank ran to a successful end."""
+    docs/guides/recovery.md), and the job succeeds if any rank ran to a successful end.
+    `replace(index)`: a process started in place of the lost child `index` (it joins the job),
+    or None where no more may be; it is supervised as the others."""
     status = 0
     deadline = None  # when ranks still running are killed
     forwarded = 0
@@ -235,7 +264,16 @@ def _supervise(
             if code in (None, 0) or rank in reported:
                 continue
             reported.add(rank)
-            if keep_survivors:
+            replacement = replace(rank) if replace and not signals.received else None
+            if replacement is not None:
+                children.append(replacement)
+                print(
+                    f"ringcomm-run: process {rank} exited with status {code}; the other ranks go "
+                    f"on, and process {len(children) - 1} replaces it (--replace)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            elif keep_survivors:
                 print(
                     f"ringcomm-run: rank {rank} exited with status {code}; the other ranks go on "
                     "(--keep-survivors)",
@@ -380,6 +418,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="when a rank fails, let the others go on (they may shrink their communicator: "
         "docs/guides/recovery.md); the job succeeds if any rank ends successfully",
     )
+    parser.add_argument(
+        "--replace",
+        type=int,
+        nargs="?",
+        const=-1,
+        default=0,
+        metavar="N",
+        help="when a rank fails, let the others go on and start its process again on its host, "
+        "with RINGCOMM_JOIN=1: it joins the running job in place when the ranks grow "
+        "(docs/guides/recovery.md). At most N replacements in all (default: as many as -np)",
+    )
     parser.add_argument("-m", dest="module", help="run a module, as python -m does")
     parser.add_argument(
         "program",
@@ -419,6 +468,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 nranks = args.nranks
             else:
                 nranks = sum(slots for _, slots in hosts) if hosts else _host.cores()
+            if args.replace < -1:
+                parser.error(f"--replace takes a count >= 0; got {args.replace}")
             return spawn(
                 nranks,
                 command,
@@ -426,11 +477,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 keep_survivors=args.keep_survivors,
                 hosts=hosts,
                 ssh=ssh,
+                replacements=nranks if args.replace == -1 else args.replace,
             )
         except (ValueError, OSError) as error:
             parser.error(str(error))
     if args.hosts or args.hostfile:
         parser.error("an elastic job takes its hosts from --host-discovery-script, not -H")
+    if args.replace:
+        parser.error("--replace is for a fixed set of hosts; an elastic job re-forms from the "
+                     "hosts the discovery script prints")
     start = next((n for n in (args.nranks, args.min_np, args.max_np) if n is not None), None)
     if start is None:
         parser.error("an elastic job needs -np (or --min-np)")

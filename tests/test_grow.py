@@ -2,8 +2,12 @@
 replacement or extra ones, and get their state from a member (issue 48). Each job runs ranks of
 tests/workers/grow.py beside processes started with RINGCOMM_JOIN=1."""
 
+import json
+import subprocess
+import sys
+
 import pytest
-from harness import free_port, run_job
+from harness import WORKERS, free_port, run_job, worker_env
 
 TIMEOUT = 20
 # Far beyond what a grow takes here (a few ms once the newcomer knocked, 0.2-0.4 s with its
@@ -127,3 +131,25 @@ def test_ddp_heals_a_killed_rank_with_a_replacement(tmp_path):
     assert len({r["momentum"] for r in reports}) == 1, reports
     newcomer = next(r for r in reports if r["newcomer"])
     assert newcomer["rank"] == 3 and newcomer["join_seconds"] < GROW_WITHIN, newcomer
+
+
+@pytest.mark.parametrize("worker, args", [("grow.py", ["replace", "2", "1"]),
+                                          ("ddp_grow.py", ["1", "8"])], ids=["core", "ddp"])
+def test_ringcomm_run_replaces_a_lost_rank(worker, args):
+    """ringcomm-run --replace: the launcher starts a killed rank's process again on its host
+    (RINGCOMM_JOIN=1), which joins the job in place; the job ends at full size and succeeds."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ringcomm.launch", "--replace", "-np", "4",
+         str(WORKERS / worker), *args],
+        env=worker_env({"RINGCOMM_TIMEOUT": str(TIMEOUT)}), capture_output=True, text=True,
+        timeout=150,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "replaces it (--replace)" in done.stderr, done.stderr[-3000:]
+    results = [json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("RESULT")]
+    assert len(results) == 4, done.stdout + done.stderr[-3000:]
+    assert sorted(r["rank"] for r in results) == [0, 1, 2, 3], results
+    assert {r["size"] for r in results} == {4}, results
+    assert sum(r["newcomer"] for r in results) == 1, results
+    digests = {r.get("digest", r.get("params")) for r in results}
+    assert len(digests) == 1, results

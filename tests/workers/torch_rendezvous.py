@@ -9,4 +9,5 @@ def use_harness_rendezvous() -> None:
     os.environ.setdefault("RANK", os.environ["RINGCOMM_RANK"])
     os.environ.setdefault("WORLD_SIZE", os.environ["RINGCOMM_WORLD_SIZE"])
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", os.environ["TEST_MASTER_PORT"])
+    if "MASTER_PORT" not in os.environ:  # ringcomm-run sets it; tests/harness.py does not
+        os.environ["MASTER_PORT"] = os.environ["TEST_MASTER_PORT"]
