@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -374,11 +375,11 @@ PYBIND11_MODULE(_core, m) {
         return c.grow(options);
       }, py::arg("expect") = 0, py::arg("timeout") = 0.0)
       .def_static("join", [](const std::vector<std::string>& addresses,
-                             std::shared_ptr<Store> board, const std::string& door_key,
-                             const Config& config, double timeout) {
+                             std::optional<std::shared_ptr<Store>> board,
+                             const std::string& door_key, const Config& config, double timeout) {
         JoinOptions options;
         options.addresses = addresses;
-        options.board = std::move(board);
+        options.board = board.value_or(nullptr);
         options.doorKey = door_key;
         options.timeout = toMilliseconds(timeout);
         py::gil_scoped_release release;

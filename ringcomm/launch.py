@@ -103,7 +103,7 @@ def spawn(
     )
     children = []
     signals = _SignalsToForward()
-    environments = []
+    environments: list[tuple[str, dict]] = []
     left = [replacements]
 
     def replace(index: int):
@@ -484,8 +484,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.hosts or args.hostfile:
         parser.error("an elastic job takes its hosts from --host-discovery-script, not -H")
     if args.replace:
-        parser.error("--replace is for a fixed set of hosts; an elastic job re-forms from the "
-                     "hosts the discovery script prints")
+        parser.error(
+            "--replace is for a fixed set of hosts; an elastic job re-forms from the "
+            "hosts the discovery script prints"
+        )
     start = next((n for n in (args.nranks, args.min_np, args.max_np) if n is not None), None)
     if start is None:
         parser.error("an elastic job needs -np (or --min-np)")

@@ -100,10 +100,13 @@ def test_grow_says_what_is_wrong():
         said = outcome.result["said"]
         assert said["negative expect"].startswith("ValueError: expect"), said
         assert said["expect not a count"].startswith("ValueError: expect"), said
-        assert "TimeoutError" in said["first grow"] and "1 newcomers expected" in said[
-            "first grow"], said
+        assert (
+            "TimeoutError" in said["first grow"] and "1 newcomers expected" in said["first grow"]
+        ), said
         assert "another grow of this communicator is under way" in said["second grow"], said
-        assert "CommunicatorClosed" in said["closed"] and "shrink() it first" in said["closed"], said
+        assert "CommunicatorClosed" in said["closed"] and "shrink() it first" in said["closed"], (
+            said
+        )
         assert "no way to find the members" in said["join without a way"], said
         assert "host:port" in said["join a bad address"], said
 
@@ -133,8 +136,11 @@ def test_ddp_heals_a_killed_rank_with_a_replacement(tmp_path):
     assert newcomer["rank"] == 3 and newcomer["join_seconds"] < GROW_WITHIN, newcomer
 
 
-@pytest.mark.parametrize("worker, args", [("grow.py", ["replace", "2", "1"]),
-                                          ("ddp_grow.py", ["1", "8"])], ids=["core", "ddp"])
+@pytest.mark.parametrize(
+    "worker, args",
+    [("grow.py", ["replace", "2", "1"]), ("ddp_grow.py", ["1", "8"])],
+    ids=["core", "ddp"],
+)
 def test_ringcomm_run_replaces_a_lost_rank(worker, args):
     """ringcomm-run --replace: the launcher starts a killed rank's process again on its host
     (RINGCOMM_JOIN=1), which joins the job in place; the job ends at full size and succeeds."""
@@ -146,7 +152,9 @@ def test_ringcomm_run_replaces_a_lost_rank(worker, args):
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert "replaces it (--replace)" in done.stderr, done.stderr[-3000:]
-    results = [json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("RESULT")]
+    results = [
+        json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("RESULT")
+    ]
     assert len(results) == 4, done.stdout + done.stderr[-3000:]
     assert sorted(r["rank"] for r in results) == [0, 1, 2, 3], results
     assert {r["size"] for r in results} == {4}, results

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 from datetime import timedelta
 from typing import Any, Optional
 
@@ -72,7 +73,6 @@ def join_process_group(address: Optional[str] = None, timeout: Optional[float] =
     import torch.distributed as dist
 
     from ringcomm import _core
-    from ringcomm.c10d import register
     from ringcomm.c10d._build import extension
 
     if dist.is_initialized():
@@ -80,7 +80,9 @@ def join_process_group(address: Optional[str] = None, timeout: Optional[float] =
             "join_process_group: this process already has a default group; a member grows it "
             "with grow_group()"
         )
-    register()
+    # The backend registered, and torch's shrunk groups filed as ours (ringcomm.c10d.register):
+    # through the package, which imports this module (an import here would make a circle).
+    sys.modules["ringcomm.c10d"].register()
     given = address or os.environ.get("RINGCOMM_JOIN", "")
     addresses = [a for a in given.split(",") if a and a != "1"]
     board = os.environ.get("RINGCOMM_STORE", "")

@@ -5,10 +5,11 @@ argv: victim [steps]
 Ranks train; the victim kills itself (SIGKILL) at step 3, after leaving a word in TEST_DIR. The
 survivors shrink the default group (the loop of docs/guides/recovery.md), and admit newcomers
 at the end of every step (grow_group: cheap where nobody waits; after a shrink it waits for as
-many as were lost, whom a launcher that replaces ranks starts). A process started with RINGCOMM_JOIN=1 waits
-for the victim's word (as a launcher would start it once the rank is lost), joins
-(join_process_group), and gets the state (broadcast_state). Everyone reports its rank and size
-after, the times, and a hash of the parameters and of the optimizer's state (all must agree).
+many as were lost, whom a launcher that replaces ranks starts). A process started with
+RINGCOMM_JOIN=1 waits for the victim's word (as a launcher would start it once the rank is
+lost), joins (join_process_group), and gets the state (broadcast_state). Everyone reports its
+rank and size after, the times, and a hash of the parameters and of the optimizer's state (all
+must agree).
 """
 
 import time
@@ -48,8 +49,9 @@ if ringcomm.c10d.joining():
     began = time.monotonic()
     ringcomm.c10d.join_process_group()
     step = ringcomm.c10d.broadcast_state(module, optimizer, step)
-    outcome.update(newcomer=True, import_seconds=imported - started,
-                   join_seconds=time.monotonic() - began)
+    outcome.update(
+        newcomer=True, import_seconds=imported - started, join_seconds=time.monotonic() - began
+    )
 else:
     use_harness_rendezvous()
     dist.init_process_group("ringcomm")
@@ -90,7 +92,12 @@ for parameter in module.parameters():
 momentum = hashlib.sha256()
 for state in optimizer.state.values():
     momentum.update(state["momentum_buffer"].numpy().tobytes())
-outcome.update(rank=dist.get_rank(), size=dist.get_world_size(), step=step,
-               params=params.hexdigest(), momentum=momentum.hexdigest())
+outcome.update(
+    rank=dist.get_rank(),
+    size=dist.get_world_size(),
+    step=step,
+    params=params.hexdigest(),
+    momentum=momentum.hexdigest(),
+)
 dist.destroy_process_group()
 report(outcome)

@@ -117,8 +117,9 @@ outcome = {}
 joining = bool(os.environ.get("RINGCOMM_JOIN"))
 comm = ringcomm.init()
 if joining:
-    outcome.update(newcomer=True, join_seconds=time.monotonic() - imported,
-                   import_seconds=imported - started)
+    outcome.update(
+        newcomer=True, join_seconds=time.monotonic() - imported, import_seconds=imported - started
+    )
     step = share_state(comm, weights, 0)
 else:
     outcome.update(newcomer=False, rank_before=comm.rank)
@@ -139,8 +140,10 @@ else:
         if comm.rank == 0:
             with open(os.path.join(os.environ["TEST_DIR"], "address.tmp"), "w") as f:
                 f.write(comm.address)
-            os.rename(os.path.join(os.environ["TEST_DIR"], "address.tmp"),
-                      os.path.join(os.environ["TEST_DIR"], "address"))
+            os.rename(
+                os.path.join(os.environ["TEST_DIR"], "address.tmp"),
+                os.path.join(os.environ["TEST_DIR"], "address"),
+            )
         done = os.path.join(os.environ["TEST_DIR"], "stranger_done")
         deadline = time.monotonic() + 30
         while True:  # a training loop that admits newcomers every step
@@ -163,7 +166,8 @@ else:
         outcome["grow_seconds"] = time.monotonic() - began
         step = share_state(comm, weights, step)
 step = train(comm, weights, STEPS_AFTER, step)
-outcome.update(rank=comm.rank, size=comm.size, step=step,
-               digest=hashlib.sha256(weights.tobytes()).hexdigest())
+outcome.update(
+    rank=comm.rank, size=comm.size, step=step, digest=hashlib.sha256(weights.tobytes()).hexdigest()
+)
 report(outcome)
 comm.shutdown()
