@@ -143,7 +143,9 @@ def test_ddp_heals_a_killed_rank_with_a_replacement(tmp_path):
 )
 def test_ringcomm_run_replaces_a_lost_rank(worker, args):
     """ringcomm-run --replace: the launcher starts a killed rank's process again on its host
-    (RINGCOMM_JOIN=1), which joins the job in place; the job ends at full size and succeeds."""
+    (RINGCOMM_JOIN=1), which joins the job in place; the job ends at full size and succeeds.
+    Through the core API, DDP (grow_group), and the Horovod API (hvd.elastic.run without a
+    driver admits it at a state.commit(); rank 0 the victim)."""
     done = subprocess.run(
         [sys.executable, "-m", "ringcomm.launch", "--replace", "-np", "4",
          str(WORKERS / worker), *args],

@@ -36,11 +36,14 @@ class HostsUpdatedInterrupt(RuntimeError):  # noqa: N818 (Horovod's name)
     """Elastic training: the driver added or removed hosts. ``state.commit()`` or
     ``state.check_host_updates()`` raises it on every rank at once; ``hvd.elastic.run`` resets
     without restoring the committed state. ``skip_sync``: only hosts were removed, so the
-    remaining ranks' state needs no broadcast."""
+    remaining ranks' state needs no broadcast. ``grown``: without a driver, the job's
+    communicator grown in place with the workers that joined (``Communicator.grow``), which the
+    next session runs on."""
 
-    def __init__(self, skip_sync: bool):
+    def __init__(self, skip_sync: bool, grown=None):
         super().__init__(skip_sync)
         self.skip_sync = skip_sync
+        self.grown = grown
 
 
 class NotInitializedError(HorovodInternalError, ValueError):

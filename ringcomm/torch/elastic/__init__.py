@@ -17,7 +17,10 @@ and initialized again, which under an elastic ``ringcomm-run`` meets the driver'
 generation of workers (new ranks, new size), the reset callbacks run, the state is synchronized
 (new workers get it; skipped when hosts were only removed) and the function is called again.
 Without a driver (any other launcher that lets the survivors live), the survivors of a failure
-shrink the job's communicator in place instead, and go on as the next generation.
+shrink the job's communicator in place instead, and go on as the next generation; a worker that
+joins (a replacement ``ringcomm-run --replace`` starts, whose ``hvd.init()`` asks to join) is
+admitted at the next ``state.commit()``, which grows the communicator in place and synchronizes
+the state to it.
 """
 
 from __future__ import annotations
@@ -80,6 +83,10 @@ def run(func):
                     continue
             except HostsUpdatedInterrupt as interrupt:
                 skip_sync = interrupt.skip_sync
+                if interrupt.grown is not None:
+                    _go_on_with(interrupt.grown)
+                    state.on_reset()
+                    continue
             _reset()
             state.on_reset()
 
@@ -91,9 +98,14 @@ def _shrink_in_place() -> None:
     launcher of one's own), the survivors of a lost worker go on in place: they shrink the job's
     communicator (Communicator.shrink: they agree on who is left) and start a ringcomm.torch
     session on it, with the arguments of the last init() (docs/guides/recovery.md)."""
-    survivors = job.comm().shrink()
+    _go_on_with(job.comm().shrink())
+
+
+def _go_on_with(comm) -> None:
+    """A ringcomm.torch session on `comm` (shrunk, or grown with workers that joined: their
+    hvd.init() started the same session on it), with the arguments of the last init()."""
     job.shutdown()
-    job.init(comm=survivors, **job.last_arguments())
+    job.init(comm=comm, **job.last_arguments())
 
 
 def _same_commit_everywhere(state) -> bool:

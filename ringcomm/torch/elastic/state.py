@@ -62,7 +62,14 @@ class State:
 
     def check_host_updates(self) -> None:
         """Raises HostsUpdatedInterrupt on every rank when hosts were added or removed. A
-        collective (rank 0's view is broadcast), so every rank must call it together."""
+        collective (rank 0's view is broadcast), so every rank must call it together. Without
+        an elastic driver, workers that asked to join (a lost worker's replacement, started
+        with RINGCOMM_JOIN) are admitted here: the job's communicator grows in place."""
+        if not elastic_worker.active():
+            grown = job.comm().grow()
+            if grown is not job.comm():
+                raise HostsUpdatedInterrupt(False, grown)
+            return
         if self._rank() == 0:
             # The driver's notices reach rank 0 only, as in Horovod; the broadcast below
             # tells the others.
