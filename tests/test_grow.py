@@ -138,8 +138,8 @@ def test_ddp_heals_a_killed_rank_with_a_replacement(tmp_path):
 
 @pytest.mark.parametrize(
     "worker, args",
-    [("grow.py", ["replace", "2", "1"]), ("ddp_grow.py", ["1", "8"])],
-    ids=["core", "ddp"],
+    [("grow.py", ["replace", "2", "1"]), ("ddp_grow.py", ["1", "8"]), ("horovod_grow.py", ["0"])],
+    ids=["core", "ddp", "horovod"],
 )
 def test_ringcomm_run_replaces_a_lost_rank(worker, args):
     """ringcomm-run --replace: the launcher starts a killed rank's process again on its host
