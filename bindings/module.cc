@@ -299,6 +299,8 @@ PYBIND11_MODULE(_core, m) {
         return s.add(key, delta);
       }, py::arg("key"), py::arg("delta"));
   py::class_<HashStore, Store, std::shared_ptr<HashStore>>(m, "HashStore").def(py::init<>());
+  py::class_<FileStore, Store, std::shared_ptr<FileStore>>(m, "FileStore")
+      .def(py::init<std::string>(), py::arg("directory"));
   py::class_<PrefixStore, Store, std::shared_ptr<PrefixStore>>(m, "PrefixStore")
       .def(py::init<std::string, std::shared_ptr<Store>>(), py::arg("prefix"), py::arg("store"));
   // The job's secret travels as bytes (it need not be text).

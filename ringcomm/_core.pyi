@@ -9,7 +9,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['Algorithm', 'Communicator', 'CommunicatorClosed', 'Compression', 'Config', 'DataType', 'HashStore', 'JoinPolicy', 'LogLevel', 'MembershipError', 'MismatchError', 'PeerError', 'PrefixStore', 'ReduceOp', 'RingcommError', 'Store', 'TcpStore', 'TcpStoreServer', 'TensorOp', 'TensorQueue', 'TensorQueueStats', 'TensorRequest', 'TensorWork', 'TimeoutError', 'TransportError', 'TransportKind', 'Work', 'build_info', 'built_with_cuda', 'configure_observability', 'feed_back_error', 'horovod_timeline_active', 'log', 'log_enabled', 'mps_running', 'parse_algorithm', 'parse_compression', 'parse_join_policy', 'parse_log_level', 'parse_log_subsystems', 'parse_transport', 'read_dlpack', 'round_to_wire', 'shared_buffer', 'start_horovod_timeline', 'stop_horovod_timeline', 'ucx_info', 'view_array']
+__all__: list[str] = ['Algorithm', 'Communicator', 'CommunicatorClosed', 'Compression', 'Config', 'DataType', 'FileStore', 'HashStore', 'JoinPolicy', 'LogLevel', 'MembershipError', 'MismatchError', 'PeerError', 'PrefixStore', 'ReduceOp', 'RingcommError', 'Store', 'TcpStore', 'TcpStoreServer', 'TensorOp', 'TensorQueue', 'TensorQueueStats', 'TensorRequest', 'TensorWork', 'TimeoutError', 'TransportError', 'TransportKind', 'Work', 'build_info', 'built_with_cuda', 'configure_observability', 'feed_back_error', 'horovod_timeline_active', 'log', 'log_enabled', 'mps_running', 'parse_algorithm', 'parse_compression', 'parse_join_policy', 'parse_log_level', 'parse_log_subsystems', 'parse_transport', 'read_dlpack', 'round_to_wire', 'shared_buffer', 'start_horovod_timeline', 'stop_horovod_timeline', 'ucx_info', 'view_array']
 class RingcommError(RuntimeError):
     """Base class of ringcomm's errors."""
 
@@ -491,6 +491,9 @@ class Store:
         ...
 class HashStore(Store):
     def __init__(self) -> None:
+        ...
+class FileStore(Store):
+    def __init__(self, directory: str) -> None:
         ...
 class PrefixStore(Store):
     def __init__(self, prefix: str, store: Store) -> None:

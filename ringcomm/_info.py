@@ -41,6 +41,11 @@ PYTHON_VARIABLES = {
         "of starting one; 1 finds the members on the launcher's store, or host:port[,host:port] "
         "names members (any member's Communicator.address)",
     ),
+    "RINGCOMM_DOOR_DIR": (
+        "ringcomm.init() and ringcomm.c10d (ringcomm/communicator.py)",
+        "a directory every host sees where the members keep their addresses for newcomers "
+        "(RINGCOMM_JOIN): for jobs under mpirun or srun, whose stores die with a rank",
+    ),
     "RINGCOMM_ELASTIC": (_ELASTIC, "1 in a worker of an elastic ringcomm-run"),
     "RINGCOMM_ELASTIC_HOST": (_ELASTIC, "the host an elastic worker runs for"),
     "RINGCOMM_ELASTIC_SLOT": (_ELASTIC, "an elastic worker's slot on its host"),

@@ -509,8 +509,20 @@ def init(
         )
     environment.met()
     if core.size > 1:
-        core.publish_door(environment.store, DOOR_KEY)
+        core.publish_door(_board() or environment.store, DOOR_KEY)
     return Communicator(core, environment)
+
+
+def _board(secret: bytes = b"") -> Optional["_core.Store"]:
+    """Where the members keep their addresses for newcomers, where set apart from the job's
+    store: RINGCOMM_DOOR_DIR, a directory every host sees (under mpirun and srun, whose stores
+    die with a rank); with ``secret``, else the launcher's store (RINGCOMM_STORE)."""
+    if os.environ.get("RINGCOMM_DOOR_DIR"):
+        return _core.FileStore(os.environ["RINGCOMM_DOOR_DIR"])
+    if secret and os.environ.get("RINGCOMM_STORE"):
+        host, _, port = os.environ["RINGCOMM_STORE"].rpartition(":")
+        return _core.TcpStore(host.strip("[]"), int(port), 30.0, secret)
+    return None
 
 
 def _configured(
@@ -544,8 +556,10 @@ def join(
     with its communicator of the grown job (its rank after the members').
 
     ``address``: members' addresses (:attr:`Communicator.address`, ``"host:port"``), any one
-    of which will do; by default ``RINGCOMM_JOIN``'s, or the addresses the members keep on the
-    launcher's store (``RINGCOMM_STORE``), which follow them through shrinks and grows.
+    of which will do; by default ``RINGCOMM_JOIN``'s, or the addresses the members keep, which
+    follow them through shrinks and grows: in ``RINGCOMM_DOOR_DIR`` (a directory every host sees,
+    set for the whole job, under mpirun and srun), or on the launcher's store
+    (``RINGCOMM_STORE``, under ringcomm-run).
     ``timeout`` bounds the wait for the members to admit it. Raises ``TransportError`` where no
     member proves the secret (another job's addresses, or another secret)."""
     config = _configured(timeout, transport, algorithm)
@@ -559,19 +573,17 @@ def join(
         address = [] if given in ("", "1") else given.split(",")
     addresses = [address] if isinstance(address, str) else [str(a) for a in address]
     board = None
-    if os.environ.get("RINGCOMM_STORE"):
-        host, _, port = os.environ["RINGCOMM_STORE"].rpartition(":")
-        try:
-            board = _core.TcpStore(host.strip("[]"), int(port), 30.0, config.secret)
-        except _core.RingcommError:
-            if not addresses:
-                raise
-            # The members' own mailboxes will say what is wrong (a wrong secret, their log).
+    try:
+        board = _board(config.secret)
+    except _core.RingcommError:
+        if not addresses:
+            raise
+        # The members' own mailboxes will say what is wrong (a wrong secret, their log).
     if not addresses and board is None:
         raise ValueError(
             "ringcomm.join: no way to find the members: pass address= (any member's "
-            "Communicator.address), or set RINGCOMM_JOIN=host:port, or RINGCOMM_STORE to the "
-            "launcher's store"
+            "Communicator.address), or set RINGCOMM_JOIN=host:port, RINGCOMM_DOOR_DIR to the "
+            "members' (under mpirun and srun), or RINGCOMM_STORE to the launcher's store"
         )
     core = _core.Communicator.join(addresses, board, DOOR_KEY, config, config.timeout)
     if board is not None and core.size > 1:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from harness import WORKERS, free_port, run_job, worker_env
+from harness import WORKERS, free_port, mpirun, run_job, worker_env
 
 TIMEOUT = 20
 # Far beyond what a grow takes here (a few ms once the newcomer knocked, 0.2-0.4 s with its
@@ -163,3 +163,41 @@ def test_ringcomm_run_replaces_a_lost_rank(worker, args):
     assert sum(r["newcomer"] for r in results) == 1, results
     digests = {r.get("digest", r.get("params")) for r in results}
     assert len(digests) == 1, results
+
+
+@pytest.mark.skipif(not mpirun(), reason="mpirun not installed (pip install mpich)")
+def test_a_replacement_joins_a_job_under_mpirun(tmp_path):
+    """Under MPICH's mpirun (-disable-auto-cleanup keeps the survivors of a rank that exited),
+    which serves no store that outlives a rank: the members keep their addresses in
+    RINGCOMM_DOOR_DIR, and a replacement started by another mpirun with RINGCOMM_JOIN=1 (the
+    command docs/guides/recovery.md gives a job script) finds them there and joins."""
+    pytest.importorskip("mpi4py")
+    env = worker_env(
+        {
+            "RINGCOMM_TIMEOUT": str(TIMEOUT),
+            "RINGCOMM_DOOR_DIR": str(tmp_path / "door"),
+            "RINGCOMM_SECRET": "a-secret-the-job-script-made-0123456789",
+            "VICTIM_EXITS": "1",
+            "EXIT_WITHOUT_FINALIZE": "1",
+        }
+    )
+    command = [sys.executable, str(WORKERS / "grow.py"), "replace", "1", "1"]
+    job = subprocess.Popen(
+        [mpirun(), "-disable-auto-cleanup", "-np", "3", *command], env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    replacement = subprocess.run(
+        [mpirun(), "-np", "1", *command], env=dict(env, RINGCOMM_JOIN="1"),
+        capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+    out, err = job.communicate(timeout=90)
+    results = [
+        json.loads(line[7:])
+        for line in (out + replacement.stdout).splitlines()
+        if line.startswith("RESULT")
+    ]
+    assert replacement.returncode == 0, replacement.stdout + replacement.stderr[-3000:]
+    assert len(results) == 3, out + err[-3000:] + replacement.stderr[-3000:]
+    assert sorted(r["rank"] for r in results) == [0, 1, 2], results
+    assert {r["size"] for r in results} == {3}, results
+    assert len({r["digest"] for r in results}) == 1, results

@@ -63,6 +63,23 @@ class RINGCOMM_API HashStore : public Store {
   std::unique_ptr<State> state_;
 };
 
+// A store in a directory of files, one a key: for what must outlive every process of a job where
+// no launcher serves a store (under mpirun and srun), on a file system all its hosts see. The
+// members' addresses for newcomers (Communicator::publishDoor) are its use; it is not meant for
+// rendezvous traffic. A value is written to a file of its own and renamed into place, so that a
+// reader sees the old value or the new one, never part of either.
+class RINGCOMM_API FileStore : public Store {
+ public:
+  explicit FileStore(std::string directory);
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+
+ private:
+  std::string pathOf(const std::string& key) const;
+  std::string directory_;
+};
+
 // Serves a store over TCP from a background thread. Port 0 picks a free port. Every connection
 // must prove it knows `secret` before its first request (src/auth/handshake.h); one that does
 // not is closed and counted.

@@ -61,14 +61,14 @@ def _create_backend(store, rank: int, size: int, timeout: timedelta):
 
 
 def _publish_door(backend, size: int, secret: bytes) -> None:
-    """The default group's members keep their addresses on the launcher's store, where a
-    replacement finds them (ringcomm.c10d.join_process_group): torch creates the default group's
-    backend first, before it files any group as the default."""
+    """The default group's members keep their addresses where a replacement finds them
+    (ringcomm.c10d.join_process_group): in RINGCOMM_DOOR_DIR, or on the launcher's store. torch
+    creates the default group's backend first, before it files any group as the default."""
     import torch.distributed.distributed_c10d as c10d
 
     from ringcomm.c10d.grow import DOOR_KEY
 
-    board = os.environ.get("RINGCOMM_STORE")
+    board = os.environ.get("RINGCOMM_DOOR_DIR") or os.environ.get("RINGCOMM_STORE")
     if board and size > 1 and c10d._world.default_pg is None:
         backend.publish_door(board, DOOR_KEY, secret)
 

@@ -19,8 +19,9 @@ gives everyone rank 0's model and optimizer::
         model = None                     # DDP again, on the grown group
 
 A newcomer finds the members on the launcher's store (``RINGCOMM_STORE``, under ``ringcomm-run
---keep-survivors --replace``), or at a member's address (``RINGCOMM_JOIN=host:port``,
-:func:`address`). It needs the job's secret (``RINGCOMM_SECRET``).
+--replace``), in a directory every host sees where they keep their addresses
+(``RINGCOMM_DOOR_DIR``, set for the whole job: under mpirun and srun), or at a member's address
+(``RINGCOMM_JOIN=host:port``, :func:`address`). It needs the job's secret (``RINGCOMM_SECRET``).
 """
 
 from __future__ import annotations
@@ -68,8 +69,8 @@ def join_process_group(address: Optional[str] = None, timeout: Optional[float] =
     """In a new process, instead of ``init_process_group``: joins the running job's default
     group, waiting until its members call :func:`grow_group`; this process then has the
     grown default group (``dist.get_rank()`` after the members'). ``address``: a member's
-    (:func:`address`), else ``RINGCOMM_JOIN``'s, else the members are found on the launcher's
-    store (``RINGCOMM_STORE``)."""
+    (:func:`address`), else ``RINGCOMM_JOIN``'s, else the members are found in
+    ``RINGCOMM_DOOR_DIR`` or on the launcher's store (``RINGCOMM_STORE``)."""
     import torch.distributed as dist
 
     from ringcomm import _core
@@ -85,12 +86,12 @@ def join_process_group(address: Optional[str] = None, timeout: Optional[float] =
     sys.modules["ringcomm.c10d"].register()
     given = address or os.environ.get("RINGCOMM_JOIN", "")
     addresses = [a for a in given.split(",") if a and a != "1"]
-    board = os.environ.get("RINGCOMM_STORE", "")
+    board = os.environ.get("RINGCOMM_DOOR_DIR") or os.environ.get("RINGCOMM_STORE", "")
     if not addresses and not board:
         raise ValueError(
             "join_process_group: no way to find the members: pass address= (a member's "
-            "ringcomm.c10d.address()), or set RINGCOMM_JOIN=host:port, or RINGCOMM_STORE to the "
-            "launcher's store"
+            "ringcomm.c10d.address()), or set RINGCOMM_JOIN=host:port, or RINGCOMM_DOOR_DIR to "
+            "the members' (under mpirun and srun), or RINGCOMM_STORE to the launcher's store"
         )
     secret = _core.Config.from_environment().secret
     if not secret:

@@ -124,14 +124,15 @@ class RingcommBackend : public ::c10d::Backend {
   // (Communicator::grow): the grown group's backend, or nullptr where nobody waits.
   c10::intrusive_ptr<RingcommBackend> grow(int expect, std::chrono::milliseconds timeout);
   // A newcomer's backend in the grown group (Communicator::join): the members found at
-  // `addresses` ("host:port"), or on `board` (the launcher's store, "host:port") under `doorKey`.
+  // `addresses` ("host:port"), or on `board` under `doorKey`: the launcher's store
+  // ("host:port"), or a directory all hosts see (RINGCOMM_DOOR_DIR; a spec with a '/').
   static c10::intrusive_ptr<RingcommBackend> join(const std::vector<std::string>& addresses,
                                                    const std::string& board,
                                                    const std::string& doorKey,
                                                    std::chrono::milliseconds timeout,
                                                    const std::string& secret);
-  // Keeps the members' addresses on `board` ("host:port" of a ringcomm store) under `doorKey`,
-  // through every shrink and grow (Communicator::publishDoor).
+  // Keeps the members' addresses on `board` (as join()'s) under `doorKey`, through every shrink
+  // and grow (Communicator::publishDoor).
   void publishDoor(const std::string& board, const std::string& doorKey, const std::string& secret);
   // Where a newcomer reaches this rank (Communicator::address).
   std::string address() const { return communicator_->address(); }

@@ -10,6 +10,19 @@
 #include "backend.h"
 
 namespace ringcomm::c10d_backend {
+namespace {
+
+// The board of members' addresses (Communicator::publishDoor) that `spec` names: a directory
+// (RINGCOMM_DOOR_DIR, any spec with a '/'), or the launcher's store ("host:port").
+std::shared_ptr<Store> boardOf(const std::string& spec, const std::string& secret,
+                               std::chrono::milliseconds wait) {
+  if (spec.find('/') != std::string::npos) return std::make_shared<FileStore>(spec);
+  const size_t colon = spec.rfind(':');
+  return std::make_shared<TcpStore>(spec.substr(0, colon), std::stoi(spec.substr(colon + 1)),
+                                    wait, secret);
+}
+
+}  // namespace
 
 c10::intrusive_ptr<RingcommBackend> RingcommBackend::grow(int expect,
                                                           std::chrono::milliseconds timeout) {
@@ -31,10 +44,7 @@ c10::intrusive_ptr<RingcommBackend> RingcommBackend::join(
   options.addresses = addresses;
   options.timeout = timeout;
   if (!board.empty()) {
-    const size_t colon = board.rfind(':');
-    options.board = std::make_shared<TcpStore>(board.substr(0, colon),
-                                               std::stoi(board.substr(colon + 1)), kBoardWait,
-                                               config.secret);
+    options.board = boardOf(board, config.secret, kBoardWait);
     options.doorKey = doorKey;
   }
   std::shared_ptr<Communicator> joined = Communicator::join(options, config);
@@ -44,11 +54,8 @@ c10::intrusive_ptr<RingcommBackend> RingcommBackend::join(
 
 void RingcommBackend::publishDoor(const std::string& board, const std::string& doorKey,
                                   const std::string& secret) {
-  const size_t colon = board.rfind(':');
   communicator_->publishDoor(
-      std::make_shared<TcpStore>(board.substr(0, colon), std::stoi(board.substr(colon + 1)),
-                                 kBoardWait, secret.empty() ? communicator_->config().secret
-                                                            : secret),
+      boardOf(board, secret.empty() ? communicator_->config().secret : secret, kBoardWait),
       doorKey);
 }
 
