@@ -5,10 +5,12 @@ tests/workers/grow.py beside processes started with RINGCOMM_JOIN=1."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from harness import WORKERS, free_port, mpirun, run_job, worker_env
 
+REPO = Path(__file__).resolve().parent.parent
 TIMEOUT = 20
 # Far beyond what a grow takes here (a few ms once the newcomer knocked, 0.2-0.4 s with its
 # start-up): a newcomer left to the timeout would show.
@@ -201,3 +203,17 @@ def test_a_replacement_joins_a_job_under_mpirun(tmp_path):
     assert sorted(r["rank"] for r in results) == [0, 1, 2], results
     assert {r["size"] for r in results} == {3}, results
     assert len({r["digest"] for r in results}) == 1, results
+
+
+def test_a_short_chaos_run_heals_every_job():
+    """bench/chaos.py, short: jobs losing 1-3 processes at random moments (steps, rank 0's
+    included, the shrink, the grow, the state's transfer, a replacement right after it joined)
+    under ringcomm-run --replace all heal to full size with the same weights, and none hangs.
+    The full run (100 jobs) is in bench/RESULTS.md."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "chaos.py"), "--jobs", "4", "--seed", "7",
+         "--deadline", "90"],
+        env=worker_env({}), capture_output=True, text=True, timeout=400,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+    assert "| 4 | 4 | 0 | 0 | 0 | 0 |" in done.stdout, done.stdout[-4000:]

@@ -1,0 +1,138 @@
+"""Chaos: many jobs, each losing 1-3 processes at random moments, that must heal (issue 48).
+
+    python bench/chaos.py --jobs 100 --seed 1
+
+Each job runs bench/chaos_worker.py under ``ringcomm-run --replace`` on this machine: 4-8 ranks
+train through the core API, shrink after every loss, and admit the launcher's replacements with
+grow(), giving them the state by broadcast. Its deaths (SIGKILL) are drawn from the seed: the
+first in a training step (rank 0's sometimes), the others in a step, during the survivors'
+shrink, during a grow, during the state's transfer to a newcomer, or a replacement right after
+it joined. A job passes when it ends within its deadline (no hang) and every process that ended
+reports the same weights at the job's first size (healed), or a side reports that it lost its
+quorum (MembershipError). Prints a line a job and a summary table (bench/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+WORKER = Path(__file__).with_name("chaos_worker.py")
+LATER_MOMENTS = ("shrink", "grow", "transfer", "joined")
+
+
+def plan(rng: random.Random) -> tuple[int, list[str]]:
+    """(ranks, death tokens) of one job."""
+    ranks = rng.choice([4, 5, 6, 8])
+    kills = rng.randint(1, 3)
+    first = f"step{rng.randint(2, 8)}" + ("-rank0" if rng.random() < 0.3 else "")
+    tokens = [first]
+    for _ in range(kills - 1):
+        if rng.random() < 0.3:
+            tokens.append(f"step{rng.randint(3, 14)}" + ("-rank0" if rng.random() < 0.3 else ""))
+        else:
+            tokens.append(rng.choice(LATER_MOMENTS))
+    return ranks, tokens
+
+
+def run_job(ranks: int, tokens: list[str], deadline: float) -> dict:
+    """Runs one job; what it gave."""
+    with tempfile.TemporaryDirectory(prefix="ringcomm-chaos-") as chaos_dir:
+        for n, token in enumerate(tokens):
+            Path(chaos_dir, f"{n}-{token}").touch()
+        env = dict(os.environ, CHAOS_DIR=chaos_dir, RINGCOMM_TIMEOUT="30")
+        started = time.monotonic()
+        command = [sys.executable, "-m", "ringcomm.launch", "--replace", str(len(tokens) + 2),
+                   "-np", str(ranks), str(WORKER)]  # fmt: skip
+        try:
+            done = subprocess.run(command, env=env, capture_output=True, text=True,
+                                  timeout=deadline)  # fmt: skip
+            hung, out, err = False, done.stdout, done.stderr
+        except subprocess.TimeoutExpired as expired:
+            hung = True
+            out = (
+                (expired.stdout or b"").decode()
+                if isinstance(expired.stdout, bytes)
+                else (expired.stdout or "")
+            )
+            err = (
+                (expired.stderr or b"").decode()
+                if isinstance(expired.stderr, bytes)
+                else (expired.stderr or "")
+            )
+        seconds = time.monotonic() - started
+        claimed = sum(1 for name in os.listdir(chaos_dir) if name.startswith("claimed-"))
+    results = [json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT")]
+    return {"ranks": ranks, "tokens": tokens, "claimed": claimed, "hung": hung,
+            "seconds": seconds, "results": results, "stderr": err}  # fmt: skip
+
+
+def judge(job: dict) -> str:
+    """healed, quorum lost, or what went wrong."""
+    if job["hung"]:
+        return "hung"
+    results = job["results"]
+    if any("quorum_lost" in r for r in results):
+        return "quorum lost"
+    if not results:
+        return "no survivor reported"
+    if len({r["digest"] for r in results}) != 1 or len({r["step"] for r in results}) != 1:
+        return "divergent"
+    if {r["size"] for r in results} != {job["ranks"]} or len(results) != job["ranks"]:
+        return "not healed"
+    if sorted(r["rank"] for r in results) != list(range(job["ranks"])):
+        return "ranks wrong"
+    return "healed"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--deadline", type=float, default=150.0, help="seconds a job may take")
+    parser.add_argument("--json", help="write every job's outcome here")
+    args = parser.parse_args(argv)
+    rng = random.Random(args.seed)
+    verdicts: Counter = Counter()
+    jobs = []
+    for number in range(args.jobs):
+        ranks, tokens = plan(rng)
+        job = run_job(ranks, tokens, args.deadline)
+        verdict = judge(job)
+        verdicts[verdict] += 1
+        job["verdict"] = verdict
+        jobs.append({k: v for k, v in job.items() if k != "stderr"})
+        print(f"job {number:3d}: {ranks} ranks, deaths {' '.join(tokens)} ({job['claimed']} "
+              f"struck): {verdict} in {job['seconds']:.1f} s", flush=True)  # fmt: skip
+        if verdict not in ("healed", "quorum lost"):
+            print(job["stderr"][-3000:], flush=True)
+    struck = Counter(j["claimed"] for j in jobs)
+    print("\n| jobs | healed at full size | stopped on a lost quorum | hung | divergent | other |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    other = args.jobs - sum(verdicts[v] for v in ("healed", "quorum lost", "hung", "divergent"))
+    print(f"| {args.jobs} | {verdicts['healed']} | {verdicts['quorum lost']} | {verdicts['hung']} "
+          f"| {verdicts['divergent']} | {other} |")  # fmt: skip
+    moments = Counter(
+        ("step, rank 0" if "rank0" in t else "step") if t.startswith("step") else t
+        for j in jobs
+        for t in j["tokens"]
+    )
+    print(f"\ndeaths that struck, per job: {dict(sorted(struck.items()))}; moments drawn: "
+          f"{dict(moments)}")  # fmt: skip
+    seconds = sorted(j["seconds"] for j in jobs)
+    print(f"job wall time: median {seconds[len(seconds) // 2]:.1f} s, longest {seconds[-1]:.1f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(jobs, indent=1))
+    return 0 if verdicts["healed"] + verdicts["quorum lost"] == args.jobs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
