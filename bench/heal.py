@@ -74,7 +74,8 @@ def run(hosts, nranks: int, mode: str, victim: int, params: str, steps: int) -> 
     ok = all(code == 0 for i, code in enumerate(codes) if mode == "transfer" or i != victim)
     first = {words[0]: float(words[1]) for words in lines if words[0] in (
         "start", "imported", "joined", "synced", "killed")}  # fmt: skip
-    synced = [(float(w[2]), int(w[3])) for w in lines if w[0] == "synced" and len(w) == 4]
+    # The replacement's "synced <t> <bytes>", and the members' "synced <rank> <t> <bytes>".
+    synced = [(float(w[-2]), int(w[-1])) for w in lines if w[0] == "synced"]
     grown = [float(w[2]) for w in lines if w[0] == "grown"]
     result = {"ok": ok and "synced" in first, "codes": codes,
               "tail": "".join(e[-1200:] for e in errors if e)}  # fmt: skip

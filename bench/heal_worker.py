@@ -73,8 +73,9 @@ if joining:
     log(f"imported {imported}")
     ringcomm.c10d.join_process_group()
     log(f"joined {time.time()}")
-    step = ringcomm.c10d.broadcast_state(module, optimizer, step)
-    log(f"synced {time.time()} {state_bytes(module, optimizer)}")
+    if mode == "transfer":
+        step = ringcomm.c10d.broadcast_state(module, optimizer, step)
+        log(f"synced {time.time()} {state_bytes(module, optimizer)}")
 else:
     dist.init_process_group("ringcomm")
 if mode == "transfer":
@@ -88,13 +89,17 @@ if mode == "transfer":
     sys.exit(0)
 
 rank = dist.get_rank()
-model, replacements = None, 0
+model, replacements, synced = None, 0, False
 while step < steps:
     if not joining and rank == victim and step == kill_step:
         log(f"killed {time.time()}")
         os.kill(os.getpid(), signal.SIGKILL)
     try:
-        if model is None:
+        if model is None:  # at the start, after a shrink or a grow: rank 0's state
+            step = ringcomm.c10d.broadcast_state(module, optimizer, step)
+            if joining and not synced:
+                log(f"synced {time.time()} {state_bytes(module, optimizer)}")
+                synced = True
             model = DistributedDataParallel(module)
         inputs = torch.randn(32, 256)
         loss = model(inputs).square().mean()
@@ -106,8 +111,6 @@ while step < steps:
         if ringcomm.c10d.grow_group(expect=replacements, timeout=120):
             log(f"grown {dist.get_rank()} {time.time()}")
             replacements = 0
-            step = ringcomm.c10d.broadcast_state(module, optimizer, step)
-            log(f"synced {dist.get_rank()} {time.time()} {state_bytes(module, optimizer)}")
             model = None
     except RuntimeError:
         lost = ringcomm.c10d.lost_ranks()

@@ -29,14 +29,15 @@ SHRINK_WITHIN = 3.0
 def survivors_agree(outcomes, victims, expected_shrinks=None, late_victim=None):
     """Every survivor went on with the same communicator: the others, renumbered in order, with
     the same bits; returns their reports. `late_victim` may have died only after the survivors
-    were done with it (then it is among them, and finished too)."""
+    were done with it: then it is among them (it may have died before it reported)."""
     alive = sorted(o.rank for o in outcomes if o.rank not in victims)
     finished = {o.rank: o.result for o in outcomes if o.result and "digest" in o.result}
-    if late_victim is not None and late_victim in finished:
+    done_with_it = any(late_victim in r.get("survivors", ()) for r in finished.values())
+    if late_victim is not None and (late_victim in finished or done_with_it):
         alive = sorted(alive + [late_victim])
     reports = []
     for outcome in outcomes:
-        if outcome.rank not in alive:
+        if outcome.rank not in alive or (outcome.rank == late_victim and not outcome.result):
             continue
         exited = outcome.returncode == 0 or outcome.rank == late_victim
         assert exited and outcome.result is not None, outcome.describe()

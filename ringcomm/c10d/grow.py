@@ -10,13 +10,18 @@ gives everyone rank 0's model and optimizer::
 
     if ringcomm.c10d.joining():          # started to replace a lost rank
         ringcomm.c10d.join_process_group()
-        step = ringcomm.c10d.broadcast_state(module, optimizer, step)
     else:
         dist.init_process_group("ringcomm")
-    ...
-    if ringcomm.c10d.grow_group():       # every member, at the same point of each step
-        step = ringcomm.c10d.broadcast_state(module, optimizer, step)
-        model = None                     # DDP again, on the grown group
+    model = None
+    while step < steps:
+        if model is None:                # rank 0's state, the newcomers' too
+            step = ringcomm.c10d.broadcast_state(module, optimizer, step)
+            model = DistributedDataParallel(module)
+        ...                              # a step
+        if ringcomm.c10d.grow_group():   # every member, at the end of each step
+            model = None                 # DDP again, on the grown group
+
+(docs/guides/recovery.md has the whole loop, shrinking after a failure.)
 
 A newcomer finds the members on the launcher's store (``RINGCOMM_STORE``, under ``ringcomm-run
 --replace``), in a directory every host sees where they keep their addresses

@@ -7,9 +7,9 @@ survivors shrink the default group (the loop of docs/guides/recovery.md), and ad
 at the end of every step (grow_group: cheap where nobody waits; after a shrink it waits for as
 many as were lost, whom a launcher that replaces ranks starts). A process started with
 RINGCOMM_JOIN=1 waits for the victim's word (as a launcher would start it once the rank is
-lost), joins (join_process_group), and gets the state (broadcast_state). Everyone reports its
-rank and size after, the times, and a hash of the parameters and of the optimizer's state (all
-must agree).
+lost), joins (join_process_group), and gets the state (broadcast_state, which every rank runs
+where it builds the model's DDP). Everyone reports its rank and size after, the times, and a hash
+of the parameters and of the optimizer's state (all must agree).
 """
 
 import time
@@ -48,7 +48,6 @@ if ringcomm.c10d.joining():
         time.sleep(0.01)
     began = time.monotonic()
     ringcomm.c10d.join_process_group()
-    step = ringcomm.c10d.broadcast_state(module, optimizer, step)
     outcome.update(
         newcomer=True, import_seconds=imported - started, join_seconds=time.monotonic() - began
     )
@@ -66,7 +65,8 @@ while step < steps:
             open(killed_file, "w").close()
         os.kill(os.getpid(), signal.SIGKILL)
     try:
-        if model is None:
+        if model is None:  # at the start, after a shrink or a grow: rank 0's state everywhere
+            step = ringcomm.c10d.broadcast_state(module, optimizer, step)
             model = DistributedDataParallel(module)
         data = torch.randn(32, 64, generator=generator)
         loss = model(data).square().mean()
@@ -77,7 +77,6 @@ while step < steps:
         # At the end of a step, where a newcomer's join_process_group() meets it.
         if ringcomm.c10d.grow_group(expect=replacements, timeout=60):
             replacements = 0
-            step = ringcomm.c10d.broadcast_state(module, optimizer, step)
             outcome.setdefault("grew_at", time.time())
             model = None
     except RuntimeError as error:

@@ -48,8 +48,10 @@ while step < steps:
         os.kill(os.getpid(), signal.SIGKILL)
     try:
         if model is None:
-            # On the (shrunk) default group; DDP's constructor broadcasts the parameters from
-            # its rank 0, so every survivor starts again from the same ones.
+            # On the (shrunk) default group: rank 0's parameters, optimizer state and step, so
+            # that every survivor starts again from the same ones (a failure can strike after
+            # one survivor's step completed and before another's).
+            step = ringcomm.c10d.broadcast_state(module, optimizer, step)
             model = DistributedDataParallel(module)
         data = torch.randn(32, 64, generator=generator)
         loss = model(data).square().mean()

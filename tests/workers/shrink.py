@@ -121,9 +121,16 @@ def die_with_a_squatter() -> None:
 # A training loop that survives: any failure, in the stream or in the checks after it, and the
 # survivors shrink and go on. `shrinks` records each: when it started after the failure, and
 # how long it took.
-shrinks, failed_at, iteration = [], None, 0
+shrinks, failed_at, iteration, agreed_after = [], None, 0, 0
 while True:
     try:
+        if len(shrinks) > agreed_after and mode != "partition":
+            # A failure can strike after some survivors' collective completed and before
+            # others' did: they agree where the stream stands, as a training loop agrees on its
+            # step, or every collective after would mismatch and shrink again, for ever.
+            position = np.array([iteration], np.int64)
+            comm.allreduce(position, op=ringcomm.MIN)
+            iteration, agreed_after = int(position[0]), len(shrinks)
         if mode == "partition" and not shrinks:
             comm.allreduce(x)
             iteration += 1
