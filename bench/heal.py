@@ -10,8 +10,9 @@ survivors), DDP on the ringcomm backend (bench/heal_worker.py). A victim drawn f
 (rank 0 in the first run) kills itself; the moment it is gone, this script starts a replacement
 on its host, as ringcomm-run --replace does, which finds the members in RINGCOMM_DOOR_DIR. Per
 run: the seconds from the kill to the survivors' next step; the replacement's process start (to
-its first line of user code) and imports (torch, ringcomm) apart; and from its imports to the
-job at full size with the state on every rank (join, grow, the state's broadcast).
+its first line of user code), imports (torch, ringcomm) and the building of its model and
+optimizer apart; and from its join_process_group() to the job at full size with the state on
+every rank (join, grow, the state's broadcast).
 
 --transfer 100M times the state's transfer alone: a 100M-parameter model and its SGD momentum
 (800 MB) from the members to a newcomer, against the link's rate.
@@ -70,24 +71,31 @@ def run(hosts, nranks: int, mode: str, victim: int, params: str, steps: int) -> 
                 p.kill()
                 errors.append("(timed out) " + p.communicate()[1])
         lines = read_log(work)
+        if os.environ.get("HEAL_LOG"):
+            print("\n".join(" ".join(w) for w in lines))
+            print("".join(e for e in errors if e and "STAMP" in e))
     codes = [p.returncode for p in procs]
     ok = all(code == 0 for i, code in enumerate(codes) if mode == "transfer" or i != victim)
     first = {words[0]: float(words[1]) for words in lines if words[0] in (
-        "start", "imported", "joined", "synced", "killed")}  # fmt: skip
-    # The replacement's "synced <t> <bytes>", and the members' "synced <rank> <t> <bytes>".
-    synced = [(float(w[-2]), int(w[-1])) for w in lines if w[0] == "synced"]
+        "start", "imported", "calling", "joined", "received", "killed")}  # fmt: skip
+    # The replacement's "received <t> <bytes>", and the members' "synced <rank> <t> <bytes>".
+    synced = [(float(w[-2]), int(w[-1])) for w in lines if w[0] in ("received", "synced")]
     grown = [float(w[2]) for w in lines if w[0] == "grown"]
-    result = {"ok": ok and "synced" in first, "codes": codes,
+    result = {"ok": ok and "received" in first, "codes": codes,
               "tail": "".join(e[-1200:] for e in errors if e)}  # fmt: skip
     if not result["ok"]:
         return result
-    full = max([first["synced"]] + [t for t, _ in synced])
+    full = max(t for t, _ in synced)
     result.update(
         process_start=first["start"] - launched,
         imports=first["imported"] - first["start"],
-        heal=full - first["imported"],
+        setup=first["calling"] - first["imported"],
+        heal=full - first["calling"],
+        join=first["joined"] - first["calling"],
         transfer_bytes=max(b for _, b in synced),
-        transfer_seconds=first["synced"] - (min(grown) if grown else first["joined"]),
+        # From when the last of them has the grown group (the newcomer's join returned, every
+        # member's grow did) to the newcomer holding the state.
+        transfer_seconds=first["received"] - max(grown + [first["joined"]]),
     )
     if "killed" in first:
         killed = first["killed"]
@@ -133,8 +141,10 @@ def main(argv=None) -> int:
                 + (f"victim {outcome['victim']}, next step {outcome['next_step']:.2f} s after "
                    "the kill; " if "victim" in outcome else "")
                 + f"replacement: process start {outcome['process_start']:.2f} s, imports "
-                f"{outcome['imports']:.2f} s, then full size with the state in "
-                f"{outcome['heal']:.2f} s; state {outcome['transfer_bytes'] / 1e6:.0f} MB in "
+                f"{outcome['imports']:.2f} s, model and optimizer built in "
+                f"{outcome['setup']:.2f} s, then from its join_process_group() full size with "
+                f"the state in {outcome['heal']:.2f} s (joined in {outcome['join']:.2f} s); "
+                f"state {outcome['transfer_bytes'] / 1e6:.0f} MB in "
                 f"{outcome['transfer_seconds']:.2f} s = {rate / link_bytes:.2f} of the link",
                 flush=True,
             )  # fmt: skip
@@ -142,7 +152,7 @@ def main(argv=None) -> int:
         if good:
             heal = [r["heal"] for r in good]
             print(f"\n{len(good)}/{len(results)} runs healed; full size {min(heal):.2f}-"
-                  f"{max(heal):.2f} s after the replacement's imports (median "
+                  f"{max(heal):.2f} s after the replacement's join_process_group() (median "
                   f"{statistics.median(heal):.2f})")  # fmt: skip
     return 0 if len(good) == len(results) else 1
 

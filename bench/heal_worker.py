@@ -9,8 +9,8 @@ argv: mode victim kill_step steps log_dir params
             optimizer's state, to time that transfer across the link
 params: the model's size, "1.3M" (bench/recovery.py's MLP) or "100M" (eight 3584x3584 layers).
 Every process started with RINGCOMM_JOIN=1 is a replacement. Log lines (log_dir/heal.txt):
-"start|imported|joined|synced <wall time> [bytes]" from the replacement, "killed <t>" from the
-victim, "<rank> <step> <t>" for every completed step, "grown <rank> <t>" and
+"start|imported|calling|joined|received <wall time> [bytes]" from the replacement, "killed <t>"
+from the victim, "<rank> <step> <t>" for every completed step, "grown <rank> <t>" and
 "synced <rank> <t> <bytes>" from the members.
 """
 
@@ -71,11 +71,12 @@ step = 0
 if joining:
     log(f"start {started}")
     log(f"imported {imported}")
+    log(f"calling {time.time()}")
     ringcomm.c10d.join_process_group()
     log(f"joined {time.time()}")
     if mode == "transfer":
         step = ringcomm.c10d.broadcast_state(module, optimizer, step)
-        log(f"synced {time.time()} {state_bytes(module, optimizer)}")
+        log(f"received {time.time()} {state_bytes(module, optimizer)}")
 else:
     dist.init_process_group("ringcomm")
 if mode == "transfer":
@@ -98,7 +99,7 @@ while step < steps:
         if model is None:  # at the start, after a shrink or a grow: rank 0's state
             step = ringcomm.c10d.broadcast_state(module, optimizer, step)
             if joining and not synced:
-                log(f"synced {time.time()} {state_bytes(module, optimizer)}")
+                log(f"received {time.time()} {state_bytes(module, optimizer)}")
                 synced = True
             model = DistributedDataParallel(module)
         inputs = torch.randn(32, 256)
@@ -108,6 +109,8 @@ while step < steps:
         optimizer.step()
         step += 1
         log(f"{dist.get_rank()} {step} {time.time()}")
+        if replacements:
+            log(f"growing {dist.get_rank()} {time.time()}")
         if ringcomm.c10d.grow_group(expect=replacements, timeout=120):
             log(f"grown {dist.get_rank()} {time.time()}")
             replacements = 0

@@ -79,6 +79,9 @@ def extension(verbose: bool = False):
     name = f"ringcomm_c10d_{_build_key(torch)}"
     build_dir = Path(cpp_extension.get_default_build_root()) / name
     build_dir.mkdir(parents=True, exist_ok=True)
+    loaded = _load_built(name, build_dir)
+    if loaded is not None:
+        return loaded
     if not any(build_dir.glob(f"{name}*.so")):
         print(
             f"ringcomm: compiling the torch.distributed backend against torch {torch.__version__} "
@@ -112,6 +115,29 @@ def extension(verbose: bool = False):
             f"{torch.__version__} ({error}). It needs a C++17 compiler and ninja "
             "(pip install ninja); run `python -m ringcomm.c10d` to see the compiler's output."
         ) from error
+
+
+def _load_built(name: str, build_dir: Path):
+    """The module built already, imported as it is, or None. Its name hashes torch's version and
+    every source and header it is built from, so a build of that name is this one: asking ninja
+    (cpp_extension.load) only costs each process a second, which a replacement that joins a
+    running job (ringcomm.c10d.join_process_group) spends while every member waits. Not while
+    another process builds it (torch's lock file is there), nor where it cannot be imported."""
+    import importlib.util
+
+    built = next(iter(sorted(build_dir.glob(f"{name}*.so"))), None)
+    if built is None or (build_dir / "lock").exists():
+        return None
+    try:
+        spec = importlib.util.spec_from_file_location(name, built)
+        if spec is None or spec.loader is None:
+            return None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+        return module
+    except ImportError:
+        return None
 
 
 def main() -> None:

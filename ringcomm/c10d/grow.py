@@ -31,7 +31,6 @@ A newcomer finds the members on the launcher's store (``RINGCOMM_STORE``, under 
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 from datetime import timedelta
@@ -120,31 +119,67 @@ def broadcast_state(module=None, optimizer=None, extra: Any = None, root: int = 
 
     if module is not None:
         with torch.no_grad():
-            for tensor in module.state_dict().values():
-                dist.broadcast(tensor, src=root)
-    carried = [extra]
+            # All queued at once: the engine runs them back to back, with no round trip through
+            # Python between them.
+            works = [
+                dist.broadcast(t, src=root, async_op=True) for t in module.state_dict().values()
+            ]
+            for work in works:
+                work.wait()
     if optimizer is not None:
-        buffer = io.BytesIO()
-        if dist.get_rank() == root:
-            torch.save(optimizer.state_dict(), buffer)
-        payload = _broadcast_bytes(buffer.getvalue(), root)
-        if dist.get_rank() != root:
-            optimizer.load_state_dict(torch.load(io.BytesIO(payload), weights_only=False))
+        _broadcast_optimizer_state(optimizer, root)
+    carried = [extra]
     dist.broadcast_object_list(carried, src=root)
     return carried[0]
 
 
-def _broadcast_bytes(data: bytes, root: int) -> bytes:
+def _broadcast_optimizer_state(optimizer, root: int) -> None:
+    """Rank ``root``'s optimizer state to every rank: its layout (the state dict with each
+    tensor replaced by its shape and dtype) pickled, then each tensor by a broadcast of its own,
+    into tensors the others allocate: the bulk (momentum, Adam's moments) never passes through
+    pickle, and moves at the link's speed."""
     import torch
     import torch.distributed as dist
 
-    length = torch.tensor([len(data)], dtype=torch.int64)
-    dist.broadcast(length, src=root)
-    payload = torch.empty(int(length[0]), dtype=torch.uint8)
-    if dist.get_rank() == root:
-        payload.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
-    dist.broadcast(payload, src=root)
-    return payload.numpy().tobytes()
+    tensors: list = []
+
+    def layout_of(value):
+        if torch.is_tensor(value):
+            tensors.append(value.detach().contiguous())
+            return _TensorSlot(tuple(value.shape), value.dtype)
+        if isinstance(value, dict):
+            return {k: layout_of(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(layout_of(v) for v in value)
+        return value
+
+    layout = [layout_of(optimizer.state_dict()) if dist.get_rank() == root else None]
+    dist.broadcast_object_list(layout, src=root)
+
+    def filled(value):
+        if isinstance(value, _TensorSlot):
+            tensor = torch.empty(value.shape, dtype=value.dtype)
+            tensors.append(tensor)
+            return tensor
+        if isinstance(value, dict):
+            return {k: filled(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(filled(v) for v in value)
+        return value
+
+    state = filled(layout[0]) if dist.get_rank() != root else None
+    for work in [dist.broadcast(tensor, src=root, async_op=True) for tensor in tensors]:
+        work.wait()
+    if state is not None:
+        optimizer.load_state_dict(state)
+
+
+class _TensorSlot:
+    """A tensor's place in an optimizer state's layout: what a receiver allocates for it."""
+
+    def __init__(self, shape: tuple, dtype) -> None:
+        self.shape = shape
+        self.dtype = dtype
 
 
 def _timedelta(seconds: Optional[float]) -> timedelta:
