@@ -36,6 +36,26 @@ def test_ddp_and_comm_hooks_match_one_process(size):
         assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"])
 
 
+@pytest.mark.timeout(120)
+def test_future_is_complete_when_wait_returns():
+    """gloo's order, which torchft relies on: the Future completes (value or error, callbacks
+    run) before the Work, whose completion wakes wait(). 200 rounds each of all_reduce,
+    broadcast, barrier and send/recv, then a receive that fails."""
+    rounds = 200
+    outcomes = run_torch_job(2, "torch_completion_order.py", args=[str(rounds)], deadline=90)
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        result = outcome.result
+        assert result["failures"] == [], f"{result['failed']} failures, first:\n" + "\n".join(
+            result["failures"]
+        )
+        # The rank that leads a round chains its callback before the operation can complete
+        # (half the rounds, a quarter for send/recv, where a send may complete at once): those
+        # rounds did test the order.
+        for operation in ("all_reduce", "broadcast", "barrier", "send_recv"):
+            assert result["told"][operation] >= rounds // 4, result["told"]
+
+
 def test_dead_rank_makes_the_others_raise_naming_it():
     outcomes = run_torch_job(3, "torch_failure.py", deadline=60)
     survivors = [o for o in outcomes if o.rank != 1]

@@ -76,8 +76,21 @@ void RingcommWork::complete(std::exception_ptr error) {
   // stream they were allocated on, which is ordered after the collective.
   keepAlive_.clear();
   if (error) error = toTorchError(error, name_);
+  // The Future before the Work, as gloo finishes its work: finish() is what wakes wait(), and
+  // code that reads the Future as soon as wait() returns (torchft does) must find it done, with
+  // its value or error, and the callbacks chained on it before completion already run. Those
+  // callbacks run inline here, so one that asks is_completed() gets false, as under gloo, and
+  // one that waits for this Work would never return.
+  try {
+    completeFuture(error);
+  } catch (...) {
+    finish(error);  // a callback that throws must not leave wait() blocked forever
+    throw;
+  }
   finish(error);
-  // After finish(): a Future callback that asks is_completed() gets true.
+}
+
+void RingcommWork::completeFuture(const std::exception_ptr& error) {
   if (error) {
     future_->setError(error);
   } else {

@@ -1,7 +1,7 @@
 // The torch Work handed back for every operation. It completes when the core's Work does, on the
 // engine thread (or on the caller's, for a blocking call that ran there), after copying results
-// back into the caller's tensors where the operation needed a staging buffer, and then completes
-// the torch Future that DDP and comm hooks chain on.
+// back into the caller's tensors where the operation needed a staging buffer; it completes the
+// torch Future that DDP and comm hooks chain on first, then itself (which wakes wait()).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -53,6 +53,8 @@ class RingcommWork : public ::c10d::Work {
 
  private:
   void complete(std::exception_ptr error);
+  // Sets the Future's value (outputs_) or error, running the callbacks chained on it.
+  void completeFuture(const std::exception_ptr& error);
 
   const char* name_;
   std::vector<at::Tensor> outputs_;
