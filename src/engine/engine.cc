@@ -41,6 +41,22 @@ std::vector<std::pair<WorkPtr, std::exception_ptr>> Engine::runExclusive(Item* i
   return finished;
 }
 
+void Engine::handOn(bool pending) {
+  pending_ = pending;
+  busy_ = false;
+  ensureRunner();
+  if (stopping_ && queue_.empty()) {
+    // Stopping, and the queue has run dry: every waiting thread may exit now, and only this
+    // tells them. stop()'s own wake-up may have come while this task ran with more queued behind
+    // it, and sent them back to wait; stop() joins them.
+    wake_.notify_all();
+  } else if (!queue_.empty() || pending_) {
+    // Wake a waiting thread only when there is work for it: a needless wake-up costs a small
+    // collective's caller several microseconds on a busy core.
+    wake_.notify_one();
+  }
+}
+
 void Engine::ensureRunner() {
   if ((queue_.empty() && !pending_) || busy_ || idleThreads_ > 0 || stopping_) return;
   threads_.emplace_back([this] { loop(); });
@@ -65,12 +81,7 @@ WorkPtr Engine::enqueue(Item item, bool runInCaller) {
     lock.unlock();
     auto finished = runExclusive(&item, false, pending);
     lock.lock();
-    pending_ = pending;
-    busy_ = false;
-    ensureRunner();
-    // Wake a waiting thread only when there is work for it: a needless wake-up costs a small
-    // collective's caller several microseconds on a busy core.
-    if (!queue_.empty() || pending_) wake_.notify_one();
+    handOn(pending);
     lock.unlock();
     completeAll(finished);
     return work;
@@ -105,13 +116,8 @@ void Engine::loop() {
       finished = runExclusive(nullptr, true, pending);
     }
     lock.lock();
-    pending_ = pending;
-    busy_ = false;
     // The callbacks below may wait for work queued behind this one: hand the queue on first.
-    ensureRunner();
-    // Wake a waiting thread only when there is work for it: a needless wake-up costs a small
-    // collective's caller several microseconds on a busy core.
-    if (!queue_.empty() || pending_) wake_.notify_one();
+    handOn(pending);
     lock.unlock();
     completeAll(finished);
     lock.lock();

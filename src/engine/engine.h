@@ -66,6 +66,9 @@ class Engine {
   // `pending` is updated from the poller (written back under the lock by the caller).
   std::vector<std::pair<WorkPtr, std::exception_ptr>> runExclusive(Item* item, bool mayBlock,
                                                                    bool& pending);
+  // Called with the lock held once a task or poll has run: gives up the exclusive right (with
+  // the poller's `pending`) and wakes the threads that now have something to do.
+  void handOn(bool pending);
   // Called with the lock held: starts a thread if work is queued and no thread is free to run it.
   void ensureRunner();
 
