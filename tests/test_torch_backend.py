@@ -56,6 +56,18 @@ def test_future_is_complete_when_wait_returns():
             assert result["told"][operation] >= rounds // 4, result["told"]
 
 
+@pytest.mark.timeout(120)
+def test_dropping_a_backend_with_work_in_flight_never_hangs():
+    """100 backends, each dropped by Python (its last reference, so its destructor runs holding
+    the GIL) while two all-reduces run on it, one with a Python callback chained on its Future,
+    the other's tensor held by nothing but its Work: the engine's threads need the GIL to finish
+    them, and the destructor joins those threads. A rank that hangs prints where, at 60 s."""
+    outcomes = run_torch_job(2, "torch_teardown.py", args=["100", "60"], deadline=90)
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"])
+
+
 def test_dead_rank_makes_the_others_raise_naming_it():
     outcomes = run_torch_job(3, "torch_failure.py", deadline=60)
     survivors = [o for o in outcomes if o.rank != 1]

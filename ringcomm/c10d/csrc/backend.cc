@@ -12,6 +12,7 @@
 #include <tuple>
 #include <utility>
 
+#include "gil.h"
 #include "ringcomm/config.h"
 #include "ringcomm/errors.h"
 #include "sparse.h"
@@ -199,11 +200,15 @@ std::vector<int64_t> RingcommBackend::lostRanks() {
 }
 
 RingcommBackend::~RingcommBackend() {
+  // Python drops its last reference to a backend holding the GIL, which the engine's threads may
+  // need before the shutdown below can join them (gil.h).
+  GilReleased released;
   try {
     communicator_->shutdown();
   } catch (...) {
     // A destructor must not throw; the communicator has already reported its failure.
   }
+  communicator_.reset();  // the rest of its teardown, too, leaves other Python threads running
 }
 
 template <typename CoreOptions>
@@ -861,6 +866,9 @@ uint64_t RingcommBackend::getSequenceNumberForGroup() { return sequence_.load();
 
 void RingcommBackend::abort() { communicator_->abort("aborted through torch.distributed"); }
 
-void RingcommBackend::shutdown() { communicator_->shutdown(); }
+void RingcommBackend::shutdown() {
+  GilReleased released;  // the engine's threads, which it joins, may need the GIL (gil.h)
+  communicator_->shutdown();
+}
 
 }  // namespace ringcomm::c10d_backend
