@@ -65,11 +65,10 @@ class State:
         collective (rank 0's view is broadcast), so every rank must call it together. Without
         an elastic driver, workers that asked to join (a lost worker's replacement, started
         with RINGCOMM_JOIN) are admitted here: the job's communicator grows in place."""
-        if not elastic_worker.active():
+        if not elastic_worker.active() and job.is_initialized():
             grown = job.comm().grow()
             if grown is not job.comm():
                 raise HostsUpdatedInterrupt(False, grown)
-            return
         if self._rank() == 0:
             # The driver's notices reach rank 0 only, as in Horovod; the broadcast below
             # tells the others.
