@@ -1,6 +1,7 @@
 """Chaos: many jobs, each losing 1-3 processes at random moments, that must heal (issue 48).
 
     python bench/chaos.py --jobs 100 --seed 1
+    python bench/chaos.py --jobs 50 --seed 2 --hosts 2 --link-rate 1gbit   # root
 
 Each job runs bench/chaos_worker.py under ``ringcomm-run --replace`` on this machine: 4-8 ranks
 train through the core API, shrink after every loss, and admit the launcher's replacements with
@@ -9,12 +10,15 @@ first in a training step (rank 0's sometimes), the others in a step, during the 
 shrink, during a grow, during the state's transfer to a newcomer, or a replacement right after
 it joined. A job passes when it ends within its deadline (no hang) and every process that ended
 reports the same weights at the job's first size (healed), or a side reports that it lost its
-quorum (MembershipError). Prints a line a job and a summary table (bench/RESULTS.md).
+quorum (MembershipError). Prints a line a job and a summary table (bench/RESULTS.md). With
+--hosts, the ranks run on namespace hosts, each started on its own (env://, rank 0 serving the
+store), and this script starts the replacements on the lost ranks' hosts.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -75,6 +79,60 @@ def run_job(ranks: int, tokens: list[str], deadline: float) -> dict:
             "seconds": seconds, "results": results, "stderr": err}  # fmt: skip
 
 
+def run_job_on_hosts(hosts, ranks: int, tokens: list[str], deadline: float) -> dict:
+    """Runs one job on namespace hosts, the ranks spread evenly, each started on its own
+    (env://, rank 0 serving the store: it dies with rank 0), playing ringcomm-run --replace's
+    part: a process killed is started again on its host, to join. The members keep their
+    addresses in RINGCOMM_DOOR_DIR, which every host sees."""
+    from ringcomm._ports import free_port
+
+    with tempfile.TemporaryDirectory(prefix="ringcomm-chaos-") as chaos_dir:
+        for n, token in enumerate(tokens):
+            Path(chaos_dir, f"{n}-{token}").touch()
+        base = dict(
+            os.environ, CHAOS_DIR=chaos_dir, RINGCOMM_TIMEOUT="30",
+            RINGCOMM_SECRET=os.urandom(16).hex(), RINGCOMM_DOOR_DIR=str(Path(chaos_dir, "door")),
+            MASTER_ADDR=hosts.address(0), MASTER_PORT=str(free_port()), WORLD_SIZE=str(ranks),
+        )  # fmt: skip
+        outputs = []
+
+        def start(host: int, env: dict):
+            out = open(Path(chaos_dir, f"out-{len(outputs)}"), "w+")
+            outputs.append(out)
+            return host, subprocess.Popen(
+                hosts.command(host, [sys.executable, str(WORKER)]), env=env, stdout=out,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+        started = time.monotonic()
+        procs = [start(r * len(hosts) // ranks, dict(base, RANK=str(r))) for r in range(ranks)]
+        replaced, left = set(), len(tokens) + 2
+        while time.monotonic() - started < deadline:
+            running = [p for _, p in procs if p.poll() is None]
+            for index, (host, proc) in enumerate(list(procs)):
+                if proc.returncode == -9 and index not in replaced and left > 0:
+                    replaced.add(index)
+                    left -= 1
+                    procs.append(start(host, dict(base, RINGCOMM_JOIN="1")))
+            if not running:
+                break
+            time.sleep(0.01)
+        hung = any(p.poll() is None for _, p in procs)
+        for _, proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        text = ""
+        for out in outputs:
+            out.seek(0)
+            text += out.read()
+            out.close()
+        claimed = sum(1 for name in os.listdir(chaos_dir) if name.startswith("claimed-"))
+    results = [json.loads(line[7:]) for line in text.splitlines() if line.startswith("RESULT")]
+    return {"ranks": ranks, "tokens": tokens, "claimed": claimed, "hung": hung,
+            "seconds": time.monotonic() - started, "results": results, "stderr": text}  # fmt: skip
+
+
 def judge(job: dict) -> str:
     """healed, quorum lost, or what went wrong."""
     if job["hung"]:
@@ -99,13 +157,30 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--deadline", type=float, default=150.0, help="seconds a job may take")
     parser.add_argument("--json", help="write every job's outcome here")
+    parser.add_argument("--hosts", type=int, default=1, help="namespace hosts (root) when > 1")
+    parser.add_argument("--link-rate", help="their links' rate, e.g. 1gbit")
     args = parser.parse_args(argv)
+    with contextlib.ExitStack() as stack:
+        hosts = None
+        if args.hosts > 1:
+            from ringcomm.bench import netns
+
+            hosts = stack.enter_context(
+                netns.hosts(args.hosts, "10.231.86", rate=args.link_rate, tag="rx")
+            )
+        return run_jobs(args, hosts)
+
+
+def run_jobs(args, hosts) -> int:
     rng = random.Random(args.seed)
     verdicts: Counter = Counter()
     jobs = []
     for number in range(args.jobs):
         ranks, tokens = plan(rng)
-        job = run_job(ranks, tokens, args.deadline)
+        if hosts is None:
+            job = run_job(ranks, tokens, args.deadline)
+        else:
+            job = run_job_on_hosts(hosts, ranks, tokens, args.deadline)
         verdict = judge(job)
         verdicts[verdict] += 1
         job["verdict"] = verdict

@@ -68,6 +68,17 @@ def test_dropping_a_backend_with_work_in_flight_never_hangs():
         assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"])
 
 
+def test_exiting_with_a_group_left_open_exits_cleanly():
+    """A program that exits without destroy_process_group(), Works with Python callbacks still
+    finishing: ringcomm shuts its groups down at exit, before Python finalizes, so that no engine
+    thread asks for the GIL of a dying interpreter (which terminated the process). Several runs,
+    since the race was lost only sometimes."""
+    for _ in range(3):
+        outcomes = run_torch_job(2, "torch_exit_open.py", args=["20"], deadline=60)
+        for outcome in outcomes:
+            assert outcome.returncode == 0, outcome.describe()
+
+
 def test_dead_rank_makes_the_others_raise_naming_it():
     outcomes = run_torch_job(3, "torch_failure.py", deadline=60)
     survivors = [o for o in outcomes if o.rank != 1]

@@ -12,6 +12,7 @@ Under ``mpirun``, ``init_process_group("ringcomm")`` needs no RANK or MASTER_ADD
 
 from __future__ import annotations
 
+import atexit
 import os
 from datetime import timedelta
 
@@ -151,9 +152,31 @@ def register() -> None:
     if BACKEND_NAME not in dist.Backend.backend_list:
         dist.Backend.register_backend(BACKEND_NAME, _create_backend, devices=_devices())
         _label_shrunk_groups()
+        atexit.register(_shut_down_groups_left_open)
     from ringcomm.c10d import _mpi_rendezvous
 
     _mpi_rendezvous.install()
+
+
+def _shut_down_groups_left_open() -> None:
+    """At exit, the ringcomm groups a program did not destroy are shut down while Python still
+    runs: their engine threads may be finishing Works whose Future callbacks, or whose tensors'
+    last references, need the GIL, and an engine thread that asks for it while the interpreter
+    finalizes is ended by Python, which terminates the process ("terminate called without an
+    active exception"; 4 of 6 such exits in issue 49's tests)."""
+    import torch
+    import torch.distributed.distributed_c10d as c10d
+
+    for group in list(getattr(c10d._world, "pg_map", {})):
+        try:
+            backend = group._get_backend(torch.device("cpu"))
+        except (RuntimeError, ValueError):
+            continue
+        if getattr(backend, "name", lambda: "")() == BACKEND_NAME:
+            try:
+                backend.shutdown()
+            except RuntimeError:
+                pass  # it failed before; its error was raised where it happened
 
 
 def _label_shrunk_groups() -> None:

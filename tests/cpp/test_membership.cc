@@ -31,20 +31,27 @@ namespace {
 
 const std::string kMembershipSecret = "membership-test-secret-0123456789";
 
+// A listening socket on a free loopback port that nobody accepts on: its fd, and `address` set.
+int listenOnLoopback(int backlog, sockaddr_in& address) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  address = sockaddr_in{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  listen(listener, backlog);
+  socklen_t length = sizeof(address);
+  getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
+  return listener;
+}
+
 // An address whose connections go unanswered, as a host beyond a partition's: a listener whose
 // accept queue is full, so that the kernel drops further SYNs (an outside address will not do: a
 // sandbox's network may answer for any). Filled by connections nobody accepts.
 class Unanswered {
  public:
   Unanswered() {
-    listener_ = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-    listen(listener_, 0);
-    socklen_t length = sizeof(address);
-    getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length);
+    listener_ = listenOnLoopback(0, address);
     port_ = ntohs(address.sin_port);
     for (int i = 0; i < 4; ++i) {
       const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
@@ -78,14 +85,8 @@ class Squatter {
       port_ = otherJob_->port();
       return;
     }
-    listener_ = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-    listen(listener_, 64);
-    socklen_t length = sizeof(address);
-    getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length);
+    listener_ = listenOnLoopback(64, address);
     port_ = ntohs(address.sin_port);
     if (kind == Kind::HangsUp) {
       hangingUp_ = std::thread([this] {
