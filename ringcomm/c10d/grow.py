@@ -111,33 +111,39 @@ def join_process_group(address: Optional[str] = None, timeout: Optional[float] =
 
 def broadcast_state(module=None, optimizer=None, extra: Any = None, root: int = 0) -> Any:
     """Rank ``root``'s state to every rank of the default group, in place: the module's
-    parameters and buffers (one broadcast each, at the link's speed), the optimizer's state
-    (serialized once), and ``extra`` (any picklable value, such as the step), which it returns.
+    parameters and buffers and the optimizer's state (a broadcast a tensor, at the link's speed;
+    the optimizer's layout alone pickled), and ``extra`` (any picklable value, such as the
+    step), which it returns.
     Every rank calls it, newcomers with freshly built module and optimizer."""
     import torch
     import torch.distributed as dist
 
+    # The optimizer's layout first, so that a receiver allocates its state while the module's
+    # tensors arrive; then everything queued at once: the engine runs the broadcasts back to
+    # back, with no round trip through Python between them.
+    receive = _optimizer_layout(optimizer, root) if optimizer is not None else None
+    works = []
     if module is not None:
         with torch.no_grad():
-            # All queued at once: the engine runs them back to back, with no round trip through
-            # Python between them.
-            works = [
-                dist.broadcast(t, src=root, async_op=True) for t in module.state_dict().values()
-            ]
-            for work in works:
-                work.wait()
-    if optimizer is not None:
-        _broadcast_optimizer_state(optimizer, root)
+            tensors = list(module.state_dict().values())
+            works = [dist.broadcast(t, src=root, async_op=True) for t in tensors]
+    if receive is not None:
+        state, tensors = receive()
+        works += [dist.broadcast(tensor, src=root, async_op=True) for tensor in tensors]
+    for work in works:
+        work.wait()
+    if receive is not None and state is not None:
+        optimizer.load_state_dict(state)
     carried = [extra]
     dist.broadcast_object_list(carried, src=root)
     return carried[0]
 
 
-def _broadcast_optimizer_state(optimizer, root: int) -> None:
-    """Rank ``root``'s optimizer state to every rank: its layout (the state dict with each
-    tensor replaced by its shape and dtype) pickled, then each tensor by a broadcast of its own,
-    into tensors the others allocate: the bulk (momentum, Adam's moments) never passes through
-    pickle, and moves at the link's speed."""
+def _optimizer_layout(optimizer, root: int):
+    """Rank ``root``'s optimizer state's layout (its state dict with each tensor replaced by its
+    shape and dtype), pickled to every rank; returns a function that gives (the state to load,
+    or None on root; the tensors to broadcast into, in order). The bulk (momentum, Adam's
+    moments) never passes through pickle, and moves at the link's speed."""
     import torch
     import torch.distributed as dist
 
@@ -158,7 +164,10 @@ def _broadcast_optimizer_state(optimizer, root: int) -> None:
 
     def filled(value):
         if isinstance(value, _TensorSlot):
-            tensor = torch.empty(value.shape, dtype=value.dtype)
+            # Zeroed, not empty: the first touch of fresh memory costs a page fault a page (10 us
+            # each on the 2-core VM, a second for 411 MB), paid here while the module's tensors
+            # still arrive rather than by the receive itself.
+            tensor = torch.zeros(value.shape, dtype=value.dtype)
             tensors.append(tensor)
             return tensor
         if isinstance(value, dict):
@@ -167,11 +176,12 @@ def _broadcast_optimizer_state(optimizer, root: int) -> None:
             return type(value)(filled(v) for v in value)
         return value
 
-    state = filled(layout[0]) if dist.get_rank() != root else None
-    for work in [dist.broadcast(tensor, src=root, async_op=True) for tensor in tensors]:
-        work.wait()
-    if state is not None:
-        optimizer.load_state_dict(state)
+    def receive():
+        if dist.get_rank() == root:
+            return None, tensors
+        return filled(layout[0]), tensors
+
+    return receive
 
 
 class _TensorSlot:

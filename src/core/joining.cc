@@ -14,6 +14,7 @@
 //      and the leader's mailbox, where the leader wrote every member's address by new rank.
 //   4. Form the grown communicator there with the members (formAmong). Where that fails (someone
 //      died meanwhile), the members agree again and welcome it anew: it waits for that.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>

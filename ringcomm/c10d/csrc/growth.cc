@@ -8,6 +8,10 @@
 #include <vector>
 
 #include "backend.h"
+#include "ringcomm/communicator.h"
+#include "ringcomm/config.h"
+#include "ringcomm/options.h"
+#include "ringcomm/store.h"
 
 namespace ringcomm::c10d_backend {
 namespace {
