@@ -110,7 +110,8 @@ def run_job_on_hosts(hosts, ranks: int, tokens: list[str], deadline: float) -> d
         while time.monotonic() - started < deadline:
             running = [p for _, p in procs if p.poll() is None]
             for index, (host, proc) in enumerate(list(procs)):
-                if proc.returncode == -9 and index not in replaced and left > 0:
+                # As ringcomm-run --replace: any process that failed (killed, or raised).
+                if proc.returncode not in (None, 0) and index not in replaced and left > 0:
                     replaced.add(index)
                     left -= 1
                     procs.append(start(host, dict(base, RINGCOMM_JOIN="1")))

@@ -83,10 +83,15 @@ def main() -> int:
     counters = np.zeros(2, np.int64)  # step, replacements expected
     if joined:
         die_at("joined", comm.rank)
-        share(comm, weights, counters)
-    shrinks = grows = 0
+    # After a shrink or a grow (and in a newcomer, first): rank 0's state is everyone's. Inside
+    # the loop, so that a death while it moves is one more failure to recover from.
+    changed, shrinks, grows = joined, 0, 0
     while counters[0] < STEPS or (counters[1] > 0 and counters[0] < MOST_STEPS):
         try:
+            if changed:
+                die_at("transfer", comm.rank, within_ms=5)
+                share(comm, weights, counters)
+                changed = False
             die_at(f"step{counters[0]}", comm.rank)
             grads = gradients(int(counters[0]), weights)
             comm.allreduce(grads, op=ringcomm.AVG)
@@ -95,15 +100,17 @@ def main() -> int:
             if counters[1] > 0:
                 die_at("grow", comm.rank, within_ms=20)
                 before = comm.size
-                grown = comm.grow(expect=1, timeout=30)
+                try:
+                    grown = comm.grow(expect=1, timeout=30)
+                except ringcomm.TimeoutError:
+                    counters[1] = 0  # no replacement came (every member gives up alike)
+                    continue
                 if grown is not comm:
                     former = grown._core.former_ranks
                     kept = sum(1 for r in former if r >= 0)
-                    comm = grown
+                    comm, changed = grown, True
                     grows += 1
                     counters[1] += (before - kept) - (len(former) - kept)
-                    die_at("transfer", comm.rank, within_ms=5)
-                    share(comm, weights, counters)
         except ringcomm.MembershipError as error:
             report(comm, weights, counters, shrinks, grows, quorum_lost=str(error))
             return 3
@@ -117,11 +124,7 @@ def main() -> int:
                 return 3
             shrinks += 1
             counters[1] += before - comm.size  # the launcher starts a replacement for each
-            # The survivors may have stopped in different steps: rank 0's state is theirs.
-            try:
-                share(comm, weights, counters)
-            except ringcomm.RingcommError:
-                pass  # another loss: the loop's next collective fails too, and shrinks again
+            changed = True
     report(comm, weights, counters, shrinks, grows)
     comm.shutdown()
     return 0

@@ -556,7 +556,9 @@ class CommunicatorImpl : public Communicator {
     std::shared_ptr<Communicator> grown =
         formAmong(membership_->client(decided.leader, deadline), members, newRank,
                   round + "/comm/", config, deadline);
-    if (decided.leader == rank_) static_cast<CommunicatorImpl&>(*grown).keepAlive(mailbox_);
+    // This rank's mailbox outlives this communicator: the members met in the leader's, and any
+    // member's holds its mark that it went on and where (FormingStore::commit, door/successor).
+    static_cast<CommunicatorImpl&>(*grown).keepAlive(mailbox_);
     std::vector<int> former = decided.ranks;
     former.resize(decided.ranks.size() + decided.joiners.size(), -1);
     setFormerRanks(*grown, std::move(former));
@@ -608,7 +610,8 @@ class CommunicatorImpl : public Communicator {
       forming->abandon(error.what());
       throw;
     }
-    if (leader == rank_ && mailbox_) static_cast<CommunicatorImpl&>(*created).keepAlive(mailbox_);
+    // As in formGrown: this rank's mailbox lives as long as the communicator that replaced this.
+    if (mailbox_) static_cast<CommunicatorImpl&>(*created).keepAlive(mailbox_);
     return created;
   }
 
@@ -950,6 +953,10 @@ class CommunicatorImpl : public Communicator {
 std::atomic<uint64_t> communicatorsCreated{0};
 
 }  // namespace
+
+void keepAlive(Communicator& communicator, std::shared_ptr<void> owner) {
+  static_cast<CommunicatorImpl&>(communicator).keepAlive(std::move(owner));
+}
 
 void setFormerRanks(Communicator& communicator, std::vector<int> ranks) {
   static_cast<CommunicatorImpl&>(communicator).adoptFormerRanks(std::move(ranks));

@@ -36,6 +36,9 @@ std::shared_ptr<Communicator> createCommunicator(std::shared_ptr<Store> store,
 // Communicator::formerRanks() of a communicator that replaced another (`ranks`, by rank).
 void setFormerRanks(Communicator& communicator, std::vector<int> ranks);
 
+// Keeps `owner` (a mailbox others may still read) as long as `communicator`.
+void keepAlive(Communicator& communicator, std::shared_ptr<void> owner);
+
 // The address this rank listens on: Config's, its interface's, or the one that reaches `store`.
 std::string listenAddressFor(const Config& config, Store& store);
 

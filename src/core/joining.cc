@@ -239,6 +239,7 @@ class Newcomer {
         formAmong(meeting, members, rank, round + "/comm/", config_, deadline_);
     former.resize(members.size(), -1);
     setFormerRanks(*joined, std::move(former));
+    keepAlive(*joined, mailbox_);  // holds its mark that it went on (FormingStore::commit)
     RINGCOMM_LOG(LogLevel::Info, kLogInit, "join: newcomer %s is rank %d of %d", id_.c_str(),
                  joined->rank(), joined->size());
     return joined;
@@ -286,8 +287,9 @@ std::shared_ptr<Communicator> formAmong(std::shared_ptr<Store> meeting,
   for (size_t r = 0; r < members.size(); ++r) {
     if (static_cast<int>(r) != rank) watched.emplace_back(static_cast<int>(r), members[r]);
   }
-  const auto forming = std::make_shared<FormingStore>(std::move(meeting), std::move(watched),
-                                                      scope, rank, config.secret);
+  const auto forming = std::make_shared<FormingStore>(
+      std::move(meeting), std::move(watched), scope, rank, config.secret,
+      members.at(static_cast<size_t>(rank)));
   const auto setup = std::max(std::chrono::milliseconds(1), millisecondsLeft(deadline));
   try {
     std::shared_ptr<Communicator> formed =

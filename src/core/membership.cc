@@ -26,6 +26,9 @@ constexpr std::chrono::milliseconds kProbeWait{200};
 constexpr std::chrono::milliseconds kProbeInterval{100};
 // How long one wait for a key in a mailbox blocks before the waiter looks around again.
 constexpr std::chrono::milliseconds kWaitSlice{50};
+// How long a member whose wait for the others failed looks for another member's mark that it
+// went on (FormingStore::commit): one that read the last "formed" marks it a moment later.
+constexpr std::chrono::milliseconds kWentOnLook{300};
 // At most this much of what is left before the deadline the leader keeps for writing its
 // decision, so that the others read it before theirs.
 constexpr std::chrono::milliseconds kDecisionGrace{500};
@@ -385,14 +388,14 @@ std::shared_ptr<FormingStore> Membership::forming(int leader, const std::vector<
     if (member != rank_) watched.emplace_back(member, mailboxes_.at(static_cast<size_t>(member)));
   }
   return std::make_shared<FormingStore>(client(leader, deadline), std::move(watched), scope,
-                                        rank_, secret_);
+                                        rank_, secret_, ownAddress());
 }
 
 FormingStore::FormingStore(std::shared_ptr<Store> inner,
                            std::vector<std::pair<int, MailboxAddress>> members, std::string scope,
-                           int rank, std::string secret)
+                           int rank, std::string secret, MailboxAddress own)
     : inner_(std::move(inner)), members_(std::move(members)), scope_(std::move(scope)),
-      rank_(rank), secret_(std::move(secret)) {}
+      rank_(rank), secret_(std::move(secret)), own_(std::move(own)) {}
 
 void FormingStore::set(const std::string& key, const Bytes& value) { inner_->set(key, value); }
 int64_t FormingStore::add(const std::string& key, int64_t delta) {
@@ -459,7 +462,50 @@ void FormingStore::abandon(const std::string& why) {
 }
 
 void FormingStore::commit(Clock::time_point deadline) {
-  inner_->set(formedKey(rank_), bytesOf("formed"));
+  bool formed = false;
+  try {
+    inner_->set(formedKey(rank_), bytesOf("formed"));
+    formed = true;
+    awaitEveryMember(deadline);
+  } catch (const Error&) {
+    // Nobody can have read every "formed" where this member's never got there.
+    if (!formed || !someoneWentOn()) throw;
+    RINGCOMM_LOG(LogLevel::Warn, kLogInit,
+                 "the new communicator's wait failed on rank %d, but another member went on "
+                 "with it (every member formed it): going on too",
+                 rank_);
+  }
+  markWentOn();
+}
+
+std::string FormingStore::wentOnKey() const { return scope_ + "forming/went-on"; }
+
+void FormingStore::markWentOn() {
+  try {
+    TcpStore own(own_.host, own_.port, kProbeWait, secret_);
+    own.trySet(wentOnKey(), bytesOf("went on"), kProbeWait);
+  } catch (const Error&) {
+    // This mailbox is its own process's: it fails only as the process ends.
+  }
+}
+
+bool FormingStore::someoneWentOn() {
+  const auto until = Clock::now() + kWentOnLook;
+  for (;;) {
+    for (const auto& [member, address] : members_) {
+      if (probeMailbox(address, secret_, Clock::now() + kProbeWait) != Reach::Answers) continue;
+      try {
+        TcpStore theirs(address.host, address.port, kProbeWait, secret_);
+        if (theirs.tryGet(wentOnKey(), kProbeWait)) return true;
+      } catch (const Error&) {
+      }
+    }
+    if (Clock::now() >= until) return false;
+    std::this_thread::sleep_for(kWaitSlice);
+  }
+}
+
+void FormingStore::awaitEveryMember(Clock::time_point deadline) {
   std::vector<std::pair<int, MailboxAddress>> pending = members_;
   while (!pending.empty()) {
     // Blocks on the first that has not formed it for a slice; a broken leader's mailbox raises.

@@ -108,8 +108,9 @@ struct Survivors {
 // it: those go on, these agree again on the old communicator (and find the first ones silent).
 class FormingStore : public Store {
  public:
+  // `own`: this member's mailbox (of the communicator it leaves), where it marks that it went on.
   FormingStore(std::shared_ptr<Store> inner, std::vector<std::pair<int, MailboxAddress>> members,
-               std::string scope, int rank, std::string secret);
+               std::string scope, int rank, std::string secret, MailboxAddress own);
 
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
@@ -123,6 +124,10 @@ class FormingStore : public Store {
   // This rank failed to form the communicator (`why`): every other member stops too.
   void abandon(const std::string& why);
   // This rank formed the communicator: waits until every member did (above), by `deadline`.
+  // A member that goes on marks it in its own mailbox first. One whose wait fails (the leader
+  // died, or someone gave up) goes on too where another member's mark says that every member
+  // formed it, which it can no longer read in the leader's mailbox: otherwise the leader dying
+  // as the last "formed" was read let some go on and the others agree again, apart for good.
   void commit(Clock::time_point deadline);
 
  private:
@@ -131,6 +136,12 @@ class FormingStore : public Store {
   void raiseIfGone(int member, const MailboxAddress& address);
   // Whether `address` shows its process gone for sure.
   bool goneAt(const MailboxAddress& address) const;
+  void awaitEveryMember(Clock::time_point deadline);
+  std::string wentOnKey() const;
+  // The mark of a member that went on, in its own mailbox; and whether any member's is there
+  // (asked for a short while: a member that read the last "formed" marks it a moment later).
+  void markWentOn();
+  bool someoneWentOn();
   // Whether kProbeInterval has passed since the last look (and, if so, starts the next): the
   // new communicator's threads may wait on this store at once.
   bool lookDue();
@@ -140,6 +151,7 @@ class FormingStore : public Store {
   const std::string scope_;
   const int rank_;
   const std::string secret_;
+  const MailboxAddress own_;
   std::mutex lookMutex_;
   Clock::time_point lastLook_{};
 };
