@@ -103,9 +103,11 @@ struct Survivors {
 //   - a member goes on once it has read every member's "formed" in the leader's mailbox; one
 //     that reads an "abandoned", or finds a member gone that had not formed it, abandons too.
 // A member that dies once every member formed it does not stop those that read so: the new
-// communicator's first collective names it, and the survivors shrink that one. What this cannot decide alike is the
-// leader dying in the moment between some members reading the last "formed" and others reading
-// it: those go on, these agree again on the old communicator (and find the first ones silent).
+// communicator's first collective names it, and the survivors shrink that one. The leader dying
+// in the moment between some members reading the last "formed" and others reading it: those go
+// on, marking it in their own mailboxes first, and these, whose wait fails, find a mark and go on
+// too (commit()). What remains undecided alike: a member that read the last "formed" and is kept
+// from marking it for longer than the others look (300 ms).
 class FormingStore : public Store {
  public:
   // `own`: this member's mailbox (of the communicator it leaves), where it marks that it went on.
