@@ -241,9 +241,13 @@ class CommunicatorImpl : public Communicator {
 
   void publishDoor(std::shared_ptr<Store> board, const std::string& key) override {
     if (!board || key.empty()) throw InvalidArgument("publishDoor: a board and a key are needed");
-    std::lock_guard<std::mutex> lock(stateMutex_);
-    board_ = std::move(board);
-    doorKey_ = key;
+    {
+      // Only the fields: the store's round trip below must not hold the lock every failure
+      // path takes (markClosed, quietSince).
+      std::lock_guard<std::mutex> lock(stateMutex_);
+      board_ = board;
+      doorKey_ = key;
+    }
     if (rank_ != 0 || !membership_) return;
     std::string members;
     for (int r = 0; r < size_; ++r) {
@@ -251,11 +255,11 @@ class CommunicatorImpl : public Communicator {
       members += net::formatHostPort(address.host, address.port) + "\n";
     }
     // Best effort: the board may have died with a rank that served it (env://).
-    if (!board_->trySet(doorKey_, Bytes(members.begin(), members.end()), kDoorLook)) {
+    if (!board->trySet(key, Bytes(members.begin(), members.end()), kDoorLook)) {
       RINGCOMM_LOG(LogLevel::Info, kLogInit,
                    "the members' addresses could not be published under %s: its store does not "
                    "answer; newcomers need a member's address",
-                   doorKey_.c_str());
+                   key.c_str());
     }
   }
 
