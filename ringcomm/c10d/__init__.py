@@ -35,6 +35,13 @@ BACKEND_NAME = "ringcomm"
 
 
 def _create_backend(store, rank: int, size: int, timeout: timedelta):
+    backend, secret = _new_backend(store, rank, size, timeout)
+    _publish_door(backend, size, secret)
+    return backend
+
+
+def _new_backend(store, rank: int, size: int, timeout: timedelta):
+    """(a ringcomm backend of `size` ranks meeting on torch's `store`, the job's secret)."""
     from ringcomm import _core, _tuning
     from ringcomm.c10d._build import extension
 
@@ -57,8 +64,7 @@ def _create_backend(store, rank: int, size: int, timeout: timedelta):
     )
     if path is not None:  # every rank of the group has met: the file has served its purpose
         _secret.remove_host_secret(path)
-    _publish_door(backend, size, secret)
-    return backend
+    return backend, secret
 
 
 def _publish_door(backend, size: int, secret: bytes) -> None:

@@ -39,14 +39,15 @@ thread_local std::optional<c10::Stream> startingOnStream;
 // completion of the Future (whose CUDA events torch records on the current stream) run with the
 // same stream current, so everything downstream is ordered after the collective.
 template <typename Launch>
-WorkHandle start(int rank, std::atomic<uint64_t>& sequence, OpType type, OpName op,
+WorkHandle start(int rank, OperationCount& count, OpType type, OpName op,
                  const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
                  std::vector<at::Tensor> keepAlive, Launch launch,
                  std::function<void()> finish = {}) {
   const DeviceContext device = deviceContextOf(inputs, outputs, op.name);
-  sequence.fetch_add(1);
+  count.sequence.fetch_add(1);
   auto work = c10::make_intrusive<RingcommWork>(rank, type, op, inputs, std::move(outputs),
                                                 std::move(keepAlive), device);
+  work->reportFailuresTo(count.failures);
   if (device.stream && finish) {
     finish = [stream = *device.stream, finish = std::move(finish)] {
       c10::StreamGuard guard(stream);
@@ -215,7 +216,11 @@ RingcommBackend::~RingcommBackend() {
 template <typename CoreOptions>
 CoreOptions RingcommBackend::common(std::chrono::milliseconds timeout, bool asyncOp) const {
   CoreOptions options;
-  if (timeout.count() > 0) options.timeout = timeout;
+  if (timeout.count() > 0) {
+    options.timeout = timeout;
+  } else if (const int64_t set = defaultTimeout_.load(); set > 0) {
+    options.timeout = std::chrono::milliseconds(set);
+  }
   // A blocking call is waited on at once: let it run on the caller's thread when the engine is
   // idle, which saves two thread hand-offs on small messages.
   options.runInCaller = !asyncOp;
@@ -268,7 +273,7 @@ WorkHandle RingcommBackend::broadcast(std::vector<at::Tensor>& tensors,
   auto staging = std::make_shared<Staging>();
   at::Tensor buffer = staging->inOut(tensors[0]);
   return start(
-      rank_, sequence_, OpType::BROADCAST, {"broadcast", "ringcomm:broadcast"}, tensors, tensors,
+      rank_, count_, OpType::BROADCAST, {"broadcast", "ringcomm:broadcast"}, tensors, tensors,
       {buffer},
       [&](RingcommWork&) {
         auto o = common<ringcomm::BroadcastOptions>(opts.timeout, opts.asyncOp);
@@ -293,7 +298,7 @@ WorkHandle RingcommBackend::allreduce(std::vector<at::Tensor>& tensors,
   auto staging = std::make_shared<Staging>();
   at::Tensor buffer = staging->inOut(tensors[0]);
   return start(
-      rank_, sequence_, OpType::ALLREDUCE, {"all_reduce", "ringcomm:all_reduce"}, tensors, tensors,
+      rank_, count_, OpType::ALLREDUCE, {"all_reduce", "ringcomm:all_reduce"}, tensors, tensors,
       {buffer},
       [&](RingcommWork&) {
         return std::vector<ringcomm::WorkPtr>{
@@ -311,7 +316,7 @@ WorkHandle RingcommBackend::allreduceCompressed(at::Tensor& tensor,
   auto staging = std::make_shared<Staging>();
   at::Tensor buffer = staging->inOut(tensor);
   return start(
-      rank_, sequence_, OpType::ALLREDUCE, {"all_reduce", "ringcomm:all_reduce_compressed"},
+      rank_, count_, OpType::ALLREDUCE, {"all_reduce", "ringcomm:all_reduce_compressed"},
       tensors, tensors, {buffer},
       [&](RingcommWork&) {
         auto o = common<ringcomm::AllreduceOptions>(std::chrono::milliseconds(0), true);
@@ -335,7 +340,7 @@ WorkHandle RingcommBackend::allreduceSparse(at::Tensor& tensor,
   auto gathered = std::make_shared<std::pair<at::Tensor, at::Tensor>>();
   std::vector<at::Tensor> outputs{tensor};
   return start(
-      rank_, sequence_, OpType::ALLREDUCE, {"all_reduce", "ringcomm:all_reduce"}, outputs,
+      rank_, count_, OpType::ALLREDUCE, {"all_reduce", "ringcomm:all_reduce"}, outputs,
       outputs, {indices, values},
       [&](RingcommWork&) {
         // The descriptions first, waited for here: the rows' sizes depend on them.
@@ -387,7 +392,7 @@ WorkHandle RingcommBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors
                                                 const ::c10d::AllreduceCoalescedOptions& opts) {
   requireDense(tensors, "all_reduce_coalesced", "tensors");
   if (tensors.empty()) {
-    return start(rank_, sequence_, OpType::ALLREDUCE_COALESCED,
+    return start(rank_, count_, OpType::ALLREDUCE_COALESCED,
                  {"all_reduce_coalesced", "ringcomm:all_reduce"}, tensors, {}, {},
                  [](RingcommWork&) { return std::vector<ringcomm::WorkPtr>{}; });
   }
@@ -396,7 +401,7 @@ WorkHandle RingcommBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors
   // One all-reduce over the tensors end to end (like gloo): one round of latency for all of them.
   at::Tensor flat = flatten(tensors);
   return start(
-      rank_, sequence_, OpType::ALLREDUCE_COALESCED,
+      rank_, count_, OpType::ALLREDUCE_COALESCED,
       {"all_reduce_coalesced", "ringcomm:all_reduce"}, tensors, tensors, {flat},
       [&](RingcommWork&) {
         return std::vector<ringcomm::WorkPtr>{
@@ -414,7 +419,7 @@ WorkHandle RingcommBackend::reduce(std::vector<at::Tensor>& tensors,
   auto staging = std::make_shared<Staging>();
   at::Tensor buffer = staging->inOut(tensors[0]);
   return start(
-      rank_, sequence_, OpType::REDUCE, {"reduce", "ringcomm:reduce"}, tensors, tensors, {buffer},
+      rank_, count_, OpType::REDUCE, {"reduce", "ringcomm:reduce"}, tensors, tensors, {buffer},
       [&](RingcommWork&) {
         auto o = common<ringcomm::ReduceOptions>(opts.timeout, opts.asyncOp);
         Buffer b = reducible(buffer, reduction);
@@ -443,7 +448,7 @@ WorkHandle RingcommBackend::allgather(std::vector<std::vector<at::Tensor>>& outp
   at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
   std::vector<at::Tensor> targets = outputs[0];
   return start(
-      rank_, sequence_, OpType::ALLGATHER, {"all_gather", "ringcomm:all_gather"}, inputs, targets,
+      rank_, count_, OpType::ALLGATHER, {"all_gather", "ringcomm:all_gather"}, inputs, targets,
       {input, flat},
       [&](RingcommWork&) {
         return std::vector<ringcomm::WorkPtr>{startAllgather(
@@ -466,7 +471,7 @@ WorkHandle RingcommBackend::_allgather_base(at::Tensor& output, at::Tensor& inpu
   auto staging = std::make_shared<Staging>();
   at::Tensor out = staging->inOut(output);
   return start(
-      rank_, sequence_, OpType::_ALLGATHER_BASE,
+      rank_, count_, OpType::_ALLGATHER_BASE,
       {"all_gather_into_tensor", "ringcomm:all_gather_into_tensor"}, {input}, {output}, {in, out},
       [&](RingcommWork&) {
         return std::vector<ringcomm::WorkPtr>{startAllgather(
@@ -483,7 +488,7 @@ WorkHandle RingcommBackend::allgather_coalesced(std::vector<std::vector<at::Tens
                     "ringcomm all_gather_coalesced: expected one output list per rank (", size_,
                     "); got ", outputLists.size());
   if (inputs.empty()) {
-    return start(rank_, sequence_, OpType::ALLGATHER_COALESCED,
+    return start(rank_, count_, OpType::ALLGATHER_COALESCED,
                  {"all_gather_coalesced", "ringcomm:all_gather_coalesced"}, inputs, {}, {},
                  [](RingcommWork&) { return std::vector<ringcomm::WorkPtr>{}; });
   }
@@ -501,7 +506,7 @@ WorkHandle RingcommBackend::allgather_coalesced(std::vector<std::vector<at::Tens
   std::vector<at::Tensor> targets;
   for (auto& list : outputLists) targets.insert(targets.end(), list.begin(), list.end());
   return start(
-      rank_, sequence_, OpType::ALLGATHER_COALESCED,
+      rank_, count_, OpType::ALLGATHER_COALESCED,
       {"all_gather_coalesced", "ringcomm:all_gather_coalesced"}, inputs, targets, {flatIn, flatOut},
       [&](RingcommWork&) {
         return std::vector<ringcomm::WorkPtr>{startAllgather(
@@ -533,7 +538,7 @@ WorkHandle RingcommBackend::allgather_into_tensor_coalesced(std::vector<at::Tens
     stagings->push_back(staging);
   }
   return start(
-      rank_, sequence_, OpType::COALESCED,
+      rank_, count_, OpType::COALESCED,
       {"all_gather_into_tensor_coalesced", "ringcomm:all_gather_into_tensor_coalesced"}, inputs,
       outputs, keep,
       [&](RingcommWork&) {
@@ -572,7 +577,7 @@ WorkHandle RingcommBackend::gather(std::vector<std::vector<at::Tensor>>& outputs
   at::Tensor input = Staging::in(inputs[0]);
   at::Tensor flat = isRoot ? at::empty({size_ * input.numel()}, input.options()) : at::Tensor();
   return start(
-      rank_, sequence_, OpType::GATHER, {"gather", "ringcomm:gather"}, inputs, targets,
+      rank_, count_, OpType::GATHER, {"gather", "ringcomm:gather"}, inputs, targets,
       {input, flat},
       [&](RingcommWork&) {
         auto o = common<ringcomm::GatherOptions>(opts.timeout, opts.asyncOp);
@@ -612,7 +617,7 @@ WorkHandle RingcommBackend::scatter(std::vector<at::Tensor>& outputs,
   auto staging = std::make_shared<Staging>();
   at::Tensor output = staging->inOut(outputs[0]);
   return start(
-      rank_, sequence_, OpType::SCATTER, {"scatter", "ringcomm:scatter"}, sources, outputs,
+      rank_, count_, OpType::SCATTER, {"scatter", "ringcomm:scatter"}, sources, outputs,
       {flat, output},
       [&](RingcommWork&) {
         auto o = common<ringcomm::ScatterOptions>(opts.timeout, opts.asyncOp);
@@ -642,7 +647,7 @@ WorkHandle RingcommBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
   auto staging = std::make_shared<Staging>();
   at::Tensor output = staging->inOut(outputs[0]);
   return start(
-      rank_, sequence_, OpType::REDUCE_SCATTER, {"reduce_scatter", "ringcomm:reduce_scatter"},
+      rank_, count_, OpType::REDUCE_SCATTER, {"reduce_scatter", "ringcomm:reduce_scatter"},
       inputs[0], outputs, {flat, output},
       [&](RingcommWork&) {
         return std::vector<ringcomm::WorkPtr>{
@@ -667,7 +672,7 @@ WorkHandle RingcommBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor&
   auto staging = std::make_shared<Staging>();
   at::Tensor out = staging->inOut(output);
   return start(
-      rank_, sequence_, OpType::_REDUCE_SCATTER_BASE,
+      rank_, count_, OpType::_REDUCE_SCATTER_BASE,
       {"reduce_scatter_tensor", "ringcomm:reduce_scatter_tensor"}, {input}, {output}, {in, out},
       [&](RingcommWork&) {
         return std::vector<ringcomm::WorkPtr>{
@@ -702,7 +707,7 @@ WorkHandle RingcommBackend::reduce_scatter_tensor_coalesced(
     stagings->push_back(staging);
   }
   return start(
-      rank_, sequence_, OpType::COALESCED,
+      rank_, count_, OpType::COALESCED,
       {"reduce_scatter_tensor_coalesced", "ringcomm:reduce_scatter_tensor_coalesced"}, inputs,
       outputs, keep,
       [&](RingcommWork&) {
@@ -738,7 +743,7 @@ WorkHandle RingcommBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
   const std::vector<size_t> sendCounts = blockCounts(in, inputSplitSizes, size_, "input");
   const std::vector<size_t> recvCounts = blockCounts(out, outputSplitSizes, size_, "output");
   return start(
-      rank_, sequence_, OpType::ALLTOALL_BASE, {"all_to_all_single", "ringcomm:all_to_all"},
+      rank_, count_, OpType::ALLTOALL_BASE, {"all_to_all_single", "ringcomm:all_to_all"},
       {input}, {output}, {in, out},
       [&](RingcommWork&) {
         Buffer i = movable(in);
@@ -789,7 +794,7 @@ WorkHandle RingcommBackend::alltoall(std::vector<at::Tensor>& outputs,
   for (const auto& t : outputs) recvCounts.push_back(static_cast<size_t>(t.numel()) * scale);
   std::vector<at::Tensor> targets = outputs;
   return start(
-      rank_, sequence_, OpType::ALLTOALL, {"all_to_all", "ringcomm:all_to_all"}, inputs, targets,
+      rank_, count_, OpType::ALLTOALL, {"all_to_all", "ringcomm:all_to_all"}, inputs, targets,
       {flatIn, flatOut},
       [&](RingcommWork&) {
         auto o = common<ringcomm::AlltoallvOptions>(opts.timeout, opts.asyncOp);
@@ -809,7 +814,7 @@ WorkHandle RingcommBackend::send(std::vector<at::Tensor>& tensors, int dstRank, 
   requireCount(tensors, 1, "send", "tensors");
   requireDense(tensors, "send", "tensor");
   at::Tensor buffer = Staging::in(tensors[0]);
-  return start(rank_, sequence_, OpType::SEND, {"send", "ringcomm:send"}, tensors, {}, {buffer},
+  return start(rank_, count_, OpType::SEND, {"send", "ringcomm:send"}, tensors, {}, {buffer},
                [&](RingcommWork&) {
                  // torch's send has no timeout of its own; a CUDA tensor's stream comes along.
                  auto o = common<ringcomm::SendOptions>(std::chrono::milliseconds(0), true);
@@ -839,7 +844,7 @@ WorkHandle RingcommBackend::receive(std::vector<at::Tensor>& tensors, int srcRan
   auto staging = std::make_shared<Staging>();
   at::Tensor buffer = staging->inOut(tensors[0]);
   return start(
-      rank_, sequence_, type, op, tensors, tensors, {buffer},
+      rank_, count_, type, op, tensors, tensors, {buffer},
       [&](RingcommWork& work) {
         auto o = common<ringcomm::RecvOptions>(std::chrono::milliseconds(0), true);
         o.buffer = buffer.data_ptr();
@@ -854,16 +859,26 @@ WorkHandle RingcommBackend::receive(std::vector<at::Tensor>& tensors, int srcRan
 }
 
 WorkHandle RingcommBackend::barrier(const ::c10d::BarrierOptions& opts) {
-  return start(rank_, sequence_, OpType::BARRIER, {"barrier", "ringcomm:barrier"}, {}, {}, {},
+  return start(rank_, count_, OpType::BARRIER, {"barrier", "ringcomm:barrier"}, {}, {}, {},
                [&](RingcommWork&) {
                  auto o = common<ringcomm::BarrierOptions>(opts.timeout, opts.asyncOp);
                  return std::vector<ringcomm::WorkPtr>{communicator_->barrier(o)};
                });
 }
 
-void RingcommBackend::setSequenceNumberForGroup() { sequence_.store(0); }
+void RingcommBackend::setSequenceNumberForGroup() { count_.sequence.store(0); }
 
-uint64_t RingcommBackend::getSequenceNumberForGroup() { return sequence_.load(); }
+uint64_t RingcommBackend::getSequenceNumberForGroup() { return count_.sequence.load(); }
+
+void RingcommBackend::setTimeout(std::chrono::milliseconds timeout) {
+  TORCH_CHECK_VALUE(timeout.count() > 0, "ringcomm set_timeout: the timeout must be positive; got ",
+                    timeout.count(), " ms");
+  defaultTimeout_.store(timeout.count());
+}
+
+::c10d::ErrorType RingcommBackend::getError() { return count_.failures->type(); }
+
+std::string RingcommBackend::errorMessage() const { return count_.failures->message(); }
 
 void RingcommBackend::abort() { communicator_->abort("aborted through torch.distributed"); }
 

@@ -108,6 +108,14 @@ class RingcommBackend : public ::c10d::Backend {
   void abort() override;
   void shutdown() override;
 
+  // The timeout of operations that set none (torch's ProcessGroup._set_default_timeout; torchft's
+  // set_timeout); the group's own (its Config::timeout) until set.
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  // Whether an operation of this group failed (torchft's errored(); FirstFailure): TIMEOUT,
+  // COMM_ERROR, or SUCCESS; errorMessage() says what failed ("" where nothing did).
+  ::c10d::ErrorType getError() override;
+  std::string errorMessage() const;
+
   // torch.distributed.shrink_group: a backend of the ranks not in `ranksToExclude`, agreed by
   // them (Communicator::shrink). SHRINK_ABORT aborts this backend's operations first. torch
   // numbers the new group from the excluded list; where other ranks died too, it gets the group
@@ -177,7 +185,8 @@ class RingcommBackend : public ::c10d::Backend {
 
   std::shared_ptr<Communicator> communicator_;
   std::vector<int> coreRanks_;  // empty: torch's ranks are the communicator's
-  std::atomic<uint64_t> sequence_{0};
+  OperationCount count_;
+  std::atomic<int64_t> defaultTimeout_{0};  // ms; 0: the communicator's (setTimeout)
 };
 
 }  // namespace ringcomm::c10d_backend

@@ -5,6 +5,7 @@
 #include <torch/python.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -82,6 +83,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           },
           py::arg("board"), py::arg("door_key"), py::arg("secret"))
       .def_property_readonly("address", &RingcommBackend::address)
+      // What failed first in this group, or None (RingcommBackend::getError).
+      .def_property_readonly("error",
+                             [](const RingcommBackend& backend) -> std::optional<std::string> {
+                               std::string message = backend.errorMessage();
+                               if (message.empty()) return std::nullopt;
+                               return message;
+                             })
       .def(
           "allreduce_compressed",
           [](RingcommBackend& backend, at::Tensor& tensor, const std::string& compression,

@@ -75,6 +75,7 @@ void RingcommWork::complete(std::exception_ptr error) {
   // Released tensors may be reused at once by torch's caching allocator, but only by work on the
   // stream they were allocated on, which is ordered after the collective.
   keepAlive_.clear();
+  if (error && failures_) failures_->record(error);
   if (error) error = toTorchError(error, name_);
   // The Future before the Work, as gloo finishes its work: finish() is what wakes wait(), and
   // code that reads the Future as soon as wait() returns (torchft does) must find it done, with
@@ -96,6 +97,37 @@ void RingcommWork::completeFuture(const std::exception_ptr& error) {
   } else {
     future_->markCompleted(c10::IValue(outputs_));
   }
+}
+
+void FirstFailure::record(const std::exception_ptr& error) {
+  ::c10d::ErrorType type = ::c10d::ErrorType::COMM_ERROR;
+  std::string message;
+  try {
+    std::rethrow_exception(error);
+  } catch (const ringcomm::InvalidArgument&) {
+    return;
+  } catch (const ringcomm::TimeoutError& e) {
+    type = ::c10d::ErrorType::TIMEOUT;
+    message = e.what();
+  } catch (const std::exception& e) {
+    message = e.what();
+  } catch (...) {
+    message = "unknown error";
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (type_ != ::c10d::ErrorType::SUCCESS) return;
+  type_ = type;
+  message_ = std::move(message);
+}
+
+::c10d::ErrorType FirstFailure::type() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return type_;
+}
+
+std::string FirstFailure::message() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return message_;
 }
 
 std::exception_ptr toTorchError(std::exception_ptr error, const char* operation) {

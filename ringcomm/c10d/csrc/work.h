@@ -5,6 +5,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <atomic>
@@ -12,7 +13,9 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "ringcomm/work.h"
@@ -26,6 +29,27 @@ namespace ringcomm::c10d_backend {
 struct OpName {
   const char* name;
   const char* title;
+};
+
+// The first operation of a group to fail on a peer or a timeout, kept for Backend::getError():
+// what torchft's errored() asks after each step, to give up a step whose collectives failed
+// where nobody waited on them. Bad arguments are the caller's, not the group's: not kept.
+class FirstFailure {
+ public:
+  void record(const std::exception_ptr& error);
+  ::c10d::ErrorType type() const;
+  std::string message() const;  // "" while nothing failed
+
+ private:
+  mutable std::mutex mutex_;
+  ::c10d::ErrorType type_ = ::c10d::ErrorType::SUCCESS;
+  std::string message_;
+};
+
+// What a group counts of the operations it starts: torch's sequence number, and the first to fail.
+struct OperationCount {
+  std::atomic<uint64_t> sequence{0};
+  std::shared_ptr<FirstFailure> failures = std::make_shared<FirstFailure>();
 };
 
 class RingcommWork : public ::c10d::Work {
@@ -44,6 +68,11 @@ class RingcommWork : public ::c10d::Work {
   static void completeWhen(const c10::intrusive_ptr<RingcommWork>& work,
                            const std::vector<ringcomm::WorkPtr>& parts,
                            std::function<void()> finish);
+
+  // Where this work's failure is kept as its group's (set before the work can complete).
+  void reportFailuresTo(std::shared_ptr<FirstFailure> failures) {
+    failures_ = std::move(failures);
+  }
 
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
@@ -65,6 +94,7 @@ class RingcommWork : public ::c10d::Work {
   std::atomic<size_t> pending_{0};
   std::exception_ptr firstError_;
   std::mutex errorMutex_;
+  std::shared_ptr<FirstFailure> failures_;
 };
 
 // A ringcomm error as the exception torch.distributed users expect: DistBackendError for a peer's

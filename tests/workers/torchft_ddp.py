@@ -1,0 +1,129 @@
+"""One replica group (of one process) of torchft's DDP, as torchft's train_ddp.py example runs it,
+on synthetic data: a Manager that asks the Lighthouse for a quorum every step, torchft's DDP
+and Optimizer wrappers, and healing through PGTransport (the state sent over the process group).
+
+Every committed step appends a JSON line to --log: the step, the wall time, the quorum's size,
+the step's duration and a hash of the parameters and the optimizer's state (two replicas that
+committed the same step must have the same hash). Tests kill a replica with SIGKILL and start
+it again with the same --replica; it heals from a peer. Benchmarks read the durations.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn, optim
+from torchft import DistributedDataParallel, Manager, Optimizer
+from torchft.checkpointing.pg_transport import PGTransport
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--replica", type=int, required=True, help="this replica group's id")
+    parser.add_argument("--lighthouse", required=True, help="the Lighthouse's address")
+    parser.add_argument("--steps", type=int, default=30, help="stop once this step is committed")
+    parser.add_argument("--pg", choices=("ringcomm", "gloo"), default="ringcomm")
+    parser.add_argument("--compression", default=None, help="ringcomm's wire codec, or none")
+    parser.add_argument("--width", type=int, default=256, help="the MLP's hidden width")
+    parser.add_argument("--layers", type=int, default=2, help="hidden layers of that width")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds")
+    parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds of 'compute'")
+    parser.add_argument("--min-replicas", type=int, default=1)
+    parser.add_argument("--log", required=True, help="a file of one JSON line a committed step")
+    return parser.parse_args()
+
+
+def process_group(args: argparse.Namespace, timeout: timedelta):
+    if args.pg == "gloo":
+        from torchft.process_group import ProcessGroupGloo
+
+        return ProcessGroupGloo(timeout=timeout)
+    from ringcomm.torchft import ProcessGroupRingcomm
+
+    return ProcessGroupRingcomm(timeout=timeout, compression=args.compression)
+
+
+def digest(model: nn.Module, optimizer: optim.Optimizer) -> str:
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().numpy().tobytes())
+    for state in optimizer.state_dict()["state"].values():
+        for value in state.values():
+            if torch.is_tensor(value):
+                h.update(value.detach().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def main() -> None:
+    args = parse()
+    timeout = timedelta(seconds=args.timeout)
+    torch.manual_seed(0)  # every replica starts from the same model (init_sync checks it)
+    layers = [nn.Linear(64, args.width), nn.ReLU()]
+    for _ in range(args.layers - 1):
+        layers += [nn.Linear(args.width, args.width), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(args.width, 10))
+    base = optim.AdamW(model.parameters(), lr=1e-3)
+
+    def load_state_dict(state):
+        model.load_state_dict(state["model"])
+        base.load_state_dict(state["optim"])
+
+    def state_dict():
+        return {"model": model.state_dict(), "optim": base.state_dict()}
+
+    pg = process_group(args, timeout)
+    # The replica group's own store, as torchrun would serve it (the Manager connects to it).
+    group_store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    manager = Manager(
+        pg=pg,
+        min_replica_size=args.min_replicas,
+        load_state_dict=load_state_dict,
+        state_dict=state_dict,
+        replica_id=f"replica_{args.replica}",
+        store_addr="127.0.0.1",
+        store_port=group_store.port,
+        rank=0,
+        world_size=1,
+        lighthouse_addr=args.lighthouse,
+        timeout=timeout,
+        quorum_timeout=timedelta(seconds=60),
+        checkpoint_transport=PGTransport(pg, timeout=timeout, device=torch.device("cpu")),
+    )
+    ddp = DistributedDataParallel(manager, model)
+    optimizer = Optimizer(manager, base)
+    criterion = nn.CrossEntropyLoss()
+    with open(args.log, "a") as log:
+        while manager.current_step() < args.steps:
+            began = time.perf_counter()
+            step = manager.current_step()
+            data = torch.Generator().manual_seed(1000 * args.replica + step)
+            inputs = torch.randn(32, 64, generator=data)
+            labels = torch.randint(10, (32,), generator=data)
+            optimizer.zero_grad()
+            loss = criterion(ddp(inputs), labels)
+            if args.step_sleep:
+                time.sleep(args.step_sleep)
+            loss.backward()
+            optimizer.step()
+            if manager.current_step() > step:  # committed
+                record = {
+                    "step": manager.current_step(),
+                    "time": time.time(),
+                    "seconds": time.perf_counter() - began,
+                    "replicas": manager.num_participants(),
+                    "digest": digest(model, base),
+                    "pid": os.getpid(),
+                }
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+    manager.shutdown(wait=False)
+    pg.shutdown()
+
+
+if __name__ == "__main__":
+    main()
