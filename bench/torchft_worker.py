@@ -4,8 +4,8 @@ and Optimizer wrappers, and healing through PGTransport (the state sent over the
 
 Every committed step appends a JSON line to --log: the step, the wall time, the quorum's size,
 the step's duration and a hash of the parameters and the optimizer's state (two replicas that
-committed the same step must have the same hash). Tests kill a replica with SIGKILL and start
-it again with the same --replica; it heals from a peer. Benchmarks read the durations.
+committed the same step must have the same hash). bench/torchft.py kills a replica with SIGKILL
+and starts it again with the same --replica; it heals from a peer.
 """
 
 import argparse
@@ -13,12 +13,14 @@ import hashlib
 import json
 import os
 import time
+from contextlib import contextmanager
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from torch import nn, optim
 from torchft import DistributedDataParallel, Manager, Optimizer
+from torchft.local_sgd import DiLoCo, LocalSGD
 from torchft.checkpointing.pg_transport import PGTransport
 
 
@@ -28,12 +30,17 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--lighthouse", required=True, help="the Lighthouse's address")
     parser.add_argument("--steps", type=int, default=30, help="stop once this step is committed")
     parser.add_argument("--pg", choices=("ringcomm", "gloo"), default="ringcomm")
+    parser.add_argument(
+        "--algorithm", choices=("ddp", "localsgd", "diloco"), default="ddp",
+        help="torchft's DDP, or LocalSGD / DiLoCo (syncing every 2 local steps)",
+    )  # fmt: skip
     parser.add_argument("--compression", default=None, help="ringcomm's wire codec, or none")
     parser.add_argument("--width", type=int, default=256, help="the MLP's hidden width")
     parser.add_argument("--layers", type=int, default=2, help="hidden layers of that width")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds")
     parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds of 'compute'")
     parser.add_argument("--min-replicas", type=int, default=1)
+    parser.add_argument("--stop-file", help="where a step to stop at is written")
     parser.add_argument("--log", required=True, help="a file of one JSON line a committed step")
     return parser.parse_args()
 
@@ -48,15 +55,39 @@ def process_group(args: argparse.Namespace, timeout: timedelta):
     return ProcessGroupRingcomm(timeout=timeout, compression=args.compression)
 
 
-def digest(model: nn.Module, optimizer: optim.Optimizer) -> str:
+def digest(model: nn.Module, optimizer: optim.Optimizer | None) -> str:
+    """The parameters' hash, and the optimizer's state's where replicas share it."""
     h = hashlib.sha256()
     for p in model.parameters():
         h.update(p.detach().numpy().tobytes())
+    if optimizer is None:
+        return h.hexdigest()[:16]
     for state in optimizer.state_dict()["state"].values():
         for value in state.values():
             if torch.is_tensor(value):
                 h.update(value.detach().numpy().tobytes())
     return h.hexdigest()[:16]
+
+
+def stop_at(args: argparse.Namespace) -> int:
+    if args.stop_file and os.path.exists(args.stop_file):
+        with open(args.stop_file) as f:
+            return int(f.read() or args.steps)
+    return args.steps
+
+
+@contextmanager
+def training(args, manager: Manager, model: nn.Module, base: optim.Optimizer):
+    """(the forward pass, the optimizer to step) of --algorithm."""
+    if args.algorithm == "ddp":
+        yield DistributedDataParallel(manager, model), Optimizer(manager, base)
+    elif args.algorithm == "localsgd":
+        with LocalSGD(manager, model, base, sync_every=2):
+            yield model, base
+    else:
+        outer = optim.SGD(model.parameters(), lr=0.7, momentum=0.9, nesterov=True)
+        with DiLoCo(manager, [model], base, outer, sync_every=2, pin_memory=False):
+            yield model, base
 
 
 def main() -> None:
@@ -92,20 +123,19 @@ def main() -> None:
         lighthouse_addr=args.lighthouse,
         timeout=timeout,
         quorum_timeout=timedelta(seconds=60),
+        use_async_quorum=args.algorithm != "diloco",  # DiLoCo asks for a synchronous quorum
         checkpoint_transport=PGTransport(pg, timeout=timeout, device=torch.device("cpu")),
     )
-    ddp = DistributedDataParallel(manager, model)
-    optimizer = Optimizer(manager, base)
     criterion = nn.CrossEntropyLoss()
-    with open(args.log, "a") as log:
-        while manager.current_step() < args.steps:
+    with open(args.log, "a") as log, training(args, manager, model, base) as (forward, optimizer):
+        while manager.current_step() < stop_at(args):
             began = time.perf_counter()
             step = manager.current_step()
             data = torch.Generator().manual_seed(1000 * args.replica + step)
             inputs = torch.randn(32, 64, generator=data)
             labels = torch.randint(10, (32,), generator=data)
             optimizer.zero_grad()
-            loss = criterion(ddp(inputs), labels)
+            loss = criterion(forward(inputs), labels)
             if args.step_sleep:
                 time.sleep(args.step_sleep)
             loss.backward()
@@ -116,7 +146,9 @@ def main() -> None:
                     "time": time.time(),
                     "seconds": time.perf_counter() - began,
                     "replicas": manager.num_participants(),
-                    "digest": digest(model, base),
+                    # LocalSGD and DiLoCo sync the parameters; each replica's inner
+                    # optimizer is its own.
+                    "digest": digest(model, base if args.algorithm == "ddp" else None),
                     "pid": os.getpid(),
                 }
                 log.write(json.dumps(record) + "\n")

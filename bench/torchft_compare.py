@@ -1,0 +1,246 @@
+"""torchft on ringcomm and on gloo, in the same invocation: kill-and-heal, and step time across
+hosts (issue 49).
+
+    python bench/torchft_compare.py heal --kills 20                  # ringcomm, 2 replica groups
+    python bench/torchft_compare.py heal --pg gloo,ringcomm --kills 5 --heartbeat-ms 5000,1000
+    python bench/torchft_compare.py speed --link-rate 1gbit          # needs root (namespace hosts)
+
+Each replica group is one process of bench/torchft_worker.py: torchft's DDP with its Manager,
+a Lighthouse (torchft's own, started here) forming the quorum, healing through PGTransport.
+
+heal: the replica groups train; again and again one (drawn from --seed) is killed with SIGKILL
+at a random point of a step and started again at once with the same replica id, and heals from
+a peer. Per kill: the seconds from the kill to the survivors' next committed step (torchft's
+Lighthouse waits for the dead replica's heartbeat to time out: --heartbeat-ms), and from the
+restart to a step committed at full size with the restarted process in it (its start, imports,
+the quorum and the healing). Every step committed by several replica groups must have the same
+parameters and optimizer state on each (checked on every step); any difference, or a replica
+that fails to heal, is a failed run.
+
+speed: replica 0 and replica 1 on two namespace hosts joined by a link shaped to --link-rate;
+the mean time of a committed step (after --warmup steps) on each process group, and ringcomm's
+with an 8-bit codec on the all-reduce across replica groups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("RUST_LOG", "warn")  # torchft's Lighthouse logs every quorum otherwise
+
+WORKER = Path(__file__).with_name("torchft_worker.py")
+
+
+class Replica:
+    """One replica group's process, started again after each kill; its committed steps."""
+
+    def __init__(self, index: int, argv: list, env: dict, work: Path) -> None:
+        self.index = index
+        self.argv = argv + ["--replica", str(index)]
+        self.env = env
+        self.log = work / f"replica{index}.jsonl"
+        self.stderr = work / f"replica{index}.err"
+        self.proc: subprocess.Popen | None = None
+        self.started = 0.0
+
+    def start(self) -> None:
+        with open(self.stderr, "a") as err:
+            self.proc = subprocess.Popen(
+                self.argv + ["--log", str(self.log)], env=self.env,
+                stdout=subprocess.DEVNULL, stderr=err,
+            )  # fmt: skip
+        self.started = time.time()
+
+    def steps(self) -> list[dict]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
+
+    def kill(self) -> float:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        killed = time.time()
+        self.proc.wait()
+        return killed
+
+    def failed(self) -> str | None:
+        if self.proc is not None and self.proc.poll() not in (None, 0):
+            tail = self.stderr.read_text()[-3000:]
+            return f"replica {self.index} exited with {self.proc.returncode}:\n{tail}"
+        return None
+
+
+def lighthouse(replicas: int, heartbeat_ms: int):
+    from torchft._torchft import LighthouseServer
+
+    # min_replicas 1: the survivors go on alone while a replica restarts, as torchft's examples.
+    return LighthouseServer(
+        bind="[::]:0", min_replicas=1, join_timeout_ms=1000, heartbeat_timeout_ms=heartbeat_ms
+    )
+
+
+def wait_for(condition, replicas: list, deadline: float, what: str):
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        for replica in replicas:
+            if failure := replica.failed():
+                raise RuntimeError(failure)
+        time.sleep(0.01)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def committed(replicas: list) -> list[dict]:
+    return [dict(step, replica=r.index) for r in replicas for step in r.steps()]
+
+
+def check_identical(steps: list[dict]) -> int:
+    """Every step committed by several replicas has one digest; returns how many were compared."""
+    by_step: dict = {}
+    for s in steps:
+        by_step.setdefault(s["step"], set()).add(s["digest"])
+    differ = {step: d for step, d in by_step.items() if len(d) > 1}
+    if differ:
+        raise AssertionError(f"replicas differ after steps {sorted(differ)[:5]}")
+    return sum(1 for step in by_step if len([s for s in steps if s["step"] == step]) > 1)
+
+
+def heal_run(args, pg: str, heartbeat_ms: int) -> dict:
+    rng = random.Random(args.seed)
+    server = lighthouse(args.replicas, heartbeat_ms)
+    try:
+        with tempfile.TemporaryDirectory() as work:
+            work = Path(work)
+            stop = work / "stop"
+            argv = [
+                sys.executable, str(WORKER), "--lighthouse", server.address(), "--pg", pg,
+                "--steps", "1000000", "--stop-file", str(stop), "--timeout", str(args.timeout),
+                "--step-sleep", str(args.step_sleep), "--algorithm", args.algorithm,
+            ]  # fmt: skip
+            env = dict(os.environ, OMP_NUM_THREADS="1", RUST_LOG="warn")
+            replicas = [Replica(i, argv, env, work) for i in range(args.replicas)]
+            for replica in replicas:
+                replica.start()
+            deadline = time.monotonic() + args.deadline
+            kills = []
+
+            def at_full_size(after: float, pid: int | None = None):
+                hits = [
+                    s for s in committed(replicas)
+                    if s["time"] > after and s["replicas"] == args.replicas
+                    and (pid is None or s["pid"] == pid)
+                ]  # fmt: skip
+                return min((s["time"] for s in hits), default=None)
+
+            wait_for(lambda: at_full_size(0), replicas, deadline, "the first full quorum")
+            for _ in range(args.kills):
+                # A few steps at full size since the last heal, then a kill inside a step.
+                settled = time.time()
+                wait_for(
+                    lambda: len([
+                        s for s in committed(replicas)
+                        if s["time"] > settled and s["replicas"] == args.replicas
+                    ]) >= 5 * args.replicas,
+                    replicas, deadline, "steps at full size after the last heal",
+                )  # fmt: skip
+                time.sleep(rng.uniform(0, 0.05))
+                victim = replicas[rng.randrange(args.replicas)]
+                killed = victim.kill()
+                victim.start()
+                survivors = [r for r in replicas if r is not victim]
+                next_step = wait_for(
+                    lambda: min(
+                        (s["time"] for r in survivors for s in r.steps() if s["time"] > killed),
+                        default=None,
+                    ),
+                    replicas, deadline, "the survivors' next step",
+                )  # fmt: skip
+                full = wait_for(
+                    lambda: at_full_size(killed, victim.proc.pid), replicas, deadline,
+                    "the restarted replica at full size",
+                )  # fmt: skip
+                kills.append(
+                    {
+                        "victim": victim.index,
+                        "next_step": next_step - killed,
+                        "restart_to_full": full - victim.started,
+                    }
+                )
+            target = max(s["step"] for s in committed(replicas)) + 3
+            stop.write_text(str(target))
+            for replica in replicas:
+                replica.proc.wait(timeout=max(5.0, deadline - time.monotonic()))
+                if failure := replica.failed():
+                    raise RuntimeError(failure)
+            steps = committed(replicas)
+            compared = check_identical(steps)
+            ends = {max(s["step"] for s in r.steps()) for r in replicas}
+            if ends != {target}:
+                raise AssertionError(f"replicas ended at steps {ends}, not {target}")
+            return {"pg": pg, "heartbeat_ms": heartbeat_ms, "kills": kills,
+                    "steps": target, "steps_compared": compared}  # fmt: skip
+    finally:
+        for replica in locals().get("replicas", []):
+            if replica.proc is not None and replica.proc.poll() is None:
+                replica.proc.kill()
+                replica.proc.wait()
+        server.shutdown()
+
+
+def heal(args) -> list[dict]:
+    results = []
+    for heartbeat_ms in [int(h) for h in args.heartbeat_ms.split(",")]:
+        for pg in args.pg.split(","):
+            outcome = heal_run(args, pg, heartbeat_ms)
+            results.append(outcome)
+            next_steps = [k["next_step"] for k in outcome["kills"]]
+            fulls = [k["restart_to_full"] for k in outcome["kills"]]
+            print(
+                f"{pg:10s} heartbeat {heartbeat_ms / 1000:.1f} s: {len(outcome['kills'])} kills "
+                f"healed, {outcome['steps_compared']} steps compared identical; kill -> next "
+                f"step {spread(next_steps)}; restart -> full size {spread(fulls)}",
+                flush=True,
+            )
+    return results
+
+
+def spread(values: list) -> str:
+    if not values:
+        return "-"
+    return f"median {statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="mode", required=True)
+    h = sub.add_parser("heal", help="kill -9 and restart replica groups")
+    h.add_argument("--pg", default="ringcomm", help="comma-separated: ringcomm, gloo")
+    h.add_argument("--replicas", type=int, default=2)
+    h.add_argument("--algorithm", choices=("ddp", "localsgd", "diloco"), default="ddp")
+    h.add_argument("--kills", type=int, default=20)
+    h.add_argument("--heartbeat-ms", default="1000", help="the Lighthouse's, comma-separated")
+    h.add_argument("--step-sleep", type=float, default=0.02, help="seconds of 'compute' a step")
+    h.add_argument("--timeout", type=float, default=10.0, help="the process group's, seconds")
+    h.add_argument("--seed", type=int, default=49)
+    h.add_argument("--deadline", type=float, default=900, help="seconds for a whole run")
+    h.add_argument("--json", help="write the results here")
+    args = parser.parse_args(argv)
+    results = heal(args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
