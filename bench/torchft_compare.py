@@ -80,7 +80,7 @@ class Replica:
         return None
 
 
-def lighthouse(replicas: int, heartbeat_ms: int):
+def lighthouse(heartbeat_ms: int):
     from torchft._torchft import LighthouseServer
 
     # min_replicas 1: the survivors go on alone while a replica restarts, as torchft's examples.
@@ -107,18 +107,61 @@ def committed(replicas: list) -> list[dict]:
 
 def check_identical(steps: list[dict]) -> int:
     """Every step committed by several replicas has one digest; returns how many were compared."""
-    by_step: dict = {}
+    digests: dict = {}
     for s in steps:
-        by_step.setdefault(s["step"], set()).add(s["digest"])
-    differ = {step: d for step, d in by_step.items() if len(d) > 1}
+        digests.setdefault(s["step"], []).append(s["digest"])
+    differ = sorted(step for step, d in digests.items() if len(set(d)) > 1)
     if differ:
-        raise AssertionError(f"replicas differ after steps {sorted(differ)[:5]}")
-    return sum(1 for step in by_step if len([s for s in steps if s["step"] == step]) > 1)
+        raise AssertionError(f"replicas differ after steps {differ[:5]}")
+    return sum(1 for d in digests.values() if len(d) > 1)
+
+
+def at_full_size(replicas: list, after: float, pid: int | None = None) -> float | None:
+    """When the first step after `after` was committed by every replica (with `pid` in it)."""
+    hits = [
+        s["time"] for s in committed(replicas)
+        if s["time"] > after and s["replicas"] == len(replicas)
+        and (pid is None or s["pid"] == pid)
+    ]  # fmt: skip
+    return min(hits, default=None)
+
+
+def kill_and_heal(replicas: list, rng: random.Random, deadline: float) -> dict:
+    """A few steps at full size since the last heal, then a kill inside a step, and the restart:
+    the seconds to the survivors' next committed step, and to full size again."""
+    settled = time.time()
+    wait_for(
+        lambda: len([
+            s for s in committed(replicas) if s["time"] > settled and s["replicas"] == len(replicas)
+        ]) >= 5 * len(replicas),
+        replicas, deadline, "steps at full size after the last heal",
+    )  # fmt: skip
+    time.sleep(rng.uniform(0, 0.05))
+    victim = replicas[rng.randrange(len(replicas))]
+    killed = victim.kill()
+    victim.start()
+    survivors = [r for r in replicas if r is not victim]
+    next_step = wait_for(
+        lambda: min(
+            (s["time"] for r in survivors for s in r.steps() if s["time"] > killed), default=None
+        ),
+        replicas, deadline, "the survivors' next step",
+    )  # fmt: skip
+    full = wait_for(
+        lambda: at_full_size(replicas, killed, victim.proc.pid), replicas, deadline,
+        "the restarted replica at full size",
+    )  # fmt: skip
+    return {
+        "victim": victim.index,
+        "next_step": next_step - killed,
+        "restart_to_full": full - victim.started,
+    }
 
 
 def heal_run(args, pg: str, heartbeat_ms: int) -> dict:
     rng = random.Random(args.seed)
-    server = lighthouse(args.replicas, heartbeat_ms)
+    server = lighthouse(heartbeat_ms)
+    replicas: list = []
     try:
         with tempfile.TemporaryDirectory() as work:
             work = Path(work)
@@ -129,54 +172,13 @@ def heal_run(args, pg: str, heartbeat_ms: int) -> dict:
                 "--step-sleep", str(args.step_sleep), "--algorithm", args.algorithm,
             ]  # fmt: skip
             env = dict(os.environ, OMP_NUM_THREADS="1", RUST_LOG="warn")
-            replicas = [Replica(i, argv, env, work) for i in range(args.replicas)]
+            replicas += [Replica(i, argv, env, work) for i in range(args.replicas)]
             for replica in replicas:
                 replica.start()
             deadline = time.monotonic() + args.deadline
-            kills = []
 
-            def at_full_size(after: float, pid: int | None = None):
-                hits = [
-                    s for s in committed(replicas)
-                    if s["time"] > after and s["replicas"] == args.replicas
-                    and (pid is None or s["pid"] == pid)
-                ]  # fmt: skip
-                return min((s["time"] for s in hits), default=None)
-
-            wait_for(lambda: at_full_size(0), replicas, deadline, "the first full quorum")
-            for _ in range(args.kills):
-                # A few steps at full size since the last heal, then a kill inside a step.
-                settled = time.time()
-                wait_for(
-                    lambda: len([
-                        s for s in committed(replicas)
-                        if s["time"] > settled and s["replicas"] == args.replicas
-                    ]) >= 5 * args.replicas,
-                    replicas, deadline, "steps at full size after the last heal",
-                )  # fmt: skip
-                time.sleep(rng.uniform(0, 0.05))
-                victim = replicas[rng.randrange(args.replicas)]
-                killed = victim.kill()
-                victim.start()
-                survivors = [r for r in replicas if r is not victim]
-                next_step = wait_for(
-                    lambda: min(
-                        (s["time"] for r in survivors for s in r.steps() if s["time"] > killed),
-                        default=None,
-                    ),
-                    replicas, deadline, "the survivors' next step",
-                )  # fmt: skip
-                full = wait_for(
-                    lambda: at_full_size(killed, victim.proc.pid), replicas, deadline,
-                    "the restarted replica at full size",
-                )  # fmt: skip
-                kills.append(
-                    {
-                        "victim": victim.index,
-                        "next_step": next_step - killed,
-                        "restart_to_full": full - victim.started,
-                    }
-                )
+            wait_for(lambda: at_full_size(replicas, 0), replicas, deadline, "the first quorum")
+            kills = [kill_and_heal(replicas, rng, deadline) for _ in range(args.kills)]
             target = max(s["step"] for s in committed(replicas)) + 3
             stop.write_text(str(target))
             for replica in replicas:
@@ -191,7 +193,7 @@ def heal_run(args, pg: str, heartbeat_ms: int) -> dict:
             return {"pg": pg, "heartbeat_ms": heartbeat_ms, "kills": kills,
                     "steps": target, "steps_compared": compared}  # fmt: skip
     finally:
-        for replica in locals().get("replicas", []):
+        for replica in replicas:
             if replica.proc is not None and replica.proc.poll() is None:
                 replica.proc.kill()
                 replica.proc.wait()

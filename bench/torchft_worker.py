@@ -20,8 +20,8 @@ import torch
 import torch.distributed as dist
 from torch import nn, optim
 from torchft import DistributedDataParallel, Manager, Optimizer
-from torchft.local_sgd import DiLoCo, LocalSGD
 from torchft.checkpointing.pg_transport import PGTransport
+from torchft.local_sgd import DiLoCo, LocalSGD
 
 
 def parse() -> argparse.Namespace:
