@@ -217,6 +217,85 @@ def heal(args) -> list[dict]:
     return results
 
 
+def speed_run(hosts, pg: str, args) -> list[float]:
+    """The seconds of each committed step after the warm-up, on replica 0."""
+    import shutil
+
+    from ringcomm.bench import netns
+
+    name, _, codec = pg.partition(":")
+    with tempfile.TemporaryDirectory() as work:
+        work = Path(work)
+        port = 29510
+        lighthouse_bin = shutil.which("torchft_lighthouse") or str(
+            Path(sys.executable).with_name("torchft_lighthouse")
+        )
+        server = subprocess.Popen(
+            hosts.command(0, [lighthouse_bin, "--bind", f"[::]:{port}", "--min_replicas", "2",
+                              "--join_timeout_ms", "10000", "--quorum_tick_ms", "100"]),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        # gloo finds its interface from the host name, which the namespace hosts share: named.
+        env = dict(os.environ, OMP_NUM_THREADS="1", RINGCOMM_SECRET=os.urandom(16).hex(),
+                   GLOO_SOCKET_IFNAME=netns.LINK_NAME)  # fmt: skip
+        procs, logs = [], []
+        try:
+            for host in range(2):
+                logs.append(work / f"replica{host}.jsonl")
+                argv = [
+                    sys.executable, str(WORKER), "--replica", str(host), "--pg", name,
+                    "--lighthouse", f"http://{hosts.address(0)}:{port}",
+                    "--hostname", hosts.address(host), "--min-replicas", "2",
+                    "--steps", str(args.warmup + args.steps), "--log", str(logs[-1]),
+                    "--width", str(args.width), "--layers", str(args.layers), "--timeout", "60",
+                    "--batch", str(args.batch), "--no-digest",
+                ] + (["--compression", codec] if codec else [])  # fmt: skip
+                procs.append(subprocess.Popen(hosts.command(host, argv), env=env,
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                              text=True))  # fmt: skip
+            for proc in procs:
+                _, err = proc.communicate(timeout=args.deadline)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"{pg}: a replica exited with {proc.returncode}:\n"
+                                       f"{err[-3000:]}")  # fmt: skip
+        finally:
+            for proc in procs + [server]:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        steps = [json.loads(line) for line in logs[0].read_text().splitlines()]
+        return [s["seconds"] for s in steps[args.warmup :] if s["replicas"] == 2]
+
+
+def speed(args) -> list[dict]:
+    from ringcomm.bench import netns
+
+    params = (64 * args.width + args.width) + (args.layers - 1) * (args.width**2 + args.width)
+    params += args.width * 10 + 10
+    print(
+        f"torchft DDP, 2 replica groups on 2 namespace hosts, {args.link_rate} link; an MLP of "
+        f"{params / 1e6:.1f}M parameters ({params * 4 / 1e6:.0f} MB of float32 gradients); "
+        f"mean of {args.steps} committed steps after {args.warmup}",
+        flush=True,
+    )
+    results = []
+    with netns.hosts(2, "10.231.49", rate=args.link_rate, tag="tf") as hosts:
+        for _ in range(args.runs):
+            for pg in args.pg.split(","):
+                seconds = speed_run(hosts, pg, args)
+                results.append({"pg": pg, "step_ms": 1e3 * statistics.mean(seconds),
+                                "steps": len(seconds)})  # fmt: skip
+    gloo = statistics.median(r["step_ms"] for r in results if r["pg"] == "gloo") if any(
+        r["pg"] == "gloo" for r in results
+    ) else None  # fmt: skip
+    for pg in args.pg.split(","):
+        times = [r["step_ms"] for r in results if r["pg"] == pg]
+        ratio = f"{gloo / statistics.median(times):.2f}x gloo" if gloo else ""
+        print(f"{pg:14s} step {statistics.median(times):7.1f} ms "
+              f"(runs: {', '.join(f'{t:.1f}' for t in times)})  {ratio}", flush=True)  # fmt: skip
+    return results
+
+
 def spread(values: list) -> str:
     if not values:
         return "-"
@@ -237,8 +316,20 @@ def main(argv=None) -> int:
     h.add_argument("--seed", type=int, default=49)
     h.add_argument("--deadline", type=float, default=900, help="seconds for a whole run")
     h.add_argument("--json", help="write the results here")
+    v = sub.add_parser("speed", help="step time across 2 namespace hosts (needs root)")
+    v.add_argument("--pg", default="gloo,ringcomm,ringcomm:int8",
+                   help="comma-separated: gloo, ringcomm, ringcomm:<codec>")  # fmt: skip
+    v.add_argument("--link-rate", default="1gbit", help="tc's units")
+    v.add_argument("--width", type=int, default=1024, help="the MLP's hidden width")
+    v.add_argument("--layers", type=int, default=6, help="hidden layers of that width")
+    v.add_argument("--batch", type=int, default=8, help="samples a step")
+    v.add_argument("--warmup", type=int, default=5)
+    v.add_argument("--steps", type=int, default=20)
+    v.add_argument("--runs", type=int, default=1, help="alternating the process groups")
+    v.add_argument("--deadline", type=float, default=600, help="seconds for one run")
+    v.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
-    results = heal(args)
+    results = heal(args) if args.mode == "heal" else speed(args)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

@@ -12,6 +12,7 @@ import argparse
 import hashlib
 import json
 import os
+import socket
 import time
 from contextlib import contextmanager
 from datetime import timedelta
@@ -37,10 +38,17 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--compression", default=None, help="ringcomm's wire codec, or none")
     parser.add_argument("--width", type=int, default=256, help="the MLP's hidden width")
     parser.add_argument("--layers", type=int, default=2, help="hidden layers of that width")
+    parser.add_argument("--batch", type=int, default=32, help="samples a step")
+    parser.add_argument(
+        "--no-digest", action="store_true", help="skip the state's hash (timing runs)"
+    )
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds")
     parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds of 'compute'")
     parser.add_argument("--min-replicas", type=int, default=1)
     parser.add_argument("--stop-file", help="where a step to stop at is written")
+    parser.add_argument(
+        "--hostname", help="the address peers reach this replica at (default: the host name)"
+    )
     parser.add_argument("--log", required=True, help="a file of one JSON line a committed step")
     return parser.parse_args()
 
@@ -92,6 +100,10 @@ def training(args, manager: Manager, model: nn.Module, base: optim.Optimizer):
 
 def main() -> None:
     args = parse()
+    if args.hostname:
+        # torchft advertises socket.gethostname() (the Manager's and the reconfigure handle's
+        # store addresses), which namespace hosts on one machine share: name this one's own.
+        socket.gethostname = lambda: args.hostname
     timeout = timedelta(seconds=args.timeout)
     torch.manual_seed(0)  # every replica starts from the same model (init_sync checks it)
     layers = [nn.Linear(64, args.width), nn.ReLU()]
@@ -121,6 +133,7 @@ def main() -> None:
         rank=0,
         world_size=1,
         lighthouse_addr=args.lighthouse,
+        hostname=socket.gethostname(),
         timeout=timeout,
         quorum_timeout=timedelta(seconds=60),
         use_async_quorum=args.algorithm != "diloco",  # DiLoCo asks for a synchronous quorum
@@ -132,8 +145,8 @@ def main() -> None:
             began = time.perf_counter()
             step = manager.current_step()
             data = torch.Generator().manual_seed(1000 * args.replica + step)
-            inputs = torch.randn(32, 64, generator=data)
-            labels = torch.randint(10, (32,), generator=data)
+            inputs = torch.randn(args.batch, 64, generator=data)
+            labels = torch.randint(10, (args.batch,), generator=data)
             optimizer.zero_grad()
             loss = criterion(forward(inputs), labels)
             if args.step_sleep:
@@ -148,7 +161,9 @@ def main() -> None:
                     "replicas": manager.num_participants(),
                     # LocalSGD and DiLoCo sync the parameters; each replica's inner
                     # optimizer is its own.
-                    "digest": digest(model, base if args.algorithm == "ddp" else None),
+                    "digest": ""
+                    if args.no_digest
+                    else digest(model, base if args.algorithm == "ddp" else None),
                     "pid": os.getpid(),
                 }
                 log.write(json.dumps(record) + "\n")

@@ -120,5 +120,7 @@ class ProcessGroupRingcomm(ProcessGroupWrapper):
             self._backend is not None
             and len(tensors) == 1
             and tensors[0].dtype in (torch.float32, torch.float16, torch.bfloat16)
-            and op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG)
+            # ReduceOp first: a RedOpType (dist.ReduceOp.SUM) compared with torch's ReduceOp
+            # object is never equal, so `op in (SUM, AVG)` is always False.
+            and (op == dist.ReduceOp.SUM or op == dist.ReduceOp.AVG)
         )
