@@ -61,10 +61,18 @@ class Replica:
             )  # fmt: skip
         self.started = time.time()
 
-    def steps(self) -> list[dict]:
+    def records(self) -> list[dict]:
         if not self.log.exists():
             return []
         return [json.loads(line) for line in self.log.read_text().splitlines() if line]
+
+    def steps(self) -> list[dict]:
+        """The committed steps."""
+        return [r for r in self.records() if not r.get("failed")]
+
+    def failures(self) -> list[dict]:
+        """The steps given up (the time each learned of a failure)."""
+        return [r for r in self.records() if r.get("failed")]
 
     def kill(self) -> float:
         assert self.proc is not None
@@ -151,8 +159,11 @@ def kill_and_heal(replicas: list, rng: random.Random, deadline: float) -> dict:
         lambda: at_full_size(replicas, killed, victim.proc.pid), replicas, deadline,
         "the restarted replica at full size",
     )  # fmt: skip
+    # A kill between steps fails no collective: the survivor only waits in the next quorum.
+    failed = [f["time"] for r in survivors for f in r.failures() if killed < f["time"] < next_step]
     return {
         "victim": victim.index,
+        "gave_up_step": min(failed) - killed if failed else None,
         "next_step": next_step - killed,
         "restart_to_full": full - victim.started,
     }
@@ -207,11 +218,13 @@ def heal(args) -> list[dict]:
             outcome = heal_run(args, pg, heartbeat_ms)
             results.append(outcome)
             next_steps = [k["next_step"] for k in outcome["kills"]]
+            gave_up = [k["gave_up_step"] for k in outcome["kills"] if k["gave_up_step"]]
             fulls = [k["restart_to_full"] for k in outcome["kills"]]
             print(
                 f"{pg:10s} heartbeat {heartbeat_ms / 1000:.1f} s: {len(outcome['kills'])} kills "
-                f"healed, {outcome['steps_compared']} steps compared identical; kill -> next "
-                f"step {spread(next_steps)}; restart -> full size {spread(fulls)}",
+                f"healed, {outcome['steps_compared']} steps compared identical; kill -> a "
+                f"survivor gives its step up {spread(gave_up)} ({len(gave_up)} kills inside a "
+                f"step), -> next step {spread(next_steps)}; restart -> full size {spread(fulls)}",
                 flush=True,
             )
     return results
@@ -296,10 +309,70 @@ def speed(args) -> list[dict]:
     return results
 
 
-def spread(values: list) -> str:
+def reconfigure_worker(rank: int, size: int, port: int, pg_name: str, times: int, out) -> None:
+    """One rank: `times` quorum changes as torchft's Manager makes them (abort, then the next
+    group formed on a store of its own), each timed, and an all-reduce in each group."""
+    from datetime import timedelta
+
+    import torch
+    from torchft.process_group import ProcessGroupGloo, reconfigure_with_store
+
+    from ringcomm.torchft import ProcessGroupRingcomm
+
+    timeout = timedelta(seconds=30)
+    pg = ProcessGroupGloo(timeout=timeout) if pg_name == "gloo" else ProcessGroupRingcomm(timeout)
+    seconds = []
+    for generation in range(times):
+        began = time.perf_counter()
+        pg.abort(errored=False)
+        reconfigure_with_store(pg, f"127.0.0.1:{port}/change/{generation}", rank, size, timeout)
+        seconds.append(time.perf_counter() - began)
+        value = torch.ones(4)
+        pg.allreduce([value], dist_sum()).wait()
+        assert value[0].item() == size, value
+    pg.shutdown()
+    out.put((rank, seconds))
+
+
+def dist_sum():
+    import torch.distributed as dist
+
+    return dist.ReduceOp.SUM
+
+
+def reconfigure(args) -> list[dict]:
+    import multiprocessing
+
+    import torch.distributed as dist
+
+    context = multiprocessing.get_context("spawn")
+    results = []
+    for pg in args.pg.split(","):
+        store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        out = context.Queue()
+        procs = [
+            context.Process(target=reconfigure_worker,
+                            args=(rank, args.size, store.port, pg, args.changes, out))
+            for rank in range(args.size)
+        ]  # fmt: skip
+        for proc in procs:
+            proc.start()
+        seconds = [out.get(timeout=300) for _ in procs]
+        for proc in procs:
+            proc.join()
+        slowest = [max(s[1][i] for s in seconds) for i in range(args.changes)][1:]  # 1st: imports
+        results.append({"pg": pg, "seconds": slowest})
+        print(f"{pg:10s} a quorum change (abort, handles through the store, the next group "
+              f"formed) on {args.size} ranks: {spread([1e3 * s for s in slowest], 'ms')}",
+              flush=True)  # fmt: skip
+    return results
+
+
+def spread(values: list, unit: str = "s") -> str:
     if not values:
         return "-"
-    return f"median {statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})"
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return f"median {mid:.2f} {unit} ({low:.2f}-{high:.2f})"
 
 
 def main(argv=None) -> int:
@@ -328,8 +401,14 @@ def main(argv=None) -> int:
     v.add_argument("--runs", type=int, default=1, help="alternating the process groups")
     v.add_argument("--deadline", type=float, default=600, help="seconds for one run")
     v.add_argument("--json", help="write the results here")
+    r = sub.add_parser("reconfigure", help="the cost of a quorum change, on one host")
+    r.add_argument("--pg", default="gloo,ringcomm")
+    r.add_argument("--size", type=int, default=2, help="replica groups")
+    r.add_argument("--changes", type=int, default=30)
+    r.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
-    results = heal(args) if args.mode == "heal" else speed(args)
+    modes = {"heal": heal, "speed": speed, "reconfigure": reconfigure}
+    results = modes[args.mode](args)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

@@ -168,6 +168,12 @@ def main() -> None:
                 }
                 log.write(json.dumps(record) + "\n")
                 log.flush()
+            elif args.algorithm == "ddp":  # given up: when this replica learned of a failure
+                error = manager.errored()
+                record = {"failed": True, "time": time.time(), "pid": os.getpid(),
+                          "error": str(error)[:300] if error else None}  # fmt: skip
+                log.write(json.dumps(record) + "\n")
+                log.flush()
     manager.shutdown(wait=False)
     pg.shutdown()
 
