@@ -64,7 +64,9 @@ class Replica:
     def records(self) -> list[dict]:
         if not self.log.exists():
             return []
-        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
+        # A line the worker is still writing has no newline yet: read whole lines only.
+        text = self.log.read_text()
+        return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line]
 
     def steps(self) -> list[dict]:
         """The committed steps."""
