@@ -102,9 +102,9 @@ class ProcessGroupRingcomm(ProcessGroupWrapper):
     def set_timeout(self, timeout: timedelta) -> None:
         """The timeout of the next groups' forming and of every operation from now on."""
         super().set_timeout(timeout)
-        pg = self._pg
-        if pg is not None:
-            pg._set_default_timeout(timeout)
+        backend = self._backend
+        if backend is not None:
+            backend.set_timeout(timeout)
 
     def allreduce(self, tensors, opts):
         if self._compression is not None and self._compresses(tensors, opts):
