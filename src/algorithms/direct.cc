@@ -171,6 +171,10 @@ void DirectGroup::waitForAll(Phase phase, uint64_t value, const Operation& op) {
     segments_.sleepUntilAllReach(progressOf(phase), value, doorbell,
                                  std::chrono::duration_cast<std::chrono::microseconds>(
                                      std::min(op.remaining(), kHealthCheckInterval)));
+    // This rank aborted (from another thread): nothing its peers do will end this wait.
+    if (const std::string reason = segments_.ownAbort(); !reason.empty()) {
+      raisePeerFailure<TransportError>(op, -1, "this rank's communicator closed: " + reason);
+    }
     if (Clock::now() - lastHealthCheck >= kHealthCheckInterval || segments_.peerExited()) {
       // Every peer still behind, looked at again after the sleep: one that got there and then
       // exited (its part done, it returned and was killed) is not a failure of this collective,

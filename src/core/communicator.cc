@@ -469,6 +469,8 @@ class CommunicatorImpl : public Communicator {
 
   void abort(const std::string& reason) override {
     if (!markClosed("communicator aborted on rank " + std::to_string(rank_) + ": " + reason)) return;
+    // Before the waits in flight can fail (failWith reads it): they fail because of this.
+    abortedHere_.store(true, std::memory_order_release);
     if (links_.segments) links_.segments->markAborted(reason);
     closeStreams();
   }
@@ -799,6 +801,12 @@ class CommunicatorImpl : public Communicator {
   }
 
   [[noreturn]] void failWith(const PeerError& error) {
+    // An operation in flight when this rank aborted: its waits ended because of the abort (they
+    // see it on shared memory, or their sockets closed under them, which reads as the peer's
+    // "closed its connection"). CommunicatorClosed, with the abort's reason, as abort() says.
+    if (abortedHere_.load(std::memory_order_acquire)) {
+      throw CommunicatorClosed("ringcomm: " + error.context().operation + ": " + closedReason());
+    }
     bool mismatch = dynamic_cast<const MismatchError*>(&error) != nullptr;
     // First, so that peers reading our reason are not kept waiting.
     poison(error.what(), error.context().peer, mismatch);
@@ -934,6 +942,7 @@ class CommunicatorImpl : public Communicator {
   std::string closedReason_;
   Clock::time_point closedAt_;
   std::atomic<bool> closed_{false};  // closedReason_ is set: checked on every call without a lock
+  std::atomic<bool> abortedHere_{false};  // closed by this rank's abort(), not a failure
   bool shutDown_ = false;
   bool traceOwner_ = false;  // this communicator writes RINGCOMM_TRACE at shutdown
   // Membership (core/membership.h): this rank's mailbox, the agreement over everyone's, and the

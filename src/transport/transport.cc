@@ -299,9 +299,18 @@ bool Transport::progressAll(const Operation& op) {
 }
 
 void Transport::checkPeers(const Operation& op) {
+  checkAborted(op);
   for (int peer : active_) {
     const std::string failure = failureOf(peer);
     if (!failure.empty()) raisePeerFailure<TransportError>(op, peer, failure);
+  }
+}
+
+void Transport::checkAborted(const Operation& op) const {
+  if (segments_ == nullptr) return;
+  const std::string reason = segments_->ownAbort();
+  if (!reason.empty()) {
+    raisePeerFailure<TransportError>(op, -1, "this rank's communicator closed: " + reason);
   }
 }
 
@@ -386,6 +395,7 @@ void Transport::waitUntil(Predicate done, const Operation& op) {
     if (op.expired()) raiseTimeout(op);
     if (!active_.empty()) op.noteWaitingFor(active_.front());
     block(doorbell, op);
+    checkAborted(op);
     checkDue = Clock::now() - lastHealthCheck >= kHealthCheckInterval ||
                (segments_ != nullptr && segments_->peerExited());
   }
@@ -462,6 +472,7 @@ int Transport::waitForAnySender(const MessageTag& tag, const Operation& op) {
       raisePeerFailure<TimeoutError>(op, -1, "timed out waiting for a message from any rank");
     }
     blockForAnyIncoming(doorbell, op);
+    checkAborted(op);
   }
 }
 

@@ -131,7 +131,11 @@ class Transport {
              std::chrono::milliseconds longest = std::chrono::milliseconds::max());
   bool peekHeader(int peer, Peer& state, const Operation& op);
   void blockForAnyIncoming(uint32_t doorbellSeen, const Operation& op);
+  // Raises where an active peer failed, or this rank aborted (checkAborted).
   void checkPeers(const Operation& op);
+  // Raises once this rank aborted on shared memory (shm::Segments::markAborted), whose waits
+  // nothing else ends: its sockets' waits end as abort() closes them.
+  void checkAborted(const Operation& op) const;
   [[noreturn]] void raiseTimeout(const Operation& op) const;
 
   int rank_;

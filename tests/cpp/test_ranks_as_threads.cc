@@ -357,6 +357,70 @@ TEST(ranks_as_threads_abort_from_another_thread_over_tcp) {
   checkAbortFromAnotherThread(TransportKind::Tcp, "threads/watchdog-tcp/");
 }
 
+// abort() from another thread of a rank whose operation waits for a peer that is alive but never
+// calls it (torchft aborts its process group so when a quorum changes): the wait ends at once,
+// with CommunicatorClosed naming the abort, not at the deadline (30 s). Over shared memory only
+// the aborting rank's own flag can end it, since the idle peer never looks; over TCP its sockets
+// close under it, which must not read as the peer's failure. `waiting`: "direct" (the
+// shared-memory direct schedule; a ring over TCP), "ring" (a wait on the links), "recv".
+void checkAbortEndsOwnWait(TransportKind transport, const std::string& waiting,
+                           const std::string& scope) {
+  std::atomic<bool> done{false};
+  runRanks(2, configFor(transport, 30s),
+           [&](int rank, Communicator& comm) {
+             std::vector<float> data(1024, 1.0f);
+             AllreduceOptions o;
+             o.input = data.data();
+             o.output = data.data();
+             o.count = data.size();
+             if (waiting == "ring") o.algorithm = Algorithm::Ring;
+             comm.allreduce(o)->wait();  // every link made
+             if (rank == 1) {
+               // Alive and idle until rank 0 is done: its shutdown would end rank 0's wait.
+               while (!done.load()) std::this_thread::sleep_for(1ms);
+               return;
+             }
+             WorkPtr work;
+             if (waiting == "recv") {
+               RecvOptions r;
+               r.buffer = data.data();
+               r.bytes = sizeof(float) * data.size();
+               r.peer = 1;
+               r.tag = 7;
+               work = comm.recv(r);
+             } else {
+               work = comm.allreduce(o);
+             }
+             const auto start = std::chrono::steady_clock::now();
+             std::thread aborter([&comm] {
+               std::this_thread::sleep_for(50ms);  // either order must work; this one is the case
+               comm.abort("the test aborts rank 0");
+             });
+             try {
+               work->wait();
+               CHECK(false);
+             } catch (const CommunicatorClosed& error) {
+               CHECK(testing::contains(error.what(), "aborted on rank 0: the test aborts rank 0"));
+             }
+             aborter.join();
+             CHECK(std::chrono::steady_clock::now() - start < 10s);
+             done.store(true);
+           },
+           scope);
+}
+
+TEST(ranks_as_threads_abort_ends_own_wait_over_shared_memory) {
+  for (const std::string waiting : {"direct", "ring", "recv"}) {
+    checkAbortEndsOwnWait(TransportKind::Shm, waiting, "threads/abort-own-shm-" + waiting + "/");
+  }
+}
+
+TEST(ranks_as_threads_abort_ends_own_wait_over_tcp) {
+  for (const std::string waiting : {"ring", "recv"}) {
+    checkAbortEndsOwnWait(TransportKind::Tcp, waiting, "threads/abort-own-tcp-" + waiting + "/");
+  }
+}
+
 // Ranks in different collectives: each, after a second of waiting, looks up in the store what its
 // peer runs (from the engine thread, while the caller waits) and names the mismatch.
 TEST(ranks_as_threads_mismatch_is_named) {

@@ -365,6 +365,13 @@ void Segments::markAborted(const std::string& reason) {
   std::strncpy(own.abortReason, reason.c_str(), sizeof(own.abortReason) - 1);
   own.aborted.store(1, std::memory_order_release);
   ringAllDoorbells();
+  ringDoorbell(localRank_);
+}
+
+std::string Segments::ownAbort() const {
+  const SegmentHeader& own = header(localRank_);
+  if (own.aborted.load(std::memory_order_acquire) == 0) return {};
+  return std::string(own.abortReason, strnlen(own.abortReason, sizeof(own.abortReason)));
 }
 
 }  // namespace ringcomm::shm

@@ -218,7 +218,13 @@ class Segments {
   // Whether local peer `local`'s process is gone without having aborted: it recorded no reason
   // for its end anywhere, and none will come.
   bool diedWithoutAborting(int local) const;
+  // Raises this rank's abort flag with `reason` and rings every local rank's doorbell, its own
+  // included: peers then fail naming this rank, and this rank's own waits (on an engine thread,
+  // when abort() came from another) wake and end, where they would otherwise sleep on until
+  // their deadline for peers that are alive but not calling the operation.
   void markAborted(const std::string& reason);
+  // Empty until markAborted() ran on this rank; then its reason.
+  std::string ownAbort() const;
 
  private:
   size_t segmentBytes() const;
