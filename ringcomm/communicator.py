@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional, Sequence, Union
 
-from ringcomm import _core, _log, _tuning
+from ringcomm import _arguments, _core, _log, _tuning
 from ringcomm._buffers import empty_like, shape_of, split_shape, stacked_shape
 from ringcomm._devices import set_call_stream
 from ringcomm._environment import LaunchEnvironment, detect
@@ -148,11 +148,7 @@ class Communicator:
     # ---- plumbing -------------------------------------------------------------------------
     @staticmethod
     def _timeout(timeout: Optional[float]) -> float:
-        if timeout is None:
-            return 0.0
-        if not timeout > 0:
-            raise ValueError(f"timeout must be positive seconds; got {timeout}")
-        return float(timeout)
+        return _arguments.optional_seconds(timeout)
 
     @staticmethod
     def _finish(work, result, keepalive: tuple, async_op: bool):
@@ -408,7 +404,8 @@ class Communicator:
         (seconds; default the communicator's) bounds the whole call: :class:`TimeoutError` when
         it passes without a decision.
         """
-        core = self._core.shrink([int(r) for r in (exclude or ())], self._timeout(timeout))
+        exclude = _arguments.ranks(exclude, "exclude", self.size)
+        core = self._core.shrink(exclude, self._timeout(timeout))
         return Communicator(core, self._environment)
 
     def survivors(self, timeout: Optional[float] = None) -> list[int]:
@@ -430,8 +427,7 @@ class Communicator:
         Raises what an all-reduce of this communicator raises where a member is lost (shrink
         first), ``TimeoutError`` where fewer than ``expect`` asked in time. Give the newcomers
         the state they need next, for example with :meth:`broadcast` from rank 0."""
-        if isinstance(expect, bool) or not isinstance(expect, int) or expect < 0:
-            raise ValueError(f"expect must be a count of newcomers >= 0; got {expect!r}")
+        expect = _arguments.whole_number(expect, "expect", 0, meaning=" (a count of newcomers)")
         core = self._core.grow(expect, self._timeout(timeout))
         return self if core is None else Communicator(core, self._environment)
 
@@ -445,7 +441,9 @@ class Communicator:
     def split(self, color: int, key: int = 0) -> Optional["Communicator"]:
         """Collective (MPI's ``Comm_split``): a communicator of the ranks that pass the same
         ``color``, numbered by ``key`` and then by rank; ``None`` for a negative color."""
-        core = self._core.split(int(color), int(key))
+        color = _arguments.whole_number(color, "color", meaning=" (negative: this rank joins none)")
+        key = _arguments.whole_number(key, "key")
+        core = self._core.split(color, key)
         return None if core is None else Communicator(core, self._environment)
 
     # ---- lifetime -------------------------------------------------------------------------
@@ -531,9 +529,7 @@ def _configured(
     """The core's Config from the environment, with init()'s and join()'s arguments over it."""
     config = _core.Config.from_environment()
     if timeout is not None:
-        if timeout <= 0:
-            raise ValueError(f"timeout must be positive seconds; got {timeout}")
-        config.timeout = float(timeout)
+        config.timeout = _arguments.seconds(timeout)
     if transport is not None:
         if transport not in _TRANSPORTS:
             raise ValueError(f"transport must be one of {sorted(_TRANSPORTS)}; got {transport!r}")

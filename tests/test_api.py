@@ -158,6 +158,52 @@ def test_bad_arguments(comm):
         comm.scatter(None, root=0)
 
 
+def test_bad_membership_arguments_name_the_argument(comm):
+    """shrink, split, survivors and grow refuse what the core cannot take, saying which argument
+    and what it takes, rather than pybind11's "incompatible function arguments", a TypeError
+    about iteration, or a color of 1.9 quietly taken as 1."""
+    with pytest.raises(TypeError, match=r"exclude must be a list of ranks \(ints from 0 to 0\)"):
+        comm.shrink(exclude=2)
+    with pytest.raises(TypeError, match="exclude must be a list of ranks"):
+        comm.shrink(exclude="0")  # not ranks "0", one by one
+    with pytest.raises(ValueError, match=r"exclude\[0\] must be in \[0, 0\].*got 1099511627776"):
+        comm.shrink(exclude=[2**40])
+    with pytest.raises(TypeError, match=r"exclude\[0\] must be an int.*got 1.5"):
+        comm.shrink(exclude=[1.5])
+    with pytest.raises(ValueError, match=r"color must be in \[-2147483648, 2147483647\]"):
+        comm.split(2**31)
+    with pytest.raises(TypeError, match="color must be an int.*got 1.9"):
+        comm.split(1.9)
+    with pytest.raises(TypeError, match="color must be an int.*got True"):
+        comm.split(True)
+    with pytest.raises(ValueError, match=r"key must be in \[-2147483648, 2147483647\]"):
+        comm.split(0, key=-(2**31) - 1)
+    with pytest.raises(TypeError, match="key must be an int.*got 0.5"):
+        comm.split(0, key=0.5)
+    with pytest.raises(ValueError, match=r"expect must be in \[0, 2147483647\]"):
+        comm.grow(expect=2**40)
+    with pytest.raises(TypeError, match="expect must be an int"):
+        comm.grow(expect=1.5)
+    for call in (comm.shrink, comm.survivors, comm.grow):
+        with pytest.raises(TypeError, match="timeout must be a number of seconds.*got '5'"):
+            call(timeout="5")
+        with pytest.raises(ValueError, match="timeout must be positive seconds; got -1"):
+            call(timeout=-1)
+    with pytest.raises(TypeError, match="timeout must be a number of seconds.*got True"):
+        comm.shrink(timeout=True)  # not one second
+
+
+def test_membership_arguments_take_numpy_integers(comm):
+    alone = comm.split(np.int64(7), key=np.int32(-3))
+    assert alone.size == 1
+    shrunk = alone.shrink(exclude=np.array([], dtype=np.int64), timeout=np.float32(5))
+    assert shrunk.size == 1
+    assert comm.survivors(timeout=np.float64(5)) == [0]
+    assert comm.split(-1) is None
+    shrunk.shutdown()
+    alone.shutdown()
+
+
 def test_shared_arrays_are_checked_and_zeroed():
     with pytest.raises(ValueError, match="shape: expected non-negative integers"):
         ringcomm.empty((3, -1))
