@@ -108,6 +108,11 @@ struct RINGCOMM_API Config {
   // together in one session); ranks in sessions of their own, as ringcomm-run, mpiexec (hydra) and
   // torchrun start them, did better with the single copy at every load measured.
   double shmCrossMemoryBusyCores = -1;
+  // RINGCOMM_SHM_CMA_OTHERS_CORES_FILE: a file whose number stands in for the measurement that
+  // shmCrossMemoryBusyCores is compared with, read at the end of each window instead of /proc.
+  // For tests: whether the path switches can then be checked without depending on what else the
+  // machine runs (tests/test_crowding.py). Empty (the default): measured.
+  std::string shmCrossMemoryOthersCoresFile;
   // RINGCOMM_REDUCE_THREADS=auto|N: threads of each rank that reduce its slice of a single-copy
   // all-reduce between buffers every local rank maps (ringcomm.empty()'s, the staged path's
   // pinned chunks). auto (-1): the cores shared among the host's ranks, at most 4, and 1 where

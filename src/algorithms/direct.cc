@@ -84,7 +84,7 @@ DirectGroup::DirectGroup(const shm::Segments& segments, WaitPolicy& waitPolicy,
   if (rank_ != 0 || config.shmCrossMemory != CrossMemory::Auto) return;
   std::vector<int> pids;
   for (int local = 0; local < size_; ++local) pids.push_back(segments_.pidOf(local));
-  othersCpuUse_ = std::make_unique<OthersCpuUse>(pids);
+  othersCpuUse_ = std::make_unique<OthersCpuUse>(pids, config.shmCrossMemoryOthersCoresFile);
   // The cores of all local ranks together: ranks bound one to a core are not crowded.
   const int jobCores = othersCpuUse_->jobCores();
   if (size_ <= kStagingRanksPerCore * jobCores) othersCpuUse_.reset();

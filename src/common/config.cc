@@ -191,6 +191,9 @@ Config Config::fromEnvironment() {
   if (const char* v = variable("RINGCOMM_SHM_CMA_BUSY_CORES")) {
     config.shmCrossMemoryBusyCores = parseNumberOrAuto("RINGCOMM_SHM_CMA_BUSY_CORES", v);
   }
+  if (const char* v = variable("RINGCOMM_SHM_CMA_OTHERS_CORES_FILE")) {
+    config.shmCrossMemoryOthersCoresFile = v;
+  }
   if (const char* v = variable("RINGCOMM_SOCKET_BUFFER_BYTES")) {
     config.socketBufferBytes = static_cast<int>(parseNumber("RINGCOMM_SOCKET_BUFFER_BYTES", v));
   }
@@ -376,6 +379,12 @@ const std::vector<Described>& describedVariables() {
        "instead. auto: 0.6 of the job's cores, and only when every local rank shares one "
        "scheduling group; 0: always when so crowded",
        nullptr},
+      {"RINGCOMM_SHM_CMA_OTHERS_CORES_FILE", nullptr,
+       [](const Config& c) { return c.shmCrossMemoryOthersCoresFile; },
+       "for tests: a file whose number stands in for the cores' worth of CPU time other processes "
+       "used, which RINGCOMM_SHM_CMA_BUSY_CORES is compared with, read every half second instead "
+       "of measuring it",
+       "measured"},
       {"RINGCOMM_SOCKET_BUFFER_BYTES", nullptr,
        [](const Config& c) { return number(c.socketBufferBytes); },
        "SO_SNDBUF and SO_RCVBUF of TCP connections", nullptr},

@@ -10,6 +10,7 @@
 #include <sched.h>
 
 #include <chrono>
+#include <string>
 #include <vector>
 
 namespace ringcomm {
@@ -17,8 +18,10 @@ namespace ringcomm {
 class OthersCpuUse {
  public:
   // `ownPids`: the job's processes on this host (its local ranks; repeats are counted once).
-  // Their cores are the union of their affinity masks, read now.
-  explicit OthersCpuUse(std::vector<int> ownPids);
+  // Their cores are the union of their affinity masks, read now. `standInFile`, where not empty:
+  // each window's answer is the number in that file instead (Config::shmCrossMemoryOthersCoresFile:
+  // tests say "crowded" or "not" whatever else the machine runs); unreadable, the last answer.
+  explicit OthersCpuUse(std::vector<int> ownPids, std::string standInFile = "");
 
   // How many cores the job's processes may run on, together.
   int jobCores() const { return CPU_COUNT(&jobCores_); }
@@ -42,6 +45,7 @@ class OthersCpuUse {
   Sample sample(const Sample* previous) const;
 
   std::vector<int> ownPids_;
+  std::string standInFile_;
   cpu_set_t jobCores_;
   Sample last_;
   double cores_ = 0;

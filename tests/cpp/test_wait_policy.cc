@@ -1,12 +1,14 @@
 // How ranks adapt to crowded cores: a fixed yield count is honoured; chosen by load, more local
 // ranks than cores always count as crowded, and then the direct schedule's slots grow; the CPU
-// time other processes take is told from the job's own.
+// time other processes take is told from the job's own, and a test can stand in for it.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "check.h"
@@ -97,4 +99,28 @@ TEST(ranksInOneSessionShareOneAutogroupAndNotOnceOneLeaves) {
   CHECK(!shareOneAutogroup({getpid(), child}));
   CHECK(!shareOneAutogroup({}));
   for (int fd : {toChild[0], toChild[1], toParent[0], toParent[1]}) close(fd);
+}
+
+TEST(aStandInFileAnswersInsteadOfTheMachine) {
+  char path[] = "/tmp/ringcomm-others-cores-XXXXXX";
+  const int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  close(fd);
+  const auto say = [&path](const char* text) {
+    std::FILE* file = std::fopen(path, "w");
+    std::fputs(text, file);
+    std::fclose(file);
+  };
+  say("1.5\n");
+  OthersCpuUse standIn({getpid()}, path);
+  CHECK_EQ(standIn.cores(), 0.0);  // the first window has not ended
+  std::this_thread::sleep_for(OthersCpuUse::kWindow + std::chrono::milliseconds(50));
+  CHECK_EQ(standIn.cores(), 1.5);
+  say("0");
+  std::this_thread::sleep_for(OthersCpuUse::kWindow + std::chrono::milliseconds(50));
+  CHECK_EQ(standIn.cores(), 0.0);
+  say("busy");  // no number: the last answer stands
+  std::this_thread::sleep_for(OthersCpuUse::kWindow + std::chrono::milliseconds(50));
+  CHECK_EQ(standIn.cores(), 0.0);
+  unlink(path);
 }
