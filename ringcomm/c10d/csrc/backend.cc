@@ -16,6 +16,7 @@
 #include "gil.h"
 #include "ringcomm/config.h"
 #include "ringcomm/errors.h"
+#include "ringcomm/store.h"
 #include "sparse.h"
 #include "store_adapter.h"
 #include "tensors.h"
@@ -116,6 +117,29 @@ RingcommBackend::RingcommBackend(const c10::intrusive_ptr<::c10d::Store>& store,
                                  double linkLatency, double linkBandwidth,
                                  const std::string& listenAddress)
     : ::c10d::Backend(rank, size) {
+  const Config config = configFor(timeout, secret, std::move(shmRules), std::move(tcpRules),
+                                  linkLatency, linkBandwidth, listenAddress);
+  // torch gives each process group (and device) a store prefix of its own, so the communicator
+  // meets under a fixed scope: ranks outside a subgroup create nothing for it.
+  communicator_ = Communicator::createInScope(std::make_shared<TorchStoreAdapter>(store),
+                                              "ringcomm/", rank, size, config);
+}
+
+c10::intrusive_ptr<RingcommBackend> RingcommBackend::meet(
+    const std::string& host, int port, const std::string& scope, int rank, int size,
+    std::chrono::milliseconds timeout, const std::string& secret, Rules shmRules,
+    Rules tcpRules, double linkLatency, double linkBandwidth, const std::string& listenAddress) {
+  TORCH_CHECK_VALUE(!secret.empty(), "ringcomm: ranks meet in a mailbox only with a job secret");
+  const Config config = configFor(timeout, secret, std::move(shmRules), std::move(tcpRules),
+                                  linkLatency, linkBandwidth, listenAddress);
+  auto mailbox = std::make_shared<TcpStore>(host, port, config.timeout, secret);
+  return c10::make_intrusive<RingcommBackend>(
+      Communicator::createInScope(mailbox, scope, rank, size, config));
+}
+
+Config RingcommBackend::configFor(std::chrono::milliseconds timeout, const std::string& secret,
+                                  Rules shmRules, Rules tcpRules, double linkLatency,
+                                  double linkBandwidth, const std::string& listenAddress) {
   Config config = Config::fromEnvironment();
   if (config.listenAddress.empty() && config.socketInterface.empty()) {
     config.listenAddress = listenAddress;
@@ -128,10 +152,7 @@ RingcommBackend::RingcommBackend(const c10::intrusive_ptr<::c10d::Store>& store,
     config.linkLatency = std::chrono::microseconds(static_cast<int64_t>(linkLatency * 1e6));
   }
   if (config.linkBandwidth == 0) config.linkBandwidth = linkBandwidth;
-  // torch gives each process group (and device) a store prefix of its own, so the communicator
-  // meets under a fixed scope: ranks outside a subgroup create nothing for it.
-  communicator_ = Communicator::createInScope(std::make_shared<TorchStoreAdapter>(store),
-                                              "ringcomm/", rank, size, config);
+  return config;
 }
 
 RingcommBackend::RingcommBackend(std::shared_ptr<Communicator> communicator)

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ringcomm/communicator.h"
+#include "ringcomm/config.h"
 #include "tensors.h"
 #include "work.h"
 
@@ -39,6 +40,16 @@ class RingcommBackend : public ::c10d::Backend {
                   std::chrono::milliseconds timeout, const std::string& secret,
                   Rules shmRules = {}, Rules tcpRules = {}, double linkLatency = 0,
                   double linkBandwidth = 0, const std::string& listenAddress = "");
+  // A backend whose ranks meet in a ringcomm mailbox at host:port (a TcpStoreServer that proves
+  // `secret`) under `scope`, instead of on a torch store: torchft's reconfigure() on the
+  // addresses its handles carry (ringcomm/torchft.py). The other arguments as above.
+  static c10::intrusive_ptr<RingcommBackend> meet(const std::string& host, int port,
+                                                  const std::string& scope, int rank, int size,
+                                                  std::chrono::milliseconds timeout,
+                                                  const std::string& secret, Rules shmRules,
+                                                  Rules tcpRules, double linkLatency,
+                                                  double linkBandwidth,
+                                                  const std::string& listenAddress);
   // A backend on a communicator made already (shrink()'s).
   explicit RingcommBackend(std::shared_ptr<Communicator> communicator);
   // The group torch asked shrink_group for, of which some ranks died while it formed (between
@@ -156,6 +167,10 @@ class RingcommBackend : public ::c10d::Backend {
   const Communicator& communicator() const { return *communicator_; }
 
  private:
+  // The communicator's configuration: the environment's, with what the constructors take.
+  static Config configFor(std::chrono::milliseconds timeout, const std::string& secret,
+                          Rules shmRules, Rules tcpRules, double linkLatency, double linkBandwidth,
+                          const std::string& listenAddress);
   // Fills the fields every core options struct shares from torch's timeout and asyncOp.
   template <typename CoreOptions>
   CoreOptions common(std::chrono::milliseconds timeout, bool asyncOp) const;

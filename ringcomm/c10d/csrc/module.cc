@@ -59,6 +59,23 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("secret"), py::arg("shm_allreduce_rules") = NamedRules{},
            py::arg("tcp_allreduce_rules") = NamedRules{}, py::arg("link_latency") = 0.0,
            py::arg("link_bandwidth") = 0.0, py::arg("listen_address") = std::string())
+      .def_static(
+          "meet",
+          [](const std::string& host, int port, const std::string& scope, int rank, int size,
+             std::chrono::milliseconds timeout, const py::bytes& secret,
+             const NamedRules& shmRules, const NamedRules& tcpRules, double linkLatency,
+             double linkBandwidth, const std::string& listenAddress) {
+            std::string key = secret;
+            RingcommBackend::Rules shm = parsedRules(shmRules), tcp = parsedRules(tcpRules);
+            py::gil_scoped_release release;
+            return RingcommBackend::meet(host, port, scope, rank, size, timeout, key,
+                                         std::move(shm), std::move(tcp), linkLatency,
+                                         linkBandwidth, listenAddress);
+          },
+          py::arg("host"), py::arg("port"), py::arg("scope"), py::arg("rank"), py::arg("size"),
+          py::arg("timeout"), py::arg("secret"), py::arg("shm_allreduce_rules") = NamedRules{},
+          py::arg("tcp_allreduce_rules") = NamedRules{}, py::arg("link_latency") = 0.0,
+          py::arg("link_bandwidth") = 0.0, py::arg("listen_address") = std::string())
       .def("lost_ranks", &RingcommBackend::lostRanks, py::call_guard<py::gil_scoped_release>())
       .def("grow", &RingcommBackend::grow, py::arg("expect"), py::arg("timeout"),
            py::call_guard<py::gil_scoped_release>())
