@@ -101,7 +101,7 @@ def test_grow_says_what_is_wrong():
         assert outcome.returncode == 0 and outcome.result, outcome.describe()
         said = outcome.result["said"]
         assert said["negative expect"].startswith("ValueError: expect"), said
-        assert said["expect not a count"].startswith("ValueError: expect"), said
+        assert said["expect not a count"].startswith("TypeError: expect must be an int"), said
         assert (
             "TimeoutError" in said["first grow"] and "1 newcomers expected" in said["first grow"]
         ), said

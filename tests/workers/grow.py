@@ -89,7 +89,7 @@ def misuse(comm) -> dict:
         try:
             call()
             said[name] = "no error"
-        except (ringcomm.RingcommError, ValueError) as error:
+        except (ringcomm.RingcommError, ValueError, TypeError) as error:
             said[name] = f"{type(error).__name__}: {error}"
 
     attempt("negative expect", lambda: comm.grow(expect=-1))
