@@ -89,6 +89,20 @@ def test_dead_rank_makes_the_others_raise_naming_it():
         assert result["elapsed"] < result["timeout"] + 10, result
 
 
+def test_records_a_stranger_writes_into_torchs_store_are_not_believed():
+    """torch's store proves nothing: anyone who reaches it could write a failure record for a
+    rank ("rank 1 reported: ...") or what it runs (a MismatchError). Records carry a MAC under
+    the job's secret; the survivors name the dead rank and quote nothing the stranger wrote."""
+    outcomes = run_torch_job(
+        3, "torch_failure.py", args=["forge"], env={"RINGCOMM_TRANSPORT": "tcp"}, deadline=60
+    )
+    for outcome in (o for o in outcomes if o.rank != 1):
+        assert outcome.returncode == 0 and outcome.result is not None, outcome.describe()
+        error = outcome.result["error"]
+        assert "rank 1" in error and "FORGED" not in error, error
+        assert "Mismatch" not in error, error
+
+
 @pytest.mark.skipif(not mpirun(), reason="mpirun not installed (pip install mpich)")
 def test_init_process_group_under_mpirun_needs_no_torch_variables():
     env = {

@@ -85,7 +85,8 @@ class CommunicatorImpl : public Communicator {
                                                  config_.linkTimeout);
     }
     records_ = std::make_unique<FailureRecords>(
-        rank_, store_, membership_.get(), [this](int peer) { return diedWithoutAborting(peer); });
+        rank_, store_, membership_.get(), config_.secret,
+        [this](int peer) { return diedWithoutAborting(peer); });
     waitPolicy_ = std::make_unique<WaitPolicy>(config_.spinCount, config_.yieldCount,
                                                static_cast<int>(links_.localRanks.size()));
     transport_ = std::make_unique<transport::Transport>(

@@ -1,11 +1,17 @@
 #include "core/failure_records.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <set>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "auth/sha256.h"
+#include "common/log.h"
 
 namespace ringcomm {
 namespace {
@@ -23,12 +29,61 @@ std::string storeKey(const char* kind, int rank) {
   return std::string(kind) + "/" + std::to_string(rank);
 }
 
+// What separates a record's text from its MAC (64 hex digits) at its end.
+constexpr const char* kMacMark = "\n#mac ";
+
+// Bound to the key, so that a record cannot be moved to another rank's or kind's place.
+auth::Digest macOf(const std::string& secret, const std::string& key, const std::string& text) {
+  return auth::hmacSha256(secret, {"ringcomm record ", key, "\n", text});
+}
+
+std::string hex(const auth::Digest& digest) {
+  std::string text(2 * digest.size(), '0');
+  for (size_t i = 0; i < digest.size(); ++i) {
+    std::snprintf(&text[2 * i], 3, "%02x", digest[i]);
+  }
+  return text;
+}
+
+std::optional<auth::Digest> fromHex(const std::string& text) {
+  auth::Digest digest{};
+  if (text.size() != 2 * digest.size()) return std::nullopt;
+  for (size_t i = 0; i < digest.size(); ++i) {
+    unsigned value = 0;
+    if (std::sscanf(text.c_str() + 2 * i, "%2x", &value) != 1) return std::nullopt;
+    digest[i] = static_cast<uint8_t>(value);
+  }
+  return digest;
+}
+
 }  // namespace
 
 FailureRecords::FailureRecords(int rank, std::shared_ptr<Store> store, Membership* membership,
-                               std::function<bool(int)> diedWithoutAborting)
-    : rank_(rank), store_(std::move(store)), membership_(membership),
+                               std::string secret, std::function<bool(int)> diedWithoutAborting)
+    : rank_(rank), store_(std::move(store)), membership_(membership), secret_(std::move(secret)),
       diedWithoutAborting_(std::move(diedWithoutAborting)) {}
+
+Bytes FailureRecords::sealed(const std::string& key, const std::string& text) const {
+  const std::string record = text + kMacMark + hex(macOf(secret_, key, text));
+  return Bytes(record.begin(), record.end());
+}
+
+std::optional<std::string> FailureRecords::opened(const std::string& key, const Bytes& value) const {
+  const std::string record(value.begin(), value.end());
+  const size_t mark = record.rfind(kMacMark);
+  if (!secret_.empty() && mark != std::string::npos) {
+    const std::string text = record.substr(0, mark);
+    const std::optional<auth::Digest> mac = fromHex(record.substr(mark + std::strlen(kMacMark)));
+    if (mac && auth::sameDigest(*mac, macOf(secret_, key, text))) return text;
+  }
+  if (!forgeryLogged_.exchange(true)) {
+    RINGCOMM_LOG(LogLevel::Warn, kLogAuth,
+                 "ignored a record under '%s' that no rank of this job wrote (its MAC under the "
+                 "job's secret is missing or wrong): something else writes to the job's store",
+                 key.c_str());
+  }
+  return std::nullopt;
+}
 
 FailureRecords::~FailureRecords() { finish(); }
 
@@ -40,8 +95,8 @@ void FailureRecords::record(const std::string& reason, int blamed, bool mismatch
   // "<blamed> mismatch|failure <reason>"
   const std::string text =
       std::to_string(blamed) + (mismatch ? " mismatch " : " failure ") + reason;
-  const Bytes bytes(text.begin(), text.end());
   const std::string key = storeKey("abort", rank_);
+  const Bytes bytes = sealed(key, text);
   if (!membership_) {
     recorded_ = store_->trySet(key, bytes, kRecordWait);
     return;
@@ -63,8 +118,9 @@ std::optional<FailureRecords::Recorded> FailureRecords::recordOf(int peer,
     std::optional<Bytes> value;
     if (membership_) value = membership_->read(peer, "abort", std::min(left, kLookupPoll));
     if (!value) value = store_->tryGet(key, std::min(left, kLookupPoll));
-    if (value) {
-      std::istringstream text(std::string(value->begin(), value->end()));
+    const std::optional<std::string> opened = value ? this->opened(key, *value) : std::nullopt;
+    if (opened) {
+      std::istringstream text(*opened);
       Recorded recorded;
       std::string kind;
       text >> recorded.blamed >> kind;
@@ -176,7 +232,7 @@ std::string FailureRecords::inflightRecord(const Operation& op) {
 }
 
 bool FailureRecords::publishInFlight(const std::string& record) {
-  const Bytes bytes(record.begin(), record.end());
+  const Bytes bytes = sealed(storeKey("inflight", rank_), record);
   return membership_ ? membership_->post("inflight", bytes, kLookupWait)
                      : store_->trySet(storeKey("inflight", rank_), bytes, kLookupWait);
 }
@@ -186,7 +242,7 @@ std::optional<std::string> FailureRecords::inFlightOf(int peer) {
       membership_ ? membership_->read(peer, "inflight", kLookupWait)
                   : store_->tryGet(storeKey("inflight", peer), kLookupWait);
   if (!value) return std::nullopt;
-  return std::string(value->begin(), value->end());
+  return opened(storeKey("inflight", peer), *value);
 }
 
 }  // namespace ringcomm

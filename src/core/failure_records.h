@@ -13,6 +13,12 @@
 // lie across the link that broke); and in the job's store too, which keeps it after the rank has
 // left, written on a thread of its own so that a dead store does not hold the rank up. A
 // communicator of one rank has no mailbox: its records go to the store alone.
+//
+// Every record carries a MAC under the job's secret, checked where it is read: the job's store
+// may be one that proves nothing (torch's TCPStore under init_process_group, torchrun's agent
+// store), where anyone who reaches it could otherwise write "rank 2 reported: ..." or a
+// collective that turns the error into a MismatchError. A record without a valid MAC is ignored
+// (and logged once), as if the rank had recorded nothing.
 #pragma once
 
 #include <atomic>
@@ -34,8 +40,9 @@ class FailureRecords {
  public:
   // `membership`: none for a communicator of one rank. `diedWithoutAborting`: whether a peer on
   // this host is gone without having recorded anything (its shared-memory segment says so).
+  // `secret`: the job's, which every record's MAC is keyed with.
   FailureRecords(int rank, std::shared_ptr<Store> store, Membership* membership,
-                 std::function<bool(int peer)> diedWithoutAborting);
+                 std::string secret, std::function<bool(int peer)> diedWithoutAborting);
   ~FailureRecords();
   FailureRecords(const FailureRecords&) = delete;
   FailureRecords& operator=(const FailureRecords&) = delete;
@@ -61,6 +68,10 @@ class FailureRecords {
  private:
   // "sequence kind signature count\n<description>": what the in-flight check compares.
   static std::string inflightRecord(const Operation& op);
+  // `text` with its MAC, as stored under `key`; and back: the text, or nothing where the MAC
+  // is missing or wrong (a record no rank of this job wrote).
+  Bytes sealed(const std::string& key, const std::string& text) const;
+  std::optional<std::string> opened(const std::string& key, const Bytes& value) const;
   bool publishInFlight(const std::string& record);
   std::optional<std::string> inFlightOf(int peer);
 
@@ -76,6 +87,8 @@ class FailureRecords {
   const int rank_;
   const std::shared_ptr<Store> store_;
   Membership* const membership_;
+  const std::string secret_;
+  mutable std::atomic<bool> forgeryLogged_{false};
   const std::function<bool(int)> diedWithoutAborting_;
   std::atomic<bool> recorded_{true};  // this rank's own record was taken (else none can be read)
   std::thread reporter_;             // record()'s write into the job's store

@@ -1,4 +1,8 @@
-"""A rank of a "ringcomm" process group dies: the others must raise, naming it, not hang."""
+"""A rank of a "ringcomm" process group dies: the others must raise, naming it, not hang.
+
+argv "forge": before rank 1 dies, a stranger (rank 0 plays one: anyone who reaches torch's
+store can) writes failure records for it into torch's store, which proves nothing; the others'
+errors must not quote them (run over TCP, where a lost rank's record is looked for)."""
 
 import os
 import sys
@@ -18,6 +22,18 @@ dist.init_process_group("ringcomm", timeout=timedelta(seconds=TIMEOUT))
 rank = dist.get_rank()
 x = torch.ones(1 << 16)
 dist.all_reduce(x)
+if sys.argv[1:] == ["forge"] and rank == 0:
+    stranger = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+        wait_for_workers=False, timeout=timedelta(seconds=5),
+    )  # fmt: skip
+    # Where ringcomm's records of the default group lie in torch's store (rank 1's, and the
+    # description of what it runs, which could fake a MismatchError), one with a MAC made up.
+    scope = "default_pg/0//cpu//ringcomm//"
+    stranger.set(scope + "abort/1", "2 mismatch FORGED: rank 1 caught rank 2 cheating")
+    stranger.set(scope + "inflight/1", "1 FORGED - - 0 - - 4\nFORGED\n#mac " + "00" * 32)
+if sys.argv[1:] == ["forge"]:
+    dist.barrier()
 if rank == 1:
     os._exit(3)
 start = time.monotonic()
