@@ -1,6 +1,7 @@
 // The UCX network between two ranks (threads here, each with its own UCP worker): frames arrive in
-// order with their headers, small and large (rendezvous); and a stranger that knows a rank's
-// worker address but not the job's secret gets nothing accepted, whatever it sends.
+// order with their headers, small and large (rendezvous); a stranger that knows a rank's worker
+// address but not the job's secret gets nothing accepted, whatever it sends; nor does one that
+// replays a rank's captured hello from an endpoint of its own.
 // Built only where CMake found UCX.
 #include <ucp/api/ucp.h>
 
@@ -193,6 +194,32 @@ TEST(ucx_stranger_without_the_secret_gets_nothing_accepted) {
   CHECK(networks[0]->arrived(1, 1) == nullptr);
   CHECK(networks[0]->failure(1).empty());
   // Rank 1's own first frame is still the first.
+  std::vector<uint8_t> real(8, 1);
+  auto sent = std::make_shared<MessageNetwork::Completion>();
+  networks[1]->send(0, 1, FrameHeader{kFrameMagic, 6, 0, 0, real.size()}, real.data(),
+                    Memory::Host, sent);
+  progressUntil(networks, [&] { return networks[0]->arrived(1, 1) != nullptr; });
+  CHECK_EQ(networks[0]->arrived(1, 1)->tag, 6u);
+}
+
+TEST(ucx_replayed_hello_from_another_endpoint_is_refused) {
+  // Rank 1's hello to rank 0, as captured on the fabric (the proof is the same bytes each time:
+  // made here from the secret, as rank 1 made it), replayed from a stranger's endpoint: it must
+  // not make that endpoint speak for rank 1.
+  const std::string secret = "the job's secret";
+  HashStore store;
+  auto networks = connectTwo(store, secret);
+  const Bytes published = store.get("ucx/0", 1s);
+  Stranger stranger(published);
+  ucx_wire::Hello hello{ucx_wire::kHelloMagic, 1, 0, 0, {}};
+  hello.proof = ucx_wire::proofOf(secret, hello, published.data());
+  stranger.send(ucx_wire::kHelloMessage, &hello, sizeof(hello), {}, networks);
+  std::vector<uint8_t> payload(64, 0xee);
+  ucx_wire::WireFrame frame{FrameHeader{kFrameMagic, 5, 0, 0, payload.size()}, 1, 1, 0};
+  stranger.send(ucx_wire::kFrameMessage, &frame, sizeof(frame), payload, networks);
+  for (int i = 0; i < 100; ++i) networks[0]->progress();
+  CHECK(networks[0]->arrived(1, 1) == nullptr);
+  // Rank 1's own first frame is the first.
   std::vector<uint8_t> real(8, 1);
   auto sent = std::make_shared<MessageNetwork::Completion>();
   networks[1]->send(0, 1, FrameHeader{kFrameMagic, 6, 0, 0, real.size()}, real.data(),

@@ -366,6 +366,11 @@ class UcxNetwork final : public MessageNetwork {
     bool eager = false;  // every frame eager (see connectUcx)
     bool proven = false;    // it proved the secret here
     bool accepted = false;  // it accepted this rank's proof
+    // The endpoint its proof first came on: the only one that may speak for it. A proof is the
+    // same bytes every time (the nonce is the communicator's), so another endpoint bringing it
+    // replays one captured on the fabric.
+    ucp_ep_h prover = nullptr;
+    bool replayLogged = false;
     std::string failure;
     std::map<uint64_t, Arrival> arrivals;  // by sequence; UCX may deliver them out of order
   };
@@ -518,12 +523,22 @@ class UcxNetwork final : public MessageNetwork {
         !auth::sameDigest(hello.proof, proofOf(secret_, hello, nonce_))) {
       return refuse();
     }
-    // A replay of an earlier message of this link cannot come from another endpoint: the nonce
-    // is this communicator's, and the first endpoint to prove a rank keeps it.
+    // The first endpoint to prove a rank keeps it: a proof from any other is a replay.
     auto known = provenSenders_.find(sender);
     if (known != provenSenders_.end() && known->second != from) return refuse();
-    provenSenders_[sender] = from;
     Link& link = links_[from];
+    if (link.prover != nullptr && link.prover != sender) {
+      if (!link.replayLogged) {
+        link.replayLogged = true;
+        RINGCOMM_LOG(LogLevel::Warn, kLogAuth,
+                     "UCX: refused rank %d's proof of the secret from a second endpoint (a "
+                     "replay of its hello captured on the fabric): only the first speaks for it",
+                     from);
+      }
+      return refuse();
+    }
+    link.prover = sender;
+    provenSenders_[sender] = from;
     if (hello.answer == 0) {
       link.proven = true;
       helloesToAnswer_.push_back(from);  // not from inside UCX's callback
