@@ -31,7 +31,7 @@ import json
 import os
 import socket
 from datetime import timedelta
-from typing import Optional
+from typing import Any, Optional
 
 try:
     from torchft.process_group import ProcessGroupWrapper, _DummyWork
@@ -71,7 +71,8 @@ class ProcessGroupRingcomm(ProcessGroupWrapper):
         super().__init__(timeout=timeout)
         self._compression = compression
         self._backend = None
-        self._mailbox = None  # the nightly's route, with a job secret (get_reconfigure_handle)
+        # A ringcomm TcpStoreServer: the nightly's route with a job secret (get_reconfigure_handle).
+        self._mailbox: Optional[Any] = None
         self._handle: Optional[str] = None
 
     def get_reconfigure_handle(self) -> str:

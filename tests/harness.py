@@ -85,11 +85,13 @@ def ucx_built() -> bool:
 
 
 @contextlib.contextmanager
-def namespace_hosts(subnet: str, tag: str = "rc") -> Iterator[netns.Hosts]:
+def namespace_hosts(
+    subnet: str, tag: str = "rc", link_names: Optional[Sequence[str]] = None
+) -> Iterator[netns.Hosts]:
     """Two hosts made of network namespaces on `subnet` (ringcomm.bench.netns), deleted after;
     the test skips, saying why, where namespaces cannot be made."""
     try:
-        with netns.two_hosts(subnet, tag=tag) as hosts:
+        with netns.two_hosts(subnet, tag=tag, link_names=link_names) as hosts:
             yield hosts
     except netns.NamespacesUnavailableError as reason:
         pytest.skip(str(reason))

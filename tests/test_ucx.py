@@ -22,6 +22,8 @@ from test_collectives import SHARED_RESULTS
 pytestmark = pytest.mark.skipif(not ucx_built(), reason="this build of ringcomm has no UCX")
 
 SUBNET = "10.231.79"
+# Hosts whose links have names of their own.
+SUBNET_NAMED = "10.231.93"
 SECRET = {"RINGCOMM_SECRET": "ucx-test-secret-0123456789abcdef"}
 
 
@@ -70,6 +72,18 @@ def test_every_collective_over_ucx_tcp_across_two_hosts(two_hosts):
         two_hosts, [str(WORKERS / "collectives.py"), "65537"], {}, 29631, (0, 0, 0, 1, 1)
     )
     assert_collectives_agree(results_of_ranks(procs, time.monotonic() + 240))
+
+
+@pytest.mark.parametrize("layout", [(0, 1), (0, 0, 1, 1)], ids=["1-rank-a-host", "2-ranks-a-host"])
+def test_ucx_across_hosts_whose_interfaces_are_named_differently(layout):
+    """Real clusters mix interface names (eth0, ens5, enp65s0f0): UCX's devices follow the
+    interface ringcomm's own TCP chose for the peers, whatever each host calls it."""
+    with namespace_hosts(SUBNET_NAMED, tag="rcn", link_names=("rcmhv0", "rcmhv1")) as hosts:
+        procs = start_ranks_on_hosts(
+            hosts, [str(WORKERS / "collectives.py"), "4097"], UCX_BETWEEN_HOSTS,
+            f"{SUBNET_NAMED}.1", 29633, layout,
+        )  # fmt: skip
+        assert_collectives_agree(results_of_ranks(procs, time.monotonic() + 180))
 
 
 def test_cut_link_over_ucx_is_named_by_every_rank(two_hosts):

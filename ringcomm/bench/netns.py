@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 # Every host's end of its link has this name inside its namespace, so that per-host settings that
 # name an interface (GLOO_SOCKET_IFNAME, UCX_NET_DEVICES) are the same on every host.
@@ -78,10 +78,17 @@ def _shape(namespace: str, link: str, rate: str) -> None:
 
 @contextlib.contextmanager
 def hosts(
-    count: int, subnet: str, rate: Optional[str] = None, tag: str = "rc", mtu: int = 1500
+    count: int,
+    subnet: str,
+    rate: Optional[str] = None,
+    tag: str = "rc",
+    mtu: int = 1500,
+    link_names: Optional[Sequence[str]] = None,
 ) -> Iterator[Hosts]:
     """Creates ``count`` hosts (2 or more) on ``subnet`` ("10.231.77": host i is .i+1), their links
-    shaped to ``rate`` each way when given, with ``mtu`` bytes per frame."""
+    shaped to ``rate`` each way when given, with ``mtu`` bytes per frame. ``link_names``: each
+    host's name for its link (real clusters mix eth0, ens5, enp65s0f0); LINK_NAME on every one
+    by default."""
     if count < 2:
         raise ValueError(f"a simulated cluster needs at least 2 hosts; got {count}")
     if os.geteuid() != 0 or shutil.which("ip") is None:
@@ -89,7 +96,7 @@ def hosts(
     suffix = str(os.getpid())
     made = Hosts(
         namespaces=tuple(f"{tag}{i}h{suffix}" for i in range(count)),
-        links=(LINK_NAME,) * count,
+        links=tuple(link_names) if link_names else (LINK_NAME,) * count,
         subnet=subnet,
         rate=rate,
         switch=f"{tag}sw{suffix}" if count > 2 else None,
@@ -137,7 +144,12 @@ def hosts(
 
 
 @contextlib.contextmanager
-def two_hosts(subnet: str, rate: Optional[str] = None, tag: str = "rc") -> Iterator[Hosts]:
+def two_hosts(
+    subnet: str,
+    rate: Optional[str] = None,
+    tag: str = "rc",
+    link_names: Optional[Sequence[str]] = None,
+) -> Iterator[Hosts]:
     """Two hosts joined by one link (see hosts())."""
-    with hosts(2, subnet, rate=rate, tag=tag) as made:
+    with hosts(2, subnet, rate=rate, tag=tag, link_names=link_names) as made:
         yield made
