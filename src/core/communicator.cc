@@ -490,8 +490,10 @@ class CommunicatorImpl : public Communicator {
       trace::writeTrace(*store_, rank_, size_, std::min(kTraceGatherWait, config_.timeout));
     }
     const bool healthy = markClosed("communicator was shut down on rank " + std::to_string(rank_));
-    // The engine's threads are gone: sends and receives still in flight will not complete.
-    pointToPoint_.abandon();
+    // The engine's threads are gone: sends and receives still in flight will not complete. They
+    // say what closed the communicator first: an abort() just before the shutdown (torch drops
+    // an aborted group's backend at once) may have come before the engine looked at them.
+    pointToPoint_.abandon(closedReason());
     if (healthy) warnOfUnreadMessages();
     closeStreams();
     // Unmap the shared memory now rather than when the object goes (Python may hold it long

@@ -74,10 +74,10 @@ engine::PollResult PointToPoint::poll(transport::Transport& transport, bool mayB
   return result;
 }
 
-void PointToPoint::abandon() {
+void PointToPoint::abandon(const std::string& why) {
   for (auto& pending : pending_) {
-    pending.work->complete(std::make_exception_ptr(CommunicatorClosed(
-        "ringcomm: " + pending.op.name() + ": the communicator was shut down before it completed")));
+    pending.work->complete(std::make_exception_ptr(
+        CommunicatorClosed("ringcomm: " + pending.op.name() + " did not complete: " + why)));
   }
   pending_.clear();
 }

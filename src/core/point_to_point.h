@@ -12,6 +12,7 @@
 #include <list>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "common/deadline.h"
 #include "common/tags.h"
@@ -48,8 +49,10 @@ class PointToPoint {
   engine::PollResult poll(transport::Transport& transport, bool mayBlock,
                           const std::function<void(const PeerError&)>& peerFailed);
 
-  // At shutdown, once the engine's threads are gone: what is still in flight never completes.
-  void abandon();
+  // At shutdown, once the engine's threads are gone: what is still in flight never completes;
+  // each fails with CommunicatorClosed saying `why` (what closed the communicator first: the
+  // shutdown, an abort, a failure).
+  void abandon(const std::string& why);
 
  private:
   struct Pending {

@@ -392,9 +392,12 @@ void checkAbortEndsOwnWait(TransportKind transport, const std::string& waiting,
                work = comm.allreduce(o);
              }
              const auto start = std::chrono::steady_clock::now();
+             // Then shut down at once, as torch does when it drops an aborted group: whatever
+             // ends the wait first, the error names the abort.
              std::thread aborter([&comm] {
                std::this_thread::sleep_for(50ms);  // either order must work; this one is the case
                comm.abort("the test aborts rank 0");
+               comm.shutdown();
              });
              try {
                work->wait();
