@@ -4,9 +4,10 @@ check in one launch (the operations torchft's wrappers forward, errored(), set_t
 from another thread while an operation waits, a rank killed with SIGKILL, a reconfiguration from
 3 ranks to 2, and create-use-destroy cycles with live references).
 
-Once on the torchft installed here, on its route (the nightly's reconfigure(), or configure() where
-it is 0.2.0), and once more on torchft 0.2.0's configure() where a copy of it is at hand: a
-directory to put first on PYTHONPATH, TORCHFT_020_SITE (default /tmp/tft020-site).
+On the torchft installed here, on its route (the nightly's reconfigure(), or configure() where it
+is 0.2.0), over shared memory and over TCP; and once more on torchft 0.2.0's configure() where a
+copy of it is at hand: a directory to put first on PYTHONPATH, TORCHFT_020_SITE (default
+/tmp/tft020-site).
 
 RINGCOMM_TORCHFT_CYCLES sets the number of create-use-destroy cycles (default 12, three of each
 way of tearing a group down); issue 49's target is 100 without a hang.
@@ -55,10 +56,10 @@ def torchft_020_site() -> Path:
     return TORCHFT_020_SITE
 
 
-def run_worker(pythonpath=None) -> dict:
+def run_worker(pythonpath=None, transport="auto") -> dict:
     """Three ranks of the worker; the survivors' reports, checked."""
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    env = {"TEST_STORE": f"127.0.0.1:{store.port}"}
+    env = {"TEST_STORE": f"127.0.0.1:{store.port}", "RINGCOMM_TRANSPORT": transport}
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(pythonpath)])
     outcomes = run_job(
@@ -83,9 +84,11 @@ def run_worker(pythonpath=None) -> dict:
 
 
 @pytest.mark.timeout(HANG_REPORT_AFTER + 60)
-def test_installed_torchft():
-    """The installed torchft, on its own route."""
-    report = run_worker()
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_installed_torchft(transport):
+    """The installed torchft, on its own route; over shared memory (auto, one host), and over
+    TCP, whose waits an abort ends by closing their sockets."""
+    report = run_worker(transport=transport)
     want = "configure" if installed_torchft_version() == "0.2.0" else None
     assert want is None or report["route"] == want, report
 
