@@ -8,6 +8,10 @@ at the all-reduce's later hops (each rounded again to be sent on) is not compens
 keeps a second, server-side residual for that; here it is one more rounding per hop, smaller than
 the first because partial sums are fewer than gradients.
 
+A NaN or an infinity in the gradient (a step torch's GradScaler will skip) goes on to the
+all-reduce as it is, and leaves a residual of 0 where it was: carried over, it would make every
+later step's gradient non-finite, and GradScaler would skip them all.
+
 Shared by the Horovod API's DistributedOptimizer (ringcomm.torch) and the DDP comm hook
 (ringcomm.c10d.hooks); neither imports the other.
 """
@@ -50,5 +54,9 @@ def feed_back(
     grad.add_(residual)
     rounded = grad.detach().contiguous().clone()
     round_to_wire(rounded, codec)
-    residual.copy_(grad.detach() - rounded)
+    lost = grad.detach() - rounded
+    # As the core's: a NaN or an infinity leaves no error to carry (it would spoil every later
+    # step, and torch's GradScaler would skip them all); the gradient still holds it.
+    lost.masked_fill_(~torch.isfinite(lost), 0.0)
+    residual.copy_(lost)
     grad.copy_(rounded)

@@ -179,7 +179,10 @@ class Communicator:
         ``compression="fp16"`` or ``"bf16"`` (float32 sum/avg): values travel as 16-bit floats
         and are accumulated in float32 at every hop; ``"int8"`` or ``"fp8"`` (OCP's mxfp8): as
         8 bits with a scale per block of 32 values, a quarter of the bytes. Every rank ends with
-        the same bits. ``prescale`` multiplies the input first
+        the same bits. A NaN or an infinity spoils only its own place, not its block: the result
+        is non-finite there (int8: the same inf, -inf or NaN as float32; fp8: NaN, e4m3 having no
+        infinity) and finite elsewhere (docs/guides/algorithms.md). ``prescale`` multiplies the
+        input first
         (e.g. ``1 / comm.size`` keeps fp16 partial sums from overflowing), ``postscale`` the
         result.
 

@@ -60,3 +60,47 @@ def test_error_feedback_in_one_pass_matches_the_steps(codec):
         assert np.array_equal(residual.view(np.int32), expected_residual.view(np.int32)), step
     with pytest.raises(ValueError, match="feed_back_error: x and residual"):
         _core.feed_back_error(x, residual[:5], compression)
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_a_non_finite_value_spoils_only_itself(size):
+    # One rank's inf, -inf or NaN at one place, or a sum that overflows float32 at a hop, through
+    # int8 and fp8 (tests/workers/compression_nonfinite.py): the result is non-finite there alone,
+    # as float32's (int8) or NaN (fp8, e4m3 has no infinity); the values more than a block away
+    # are those of the same all-reduce without it, its neighbours finite and near the sum; every
+    # rank the same bits. Before, the special value's whole block of 32 was NaN: 21 of 63 values
+    # on 3 ranks.
+    outcomes = run_job(size, "compression_nonfinite.py", deadline=180)
+    assert_all_succeeded(outcomes)
+    first = outcomes[0].result["cases"]
+    for outcome in outcomes:
+        for name, case in outcome.result["cases"].items():
+            assert case["digest"] == first[name]["digest"], (outcome.rank, name)
+    for name, case in first.items():
+        compression, _, special, at = name.split("/")
+        assert case["nonfinite"] == [int(at)], (name, case)
+        expected = case["float32"] if compression == "int8" else "nan"
+        assert case["kinds"] == [expected], (name, case)
+        assert case["float32"] == ("inf" if special == "overflow" else special), (name, case)
+        assert case["far_unchanged"] and case["near_ok"], (name, case)
+
+
+@pytest.mark.parametrize("codec", ["int8", "fp8"])
+def test_error_feedback_keeps_no_non_finite_residual(codec):
+    # A gradient with an infinity (a step torch's GradScaler skips) goes on as it is, and leaves a
+    # residual of 0 there: kept, inf - inf = NaN would make the next steps' gradients NaN too.
+    # Both paths: the core's one pass (contiguous float32) and the steps in torch (a strided view).
+    torch = pytest.importorskip("torch")
+    from ringcomm._error_feedback import feed_back
+
+    for contiguous in (True, False):
+        storage = torch.randn(2, 4000, generator=torch.Generator().manual_seed(1))
+        grad = storage[0] if contiguous else storage[:, ::2].reshape(-1)[::2]
+        grad[7] = float("inf")
+        residuals = {}
+        feed_back(grad, residuals, "bucket", codec)
+        assert not torch.isfinite(grad[7]), contiguous
+        assert torch.isfinite(residuals["bucket"]).all() and residuals["bucket"][7] == 0, contiguous
+        grad.copy_(torch.randn(grad.shape, generator=torch.Generator().manual_seed(2)))
+        feed_back(grad, residuals, "bucket", codec)
+        assert torch.isfinite(grad).all(), contiguous

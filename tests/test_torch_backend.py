@@ -144,3 +144,15 @@ def test_auto_follows_the_tuning_file(tmp_path):
         if outcome.result["rank"] < 2:
             assert outcome.result["pair_chosen"] == ["ring", "tree"]
             assert outcome.result["hvd_pair_chosen"] == ["ring", "tree"]
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_grad_scaler_skips_a_step_whose_gradient_overflowed_under_int8_and_fp8(size):
+    # One rank's gradient holds an infinity at one weight: through ringcomm's comm hook (error
+    # feedback on) every rank gets it there alone, GradScaler skips that step on every rank and
+    # halves its scale, and the next steps go ahead (before, the error fed back kept a NaN and
+    # every later step was skipped too).
+    outcomes = run_torch_job(size, "torch_grad_scaler.py", deadline=120)
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        assert outcome.result["failures"] == [], "\n".join(outcome.result["failures"])

@@ -92,7 +92,9 @@ RINGCOMM_API void roundToWire(float* values, size_t count, Compression compressi
 
 // Error feedback in one pass over memory: values += residual; then values are rounded as by
 // roundToWire and residual becomes what the rounding took away. The same float32 operations, in
-// the same order, as doing those steps one after another.
+// the same order, as doing those steps one after another; except that where what the rounding
+// took away is not finite (a NaN or an infinity among the values) the residual becomes 0, so that
+// one step's overflow does not make every later step's values non-finite.
 RINGCOMM_API void feedBackError(float* values, float* residual, size_t count,
                                 Compression compression);
 

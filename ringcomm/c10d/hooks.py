@@ -17,6 +17,11 @@ back is this rank's own rounding of its gradient to the wire format, the first a
 the errors; the reduction's later roundings (each partial sum narrowed again on its way) are not
 compensated. ``fp16`` and ``bf16`` carry gradients without feedback, as torch's hooks do.
 
+A gradient that holds an inf or a NaN (a step torch's GradScaler skips) arrives non-finite at
+that place alone, on every rank with the same bits (``int8`` keeps an infinity, ``fp8`` makes it
+NaN: e4m3 has none), so GradScaler skips the step on every rank. The error fed back keeps 0
+where the gradient was not finite: the next steps go ahead.
+
 The state pickles without its process group (``torch.save(state)``, as PowerSGD's does) and has
 ``state_dict()``/``load_state_dict()``: the residuals survive a checkpoint.
 """

@@ -1,6 +1,7 @@
 #include "codec/codec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -223,7 +224,11 @@ void feedBackError(float* values, float* residual, size_t count, Compression com
     codec::encode(v, wire.data(), n, compression);
     codec::decode(wire.data(), rounded.data(), n, compression);
     for (size_t i = 0; i < n; ++i) {
-      r[i] = v[i] - rounded[i];
+      // A value that is (or rounds to) NaN or an infinity has no rounding error to carry: kept,
+      // a non-finite residual would make this value non-finite at every later step, and torch's
+      // GradScaler would skip them all. The value itself goes on non-finite, to be found.
+      const float lost = v[i] - rounded[i];
+      r[i] = std::fabs(lost) <= std::numeric_limits<float>::max() ? lost : 0.0f;
       v[i] = rounded[i];
     }
   }

@@ -12,15 +12,22 @@
 namespace ringcomm::codec::block8 {
 namespace {
 
-using scales::kNanScale;
+// What a block's scale is made from: its largest finite magnitude, and whether it holds a NaN or
+// an infinity, which the scale leaves out (codec_block8.h).
+struct Largest {
+  float finite = 0.0f;
+  bool nonFinite = false;
+};
 
-// The largest magnitude of a block, or NaN where the block holds a NaN or an infinity.
-float largestMagnitude(const float* in, size_t n) {
-  float largest = 0.0f;
+Largest largestMagnitude(const float* in, size_t n) {
+  Largest largest;
   for (size_t i = 0; i < n; ++i) {
     const float magnitude = std::fabs(in[i]);
-    if (!std::isfinite(magnitude)) return std::numeric_limits<float>::quiet_NaN();
-    largest = std::max(largest, magnitude);
+    if (std::isfinite(magnitude)) {
+      largest.finite = std::max(largest.finite, magnitude);
+    } else {
+      largest.nonFinite = true;
+    }
   }
   return largest;
 }
@@ -78,15 +85,19 @@ void encodeInt8(const float* in, uint8_t* out, size_t n) {
   for (size_t start = 0; start < n; start += kBlock) {
     const size_t count = std::min(kBlock, n - start);
     const float* values = in + start;
-    const uint16_t scaleBits = scales::int8ScaleBits(largestMagnitude(values, count));
-    std::memcpy(out, &scaleBits, kInt8ScaleBytes);
+    const Largest largest = largestMagnitude(values, count);
+    const float largestCode = largest.nonFinite ? scales::kInt8MarkedMax : scales::kInt8Max;
+    const uint16_t scaleBits = scales::int8ScaleBits(largest.finite, largestCode);
+    const uint16_t mark = largest.nonFinite ? kInt8NonFiniteMark : 0;
+    const uint16_t wireScaleBits = scaleBits | mark;
+    std::memcpy(out, &wireScaleBits, kInt8ScaleBytes);
     const float scale = scales::int8Scale(scaleBits);
     int8_t* codes = reinterpret_cast<int8_t*>(out + kInt8ScaleBytes);
-    if (scale > 0.0f) {
-      const float inverse = 1.0f / scale;
-      for (size_t i = 0; i < count; ++i) codes[i] = scales::int8Code(values[i] * inverse);
-    } else {
-      std::memset(codes, 0, count);  // all zeros, or a NaN scale that decodes to NaN anyway
+    // A zero scale (no finite value but zeros) codes every finite value 0.
+    const float inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
+    for (size_t i = 0; i < count; ++i) {
+      codes[i] = std::isfinite(values[i]) ? scales::int8Code(values[i] * inverse, largestCode)
+                                          : scales::int8NonFiniteCode(values[i]);
     }
     out += kInt8ScaleBytes + count;
   }
@@ -97,12 +108,20 @@ void decodeInt8(const uint8_t* in, float* out, size_t n, bool accumulate) {
     const size_t count = std::min(kBlock, n - start);
     uint16_t scaleBits;
     std::memcpy(&scaleBits, in, kInt8ScaleBytes);
-    const float scale = scales::int8Scale(scaleBits);
+    const bool marked = (scaleBits & kInt8NonFiniteMark) != 0;
+    const float scale = scales::int8Scale(static_cast<uint16_t>(scaleBits & ~kInt8NonFiniteMark));
     const int8_t* codes = reinterpret_cast<const int8_t*>(in + kInt8ScaleBytes);
     float* values = out + start;
-    for (size_t i = 0; i < count; ++i) {
-      const float value = static_cast<float>(codes[i]) * scale;
-      values[i] = accumulate ? values[i] + value : value;
+    if (marked) {
+      for (size_t i = 0; i < count; ++i) {
+        const float value = scales::int8MarkedValue(codes[i], scale);
+        values[i] = accumulate ? values[i] + value : value;
+      }
+    } else {
+      for (size_t i = 0; i < count; ++i) {
+        const float value = static_cast<float>(codes[i]) * scale;
+        values[i] = accumulate ? values[i] + value : value;
+      }
     }
     in += kInt8ScaleBytes + count;
   }
@@ -112,16 +131,12 @@ void encodeFp8(const float* in, uint8_t* out, size_t n) {
   for (size_t start = 0; start < n; start += kBlock) {
     const size_t count = std::min(kBlock, n - start);
     const float* values = in + start;
-    const float largest = largestMagnitude(values, count);
+    const int exponent = scales::fp8Exponent(largestMagnitude(values, count).finite);
+    out[0] = static_cast<uint8_t>(exponent + scales::kScaleBias);
     uint8_t* codes = out + kFp8ScaleBytes;
-    if (std::isnan(largest)) {
-      out[0] = kNanScale;
-      std::memset(codes, 0, count);
-    } else {
-      const int exponent = scales::fp8Exponent(largest);
-      out[0] = static_cast<uint8_t>(exponent + scales::kScaleBias);
-      const float unscale = scales::powerOfTwo(-exponent);  // a power of two: exact
-      for (size_t i = 0; i < count; ++i) codes[i] = toE4m3(values[i] * unscale);
+    const float unscale = scales::powerOfTwo(-exponent);  // a power of two: exact
+    for (size_t i = 0; i < count; ++i) {
+      codes[i] = std::isfinite(values[i]) ? toE4m3(values[i] * unscale) : kE4m3NanCode;
     }
     out += kFp8ScaleBytes + count;
   }

@@ -22,32 +22,52 @@ RINGCOMM_AVX2 inline void load(const float* in, Block block) {
   for (size_t v = 0; v < kVectors; ++v) block[v] = _mm256_loadu_ps(in + 8 * v);
 }
 
-// The block's largest magnitude as float32 bits: magnitudes compare as integers, and an infinity
-// or a NaN is above every finite one.
-RINGCOMM_AVX2 inline uint32_t largestMagnitudeBits(const Block block) {
-  const __m256i magnitudeMask = _mm256_set1_epi32(0x7FFFFFFF);
-  __m256i largest = _mm256_setzero_si256();
-  for (size_t v = 0; v < kVectors; ++v) {
-    const __m256i magnitude = _mm256_and_si256(_mm256_castps_si256(block[v]), magnitudeMask);
-    largest = _mm256_max_epi32(largest, magnitude);
-  }
-  __m128i half = _mm_max_epi32(_mm256_castsi256_si128(largest),
-                               _mm256_extracti128_si256(largest, 1));
+constexpr uint32_t kInfinityBits = 0x7F800000u;
+
+// 8 values' magnitudes as float32 bits: magnitudes compare as integers, and an infinity or a NaN
+// is above every finite one.
+RINGCOMM_AVX2 inline __m256i magnitudes(__m256 values) {
+  return _mm256_and_si256(_mm256_castps_si256(values), _mm256_set1_epi32(0x7FFFFFFF));
+}
+
+// All ones in the lanes holding a NaN or an infinity.
+RINGCOMM_AVX2 inline __m256i nonFiniteLanes(__m256 values) {
+  return _mm256_cmpgt_epi32(magnitudes(values), _mm256_set1_epi32(kInfinityBits - 1));
+}
+
+RINGCOMM_AVX2 inline uint32_t largestLane(__m256i lanes) {
+  __m128i half = _mm_max_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
   half = _mm_max_epi32(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(1, 0, 3, 2)));
   half = _mm_max_epi32(half, _mm_shuffle_epi32(half, _MM_SHUFFLE(2, 3, 0, 1)));
   return static_cast<uint32_t>(_mm_cvtsi128_si32(half));
 }
 
-constexpr uint32_t kInfinityBits = 0x7F800000u;
+// The block's largest finite magnitude as float32 bits, and whether it holds a NaN or an
+// infinity, which the scale leaves out (codec_block8.h). Nearly every block is finite: its
+// largest magnitude is all it takes; the others take a second pass that skips their non-finite
+// values.
+struct Largest {
+  uint32_t finiteBits;
+  bool nonFinite;
+};
 
-// The block's largest magnitude as portable::largestMagnitude gives it: NaN for a block holding a
-// NaN or an infinity.
-RINGCOMM_AVX2 inline float largestMagnitude(const Block block) {
-  const uint32_t bits = largestMagnitudeBits(block);
-  if (bits >= kInfinityBits) return __builtin_nanf("");
-  float largest;
-  std::memcpy(&largest, &bits, sizeof largest);
-  return largest;
+RINGCOMM_AVX2 inline Largest largestMagnitude(const Block block) {
+  __m256i largest = _mm256_setzero_si256();
+  for (size_t v = 0; v < kVectors; ++v) largest = _mm256_max_epi32(largest, magnitudes(block[v]));
+  const uint32_t bits = largestLane(largest);
+  if (bits < kInfinityBits) return {bits, false};
+  largest = _mm256_setzero_si256();
+  for (size_t v = 0; v < kVectors; ++v) {
+    const __m256i finite = _mm256_andnot_si256(nonFiniteLanes(block[v]), magnitudes(block[v]));
+    largest = _mm256_max_epi32(largest, finite);
+  }
+  return {largestLane(largest), true};
+}
+
+inline float floatOf(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
 }
 
 // Four vectors of 8 int32 codes, each in [-128, 255], to 32 bytes in order. The packs work within
@@ -73,13 +93,40 @@ RINGCOMM_AVX2 inline void storeValues(float* out, __m256 values, bool accumulate
   _mm256_storeu_ps(out, values);
 }
 
-// scales::int8Code for 8 products: round to nearest even, NaN to 0, clamp to [-127, 127].
-RINGCOMM_AVX2 inline __m256i int8Codes(__m256 products) {
+// scales::int8Code for 8 products: round to nearest even, NaN to 0, clamp to [-largestCode,
+// largestCode].
+RINGCOMM_AVX2 inline __m256i int8Codes(__m256 products, float largestCode) {
   __m256 q = _mm256_round_ps(products, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   q = _mm256_and_ps(q, _mm256_cmp_ps(q, q, _CMP_ORD_Q));  // NaN -> +0
-  q = _mm256_min_ps(_mm256_max_ps(q, _mm256_set1_ps(-scales::kInt8Max)),
-                    _mm256_set1_ps(scales::kInt8Max));
+  q = _mm256_min_ps(_mm256_max_ps(q, _mm256_set1_ps(-largestCode)), _mm256_set1_ps(largestCode));
   return _mm256_cvtps_epi32(q);  // already whole: no rounding left
+}
+
+// scales::int8NonFiniteCode for the lanes of 8 values that hold a NaN or an infinity, in place of
+// their codes.
+RINGCOMM_AVX2 inline __m256i withInt8NonFiniteCodes(__m256i codes, __m256 values) {
+  const __m256i isNan = _mm256_cmpgt_epi32(magnitudes(values), _mm256_set1_epi32(kInfinityBits));
+  const __m256i negative = _mm256_srai_epi32(_mm256_castps_si256(values), 31);
+  const __m256i infinity = _mm256_blendv_epi8(_mm256_set1_epi32(kInt8PlusInfinityCode),
+                                              _mm256_set1_epi32(kInt8MinusInfinityCode), negative);
+  const __m256i special = _mm256_blendv_epi8(infinity, _mm256_set1_epi32(kInt8NanCode), isNan);
+  return _mm256_blendv_epi8(codes, special, nonFiniteLanes(values));
+}
+
+// scales::int8MarkedValue for 8 values already decoded as code x scale: the non-finite codes'
+// values in their place.
+RINGCOMM_AVX2 inline __m256i whereCodeIs(int8_t code, uint32_t valueBits, __m256i codes,
+                                         __m256i bits) {
+  const __m256i here = _mm256_cmpeq_epi32(codes, _mm256_set1_epi32(code));
+  return _mm256_blendv_epi8(bits, _mm256_set1_epi32(static_cast<int>(valueBits)), here);
+}
+
+RINGCOMM_AVX2 inline __m256 withInt8NonFiniteValues(__m256i codes, __m256 values) {
+  __m256i bits = _mm256_castps_si256(values);
+  bits = whereCodeIs(kInt8PlusInfinityCode, kInfinityBits, codes, bits);
+  bits = whereCodeIs(kInt8MinusInfinityCode, kInfinityBits | 0x80000000u, codes, bits);
+  bits = whereCodeIs(kInt8NanCode, 0x7FC00000u, codes, bits);  // quiet_NaN(), as the portable
+  return _mm256_castsi256_ps(bits);
 }
 
 // toE4m3 (codec_block8.h) for 8 values already scaled.
@@ -130,16 +177,19 @@ RINGCOMM_AVX2 void encodeInt8(const float* in, uint8_t* out, size_t blocks) {
   for (size_t b = 0; b < blocks; ++b, in += kBlock, out += kBlock + kInt8ScaleBytes) {
     Block block;
     load(in, block);
-    const uint16_t scaleBits = scales::int8ScaleBits(largestMagnitude(block));
-    std::memcpy(out, &scaleBits, kInt8ScaleBytes);
+    const Largest largest = largestMagnitude(block);
+    const float largestCode = largest.nonFinite ? scales::kInt8MarkedMax : scales::kInt8Max;
+    const uint16_t scaleBits = scales::int8ScaleBits(floatOf(largest.finiteBits), largestCode);
+    const uint16_t wireScaleBits = scaleBits | (largest.nonFinite ? kInt8NonFiniteMark : 0);
+    std::memcpy(out, &wireScaleBits, kInt8ScaleBytes);
     const float scale = scales::int8Scale(scaleBits);
-    if (!(scale > 0.0f)) {
-      std::memset(out + kInt8ScaleBytes, 0, kBlock);  // as the portable loop
-      continue;
-    }
-    const __m256 inverse = _mm256_set1_ps(1.0f / scale);
+    // A zero scale (no finite value but zeros) codes every finite value 0, as the portable loop.
+    const __m256 inverse = _mm256_set1_ps(scale > 0.0f ? 1.0f / scale : 0.0f);
     __m256i codes[kVectors];
-    for (size_t v = 0; v < kVectors; ++v) codes[v] = int8Codes(_mm256_mul_ps(block[v], inverse));
+    for (size_t v = 0; v < kVectors; ++v) {
+      codes[v] = int8Codes(_mm256_mul_ps(block[v], inverse), largestCode);
+      if (largest.nonFinite) codes[v] = withInt8NonFiniteCodes(codes[v], block[v]);
+    }
     storeBytes(codes, /*isSigned=*/true, out + kInt8ScaleBytes);
   }
 }
@@ -148,13 +198,16 @@ RINGCOMM_AVX2 void decodeInt8(const uint8_t* in, float* out, size_t blocks, bool
   for (size_t b = 0; b < blocks; ++b, in += kBlock + kInt8ScaleBytes, out += kBlock) {
     uint16_t scaleBits;
     std::memcpy(&scaleBits, in, kInt8ScaleBytes);
-    const float scale = scales::int8Scale(scaleBits);
+    const bool marked = (scaleBits & kInt8NonFiniteMark) != 0;
+    const float scale = scales::int8Scale(static_cast<uint16_t>(scaleBits & ~kInt8NonFiniteMark));
     const __m256 scales = _mm256_set1_ps(scale);
     const uint8_t* codes = in + kInt8ScaleBytes;
     for (size_t v = 0; v < kVectors; ++v) {
       const __m128i eight = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + 8 * v));
-      const __m256 values = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight));
-      storeValues(out + 8 * v, _mm256_mul_ps(values, scales), accumulate);
+      const __m256i wide = _mm256_cvtepi8_epi32(eight);
+      __m256 values = _mm256_mul_ps(_mm256_cvtepi32_ps(wide), scales);
+      if (marked) values = withInt8NonFiniteValues(wide, values);
+      storeValues(out + 8 * v, values, accumulate);
     }
   }
 }
@@ -163,21 +216,23 @@ RINGCOMM_AVX2 void encodeFp8(const float* in, uint8_t* out, size_t blocks) {
   for (size_t b = 0; b < blocks; ++b, in += kBlock, out += kBlock + kFp8ScaleBytes) {
     Block block;
     load(in, block);
-    const float largest = largestMagnitude(block);
-    if (__builtin_isnan(largest)) {
-      out[0] = scales::kNanScale;
-      std::memset(out + kFp8ScaleBytes, 0, kBlock);
-      continue;
-    }
-    const int exponent = scales::fp8Exponent(largest);
+    const Largest largest = largestMagnitude(block);
+    const int exponent = scales::fp8Exponent(floatOf(largest.finiteBits));
     out[0] = static_cast<uint8_t>(exponent + scales::kScaleBias);
     const __m256 unscale = _mm256_set1_ps(scales::powerOfTwo(-exponent));
     __m256i codes[kVectors];
-    for (size_t v = 0; v < kVectors; ++v) codes[v] = e4m3Codes(_mm256_mul_ps(block[v], unscale));
+    for (size_t v = 0; v < kVectors; ++v) {
+      codes[v] = e4m3Codes(_mm256_mul_ps(block[v], unscale));
+      if (largest.nonFinite) {
+        codes[v] = _mm256_blendv_epi8(codes[v], _mm256_set1_epi32(kE4m3NanCode),
+                                      nonFiniteLanes(block[v]));
+      }
+    }
     storeBytes(codes, /*isSigned=*/false, out + kFp8ScaleBytes);
   }
 }
 
+// fp8 decodes a NaN code as NaN whatever its block holds: no block needs the portable loop.
 RINGCOMM_AVX2 void decodeFp8(const uint8_t* in, float* out, size_t blocks, bool accumulate) {
   for (size_t b = 0; b < blocks; ++b, in += kBlock + kFp8ScaleBytes, out += kBlock) {
     const __m256 scale = _mm256_set1_ps(scales::fp8Scale(in[0]));

@@ -2,11 +2,11 @@
 // scaling and the accumulation that surround them on the CPU path fused in.
 //
 // One warp per block of 32 values (kBlock, MX's block size, is the warp size): lane i holds the
-// block's value i, the block's largest magnitude is a 5-step shuffle reduction, and the first
-// lanes write the scale's bytes while every lane writes its own code. Warps stride over the blocks
-// of the run. The float32 accesses of a warp are 128 contiguous bytes, its code bytes 32; the wire
-// is read and written a byte at a time, so it needs no alignment (a block is 33 or 34 bytes: the
-// blocks of a run are not aligned anyway).
+// block's value i, the block's largest finite magnitude is a 5-step shuffle reduction (whether it
+// holds a NaN or an infinity, one vote), and the first lanes write the scale's bytes while every
+// lane writes its own code. Warps stride over the blocks of the run. The float32 accesses of a
+// warp are 128 contiguous bytes, its code bytes 32; the wire is read and written a byte at a time,
+// so it needs no alignment (a block is 33 or 34 bytes: the blocks of a run are not aligned anyway).
 //
 // What each value computes is block8_ops.cuh's, which the host tests hold to the CPU codec.
 #include <cstddef>
@@ -25,6 +25,7 @@ namespace {
 using detail::KernelName;
 using detail::block8::Fp8Codec;
 using detail::block8::Int8Codec;
+using detail::block8::isNonFinite;
 using detail::block8::kBlock;
 using detail::block8::magnitudeBits;
 using detail::block8::x86AddRn;
@@ -82,11 +83,15 @@ struct Encoded {
 
 // Encodes the warp's block into the wire, every lane of the warp taking part: each lane brings its
 // value (an inactive one brings nothing: magnitude 0 changes no maximum), lanes 0..kScaleBytes-1
-// write the scale's bytes, each active lane its code. Returns the scale and this lane's code.
+// write the scale's bytes, each active lane its code. A NaN or an infinity stays out of the scale
+// (block8_ops.cuh). Returns the scale and this lane's code.
 template <typename Codec>
 __device__ __forceinline__ Encoded encodeBlock(float value, const Lane& lane, uint8_t* wire) {
-  const uint32_t largest = warpMax(lane.active ? magnitudeBits(value) : 0u);
-  const typename Codec::Encoder encoder(largest);
+  const uint32_t magnitude = lane.active ? magnitudeBits(value) : 0u;
+  const bool nonFinite = isNonFinite(magnitude);
+  const uint32_t largest = warpMax(nonFinite ? 0u : magnitude);
+  const bool holdsNonFinite = __any_sync(kFullWarp, nonFinite) != 0;
+  const typename Codec::Encoder encoder(largest, holdsNonFinite);
   const Encoded encoded{encoder.scaleWord(), encoder.code(value)};
   if (lane.index < Codec::kScaleBytes) {
     wire[lane.scaleAt + lane.index] = static_cast<uint8_t>(encoded.scaleWord >> (8 * lane.index));

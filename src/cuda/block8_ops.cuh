@@ -11,6 +11,8 @@
 // e4m3's values.
 //
 // NaN: as the 16-bit codec kernels (kernels.h), x86's: x86Multiply and x86Add of element_ops.cuh.
+// A NaN or an infinity spoils only its own value (codec_block8.h): a block's scale is made from
+// its finite values, and its non-finite ones get codes of their own.
 #pragma once
 
 #include <cmath>
@@ -24,11 +26,18 @@
 namespace ringcomm::cuda::detail::block8 {
 
 using codec::block8::kBlock;
+using codec::block8::kE4m3NanCode;
 using codec::block8::kFp8ScaleBytes;
+using codec::block8::kInt8MarkedMaxCode;
+using codec::block8::kInt8MinusInfinityCode;
+using codec::block8::kInt8NanCode;
+using codec::block8::kInt8NonFiniteMark;
+using codec::block8::kInt8PlusInfinityCode;
 using codec::block8::kInt8ScaleBytes;
 
 // codec_block8.cc's constants.
 constexpr float kInt8Max = 127.0f;
+constexpr float kInt8MarkedMax = kInt8MarkedMaxCode;  // a block holding a NaN or an infinity
 // A block's fp8 exponent is its largest value's frexp exponent less kFp8ExponentOffset: the
 // exponent of 2^x is x + 1 in frexp's terms, and e4m3's largest exponent is 8 (448 = 1.75 x 2^8).
 constexpr int kFp8ExponentOffset = 1 + 8;
@@ -36,7 +45,6 @@ constexpr int kScaleBias = 127;
 constexpr uint8_t kNanScale = 255;
 // The int8 scale is a bfloat16: float32's top 16 bits.
 constexpr int kBfloat16Shift = 16;
-constexpr uint16_t kInt8NanScale = 0x7FC0;  // the quiet NaN's top half
 
 // What the kernels were written for; a change to the CPU's wire must show up here.
 static_assert(kBlock == 32, "a block of 32 values");
@@ -47,19 +55,24 @@ constexpr uint32_t kInfinityBits = 0x7F800000u;
 constexpr uint32_t kMagnitudeMask = 0x7FFFFFFFu;
 constexpr uint32_t kQuietNanBits = 0x7FC00000u;  // std::numeric_limits<float>::quiet_NaN()
 
-// --- Largest magnitude: the block's maximum of |x| as float32 bits. ---
+// --- Largest magnitude: the maximum of a block's finite |x| as float32 bits. ---
 //
-// Magnitudes compare as unsigned integers, and an infinity or a NaN is above every finite one: the
-// largest of a block's magnitudeBits is at or above kInfinityBits exactly when the CPU's
-// largestMagnitude returns NaN, and is the CPU's largest otherwise (for magnitudes, max is the
-// same whichever order the values come in).
+// Magnitudes compare as unsigned integers, and an infinity or a NaN is at or above kInfinityBits:
+// the largest of a block's finiteMagnitudeBits, with whether any of its values isNonFinite, is the
+// CPU's largestMagnitude (for magnitudes, max is the same whichever order the values come in).
 
 RINGCOMM_HOST_DEVICE uint32_t magnitudeBits(float value) {
   return bitsOf(value) & kMagnitudeMask;
 }
 
-RINGCOMM_HOST_DEVICE bool holdsNanOrInfinity(uint32_t largestBits) {
-  return largestBits >= kInfinityBits;
+RINGCOMM_HOST_DEVICE bool isNonFinite(uint32_t magnitudeBits) {
+  return magnitudeBits >= kInfinityBits;
+}
+
+// A value's magnitude bits, 0 for a NaN or an infinity: what the block's scale is made from.
+RINGCOMM_HOST_DEVICE uint32_t finiteMagnitudeBits(float value) {
+  const uint32_t magnitude = magnitudeBits(value);
+  return isNonFinite(magnitude) ? 0u : magnitude;
 }
 
 // --- Float32 operations rounded once, never fused. ---
@@ -105,13 +118,12 @@ RINGCOMM_HOST_DEVICE float x86AddRn(float a, float b) {
 
 // --- int8 ---
 
-// The block's scale as the wire carries it (codec/block8_scales.h, int8ScaleBits): largest / 127
-// in float32, rounded to nearest even to a bfloat16; the quiet NaN for a block holding a NaN or an
-// infinity; 0 for a block of zeros. The carry of the rounding cannot reach infinity: the quotient
-// is at most FLT_MAX / 127.
-RINGCOMM_HOST_DEVICE uint16_t int8ScaleBits(uint32_t largestBits) {
-  if (holdsNanOrInfinity(largestBits)) return kInt8NanScale;
-  const uint32_t bits = bitsOf(divideRn(floatOf(largestBits), kInt8Max));
+// The block's scale (codec/block8_scales.h, int8ScaleBits): its largest finite magnitude /
+// largestCode (127, or kInt8MarkedMax for a block holding a NaN or an infinity) in float32,
+// rounded to nearest even to a bfloat16; 0 for a block of zeros. The carry of the rounding cannot
+// reach infinity: the quotient is at most FLT_MAX / 126. The wire's bits add the block's mark.
+RINGCOMM_HOST_DEVICE uint16_t int8ScaleBits(uint32_t largestBits, float largestCode) {
+  const uint32_t bits = bitsOf(divideRn(floatOf(largestBits), largestCode));
   const uint32_t odd = (bits >> kBfloat16Shift) & 1u;
   return static_cast<uint16_t>((bits + ((1u << (kBfloat16Shift - 1)) - 1u) + odd) >>
                                kBfloat16Shift);
@@ -122,7 +134,7 @@ RINGCOMM_HOST_DEVICE float int8Scale(uint16_t scaleBits) {
   return floatOf(uint32_t{scaleBits} << kBfloat16Shift);
 }
 
-// Whether the block's values get codes: a NaN scale or a zero one makes every code 0.
+// Whether the block's finite values get codes: a zero scale makes every one 0.
 RINGCOMM_HOST_DEVICE bool int8HasCodes(float scale) {
   return scale > 0.0f;
 }
@@ -132,19 +144,34 @@ RINGCOMM_HOST_DEVICE float int8Inverse(float scale) {
   return divideRn(1.0f, scale);
 }
 
-// One value's code: value * inverse rounded to nearest even, clamped to [-127, 127]. A NaN product
-// (0 x infinity, when the inverse overflowed) codes 0, as the CPU's scales::int8Code.
-RINGCOMM_HOST_DEVICE int8_t int8Code(float value, float inverse) {
+// One finite value's code: value * inverse rounded to nearest even, clamped to [-largestCode,
+// largestCode]. A NaN product (0 x infinity, when the inverse overflowed) codes 0, as the CPU's
+// scales::int8Code.
+RINGCOMM_HOST_DEVICE int8_t int8Code(float value, float inverse, float largestCode) {
   const float q = roundToNearestEven(multiplyRn(value, inverse));
   if (isNan(q)) return 0;
-  const float clamped = q < -kInt8Max ? -kInt8Max : (q > kInt8Max ? kInt8Max : q);
+  const float clamped = q < -largestCode ? -largestCode : (q > largestCode ? largestCode : q);
   return static_cast<int8_t>(clamped);
+}
+
+// A NaN's or an infinity's code, in a marked block (scales::int8NonFiniteCode).
+RINGCOMM_HOST_DEVICE int8_t int8NonFiniteCode(float value) {
+  if (isNan(value)) return kInt8NanCode;
+  return value > 0.0f ? kInt8PlusInfinityCode : kInt8MinusInfinityCode;
 }
 
 // One value decoded: code * scale, in that order (the order decides nothing here, as a code is
 // never NaN, but it is the CPU's).
 RINGCOMM_HOST_DEVICE float int8Value(int8_t code, float scale) {
   return x86MultiplyRn(static_cast<float>(code), scale);
+}
+
+// One value of a marked block (scales::int8MarkedValue): its non-finite codes, else as above.
+RINGCOMM_HOST_DEVICE float int8MarkedValue(int8_t code, float scale) {
+  if (code == kInt8PlusInfinityCode) return floatOf(kInfinityBits);
+  if (code == kInt8MinusInfinityCode) return floatOf(kInfinityBits | ~kMagnitudeMask);
+  if (code == kInt8NanCode) return floatOf(kQuietNanBits);
+  return int8Value(code, scale);
 }
 
 // --- fp8 (OCP mxfp8): an E8M0 scale byte, e4m3 codes. ---
@@ -156,8 +183,8 @@ RINGCOMM_HOST_DEVICE float powerOfTwo(int exponent) {
   return floatOf(static_cast<uint32_t>(exponent + kScaleBias) << 23);
 }
 
-// The block's scale exponent e (its scale is 2^e), for a block of finite values: frexp's exponent
-// of the largest magnitude less kFp8ExponentOffset, 0 for a block of zeros, within [-127, 127].
+// The block's scale exponent e (its scale is 2^e): frexp's exponent of its largest finite
+// magnitude less kFp8ExponentOffset, 0 for a block of zeros, within [-127, 127].
 // frexp's exponent of a normal float is its biased exponent less 126; a subnormal's is below
 // -125, so that its e is clamped to -127 as the biased exponent 0 gives here too.
 RINGCOMM_HOST_DEVICE int fp8Exponent(uint32_t largestBits) {
@@ -166,18 +193,17 @@ RINGCOMM_HOST_DEVICE int fp8Exponent(uint32_t largestBits) {
   return exponent < -kScaleBias ? -kScaleBias : (exponent > kScaleBias ? kScaleBias : exponent);
 }
 
-// The block's scale byte: kNanScale for a block holding a NaN or an infinity, else e + 127.
+// The block's scale byte, e + 127.
 RINGCOMM_HOST_DEVICE uint8_t fp8ScaleByte(uint32_t largestBits) {
-  if (holdsNanOrInfinity(largestBits)) return kNanScale;
   return static_cast<uint8_t>(fp8Exponent(largestBits) + kScaleBias);
 }
 
-// What the values of a block with a (non-NaN) scale byte are multiplied by before toE4m3: 2^-e.
+// What the finite values of a block with scale byte e + 127 are multiplied by before toE4m3: 2^-e.
 RINGCOMM_HOST_DEVICE float fp8Unscale(uint8_t scaleByte) {
   return powerOfTwo(kScaleBias - static_cast<int>(scaleByte));
 }
 
-// The scale a byte stands for: 2^(byte - 127), NaN for kNanScale.
+// The scale a byte stands for: 2^(byte - 127), NaN for kNanScale (which no encoder writes).
 RINGCOMM_HOST_DEVICE float fp8Scale(uint8_t scaleByte) {
   if (scaleByte == kNanScale) return floatOf(kQuietNanBits);
   return powerOfTwo(static_cast<int>(scaleByte) - kScaleBias);
@@ -230,36 +256,45 @@ RINGCOMM_HOST_DEVICE float fp8Value(uint8_t code, float scale) {
 // A block's scale travels as kScaleBytes bytes, which the kernels handle as a "scale word": the
 // bytes little-endian in a uint32_t (the bfloat16 scale for int8, the E8M0 byte for fp8), so
 // that no access needs the wire aligned. An Encoder is what every value of a block needs once the
-// block's largest magnitude is known; a Decoder what every value needs once its scale is read.
+// block's largest finite magnitude is known, and whether it holds a NaN or an infinity; a Decoder
+// what every value needs once its scale is read.
 
 struct Int8Codec {
   static constexpr const char* kName = "int8";
   static constexpr size_t kScaleBytes = kInt8ScaleBytes;
 
   struct Encoder {
-    uint16_t scaleBits;
+    float largestCode;  // 127, or kInt8MarkedMax in a block marked for its non-finite values
+    uint16_t scaleBits;  // without the mark
+    uint16_t mark;
     float scale;  // what the bits stand for: the codes are made with the scale the wire carries
     bool hasCodes;
     float inverse;
 
-    RINGCOMM_HOST_DEVICE explicit Encoder(uint32_t largestBits)
-        : scaleBits(int8ScaleBits(largestBits)),
+    RINGCOMM_HOST_DEVICE Encoder(uint32_t largestFiniteBits, bool holdsNonFinite)
+        : largestCode(holdsNonFinite ? kInt8MarkedMax : kInt8Max),
+          scaleBits(int8ScaleBits(largestFiniteBits, largestCode)),
+          mark(holdsNonFinite ? kInt8NonFiniteMark : uint16_t{0}),
           scale(int8Scale(scaleBits)),
           hasCodes(int8HasCodes(scale)),
           inverse(hasCodes ? int8Inverse(scale) : 0.0f) {}
-    RINGCOMM_HOST_DEVICE uint32_t scaleWord() const { return scaleBits; }
+    RINGCOMM_HOST_DEVICE uint32_t scaleWord() const { return scaleBits | mark; }
     RINGCOMM_HOST_DEVICE uint8_t code(float value) const {
-      return hasCodes ? static_cast<uint8_t>(int8Code(value, inverse)) : uint8_t{0};
+      if (isNonFinite(magnitudeBits(value))) return static_cast<uint8_t>(int8NonFiniteCode(value));
+      return hasCodes ? static_cast<uint8_t>(int8Code(value, inverse, largestCode)) : uint8_t{0};
     }
   };
 
   struct Decoder {
+    bool marked;
     float scale;
 
     RINGCOMM_HOST_DEVICE explicit Decoder(uint32_t scaleWord)
-        : scale(int8Scale(static_cast<uint16_t>(scaleWord))) {}
+        : marked((scaleWord & kInt8NonFiniteMark) != 0),
+          scale(int8Scale(static_cast<uint16_t>(scaleWord & ~uint32_t{kInt8NonFiniteMark}))) {}
     RINGCOMM_HOST_DEVICE float value(uint8_t code) const {
-      return int8Value(static_cast<int8_t>(code), scale);
+      const int8_t signedCode = static_cast<int8_t>(code);
+      return marked ? int8MarkedValue(signedCode, scale) : int8Value(signedCode, scale);
     }
   };
 };
@@ -270,14 +305,15 @@ struct Fp8Codec {
 
   struct Encoder {
     uint8_t scaleByte;
-    float unscale;  // unused for a NaN block, whose codes are all 0
+    float unscale;
 
-    RINGCOMM_HOST_DEVICE explicit Encoder(uint32_t largestBits)
-        : scaleByte(fp8ScaleByte(largestBits)),
-          unscale(scaleByte == kNanScale ? 0.0f : fp8Unscale(scaleByte)) {}
+    // fp8 needs no mark: a non-finite value's code says what it is.
+    RINGCOMM_HOST_DEVICE Encoder(uint32_t largestFiniteBits, bool /*holdsNonFinite*/)
+        : scaleByte(fp8ScaleByte(largestFiniteBits)), unscale(fp8Unscale(scaleByte)) {}
     RINGCOMM_HOST_DEVICE uint32_t scaleWord() const { return scaleByte; }
     RINGCOMM_HOST_DEVICE uint8_t code(float value) const {
-      return scaleByte == kNanScale ? uint8_t{0} : toE4m3(multiplyRn(value, unscale));
+      if (isNonFinite(magnitudeBits(value))) return kE4m3NanCode;  // whatever its sign
+      return toE4m3(multiplyRn(value, unscale));
     }
   };
 

@@ -109,10 +109,11 @@ void roundToWire(float* values, uint16_t* wire, size_t count, Compression compre
 //
 // A block's scale depends on all of its values, so one warp handles a block from reading to
 // writing; an output may still be the very same array as an input of the same type (a block's
-// bytes are all read before any is written). A block holding a NaN or an infinity gets a NaN
-// scale and decodes to NaN, as on the CPU; decoded values and sums carry x86's NaNs as the 16-bit
-// kernels' do (above). Where both factors of a product are NaN (an fp8 NaN code in a block with
-// the NaN scale, which no encoder writes) the kernels keep the code's.
+// bytes are all read before any is written). A NaN or an infinity spoils only its own value, as
+// on the CPU (the block's scale leaves it out, it gets a code of its own); decoded values and sums
+// carry x86's NaNs as the 16-bit kernels' do (above). Where both factors of a product are NaN
+// (an fp8 NaN code in a block with the NaN scale, which no encoder writes) the kernels keep the
+// code's.
 namespace block8 {
 
 // wire = encode(source[i] * factor): pre-scaling fused in, as codec::scale then codec::encode.

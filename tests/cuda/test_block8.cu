@@ -13,7 +13,7 @@
 //
 // NaN: where both operands of a product or a sum are NaN, the CPU's result depends on the operand
 // order its compiler chose (kernels.h); there either operand's NaN, made quiet, passes. That
-// happens for an accumulator NaN meeting a NaN block, and for fp8's NaN codes in a NaN-scale block
+// happens for an accumulator NaN meeting a NaN value, and for fp8's NaN codes in a NaN-scale block
 // (which no encoder writes).
 //
 // The "host" tests put the kernels' per-block code (block8_ops.cuh, compiled for the host, with
@@ -188,10 +188,12 @@ void hostEncode(const std::vector<float>& values, std::vector<uint8_t>& wire) {
   for (size_t first = 0; first < values.size(); first += kBlock) {
     const size_t n = std::min(kBlock, values.size() - first);
     uint32_t largest = 0;
+    bool holdsNonFinite = false;
     for (size_t i = 0; i < n; ++i) {
-      largest = std::max(largest, ops::magnitudeBits(values[first + i]));
+      largest = std::max(largest, ops::finiteMagnitudeBits(values[first + i]));
+      holdsNonFinite = holdsNonFinite || ops::isNonFinite(ops::magnitudeBits(values[first + i]));
     }
-    const typename Codec::Encoder encoder(largest);
+    const typename Codec::Encoder encoder(largest, holdsNonFinite);
     for (size_t k = 0; k < Codec::kScaleBytes; ++k) {
       wire[scaleAt<Codec>(first) + k] = static_cast<uint8_t>(encoder.scaleWord() >> (8 * k));
     }
@@ -383,7 +385,7 @@ void checkAccumulate(Failures& failures, Backend backend, const Case& c, Accumul
     if (!encodes) separate.download(failures, what + ": untouched wire");  // guards only
   }
   expectSameBits<float>(failures, what + " (accumulator)", sums, cpuSums, inputsAt, sumAcceptable);
-  // A NaN block's bytes do not depend on which NaN: the wire is the CPU's exactly.
+  // A NaN's code does not depend on which NaN: the wire is the CPU's exactly.
   if (encodes || backend == Backend::Host) {
     expectSameBits(failures, what + " (wire)", wireOut, cpuWire,
                    wireInputs(cpuSums, Codec::kScaleBytes));
