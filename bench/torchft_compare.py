@@ -19,7 +19,8 @@ that fails to heal, is a failed run.
 
 speed: replica 0 and replica 1 on two namespace hosts joined by a link shaped to --link-rate;
 the mean time of a committed step (after --warmup steps) on each process group, and ringcomm's
-with an 8-bit codec on the all-reduce across replica groups.
+with an 8-bit codec on the all-reduce across replica groups; each also with its links unsealed
+(ringcomm authenticates every frame on links up to 2.5 Gbit/s by default, gloo none).
 """
 
 from __future__ import annotations
@@ -238,7 +239,8 @@ def speed_run(hosts, pg: str, args) -> list[float]:
 
     from ringcomm.bench import netns
 
-    name, _, codec = pg.partition(":")
+    spec, _, unsealed = pg.partition("/")
+    name, _, codec = spec.partition(":")
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
         port = 29510
@@ -253,6 +255,8 @@ def speed_run(hosts, pg: str, args) -> list[float]:
         # gloo finds its interface from the host name, which the namespace hosts share: named.
         env = dict(os.environ, OMP_NUM_THREADS="1", RINGCOMM_SECRET=os.urandom(16).hex(),
                    GLOO_SOCKET_IFNAME=netns.LINK_NAME)  # fmt: skip
+        if unsealed:  # as gloo's links: ringcomm's (at 1 Gbit/s) are authenticated by default
+            env["RINGCOMM_WIRE_PROTECTION"] = "off"
         procs, logs = [], []
         try:
             for host in range(2):
@@ -384,6 +388,11 @@ def reconfigure(args) -> list[dict]:
     return results
 
 
+# What speed compares by default: gloo, ringcomm in float32 and with its 8-bit codec, sealed
+# (its default) and not (as gloo).
+SPEED_GROUPS = "gloo,ringcomm,ringcomm:int8,ringcomm/unsealed,ringcomm:int8/unsealed"
+
+
 def spread(values: list, unit: str = "s") -> str:
     if not values:
         return "-"
@@ -406,8 +415,9 @@ def main(argv=None) -> int:
     h.add_argument("--deadline", type=float, default=900, help="seconds for a whole run")
     h.add_argument("--json", help="write the results here")
     v = sub.add_parser("speed", help="step time across 2 namespace hosts (needs root)")
-    v.add_argument("--pg", default="gloo,ringcomm,ringcomm:int8",
-                   help="comma-separated: gloo, ringcomm, ringcomm:<codec>")  # fmt: skip
+    v.add_argument("--pg", default=SPEED_GROUPS,
+                   help="comma-separated: gloo, ringcomm, ringcomm:<codec>, and /unsealed: "
+                        "RINGCOMM_WIRE_PROTECTION=off, as gloo's links")  # fmt: skip
     v.add_argument("--link-rate", default="1gbit", help="tc's units")
     v.add_argument("--width", type=int, default=1024, help="the MLP's hidden width")
     v.add_argument("--layers", type=int, default=6, help="hidden layers of that width")
