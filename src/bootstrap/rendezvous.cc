@@ -63,6 +63,23 @@ std::string interfaceAddress(const std::string& name) {
   return found;
 }
 
+std::string interfaceOf(const std::string& address) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string found;
+  for (ifaddrs* entry = list; entry != nullptr; entry = entry->ifa_next) {
+    if (entry->ifa_addr == nullptr || entry->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(entry->ifa_addr)->sin_addr, text, sizeof(text));
+    if (address == text) {
+      found = entry->ifa_name;
+      break;
+    }
+  }
+  freeifaddrs(list);
+  return found;
+}
+
 Rendezvous rendezvous(Store& store, int rank, int size, const RankRecord& self,
                       std::chrono::milliseconds timeout) {
   Rendezvous result;

@@ -38,5 +38,7 @@ std::string localHostId(const Config& config);
 
 // The IPv4 address of a named interface (RINGCOMM_SOCKET_IFNAME); throws InvalidArgument naming it.
 std::string interfaceAddress(const std::string& name);
+// The interface that holds IPv4 `address` on this host, or "" where none does.
+std::string interfaceOf(const std::string& address);
 
 }  // namespace ringcomm::bootstrap

@@ -12,7 +12,8 @@
 namespace ringcomm::transport {
 
 #define RINGCOMM_UCX_FUNCTIONS(X)                                                             \
-  X(ucp_config_read) X(ucp_config_release) X(ucp_init_version) X(ucp_cleanup)                 \
+  X(ucp_config_read) X(ucp_config_modify) X(ucp_config_release) X(ucp_init_version)          \
+  X(ucp_cleanup)                                                                              \
   X(ucp_context_query)                                                                        \
   X(ucp_get_version) X(ucp_worker_create) X(ucp_worker_destroy) X(ucp_worker_query)           \
   X(ucp_worker_get_efd) X(ucp_worker_arm) X(ucp_worker_signal) X(ucp_worker_progress)         \

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "auth/handshake.h"
+#include "bootstrap/rendezvous.h"
 #include "common/bytes.h"
 #include "common/failure.h"
 #include "common/log.h"
@@ -58,11 +59,28 @@ const UcxApi& requireUcx() {
 
 class UcxNetwork final : public MessageNetwork {
  public:
-  UcxNetwork(int rank, int size, std::string secret)
+  // `netDevice`: the network interface UCX may use (UCX_NET_DEVICES), or "" for UCX's choice.
+  UcxNetwork(int rank, int size, std::string secret, const std::string& netDevice)
       : ucx_(requireUcx()), rank_(rank), links_(size), secret_(std::move(secret)) {
     ucp_config_t* config = nullptr;
     ucs_status_t status = ucx_.ucp_config_read(nullptr, nullptr, &config);
     if (status != UCS_OK) fail("reading its configuration (UCX_* variables)", status);
+    if (!netDevice.empty()) {
+      status = ucx_.ucp_config_modify(config, "NET_DEVICES", netDevice.c_str());
+      if (status != UCS_OK) {
+        ucx_.ucp_config_release(config);
+        fail("setting its NET_DEVICES to " + netDevice, status);
+      }
+    }
+    // UCX's SysV segments are created group-writable (0660); its POSIX ones are this user's
+    // alone. Unless UCX_TLS says otherwise, its shared memory goes over POSIX.
+    if (std::getenv("UCX_TLS") == nullptr) {
+      status = ucx_.ucp_config_modify(config, "TLS", "^sysv");
+      if (status != UCS_OK) {
+        ucx_.ucp_config_release(config);
+        fail("leaving out its SysV shared memory (TLS=^sysv)", status);
+      }
+    }
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
     params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
@@ -788,13 +806,24 @@ std::string ucxVersion(std::string* whyNot) {
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
 }
 
+// UCX's network device: the interface ringcomm's own TCP listens on (RINGCOMM_SOCKET_IFNAME,
+// the listen address, or the route to the store), whatever each host calls it. UCX's choice
+// where UCX_NET_DEVICES is set, where this host has RDMA (its devices are UCX's to pick, and
+// TCP's interface is not theirs), or where the ranks listen on loopback (one host).
+static std::string netDeviceFor(const std::string& listenAddress) {
+  if (std::getenv("UCX_NET_DEVICES") != nullptr || ucxOffersRdma()) return "";
+  if (listenAddress.empty() || listenAddress.rfind("127.", 0) == 0) return "";
+  return bootstrap::interfaceOf(listenAddress);
+}
+
 std::unique_ptr<MessageNetwork> connectUcx(Store& store, int rank,
                                            const bootstrap::Rendezvous& rendezvous,
                                            const std::vector<int>& peers, const Config& config,
                                            const Operation& op,
                                            const std::function<void()>& watch) {
   const int size = static_cast<int>(rendezvous.ranks.size());
-  auto network = std::make_unique<UcxNetwork>(rank, size, config.secret);
+  auto network = std::make_unique<UcxNetwork>(rank, size, config.secret,
+                                              netDeviceFor(rendezvous.ranks[rank].address));
   const bool rendezvousChosen = std::getenv("UCX_RNDV_THRESH") != nullptr;
   store.set("ucx/" + std::to_string(rank), network->publication());
   std::vector<std::string> keys;
