@@ -217,6 +217,13 @@ def build_parser() -> argparse.ArgumentParser:
     several.add_argument(
         "--mtu", type=at_least(int, 576), default=1500, help="the links' MTU (default 1500)"
     )
+    several.add_argument(
+        "--link-names",
+        type=lambda text: [name for name in text.split(",") if name],
+        metavar="NAMES",
+        help="each host's name for its link, comma-separated (real clusters mix eth0, ens5, "
+        "ib0); default: link0 on every host",
+    )
     return parser
 
 
@@ -376,8 +383,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if problem is not None:
             print(f"ringcomm-bench: --device cuda: {problem}", file=sys.stderr)
             return 2
-    if (args.link_rate or args.mtu != 1500) and not args.hosts:
-        parser.error("--link-rate and --mtu shape the links of a simulated cluster: add --hosts H")
+    if (args.link_rate or args.mtu != 1500 or args.link_names) and not args.hosts:
+        parser.error(
+            "--link-rate, --mtu and --link-names shape the links of a simulated cluster: add "
+            "--hosts H"
+        )
+    if args.link_names and len(args.link_names) != args.hosts:
+        parser.error(
+            f"--link-names: one name a host; got {len(args.link_names)} for --hosts {args.hosts}"
+        )
     if launched_as_rank():
         if args.hosts:
             parser.error(
@@ -396,7 +410,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.hosts:
             try:
                 hosts = stack.enter_context(
-                    cluster.simulated(args.hosts, nranks, args.link_rate, args.mtu)
+                    cluster.simulated(args.hosts, nranks, args.link_rate, args.mtu, args.link_names)
                 )
             except netns.NamespacesUnavailableError as error:
                 print(f"ringcomm-bench: --hosts: {error}", file=sys.stderr)

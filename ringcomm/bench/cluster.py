@@ -40,8 +40,9 @@ MPI_NOTE = (
 )
 # ringcomm's UCX transport (--transport ucx) likewise: between hosts TCP over the hosts' links
 # (UCX's shared-memory lanes cannot report a lost peer, so ringcomm takes them for peers on the
-# same host only), no cross-memory attach, which would reach past the links.
-RINGCOMM_UCX_ACROSS_HOSTS = {"UCX_TLS": "tcp,sysv,posix,self", "UCX_NET_DEVICES": netns.LINK_NAME}
+# same host only), no cross-memory attach, which would reach past the links. Its device is the
+# one ringcomm's TCP listens on, whatever each host calls it (--link-names): no UCX_NET_DEVICES.
+RINGCOMM_UCX_ACROSS_HOSTS = {"UCX_TLS": "tcp,posix,self"}
 _UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
 
 
@@ -145,7 +146,7 @@ class Cluster:
                 MASTER_ADDR=self.hosts.address(0),
                 MASTER_PORT=port,
                 RINGCOMM_SECRET=self.secret,
-                GLOO_SOCKET_IFNAME=netns.LINK_NAME,
+                GLOO_SOCKET_IFNAME=self.hosts.links[host],
                 **{k: v for k, v in RINGCOMM_UCX_ACROSS_HOSTS.items() if k not in env},
                 **(extra or {}),
             )
@@ -178,10 +179,16 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def simulated(hosts: int, nranks: int, rate: Optional[str], mtu: int = 1500) -> Iterator[Cluster]:
+def simulated(
+    hosts: int,
+    nranks: int,
+    rate: Optional[str],
+    mtu: int = 1500,
+    link_names: Optional[Sequence[str]] = None,
+) -> Iterator[Cluster]:
     """The hosts, for as long as the benchmark runs (netns.NamespacesUnavailableError without
-    root or iproute2)."""
+    root or iproute2); `link_names`: each host's name for its link."""
     layout = spread(nranks, hosts)
     rate_bytes = parse_rate(rate) if rate else None
-    with netns.hosts(hosts, SUBNET, rate=rate, tag="rcb", mtu=mtu) as made:
+    with netns.hosts(hosts, SUBNET, rate=rate, tag="rcb", mtu=mtu, link_names=link_names) as made:
         yield Cluster(made, layout, rate_bytes, rate, secrets.token_hex(16))

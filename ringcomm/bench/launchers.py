@@ -241,6 +241,8 @@ def run_mpi(
     if cluster is not None:
         command = cluster.mpiexec(mpirun, worker, str(workdir))
         env.update(MPI_ACROSS_HOSTS)
+        if len(set(cluster.hosts.links)) > 1:  # one UCX_NET_DEVICES for every host: none fits
+            env.pop("UCX_NET_DEVICES")
     else:
         command = [mpirun, "-np", str(nranks), *worker]
     # Its own session, so that on timeout mpirun and what it started go down together. Hydra starts

@@ -177,6 +177,15 @@ class UcxNetwork final : public MessageNetwork {
     params.err_handler.cb = &UcxNetwork::onEndpointError;
     params.err_handler.arg = &link;
     const ucs_status_t status = ucx_.ucp_ep_create(worker_, &params, &link.endpoint);
+    if (status == UCS_ERR_UNREACHABLE) {
+      // No lane of this rank's UCX reaches any of the peer's: what to set to give it one.
+      throw Error("ringcomm: UCX: connecting to rank " + std::to_string(peer) + " failed: " +
+                  ucx_.ucs_status_string(status) +
+                  ": none of this rank's UCX devices and transports reaches the peer's. UCX uses "
+                  "the interface ringcomm's TCP listens on (RINGCOMM_SOCKET_IFNAME names it, "
+                  "per host) unless UCX_NET_DEVICES is set; check UCX_NET_DEVICES and UCX_TLS "
+                  "on both hosts (ucx_info -d lists the devices), or use RINGCOMM_TRANSPORT=tcp");
+    }
     if (status != UCS_OK) {
       fail("connecting to rank " + std::to_string(peer), status);
     }
