@@ -139,6 +139,16 @@ class Stranger {
   ucp_ep_h endpoint_ = nullptr;
 };
 
+// Whatever a stranger sent, rank 1's own first frame is the first rank 0 takes from it.
+void rankOnesFirstFrameArrivesFirst(const std::vector<std::unique_ptr<MessageNetwork>>& networks) {
+  std::vector<uint8_t> real(8, 1);
+  auto sent = std::make_shared<MessageNetwork::Completion>();
+  networks[1]->send(0, 1, FrameHeader{kFrameMagic, 6, 0, 0, real.size()}, real.data(),
+                    Memory::Host, sent);
+  progressUntil(networks, [&] { return networks[0]->arrived(1, 1) != nullptr; });
+  CHECK_EQ(networks[0]->arrived(1, 1)->tag, 6u);
+}
+
 }  // namespace
 
 TEST(ucx_frames_arrive_in_order_small_and_rendezvous) {
@@ -193,13 +203,7 @@ TEST(ucx_stranger_without_the_secret_gets_nothing_accepted) {
   for (int i = 0; i < 100; ++i) networks[0]->progress();
   CHECK(networks[0]->arrived(1, 1) == nullptr);
   CHECK(networks[0]->failure(1).empty());
-  // Rank 1's own first frame is still the first.
-  std::vector<uint8_t> real(8, 1);
-  auto sent = std::make_shared<MessageNetwork::Completion>();
-  networks[1]->send(0, 1, FrameHeader{kFrameMagic, 6, 0, 0, real.size()}, real.data(),
-                    Memory::Host, sent);
-  progressUntil(networks, [&] { return networks[0]->arrived(1, 1) != nullptr; });
-  CHECK_EQ(networks[0]->arrived(1, 1)->tag, 6u);
+  rankOnesFirstFrameArrivesFirst(networks);
 }
 
 TEST(ucx_replayed_hello_from_another_endpoint_is_refused) {
@@ -219,13 +223,7 @@ TEST(ucx_replayed_hello_from_another_endpoint_is_refused) {
   stranger.send(ucx_wire::kFrameMessage, &frame, sizeof(frame), payload, networks);
   for (int i = 0; i < 100; ++i) networks[0]->progress();
   CHECK(networks[0]->arrived(1, 1) == nullptr);
-  // Rank 1's own first frame is the first.
-  std::vector<uint8_t> real(8, 1);
-  auto sent = std::make_shared<MessageNetwork::Completion>();
-  networks[1]->send(0, 1, FrameHeader{kFrameMagic, 6, 0, 0, real.size()}, real.data(),
-                    Memory::Host, sent);
-  progressUntil(networks, [&] { return networks[0]->arrived(1, 1) != nullptr; });
-  CHECK_EQ(networks[0]->arrived(1, 1)->tag, 6u);
+  rankOnesFirstFrameArrivesFirst(networks);
 }
 
 TEST(ucx_ranks_with_different_secrets_do_not_connect) {
