@@ -140,7 +140,8 @@ class Stranger {
 };
 
 // Whatever a stranger sent, rank 1's own first frame is the first rank 0 takes from it.
-void rankOnesFirstFrameArrivesFirst(const std::vector<std::unique_ptr<MessageNetwork>>& networks) {
+void rankOnesFirstFrameArrivesFirst(
+    const std::vector<std::unique_ptr<MessageNetwork>>& networks) {
   std::vector<uint8_t> real(8, 1);
   auto sent = std::make_shared<MessageNetwork::Completion>();
   networks[1]->send(0, 1, FrameHeader{kFrameMagic, 6, 0, 0, real.size()}, real.data(),
