@@ -193,6 +193,16 @@ def test_bad_membership_arguments_name_the_argument(comm):
         comm.shrink(timeout=True)  # not one second
 
 
+def test_torch_grow_group_checks_its_arguments_as_the_core_does():
+    c10d = pytest.importorskip("ringcomm.c10d")
+    with pytest.raises(ValueError, match=r"expect must be in \[0, 2147483647\]"):
+        c10d.grow_group(expect=-1)
+    with pytest.raises(TypeError, match="expect must be an int.*got 1.5"):
+        c10d.grow_group(expect=1.5)
+    with pytest.raises(TypeError, match="timeout must be a number of seconds.*got '5'"):
+        c10d.grow_group(timeout="5")
+
+
 def test_membership_arguments_take_numpy_integers(comm):
     alone = comm.split(np.int64(7), key=np.int32(-3))
     assert alone.size == 1

@@ -36,6 +36,8 @@ import sys
 from datetime import timedelta
 from typing import Any, Optional
 
+from ringcomm import _arguments
+
 # Where the default group's members keep their addresses on the launcher's store.
 DOOR_KEY = "ringcomm/torch-door"
 
@@ -60,9 +62,9 @@ def grow_group(expect: int = 0, timeout: Optional[float] = None) -> bool:
     in DDP again. ``expect``: wait, by ``timeout`` seconds, until that many have asked (a
     replacement the launcher is starting). Raises what a collective raises where a member is
     lost (shrink first: :func:`ringcomm.c10d.lost_ranks`)."""
-    if isinstance(expect, bool) or not isinstance(expect, int) or expect < 0:
-        raise ValueError(f"expect must be a count of newcomers >= 0; got {expect!r}")
-    grown = _backend_of(None).grow(expect, _timedelta(timeout))
+    expect = _arguments.whole_number(expect, "expect", 0, meaning=" (a count of newcomers)")
+    within = _timedelta(timeout)
+    grown = _backend_of(None).grow(expect, within)
     if grown is None:
         return False
     _install_default_group(grown)
@@ -195,9 +197,7 @@ class _TensorSlot:
 def _timedelta(seconds: Optional[float]) -> timedelta:
     if seconds is None:
         return timedelta(0)
-    if not seconds > 0:
-        raise ValueError(f"timeout must be positive seconds; got {seconds}")
-    return timedelta(seconds=seconds)
+    return timedelta(seconds=_arguments.seconds(seconds))
 
 
 def _backend_of(group):
