@@ -11,7 +11,8 @@ On the far host this module starts the rank in a session of its own and stays be
   forwards SIGTERM, SIGINT, SIGHUP and kills this way);
 - the end of its standard input (the launcher died, or ssh's connection broke) ends the rank:
   SIGTERM, then SIGKILL after a grace period. A lost launcher leaves nothing behind;
-- its exit status is the rank's, 128 + N where signal N ended it (ssh passes on numbers only).
+- its exit status is the rank's, 128 + N where signal N ended it (ssh passes on numbers only),
+  or 127 where the rank's command could not be started, as a shell says it.
 
 RemoteRank is the launcher's side: a handle on one such rank with the calls of subprocess.Popen
 that the launchers use (poll, wait, send_signal, kill, returncode).
@@ -190,7 +191,15 @@ def main() -> int:
             f"directory is not here ({error.strerror})",
             file=sys.stderr,
         )
-    rank = start_rank(job["argv"], env)
+    try:
+        rank = start_rank(job["argv"], env)
+    except OSError as error:  # as a shell answers a command it cannot run
+        print(
+            f"ringcomm._remote: cannot run {job['argv'][0]} on {os.uname().nodename}: "
+            f"{error.strerror}",
+            file=sys.stderr,
+        )
+        return 127
     threading.Thread(target=_relay, args=(rank, commands), daemon=True).start()
     code = rank.wait()
     return code if code >= 0 else 128 - code
