@@ -7,14 +7,15 @@ A host list is ``host[:slots]`` items, comma-separated (one slot where none is g
 hostfile has one host a line, in any of the launchers' spellings: ``node1 slots=4`` (Open MPI,
 Horovod), ``node1:4`` (MPICH) or ``node1``; ``#`` starts a comment. Ranks fill the hosts in order,
 each host's slots before the next (rank 0 on the first host), as mpirun's default by-slot
-mapping does.
+mapping does. Slots beyond ``-np`` are spares, where ``ringcomm-run --replace`` may start a lost
+rank's replacement (Slots).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 _SLOTS_WORD = re.compile(r"^slots=(\d+)$")
 
@@ -88,3 +89,82 @@ def place(hosts: Sequence[tuple[str, int]], nranks: int) -> list[Placement]:
         used = min(slots, nranks - len(placements))
         placements += [Placement(host, local, used) for local in range(used)]
     return placements
+
+
+# Exit statuses of a process started over ssh that say it never ran, or its host is gone: ssh's
+# own (it could not connect or log in, or the connection broke), and the far shell's for a
+# command it could not run (ringcomm._remote answers 127 too where it cannot start the rank).
+UNREACHED = {
+    255: "ssh could not reach it, or lost it",
+    126: "the command could not be run there",
+    127: "the command could not be run there",
+}
+
+
+class Slots:
+    """The hosts' slots under ``ringcomm-run --replace``: which the job's processes hold, which
+    hosts failed, and where a lost process's replacement goes.
+
+    The first ``nranks`` slots in order start the job (place()); the others are spares. A host
+    fails, and gets no process again, the first time either of these holds:
+
+    - a process over ssh there ended with a status of UNREACHED: ssh could not reach the host
+      or lost it, or the command could not run there;
+    - a loss left the host without any process of the job running: every rank there was lost
+      at once (one check of the launcher), or its only one was, as Horovod's elastic driver
+      blacklists the host of a failed worker.
+
+    A replacement takes the slot its lost process held, where that host has not failed; else
+    the lowest free slot of the first host in order that has not failed: a spare, or a slot that
+    a process lost without a replacement freed. Its local rank is that slot; its local world
+    size is its host's, where it takes the lost slot back, else the processes there with it."""
+
+    def __init__(self, hosts: Sequence[tuple[str, int]], nranks: int):
+        self.initial = place(hosts, nranks)
+        self._slots = dict(hosts)
+        self._free = {host: set(range(slots)) for host, slots in hosts}
+        for placement in self.initial:
+            self._free[placement.host].discard(placement.local_rank)
+        self.failed: dict[str, str] = {}  # host: why, in the order they failed
+
+    def end(self, ended: Sequence[tuple[Placement, int, bool]]) -> list[str]:
+        """Frees the slots of the processes that ended, given as (placement, exit status, whether
+        it ran over ssh), all those one check of the launcher found; the hosts that failed by it
+        (the rule above), in order."""
+        for placement, _, _ in ended:
+            self._free[placement.host].add(placement.local_rank)
+        newly = []
+        for placement, status, over_ssh in ended:
+            host = placement.host
+            if status == 0 or host in self.failed:
+                continue
+            if over_ssh and status in UNREACHED:
+                self.failed[host] = f"status {status}: {UNREACHED[status]}"
+            elif len(self._free[host]) == self._slots[host]:
+                self.failed[host] = "no process of the job is left running there"
+            else:
+                continue
+            newly.append(host)
+        return newly
+
+    def refuse(self, placement: Placement, why: str) -> None:
+        """The slot take() gave could not be used (``why``: no way to its host): frees it, and
+        its host fails."""
+        self._free[placement.host].add(placement.local_rank)
+        self.failed.setdefault(placement.host, why)
+
+    def take(self, lost: Placement) -> Optional[Placement]:
+        """A slot for the replacement of the process ``lost`` held (freed by end()), taken; None
+        where every host that has not failed is full."""
+        if lost.host not in self.failed and self._free[lost.host]:
+            host = lost.host
+        else:
+            host = next((h for h in self._slots if h not in self.failed and self._free[h]), "")
+            if not host:
+                return None
+        free = self._free[host]
+        slot = lost.local_rank if host == lost.host and lost.local_rank in free else min(free)
+        free.discard(slot)
+        if host == lost.host and slot == lost.local_rank:
+            return lost
+        return Placement(host, slot, self._slots[host] - len(free))

@@ -17,7 +17,8 @@ under it too. Each rank runs in a session of its own, as under mpiexec and torch
 (ringcomm/_ranks.py). If one rank fails, the others are stopped (after a grace period, so they
 can report the failure themselves), and the launcher exits with the failing rank's status;
 with --keep-survivors they go on, as a job that shrinks its communicator wants, and with
---replace a lost rank's process is started again on its host, to join the job in place.
+--replace a lost rank's process is started again, to join the job in place: on its host, or on
+a spare slot (those of -H or --hostfile beyond -np) where its host failed (_hostlist.Slots).
 
 SIGTERM, SIGHUP and SIGINT (what timeout, Slurm, Kubernetes and a terminal send) are passed on to
 every rank; ranks still running after the grace period are killed, and the launcher exits with
@@ -44,7 +45,7 @@ from typing import Optional, Sequence
 
 from ringcomm import _core, _host, _hostlist, _secret
 from ringcomm._ports import free_port
-from ringcomm._remote import DEFAULT_SSH, Ssh, start_on
+from ringcomm._remote import DEFAULT_SSH, RemoteRank, Ssh, start_on
 
 # Signals the launcher passes on to its ranks.
 _FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
@@ -82,13 +83,19 @@ def spawn(
 ) -> int:
     """Runs ``command`` as ``nranks`` ranks; returns the job's exit status (0 if all succeeded;
     with ``keep_survivors``, 0 if any rank ran to a successful end: see _supervise). ``hosts``:
-    [(host, slots)] to place them on (ringcomm/_hostlist.py), this machine where not given.
-    ``replacements``: how many lost ranks' processes may be started again, on the lost one's
-    host, to join the running job in place (RINGCOMM_JOIN=1; implies ``keep_survivors``)."""
+    [(host, slots)] to place them on (ringcomm/_hostlist.py), this machine where not given; the
+    slots beyond ``nranks`` are spares. ``replacements``: how many lost ranks' processes may be
+    started again, to join the running job in place (RINGCOMM_JOIN=1; implies
+    ``keep_survivors``): on the lost one's host, or on a spare slot where that host failed
+    (_hostlist.Slots)."""
     if nranks < 1:
         raise ValueError(f"-np must be at least 1; got {nranks}")
-    placements = _hostlist.place(hosts or [("localhost", nranks)], nranks)
-    remote = [p.host for p in placements if not _host.is_local_host(p.host)]
+    hosts = list(hosts or [("localhost", nranks)])
+    slots = _hostlist.Slots(hosts, nranks)
+    placements = slots.initial
+    # Hosts that may run a process of the job: a replacement may go to any listed host.
+    used = [h for h, _ in hosts] if replacements > 0 else [p.host for p in placements]
+    remote = [host for host in used if not _host.is_local_host(host)]
     # Every rank reaches the store, and the others, through the address on the way to the
     # other hosts: a rank here that met through 127.0.0.1 would listen where none can call it.
     address = _host.address_towards(remote[0]) if remote else "127.0.0.1"
@@ -101,40 +108,32 @@ def spawn(
         MASTER_ADDR=address if placements[0].host not in remote else placements[0].host,
         MASTER_PORT=str(free_port()),
     )
-    children = []
+    children: list = []
     signals = _SignalsToForward()
-    environments: list[tuple[str, dict]] = []
-    left = [replacements]
 
-    def replace(index: int):
-        """A process in place of child `index`, lost: on its host, with its local rank (its
-        GPU), asking to join (its rank comes from the members, not from the launcher)."""
-        if left[0] <= 0:
-            return None
-        left[0] -= 1
-        host, env_of_lost = environments[index]
-        child_env = {k: v for k, v in env_of_lost.items() if k not in ("RINGCOMM_RANK", "RANK")}
-        child_env["RINGCOMM_JOIN"] = "1"
-        environments.append((host, child_env))
-        return start_on(host, command, child_env, ssh)
+    def start(placement: _hostlist.Placement, rank: Optional[int]):
+        """A process at ``placement``: rank ``rank``, or (None) one that asks to join, whose
+        rank comes from the members, not from the launcher."""
+        child_env = dict(
+            base,
+            RINGCOMM_LOCAL_RANK=str(placement.local_rank),
+            RINGCOMM_LOCAL_WORLD_SIZE=str(placement.local_size),
+            LOCAL_RANK=str(placement.local_rank),
+            LOCAL_WORLD_SIZE=str(placement.local_size),
+        )
+        if rank is None:
+            child_env["RINGCOMM_JOIN"] = "1"
+        else:
+            child_env.update(RINGCOMM_RANK=str(rank), RANK=str(rank))
+        if placement.host in remote:  # the store on the way to that host
+            child_env["RINGCOMM_STORE"] = f"{_host.address_towards(placement.host)}:{server.port}"
+        return start_on(placement.host, command, child_env, ssh)
 
     try:
         for rank, placement in enumerate(placements):
-            child_env = dict(
-                base,
-                RINGCOMM_RANK=str(rank),
-                RINGCOMM_LOCAL_RANK=str(placement.local_rank),
-                RINGCOMM_LOCAL_WORLD_SIZE=str(placement.local_size),
-                RANK=str(rank),
-                LOCAL_RANK=str(placement.local_rank),
-                LOCAL_WORLD_SIZE=str(placement.local_size),
-            )
-            environments.append((placement.host, child_env))
-            children.append(start_on(placement.host, command, child_env, ssh))
-        return _supervise(
-            children, grace, signals, keep_survivors or replacements > 0,
-            replace if replacements > 0 else None,
-        )  # fmt: skip
+            children.append(start(placement, rank))
+        healer = _Healer(slots, replacements, start) if replacements > 0 else None
+        return _supervise(children, grace, signals, keep_survivors or replacements > 0, healer)
     finally:
         signals.restore()
         for child in children:
@@ -142,6 +141,99 @@ def spawn(
                 child.kill()
                 child.wait()
         server.stop()
+
+
+class _Healer:
+    """--replace: starts a process in place of each one lost, to join the job, at most
+    ``allowed`` times; where, _hostlist.Slots decides. A replacement that could not start
+    (its host unreachable, its status one of _hostlist.UNREACHED) is tried again at once on the
+    next slot, without counting once more: each such try marks a host failed, so they end."""
+
+    def __init__(self, slots: _hostlist.Slots, allowed: int, start):
+        self._slots = slots
+        self._left = allowed
+        self._allowed = allowed
+        self._start = start  # (placement, None) -> a process asking to join there
+        self._placements = list(slots.initial)  # each child's
+        self._stands_for = list(range(len(slots.initial)))  # the rank each child carries on
+
+    def name(self, index: int) -> str:
+        """How the launcher names child ``index``: the rank it started as, or the replacement
+        (whose rank the members give)."""
+        if index < len(self._slots.initial):
+            return f"rank {index}"
+        return f"process {index} (in place of rank {self._stands_for[index]})"
+
+    def after(self, children: list, ended: Sequence[int]) -> list[str]:
+        """Frees the slots of the children ``ended``, starts a replacement (appended to
+        ``children``) for each one lost; what to say of it."""
+        said = []
+        lost = [i for i in ended if children[i].returncode != 0]
+        failed = self._slots.end(
+            [
+                (self._placements[i], children[i].returncode, isinstance(children[i], RemoteRank))
+                for i in ended
+            ]
+        )
+        for host in failed:
+            said.append(
+                f"host {host} counts as failed ({self._slots.failed[host]}): no more processes "
+                "go there (--replace)"
+            )
+        for index in lost:
+            code = children[index].returncode
+            retry = index >= len(self._slots.initial) and code in _hostlist.UNREACHED
+            retry = retry and isinstance(children[index], RemoteRank)
+            what = (
+                f"{self.name(index)} could not start on {self._placements[index].host} "
+                f"(status {code})"
+                if retry
+                else f"{self.name(index)} exited with status {code}; the other ranks go on"
+            )
+            if not retry and self._left <= 0:
+                said.append(
+                    f"{what}, with no replacement: all {self._allowed} that --replace allows "
+                    "were started (--keep-survivors)"
+                )
+                continue
+            started = self._replace(index, children)
+            if started is None:
+                hosts = ", ".join(self._slots.failed) or "none"
+                said.append(
+                    f"{what}, with no replacement for rank {self._stands_for[index]}: no slot is "
+                    f"left on a host that has not failed (failed: {hosts}) (--keep-survivors)"
+                )
+                continue
+            if not retry:
+                self._left -= 1
+            said.append(
+                f"{what}, and process {started} on {self._placements[started].host} "
+                f"(local rank {self._placements[started].local_rank}) replaces it (--replace)"
+            )
+        return said
+
+    def _replace(self, index: int, children: list) -> Optional[int]:
+        """Starts a process in place of child ``index`` on the slot Slots gives; its index, or
+        None where no slot is left. A host no route leads to fails at once."""
+        while True:
+            placement = self._slots.take(self._placements[index])
+            if placement is None:
+                return None
+            try:
+                process = self._start(placement, None)
+            except ValueError as error:  # no address on the way to it (_host.address_towards)
+                self._slots.refuse(placement, str(error))
+                print(
+                    f"ringcomm-run: host {placement.host} counts as failed ({error}): no more "
+                    "processes go there (--replace)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                continue
+            children.append(process)
+            self._placements.append(placement)
+            self._stands_for.append(self._stands_for[index])
+            return len(children) - 1
 
 
 # What a launcher above ours may have set, which an elastic worker must not mistake for its rank.
@@ -246,44 +338,39 @@ def _supervise(
     grace: float,
     signals: _SignalsToForward,
     keep_survivors: bool = False,
-    replace=None,
+    healer: Optional[_Healer] = None,
 ) -> int:
     """Waits for the ranks. A failed rank ends the job: the others are stopped after `grace`.
     With `keep_survivors` they go on instead (they may shrink their communicator, see
     docs/guides/recovery.md), and the job succeeds if any rank ran to a successful end.
-    `replace(index)`: a process started in place of the lost child `index` (it joins the job),
-    or None where no more may be; it is supervised as the others."""
+    `healer`: starts processes in place of the lost ones (they join the job), supervised as the
+    others, until a signal comes."""
     status = 0
     deadline = None  # when ranks still running are killed
     forwarded = 0
-    reported = set()
+    seen: set = set()
     while True:
         running = [c for c in children if c.poll() is None]
-        for rank, child in enumerate(children):
-            code = child.returncode
-            if code in (None, 0) or rank in reported:
-                continue
-            reported.add(rank)
-            replacement = replace(rank) if replace and not signals.received else None
-            if replacement is not None:
-                children.append(replacement)
-                print(
-                    f"ringcomm-run: process {rank} exited with status {code}; the other ranks go "
-                    f"on, and process {len(children) - 1} replaces it (--replace)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            elif keep_survivors:
-                print(
-                    f"ringcomm-run: rank {rank} exited with status {code}; the other ranks go on "
-                    "(--keep-survivors)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            if status == 0:
-                status = code if code > 0 else 128 - code
-                if not keep_survivors:
-                    deadline = time.monotonic() + grace
+        ended = [i for i, c in enumerate(children) if c.returncode is not None and i not in seen]
+        seen.update(ended)
+        lost = [i for i in ended if children[i].returncode != 0]
+        if healer is not None and not signals.received:
+            said = healer.after(children, ended)
+        elif keep_survivors:
+            said = [
+                f"{healer.name(i) if healer else f'rank {i}'} exited with status "
+                f"{children[i].returncode}; the other ranks go on (--keep-survivors)"
+                for i in lost
+            ]
+        else:
+            said = []
+        for line in said:
+            print(f"ringcomm-run: {line}", file=sys.stderr, flush=True)
+        if lost and status == 0:
+            code = children[lost[0]].returncode
+            status = code if code > 0 else 128 - code
+            if not keep_survivors:
+                deadline = time.monotonic() + grace
         while forwarded < len(signals.received):
             number = signals.received[forwarded]
             forwarded += 1
@@ -425,9 +512,11 @@ def build_parser() -> argparse.ArgumentParser:
         const=-1,
         default=0,
         metavar="N",
-        help="when a rank fails, let the others go on and start its process again on its host, "
-        "with RINGCOMM_JOIN=1: it joins the running job in place when the ranks grow "
-        "(docs/guides/recovery.md). At most N replacements in all (default: as many as -np)",
+        help="when a rank fails, let the others go on and start its process again, with "
+        "RINGCOMM_JOIN=1: it joins the running job in place when the ranks grow "
+        "(docs/guides/recovery.md). On its host, or on a spare slot (the slots of -H or "
+        "--hostfile beyond -np) where its host failed: ssh could not reach it, or it lost all "
+        "of its ranks. At most N replacements in all (default: as many as -np)",
     )
     parser.add_argument("-m", dest="module", help="run a module, as python -m does")
     parser.add_argument(

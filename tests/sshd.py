@@ -1,6 +1,7 @@
 """An ssh server in each of some namespace hosts (ringcomm.bench.netns), for the tests of ranks
 started over ssh: keys made for the test, root's login by key only, on the host's own address,
-and a client configuration file for ``ssh -F``. Everything goes when the context exits."""
+and a client configuration file for ``ssh -F``; a host's server can be stopped for a while (a
+host that refuses ssh). Everything goes when the context exits."""
 
 from __future__ import annotations
 
@@ -47,9 +48,53 @@ def _wait_for_port(hosts, index: int, deadline: float) -> None:
     raise SshdUnavailableError(f"sshd on host {index} did not start listening")
 
 
+class Servers:
+    """The ssh servers of some hosts: ``client``, the client's configuration file, and
+    stopped(), which takes one host's server away for a while."""
+
+    def __init__(self, hosts, workdir: Path, client: Path):
+        self.hosts = hosts
+        self.client = client
+        self._workdir = workdir
+        self._running: dict = {}  # host index: its sshd
+
+    def start(self, index: int) -> None:
+        self._running[index] = subprocess.Popen(
+            self.hosts.command(
+                index, [SSHD, "-D", "-e", "-f", str(self._workdir / f"sshd_config_{index}")]
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,  # its log (-e): a pipe nobody read would fill and stall it
+        )
+
+    def stop(self, index: int) -> None:
+        server = self._running.pop(index)
+        server.terminate()
+        try:
+            server.wait(5)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+    def stop_all(self) -> None:
+        for index in list(self._running):
+            self.stop(index)
+
+    @contextlib.contextmanager
+    def stopped(self, index: int) -> Iterator[None]:
+        """Host ``index`` refuses ssh's connections (its server stopped; the sessions it had
+        started go on, as they do when sshd stops on a real host); back afterwards."""
+        self.stop(index)
+        try:
+            yield
+        finally:
+            self.start(index)
+            _wait_for_port(self.hosts, index, time.monotonic() + 10)
+
+
 @contextlib.contextmanager
-def servers(hosts, indices: Sequence[int], workdir: Path) -> Iterator[Path]:
-    """sshd on hosts ``indices``; yields the client's configuration file."""
+def servers(hosts, indices: Sequence[int], workdir: Path) -> Iterator[Servers]:
+    """sshd on hosts ``indices``; yields them (their client's configuration file in .client)."""
     if not os.path.exists(SSHD) or shutil.which("ssh") is None:
         raise SshdUnavailableError(
             "needs OpenSSH's server and client (apt-get install openssh-server)"
@@ -61,11 +106,20 @@ def servers(hosts, indices: Sequence[int], workdir: Path) -> Iterator[Path]:
     authorized = workdir / "authorized_keys"
     shutil.copy(f"{user_key}.pub", authorized)
     os.makedirs("/run/sshd", exist_ok=True)  # its privilege separation directory
-    started = []
+    client = workdir / "ssh_config"
+    client.write_text(
+        "Host *\n"
+        "  User root\n"
+        f"  IdentityFile {user_key}\n"
+        "  IdentitiesOnly yes\n"
+        "  StrictHostKeyChecking no\n"
+        "  UserKnownHostsFile /dev/null\n"
+        "  LogLevel ERROR\n"
+    )
+    started = Servers(hosts, workdir, client)
     try:
         for index in indices:
-            config = workdir / f"sshd_config_{index}"
-            config.write_text(
+            (workdir / f"sshd_config_{index}").write_text(
                 f"ListenAddress {hosts.address(index)}\n"
                 "Port 22\n"
                 f"HostKey {host_key}\n"
@@ -78,33 +132,10 @@ def servers(hosts, indices: Sequence[int], workdir: Path) -> Iterator[Path]:
                 "StrictModes no\n"
                 "PrintMotd no\n"
             )
-            started.append(
-                subprocess.Popen(
-                    hosts.command(index, [SSHD, "-D", "-e", "-f", str(config)]),
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                )
-            )
+            started.start(index)
         deadline = time.monotonic() + 10
         for index in indices:
             _wait_for_port(hosts, index, deadline)
-        client = workdir / "ssh_config"
-        client.write_text(
-            "Host *\n"
-            "  User root\n"
-            f"  IdentityFile {user_key}\n"
-            "  IdentitiesOnly yes\n"
-            "  StrictHostKeyChecking no\n"
-            "  UserKnownHostsFile /dev/null\n"
-            "  LogLevel ERROR\n"
-        )
-        yield client
+        yield started
     finally:
-        for server in started:
-            server.terminate()
-        for server in started:
-            try:
-                server.wait(5)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+        started.stop_all()

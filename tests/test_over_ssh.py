@@ -1,6 +1,7 @@
-"""ringcomm-run across hosts over ssh (-H, --hostfile, and elastic jobs whose discovery names other
-hosts): three namespace hosts, an OpenSSH server in the two the launcher does not run in
-(tests/sshd.py). The launcher runs in host 0, as on a cluster's first node."""
+"""ringcomm-run across hosts over ssh (-H, --hostfile, --replace onto a spare host, and elastic jobs
+whose discovery names other hosts): three namespace hosts, an OpenSSH server in the two the
+launcher does not run in (tests/sshd.py). The launcher runs in host 0, as on a cluster's first
+node."""
 
 import json
 import os
@@ -15,6 +16,7 @@ import sshd
 from harness import WORKERS, worker_env
 
 from ringcomm import _hostlist
+from ringcomm._hostlist import Placement
 from ringcomm.bench import netns
 
 SUBNET = "10.231.83"
@@ -22,18 +24,18 @@ SUBNET = "10.231.83"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """(hosts, the ssh client's configuration file)."""
+    """(hosts, their ssh servers: sshd.Servers)."""
     try:
         with netns.hosts(3, SUBNET, tag="ss") as hosts:
-            with sshd.servers(hosts, [1, 2], tmp_path_factory.mktemp("sshd")) as client:
-                yield hosts, client
+            with sshd.servers(hosts, [1, 2], tmp_path_factory.mktemp("sshd")) as servers:
+                yield hosts, servers
     except (netns.NamespacesUnavailableError, sshd.SshdUnavailableError) as reason:
         pytest.skip(str(reason))
 
 
 def launch(cluster, flags, program, env=None, cwd=None):
     """ringcomm-run in host 0 with ``flags``, where {h0}, {h1}, {h2} stand for the hosts."""
-    hosts, client = cluster
+    hosts, servers = cluster
     names = {f"h{i}": hosts.address(i) for i in range(len(hosts))}
     flags = [flag.format(**names) for flag in flags]
     command = hosts.command(
@@ -43,7 +45,7 @@ def launch(cluster, flags, program, env=None, cwd=None):
             "-m",
             "ringcomm.launch",
             "--ssh-command",
-            f"ssh -F {client}",
+            f"ssh -F {servers.client}",
             *flags,
             *program,
         ],
@@ -222,3 +224,77 @@ def test_survivors_on_both_hosts_shrink_and_finish(cluster):
     results = results_of(out)
     assert [r["rank"] for r in results] == [0, 1, 3], out
     assert all(r["survivors"] == [0, 1, 3] and r["exact"] for r in results), results
+
+
+def test_a_replacement_goes_to_a_spare_host_when_its_own_refuses_ssh(cluster, tmp_path):
+    """--replace with a spare host: -H h0:2,h1:2,h2:2 -np 4 runs ranks 2 and 3 on h1 and keeps h2
+    spare. Rank 2 dies (workers/grow.py) once h1's ssh server has stopped: its replacement cannot
+    start there (ssh's 255), h1 counts as failed, and the launcher tries the spare at once, not
+    counting it against --replace 1. The replacement joins on h2, as its only rank (local rank 0
+    of 1), and the job ends at full size with the same weights everywhere."""
+    hosts, servers = cluster
+    h1, h2 = hosts.address(1), hosts.address(2)
+    gate = tmp_path / "may-die"
+    launcher = launch(
+        cluster,
+        ["--replace", "1", "-H", "{h0}:2,{h1}:2,{h2}:2", "-np", "4"],
+        [str(WORKERS / "grow.py"), "replace", "2", "1"],
+        env={"RINGCOMM_TIMEOUT": "20", "VICTIM_WAITS_FOR": str(gate)},
+    )
+    deadline = time.monotonic() + 60
+    while not Path(f"{gate}.waiting").exists():  # every rank started; rank 2 about to die
+        assert launcher.poll() is None and time.monotonic() < deadline, launcher.stderr.read()
+        time.sleep(0.05)
+    with servers.stopped(1):
+        gate.touch()  # rank 2 dies now; rank 3's session on h1 goes on
+        out, err = launcher.communicate(timeout=120)
+    assert launcher.returncode == 0, out[-3000:] + err[-3000:]
+    assert f"process 4 (in place of rank 2) could not start on {h1} (status 255)" in err, err
+    assert f"host {h1} counts as failed (status 255" in err, err
+    assert f"process 5 on {h2} (local rank 0) replaces it (--replace)" in err, err
+    results = results_of(out)
+    assert [r["rank"] for r in results] == [0, 1, 2, 3], out + err[-3000:]
+    assert {r["size"] for r in results} == {4}, results
+    assert len({r["digest"] for r in results}) == 1 and len({r["step"] for r in results}) == 1
+    (newcomer,) = [r for r in results if r["newcomer"]]
+    members = [r for r in results if not r["newcomer"]]
+    assert (newcomer["local_rank"], newcomer["local_size"]) == ("0", "1"), newcomer
+    # Three hosts: h0 (ranks 0 and 1), h1 (rank 3, its session kept), h2 (the newcomer).
+    assert len({r["namespace"] for r in members}) == 2, members
+    assert newcomer["namespace"] not in {r["namespace"] for r in members}, results
+
+
+def test_where_replacements_go():
+    """ringcomm-run --replace's rule (_hostlist.Slots), without processes: h0:2,h1:2,h2:2 with
+    -np 4 keeps h2's two slots spare."""
+
+    def at(host, local_rank, local_size):
+        return Placement(host, local_rank, local_size)
+
+    slots = _hostlist.Slots([("h0", 2), ("h1", 2), ("h2", 2)], 4)
+    assert slots.initial == [at("h0", 0, 2), at("h0", 1, 2), at("h1", 0, 2), at("h1", 1, 2)]
+    # A rank lost on a host that still runs another: back to its own slot.
+    assert slots.end([(at("h1", 0, 2), 137, True)]) == []
+    assert slots.take(at("h1", 0, 2)) == at("h1", 0, 2)
+    # Its replacement cannot start (ssh's 255): the host fails, the next goes to a spare.
+    assert slots.end([(at("h1", 0, 2), 255, True)]) == ["h1"]
+    assert slots.failed["h1"].startswith("status 255")
+    assert slots.take(at("h1", 0, 2)) == at("h2", 0, 1)
+    # A failed host gets nothing again, even its own rank's replacement; the spares fill up.
+    assert slots.end([(at("h1", 1, 2), 1, True)]) == []
+    assert slots.take(at("h1", 1, 2)) == at("h2", 1, 2)
+    assert slots.end([(at("h2", 0, 1), 1, True)]) == []  # h2 still runs one
+    assert slots.take(at("h2", 0, 1)) == at("h2", 0, 1)
+    # Every rank of a host lost in one check: the host fails; no slot left anywhere.
+    assert slots.end([(at("h0", 0, 2), 137, False), (at("h0", 1, 2), 137, False)]) == ["h0"]
+    assert slots.take(at("h0", 0, 2)) is None
+    # A host whose only rank is lost fails; this machine's 255 is the program's own status;
+    # a slot freed on a healthy host (its loss not replaced) takes a replacement from elsewhere.
+    slots = _hostlist.Slots([("h0", 2), ("h1", 1), ("h2", 1)], 4)
+    assert slots.end([(at("h0", 1, 2), 255, False)]) == []
+    assert slots.end([(at("h2", 0, 1), 0, True)]) == []  # ended well: no failure
+    assert slots.end([(at("h1", 0, 1), 137, True)]) == ["h1"]
+    assert slots.failed["h1"] == "no process of the job is left running there"
+    assert slots.take(at("h1", 0, 1)) == at("h0", 1, 2)
+    assert slots.take(at("h1", 0, 1)) == at("h2", 0, 1)
+    assert slots.take(at("h1", 0, 1)) is None

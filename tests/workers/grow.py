@@ -12,6 +12,7 @@ argv: mode [victims] [newcomers]
            must be refused at once, the members' log must name it, and the members, calling
            grow() every step meanwhile, go on unchanged
   misuse   no newcomer: grow() on a closed communicator, two grows at once, bad arguments
+VICTIM_WAITS_FOR: a victim waits for that file before it dies (wait_for_leave).
 Members train a toy model (weights updated by an averaged all-reduce each step); after a grow,
 rank 0 broadcasts the weights and the step to the newcomers, and everyone trains on. Each reports
 its rank and size after, how long the shrink and the grow took, and a digest of the weights (all
@@ -43,6 +44,7 @@ STEPS_BEFORE, STEPS_AFTER = 5, 5
 def train(comm, weights: np.ndarray, steps: int, step: int, kill_at=None) -> int:
     for _ in range(steps):
         if kill_at is not None and step == kill_at:
+            wait_for_leave()
             if os.environ.get("VICTIM_EXITS"):  # under mpirun, whose hydra ends a host's ranks
                 os._exit(1)  # when one is killed by a signal (docs/guides/recovery.md)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -51,6 +53,17 @@ def train(comm, weights: np.ndarray, steps: int, step: int, kill_at=None) -> int
         weights -= 0.01 * grads
         step += 1
     return step
+
+
+def wait_for_leave() -> None:
+    """Where VICTIM_WAITS_FOR names a file: says it is about to die (that name + ".waiting"), and
+    waits for the test to make the file (the test changes the world first: stops a host's sshd)."""
+    gate = os.environ.get("VICTIM_WAITS_FOR")
+    if not gate:
+        return
+    open(gate + ".waiting", "w").close()
+    while not os.path.exists(gate):
+        time.sleep(0.02)
 
 
 def share_state(comm, weights: np.ndarray, step: int) -> int:
@@ -170,6 +183,13 @@ else:
 step = train(comm, weights, STEPS_AFTER, step)
 outcome.update(
     rank=comm.rank, size=comm.size, step=step, digest=hashlib.sha256(weights.tobytes()).hexdigest()
+)
+# Where it ran: its network namespace (a host, in the tests across namespace hosts) and what
+# the launcher said of its place there.
+outcome.update(
+    namespace=os.readlink("/proc/self/ns/net"),
+    local_rank=os.environ.get("RINGCOMM_LOCAL_RANK"),
+    local_size=os.environ.get("RINGCOMM_LOCAL_WORLD_SIZE"),
 )
 report(outcome)
 comm.shutdown()
