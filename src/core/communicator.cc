@@ -566,7 +566,7 @@ class CommunicatorImpl : public Communicator {
         formAmong(membership_->client(decided.leader, deadline), members, newRank,
                   round + "/comm/", config, deadline);
     // This rank's mailbox outlives this communicator: the members met in the leader's, and any
-    // member's holds its mark that it went on and where (FormingStore::commit, door/successor).
+    // member's holds its claim to go on and where it went (FormingStore::commit, door/successor).
     static_cast<CommunicatorImpl&>(*grown).keepAlive(mailbox_);
     std::vector<int> former = decided.ranks;
     former.resize(decided.ranks.size() + decided.joiners.size(), -1);

@@ -239,7 +239,7 @@ class Newcomer {
         formAmong(meeting, members, rank, round + "/comm/", config_, deadline_);
     former.resize(members.size(), -1);
     setFormerRanks(*joined, std::move(former));
-    keepAlive(*joined, mailbox_);  // holds its mark that it went on (FormingStore::commit)
+    keepAlive(*joined, mailbox_);  // holds its claim to go on (FormingStore::commit)
     RINGCOMM_LOG(LogLevel::Info, kLogInit, "join: newcomer %s is rank %d of %d", id_.c_str(),
                  joined->rank(), joined->size());
     return joined;

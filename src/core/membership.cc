@@ -26,9 +26,13 @@ constexpr std::chrono::milliseconds kProbeWait{200};
 constexpr std::chrono::milliseconds kProbeInterval{100};
 // How long one wait for a key in a mailbox blocks before the waiter looks around again.
 constexpr std::chrono::milliseconds kWaitSlice{50};
-// How long a member whose wait for the others failed looks for another member's mark that it
-// went on (FormingStore::commit): one that read the last "formed" marks it a moment later.
-constexpr std::chrono::milliseconds kWentOnLook{300};
+// What a member's claim to go on and another's veto add to the claimant's counter
+// (FormingStore::commit): odd where the claim is in, the count of vetoes by halves.
+constexpr int64_t kClaim = 1;
+constexpr int64_t kVeto = 2;
+// How long a vetoer waits at least for a claimant to say whether its claim came first (it says
+// so right after claiming): past the forming's deadline too, which may be what failed.
+constexpr std::chrono::milliseconds kOutcomeLook{2000};
 // At most this much of what is left before the deadline the leader keeps for writing its
 // decision, so that the others read it before theirs.
 constexpr std::chrono::milliseconds kDecisionGrace{500};
@@ -467,42 +471,63 @@ void FormingStore::commit(Clock::time_point deadline) {
     inner_->set(formedKey(rank_), bytesOf("formed"));
     formed = true;
     awaitEveryMember(deadline);
+    if (claimGoingOn()) return;
+    throw TransportError("ringcomm: every member formed the survivors' communicator, but another "
+                             "member's wait for it failed first",
+                         FailureContext{"shrink", rank_, -1, 0.0});
   } catch (const Error&) {
     // Nobody can have read every "formed" where this member's never got there.
-    if (!formed || !someoneWentOn()) throw;
+    if (!formed || !someoneWentOn(deadline)) throw;
     RINGCOMM_LOG(LogLevel::Warn, kLogInit,
                  "the new communicator's wait failed on rank %d, but another member went on "
                  "with it (every member formed it): going on too",
                  rank_);
   }
-  markWentOn();
 }
 
-std::string FormingStore::wentOnKey() const { return scope_ + "forming/went-on"; }
+std::string FormingStore::claimKey() const { return scope_ + "forming/claim"; }
+std::string FormingStore::outcomeKey() const { return scope_ + "forming/outcome"; }
 
-void FormingStore::markWentOn() {
-  try {
-    TcpStore own(own_.host, own_.port, kProbeWait, secret_);
-    own.trySet(wentOnKey(), bytesOf("went on"), kProbeWait);
-  } catch (const Error&) {
-    // This mailbox is its own process's: it fails only as the process ends.
-  }
+bool FormingStore::claimGoingOn() {
+  // This mailbox is this process's own: it fails only as the process ends, and then the error
+  // ends this member's forming too.
+  TcpStore own(own_.host, own_.port, kProbeWait, secret_);
+  const bool first = own.add(claimKey(), kClaim) == kClaim;
+  // For a vetoer that cannot tell from the counter which came first.
+  own.set(outcomeKey(), bytesOf(first ? "on" : "off"));
+  return first;
 }
 
-bool FormingStore::someoneWentOn() {
-  const auto until = Clock::now() + kWentOnLook;
-  for (;;) {
-    for (const auto& [member, address] : members_) {
-      if (probeMailbox(address, secret_, Clock::now() + kProbeWait) != Reach::Answers) continue;
-      try {
-        TcpStore theirs(address.host, address.port, kProbeWait, secret_);
-        if (theirs.tryGet(wentOnKey(), kProbeWait)) return true;
-      } catch (const Error&) {
-      }
+bool FormingStore::someoneWentOn(Clock::time_point deadline) {
+  for (const auto& [member, address] : members_) {
+    // A member gone for sure goes on no more; one that went on and died is the next
+    // communicator's failure.
+    if (probeMailbox(address, secret_, Clock::now() + kProbeWait) != Reach::Answers) continue;
+    try {
+      TcpStore theirs(address.host, address.port, kProbeWait, secret_);
+      const int64_t before = theirs.add(claimKey(), kVeto) - kVeto;
+      if (claimCameFirst(theirs, before, address, deadline)) return true;
+    } catch (const Error&) {
+      // Its mailbox failed as we asked: its process is ending.
     }
-    if (Clock::now() >= until) return false;
+  }
+  return false;
+}
+
+bool FormingStore::claimCameFirst(Store& theirs, int64_t before, const MailboxAddress& address,
+                                  Clock::time_point deadline) {
+  if (before == kClaim) return true;         // its claim, and no veto before it
+  if (before % kVeto == 0) return false;     // no claim yet: it will find a veto before its own
+  // A claim and vetoes, in an order the count does not keep: the claimant says which it found.
+  const auto until = std::max(deadline, Clock::now() + kOutcomeLook);
+  while (Clock::now() < until) {
+    if (const std::optional<Bytes> outcome = theirs.tryGet(outcomeKey(), kProbeWait)) {
+      return textOf(*outcome) == "on";
+    }
+    if (goneAt(address)) return false;  // it died before it could go on
     std::this_thread::sleep_for(kWaitSlice);
   }
+  return false;
 }
 
 void FormingStore::awaitEveryMember(Clock::time_point deadline) {

@@ -100,17 +100,22 @@ struct Survivors {
 // commit() ends the forming: the communicator is used only once every member formed it, so that
 // the survivors go on together or agree again together, never some of each:
 //   - a member posts "formed" once its communicator exists, or "abandoned" where it failed;
-//   - a member goes on once it has read every member's "formed" in the leader's mailbox; one
-//     that reads an "abandoned", or finds a member gone that had not formed it, abandons too.
-// A member that dies once every member formed it does not stop those that read so: the new
-// communicator's first collective names it, and the survivors shrink that one. The leader dying
-// in the moment between some members reading the last "formed" and others reading it: those go
-// on, marking it in their own mailboxes first, and these, whose wait fails, find a mark and go on
-// too (commit()). What remains undecided alike: a member that read the last "formed" and is kept
-// from marking it for longer than the others look (300 ms).
+//   - a member that has read every member's "formed" in the leader's mailbox claims its going on
+//     in its own mailbox, and goes on if its claim came first there;
+//   - a member whose wait fails (the leader died, a member gave up or left before forming)
+//     vetoes the claim of every member still alive, each in that member's own mailbox: it goes on
+//     too where a claim came before its veto, and agrees again otherwise; a member whose claim
+//     comes after a veto does the same.
+// The claim and the veto are one counter in the claimant's mailbox (added to, atomic), so each
+// member goes on exactly where the others find that it did, however long it is held between
+// reading the last "formed" and claiming. A member that dies once every member formed it does
+// not stop those that read so: the new communicator's first collective names it, and the
+// survivors shrink that one. What remains: a member that went on and dies in the moment others
+// look at its claim, while the leader is dying too (two deaths in one moment): those that looked
+// before go on, those after agree again.
 class FormingStore : public Store {
  public:
-  // `own`: this member's mailbox (of the communicator it leaves), where it marks that it went on.
+  // `own`: this member's mailbox (of the communicator it leaves), where it claims its going on.
   FormingStore(std::shared_ptr<Store> inner, std::vector<std::pair<int, MailboxAddress>> members,
                std::string scope, int rank, std::string secret, MailboxAddress own);
 
@@ -125,11 +130,8 @@ class FormingStore : public Store {
   void check();
   // This rank failed to form the communicator (`why`): every other member stops too.
   void abandon(const std::string& why);
-  // This rank formed the communicator: waits until every member did (above), by `deadline`.
-  // A member that goes on marks it in its own mailbox first. One whose wait fails (the leader
-  // died, or someone gave up) goes on too where another member's mark says that every member
-  // formed it, which it can no longer read in the leader's mailbox: otherwise the leader dying
-  // as the last "formed" was read let some go on and the others agree again, apart for good.
+  // This rank formed the communicator: waits until every member did, by `deadline`, and goes on
+  // (returns) or raises as the others find (above).
   void commit(Clock::time_point deadline);
 
  private:
@@ -139,11 +141,16 @@ class FormingStore : public Store {
   // Whether `address` shows its process gone for sure.
   bool goneAt(const MailboxAddress& address) const;
   void awaitEveryMember(Clock::time_point deadline);
-  std::string wentOnKey() const;
-  // The mark of a member that went on, in its own mailbox; and whether any member's is there
-  // (asked for a short while: a member that read the last "formed" marks it a moment later).
-  void markWentOn();
-  bool someoneWentOn();
+  std::string claimKey() const;
+  std::string outcomeKey() const;
+  // Claims this member's going on in its own mailbox: whether the claim came before any veto.
+  bool claimGoingOn();
+  // After this member's wait failed: vetoes every living member's claim; whether one came first
+  // (then this member goes on too).
+  bool someoneWentOn(Clock::time_point deadline);
+  // Whether `member`'s claim came first, its counter having read `before` ahead of this veto.
+  bool claimCameFirst(Store& theirs, int64_t before, const MailboxAddress& address,
+                      Clock::time_point deadline);
   // Whether kProbeInterval has passed since the last look (and, if so, starts the next): the
   // new communicator's threads may wait on this store at once.
   bool lookDue();
