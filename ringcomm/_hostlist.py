@@ -103,20 +103,21 @@ UNREACHED = {
 
 class Slots:
     """The hosts' slots under ``ringcomm-run --replace``: which the job's processes hold, which
-    hosts failed, and where a lost process's replacement goes.
+    hosts to keep away from, and where a lost process's replacement goes.
 
     The first ``nranks`` slots in order start the job (place()); the others are spares. A host
-    fails, and gets no process again, the first time either of these holds:
 
-    - a process over ssh there ended with a status of UNREACHED: ssh could not reach the host
-      or lost it, or the command could not run there;
-    - a loss left the host without any process of the job running: every rank there was lost
-      at once (one check of the launcher), or its only one was, as Horovod's elastic driver
-      blacklists the host of a failed worker.
+    - fails, and gets no process again, once a process over ssh there ends with a status of
+      UNREACHED: ssh could not reach it or lost it, or the command could not run there;
+    - is avoided once a loss leaves it without any process of the job running (every rank there
+      lost in one check of the launcher, or its only one), as Horovod's elastic driver
+      blacklists the host of a failed worker; but nothing proves it gone, and a job without a
+      spare would rather try it again than go on short.
 
-    A replacement takes the slot its lost process held, where that host has not failed; else
-    the lowest free slot of the first host in order that has not failed: a spare, or a slot that
-    a process lost without a replacement freed. Its local rank is that slot; its local world
+    A replacement takes, in this order: the slot its lost process held, where that host is
+    neither failed nor avoided; the lowest free slot of the first host in order that is neither
+    (a spare, or a slot a loss freed without a replacement); the lost slot again, or else the
+    lowest free slot of the first avoided host. Its local rank is that slot; its local world
     size is its host's, where it takes the lost slot back, else the processes there with it."""
 
     def __init__(self, hosts: Sequence[tuple[str, int]], nranks: int):
@@ -126,11 +127,12 @@ class Slots:
         for placement in self.initial:
             self._free[placement.host].discard(placement.local_rank)
         self.failed: dict[str, str] = {}  # host: why, in the order they failed
+        self.avoided: dict[str, str] = {}  # the same, of the hosts avoided (and not failed)
 
     def end(self, ended: Sequence[tuple[Placement, int, bool]]) -> list[str]:
         """Frees the slots of the processes that ended, given as (placement, exit status, whether
-        it ran over ssh), all those one check of the launcher found; the hosts that failed by it
-        (the rule above), in order."""
+        it ran over ssh), all those one check of the launcher found; the hosts that failed or
+        are avoided by it (the rule above), in order."""
         for placement, _, _ in ended:
             self._free[placement.host].add(placement.local_rank)
         newly = []
@@ -139,9 +141,10 @@ class Slots:
             if status == 0 or host in self.failed:
                 continue
             if over_ssh and status in UNREACHED:
+                self.avoided.pop(host, None)
                 self.failed[host] = f"status {status}: {UNREACHED[status]}"
-            elif len(self._free[host]) == self._slots[host]:
-                self.failed[host] = "no process of the job is left running there"
+            elif host not in self.avoided and len(self._free[host]) == self._slots[host]:
+                self.avoided[host] = "no process of the job is left running there"
             else:
                 continue
             newly.append(host)
@@ -151,20 +154,31 @@ class Slots:
         """The slot take() gave could not be used (``why``: no way to its host): frees it, and
         its host fails."""
         self._free[placement.host].add(placement.local_rank)
+        self.avoided.pop(placement.host, None)
         self.failed.setdefault(placement.host, why)
 
     def take(self, lost: Placement) -> Optional[Placement]:
         """A slot for the replacement of the process ``lost`` held (freed by end()), taken; None
         where every host that has not failed is full."""
-        if lost.host not in self.failed and self._free[lost.host]:
-            host = lost.host
-        else:
-            host = next((h for h in self._slots if h not in self.failed and self._free[h]), "")
-            if not host:
-                return None
-        free = self._free[host]
-        slot = lost.local_rank if host == lost.host and lost.local_rank in free else min(free)
+
+        def usable(host: str, healthy: bool) -> bool:
+            kept_away = host in self.failed or (healthy and host in self.avoided)
+            return bool(self._free[host]) and not kept_away
+
+        found = next(
+            (
+                host
+                for healthy in (True, False)
+                for host in (lost.host, *self._slots)
+                if usable(host, healthy)
+            ),
+            None,
+        )
+        if found is None:
+            return None
+        free = self._free[found]
+        slot = lost.local_rank if found == lost.host and lost.local_rank in free else min(free)
         free.discard(slot)
-        if host == lost.host and slot == lost.local_rank:
+        if found == lost.host and slot == lost.local_rank:
             return lost
-        return Placement(host, slot, self._slots[host] - len(free))
+        return Placement(found, slot, self._slots[found] - len(free))

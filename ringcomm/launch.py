@@ -18,7 +18,8 @@ under it too. Each rank runs in a session of its own, as under mpiexec and torch
 can report the failure themselves), and the launcher exits with the failing rank's status;
 with --keep-survivors they go on, as a job that shrinks its communicator wants, and with
 --replace a lost rank's process is started again, to join the job in place: on its host, or on
-a spare slot (those of -H or --hostfile beyond -np) where its host failed (_hostlist.Slots).
+a spare slot (those of -H or --hostfile beyond -np) where its host is unreachable or lost all its
+ranks (_hostlist.Slots).
 
 SIGTERM, SIGHUP and SIGINT (what timeout, Slurm, Kubernetes and a terminal send) are passed on to
 every rank; ranks still running after the grace period are killed, and the launcher exits with
@@ -86,8 +87,8 @@ def spawn(
     [(host, slots)] to place them on (ringcomm/_hostlist.py), this machine where not given; the
     slots beyond ``nranks`` are spares. ``replacements``: how many lost ranks' processes may be
     started again, to join the running job in place (RINGCOMM_JOIN=1; implies
-    ``keep_survivors``): on the lost one's host, or on a spare slot where that host failed
-    (_hostlist.Slots)."""
+    ``keep_survivors``): on the lost one's host, or on a spare slot where that host is
+    unreachable or lost all its ranks (_hostlist.Slots)."""
     if nranks < 1:
         raise ValueError(f"-np must be at least 1; got {nranks}")
     hosts = list(hosts or [("localhost", nranks)])
@@ -169,17 +170,23 @@ class _Healer:
         ``children``) for each one lost; what to say of it."""
         said = []
         lost = [i for i in ended if children[i].returncode != 0]
-        failed = self._slots.end(
+        marked = self._slots.end(
             [
                 (self._placements[i], children[i].returncode, isinstance(children[i], RemoteRank))
                 for i in ended
             ]
         )
-        for host in failed:
-            said.append(
-                f"host {host} counts as failed ({self._slots.failed[host]}): no more processes "
-                "go there (--replace)"
-            )
+        for host in marked:
+            if host in self._slots.failed:
+                said.append(
+                    f"host {host} counts as failed ({self._slots.failed[host]}): no more "
+                    "processes go there (--replace)"
+                )
+            else:
+                said.append(
+                    f"host {host} is avoided ({self._slots.avoided[host]}): replacements go to "
+                    "other hosts' free slots while there are any (--replace)"
+                )
         for index in lost:
             code = children[index].returncode
             retry = index >= len(self._slots.initial) and code in _hostlist.UNREACHED
@@ -515,8 +522,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="when a rank fails, let the others go on and start its process again, with "
         "RINGCOMM_JOIN=1: it joins the running job in place when the ranks grow "
         "(docs/guides/recovery.md). On its host, or on a spare slot (the slots of -H or "
-        "--hostfile beyond -np) where its host failed: ssh could not reach it, or it lost all "
-        "of its ranks. At most N replacements in all (default: as many as -np)",
+        "--hostfile beyond -np) where ssh could not reach its host, or that host lost all of "
+        "its ranks. At most N replacements in all (default: as many as -np)",
     )
     parser.add_argument("-m", dest="module", help="run a module, as python -m does")
     parser.add_argument(

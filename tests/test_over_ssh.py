@@ -283,18 +283,28 @@ def test_where_replacements_go():
     # A failed host gets nothing again, even its own rank's replacement; the spares fill up.
     assert slots.end([(at("h1", 1, 2), 1, True)]) == []
     assert slots.take(at("h1", 1, 2)) == at("h2", 1, 2)
-    assert slots.end([(at("h2", 0, 1), 1, True)]) == []  # h2 still runs one
-    assert slots.take(at("h2", 0, 1)) == at("h2", 0, 1)
-    # Every rank of a host lost in one check: the host fails; no slot left anywhere.
+    # Every rank of a host lost in one check: the host is avoided, but with no spare left its
+    # own slots take its replacements back.
     assert slots.end([(at("h0", 0, 2), 137, False), (at("h0", 1, 2), 137, False)]) == ["h0"]
-    assert slots.take(at("h0", 0, 2)) is None
-    # A host whose only rank is lost fails; this machine's 255 is the program's own status;
-    # a slot freed on a healthy host (its loss not replaced) takes a replacement from elsewhere.
-    slots = _hostlist.Slots([("h0", 2), ("h1", 1), ("h2", 1)], 4)
+    assert "h0" in slots.avoided and "h0" not in slots.failed
+    assert slots.take(at("h0", 1, 2)) == at("h0", 1, 2)
+    assert slots.take(at("h0", 0, 2)) == at("h0", 0, 2)
+    assert slots.take(at("h0", 0, 2)) is None  # every slot taken
+
+    slots = _hostlist.Slots([("h0", 2), ("h1", 1), ("h2", 1), ("h3", 1)], 4)
+    # This machine's 255 is the program's own status; a host whose processes ended well is
+    # not avoided; a slot freed on a healthy host (its loss not replaced) is free to others.
     assert slots.end([(at("h0", 1, 2), 255, False)]) == []
-    assert slots.end([(at("h2", 0, 1), 0, True)]) == []  # ended well: no failure
+    assert slots.end([(at("h2", 0, 1), 0, True)]) == []
+    # A host whose only rank is lost is avoided while other hosts have free slots.
     assert slots.end([(at("h1", 0, 1), 137, True)]) == ["h1"]
-    assert slots.failed["h1"] == "no process of the job is left running there"
+    assert slots.avoided["h1"] == "no process of the job is left running there"
     assert slots.take(at("h1", 0, 1)) == at("h0", 1, 2)
     assert slots.take(at("h1", 0, 1)) == at("h2", 0, 1)
+    assert slots.take(at("h1", 0, 1)) == at("h3", 0, 1)  # the spare
+    assert slots.take(at("h1", 0, 1)) == at("h1", 0, 1)  # at last, its own
+    assert slots.take(at("h1", 0, 1)) is None
+    # An avoided host that then proves unreachable fails.
+    assert slots.end([(at("h1", 0, 1), 255, True)]) == ["h1"]
+    assert "h1" in slots.failed and "h1" not in slots.avoided
     assert slots.take(at("h1", 0, 1)) is None
