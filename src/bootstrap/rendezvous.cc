@@ -5,11 +5,15 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <string>
 
+#include "common/deadline.h"
 #include "ringcomm/errors.h"
 
 namespace ringcomm::bootstrap {
@@ -80,41 +84,93 @@ std::string interfaceOf(const std::string& address) {
   return found;
 }
 
-Rendezvous rendezvous(Store& store, int rank, int size, const RankRecord& self,
-                      std::chrono::milliseconds timeout) {
-  Rendezvous result;
-  // The job's key names its shared memory; it is no secret (the secret never enters the store).
-  if (rank == 0) {
-    std::ostringstream job;
-    job << std::hex << randomWord();
-    store.set("job", toBytes(job.str()));
-  }
-  result.jobKey = toText(store.get("job", timeout));
-  std::ostringstream mine;
-  mine << self.hostId << "\n" << self.address << "\n" << self.port << "\n" << self.pid << "\n"
-       << self.mailboxPort << "\n" << (self.rdma ? 1 : 0);
-  store.set("rank/" + std::to_string(rank), toBytes(mine.str()));
+namespace {
 
-  result.ranks.resize(size);
+std::string recordKey(int rank) { return "rank/" + std::to_string(rank); }
+
+std::string textOf(const RankRecord& record) {
+  std::ostringstream text;
+  text << record.hostId << "\n" << record.address << "\n" << record.port << "\n" << record.pid
+       << "\n" << record.mailboxPort << "\n" << (record.rdma ? 1 : 0);
+  return text.str();
+}
+
+RankRecord recordOf(const std::string& text) {
+  std::istringstream in(text);
+  RankRecord record;
+  std::getline(in, record.hostId);
+  std::getline(in, record.address);
+  int rdma = 0;
+  in >> record.port >> record.pid >> record.mailboxPort >> rdma;
+  record.rdma = rdma != 0;
+  return record;
+}
+
+TimeoutError lateRank(int rank, int late, std::chrono::milliseconds timeout) {
+  return TimeoutError("ringcomm: rendezvous on rank " + std::to_string(rank) + ": rank " +
+                          std::to_string(late) + " did not arrive within " +
+                          std::to_string(timeout.count() / 1000.0) + " s",
+                      FailureContext{"rendezvous", rank, late, timeout.count() / 1000.0});
+}
+
+// Rank 0's gathering of every record, published as one value: the job's key on its first line,
+// then each rank's record after a line with its length.
+std::string gatherEveryRecord(Store& store, int size, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::ostringstream job;
+  job << std::hex << randomWord();
+  std::string all = job.str() + "\n";
   for (int peer = 0; peer < size; ++peer) {
-    Bytes published;
+    Bytes record;
     try {
-      published = store.get("rank/" + std::to_string(peer), timeout);
-    } catch (const TimeoutError& error) {
-      throw TimeoutError("ringcomm: rendezvous on rank " + std::to_string(rank) + ": rank " +
-                             std::to_string(peer) + " did not arrive within " +
-                             std::to_string(timeout.count() / 1000.0) + " s",
-                         FailureContext{"rendezvous", rank, peer, timeout.count() / 1000.0});
+      record = store.get(recordKey(peer),
+                         std::max(std::chrono::milliseconds(1), millisecondsLeft(deadline)));
+    } catch (const TimeoutError&) {
+      throw lateRank(0, peer, timeout);
     }
-    std::istringstream record(toText(published));
-    RankRecord& r = result.ranks[peer];
-    std::getline(record, r.hostId);
-    std::getline(record, r.address);
-    int rdma = 0;
-    record >> r.port >> r.pid >> r.mailboxPort >> rdma;
-    r.rdma = rdma != 0;
+    all += std::to_string(record.size()) + "\n" + toText(record);
+  }
+  return all;
+}
+
+Rendezvous parseEveryRecord(const std::string& all, int size) {
+  Rendezvous result;
+  size_t at = all.find('\n');
+  result.jobKey = all.substr(0, at);
+  for (int peer = 0; peer < size; ++peer) {
+    const size_t lengthEnd = all.find('\n', at + 1);
+    const size_t length = std::stoul(all.substr(at + 1, lengthEnd - at - 1));
+    result.ranks.push_back(recordOf(all.substr(lengthEnd + 1, length)));
+    at = lengthEnd + length;
   }
   return result;
+}
+
+}  // namespace
+
+Rendezvous rendezvous(Store& store, int rank, int size, const RankRecord& self,
+                      std::chrono::milliseconds timeout) {
+  // Every rank posts its record; rank 0 gathers them and posts them all as one value, which
+  // every other rank reads: about 3 x size requests to the store in all, not size^2 (each rank
+  // reading each record), which at a thousand ranks is a million round trips to one server.
+  store.set(recordKey(rank), toBytes(textOf(self)));
+  if (rank == 0) {
+    const std::string all = gatherEveryRecord(store, size, timeout);
+    store.set("ranks", toBytes(all));
+    return parseEveryRecord(all, size);
+  }
+  try {
+    return parseEveryRecord(toText(store.get("ranks", timeout)), size);
+  } catch (const TimeoutError&) {
+    // Which rank kept rank 0 waiting: the first whose record is missing (rank 0's own where
+    // every other's is there), asked only now.
+    for (int peer = 0; peer < size; ++peer) {
+      if (!store.tryGet(recordKey(peer), std::chrono::milliseconds(200))) {
+        throw lateRank(rank, peer, timeout);
+      }
+    }
+    throw lateRank(rank, 0, timeout);
+  }
 }
 
 }  // namespace ringcomm::bootstrap
