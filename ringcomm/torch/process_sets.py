@@ -19,7 +19,7 @@ import copy
 import itertools
 import os
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional
 
 import ringcomm
 from ringcomm import _core, _tuning
@@ -365,7 +365,3 @@ def members() -> list:
     """This rank's part in every set it belongs to."""
     job = _require_job()
     return [r.member for r in job.sets.values() if r.member is not None]
-
-
-def ranks_of(process_set: ProcessSet) -> Sequence[int]:
-    return _registered(process_set.process_set_id).ranks
