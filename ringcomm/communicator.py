@@ -91,7 +91,8 @@ class Communicator:
     CUDA arrays (a ringcomm built with CUDA): the collective runs after the work queued on
     ``stream`` (default: the array library's current stream) and that stream waits for its
     result; when the call returns (or ``wait()`` does) the result is ordered on the stream, not
-    necessarily computed yet, as with NCCL. send/recv take host memory only.
+    necessarily computed yet, as with NCCL. send/recv take CUDA arrays too, on the same terms
+    (:meth:`send`, :meth:`recv`).
     """
 
     def __init__(self, core: "_core.Communicator", environment: Optional[LaunchEnvironment] = None):
