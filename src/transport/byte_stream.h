@@ -1,6 +1,7 @@
-// One direction-pair of bytes between this rank and one peer. Both transports (a TCP socket, a
-// pair of shared-memory rings) are byte streams; framing, queues and waiting live in Transport,
-// so a new transport implements only this.
+// One direction-pair of bytes between this rank and one peer. Two of the three transports are
+// byte streams (a TCP socket, a pair of shared-memory rings): framing, queues and waiting live in
+// Transport, so a new transport of bytes implements only this. The third, UCX, moves whole
+// messages and implements MessageNetwork instead (transport/message_network.h).
 #pragma once
 
 #include <cstddef>
