@@ -21,6 +21,8 @@ SOURCES = [
     "tests/fuzz/fuzz_protocols.cc",
     "src/bootstrap/store.cc",
     "src/bootstrap/tcp_store.cc",
+    "src/bootstrap/tcp_store_server.cc",
+    "src/bootstrap/tcp_store_requests.cc",
     "src/common/socket.cc",
     "src/common/config.cc",
     "src/common/log.cc",

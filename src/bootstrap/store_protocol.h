@@ -39,6 +39,7 @@
 #pragma once
 
 #include <charconv>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -61,6 +62,9 @@ constexpr uint32_t kMaxValueBytes = 64u * 1024 * 1024;
 constexpr uint32_t kMaxKeysPerCheck = 65536;
 constexpr uint32_t kMaxFrameBytes = kMaxValueBytes + kMaxKeyBytes + 64;
 constexpr size_t kFrameHeaderBytes = 4;
+// A new connection has this long to complete the handshake (a real client needs a round trip):
+// the server then drops it, and the client stops waiting for the server's proof.
+constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
 
 // A reply or request whose fields do not parse. The frame around it was intact, so the stream is
 // still in step; only this message is lost.
