@@ -1,6 +1,5 @@
 #include "transport/tcp/tcp_stream.h"
 
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -14,16 +13,33 @@
 #include <limits>
 #include <string>
 
+#include "common/socket.h"
+#include "ringcomm/errors.h"
+
 namespace ringcomm::transport {
+namespace {
+
+// setsockopt, checked: a socket that refuses a setting is no link to rely on.
+template <typename Value>
+void setOption(int fd, int level, int name, const Value& value, const char* what) {
+  if (::setsockopt(fd, level, name, &value, sizeof(value)) != 0) {
+    throw TransportError(std::string("ringcomm: setsockopt(") + what +
+                             ") failed on a TCP link: " + std::strerror(errno),
+                         FailureContext{what, -1, -1, 0.0});
+  }
+}
+
+}  // namespace
 
 TcpStream::TcpStream(int fd, int peer, int socketBufferBytes,
                      std::chrono::milliseconds linkTimeout)
-    : fd_(fd), peer_(peer), linkTimeout_(linkTimeout) {
-  int one = 1;
-  setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    : fd_(-1), peer_(peer), linkTimeout_(linkTimeout) {
+  net::UniqueFd owned(fd);  // closed if a setting fails: the stream never took it
+  // connectTcp and acceptTcp already make their sockets non-blocking with TCP_NODELAY; said
+  // again here (checked, like the rest), since a stream polls and must never wait for Nagle.
+  net::setNoDelay(fd);
   // Large buffers let a whole pipeline segment sit in the kernel while both sides compute.
-  setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &socketBufferBytes, sizeof(socketBufferBytes));
-  setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &socketBufferBytes, sizeof(socketBufferBytes));
+  net::setBufferSizes(fd, socketBufferBytes);
   // A cut link or a dead host sends nothing: without these, a rank waiting to receive would
   // learn of it only at its collective's deadline. Probes start after half the link timeout of
   // silence and go every second; the user timeout ends the connection when data or probes stay
@@ -32,17 +48,19 @@ TcpStream::TcpStream(int fd, int peer, int socketBufferBytes,
   // Linux takes at most 32767 s of idleness and 127 probes.
   const int64_t seconds = std::max<int64_t>(
       1, std::chrono::duration_cast<std::chrono::seconds>(linkTimeout).count());
+  const int one = 1;
   const int idle = static_cast<int>(std::clamp<int64_t>(seconds / 2, 1, 32767));
   const int interval = 1;
   const int probes = static_cast<int>(std::clamp<int64_t>(seconds - idle, 1, 127));
   const auto userTimeout = static_cast<unsigned>(
       std::min<int64_t>(linkTimeout.count(), std::numeric_limits<unsigned>::max()));
-  setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
-  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
-  setsockopt(fd_, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeout, sizeof(userTimeout));
-  fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);
+  setOption(fd, SOL_SOCKET, SO_KEEPALIVE, one, "SO_KEEPALIVE");
+  setOption(fd, IPPROTO_TCP, TCP_KEEPIDLE, idle, "TCP_KEEPIDLE");
+  setOption(fd, IPPROTO_TCP, TCP_KEEPINTVL, interval, "TCP_KEEPINTVL");
+  setOption(fd, IPPROTO_TCP, TCP_KEEPCNT, probes, "TCP_KEEPCNT");
+  setOption(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, userTimeout, "TCP_USER_TIMEOUT");
+  net::setNonBlocking(fd);
+  fd_ = owned.release();
 }
 
 std::string TcpStream::describeFailure(int error) const {

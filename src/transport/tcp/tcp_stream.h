@@ -13,7 +13,8 @@ class TcpStream : public ByteStream {
  public:
   // Takes ownership of a connected socket and makes it non-blocking. linkTimeout: how long the
   // peer may go without answering (TCP keepalive probes while the link is idle, the user timeout
-  // while data is unacknowledged) before the connection counts as dead.
+  // while data is unacknowledged) before the connection counts as dead. A setting the socket
+  // refuses throws TransportError, and the socket is closed.
   TcpStream(int fd, int peer, int socketBufferBytes, std::chrono::milliseconds linkTimeout);
   ~TcpStream() override;
   const char* kind() const override { return "tcp"; }
