@@ -5,7 +5,7 @@
     python tools/stubs.py --check    # 1 where the checked-in stubs differ (tests/test_typing.py),
                                      # 2 where other versions of the generator would make them
 
-The core's exceptions are made at run time under the name ``ringcomm.X`` (bindings/module.cc), so
+The core's exceptions are made at run time under the name ``ringcomm.X`` (bindings/errors.cc), so
 the generator would import them from the package, which imports them from the core: a circle
 that no checker resolves. They are written out here instead, with their bases. And DataType's
 member ``bool`` hides the builtin inside that class: annotations say ``builtins.bool``.
