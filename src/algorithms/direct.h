@@ -103,6 +103,13 @@ class DirectGroup {
   bool reduceSingleCopy(const Operation& op, const MessageTag& tag, const void* input, void* output,
                         size_t count, DataType type, ReduceOp reduceOp, const SingleCopyPlan& plan,
                         const SliceStep* across);
+  // Its first step: posts this rank's buffers for `round` (`total` bytes in, `outputBytes` out)
+  // and checks the peers' descriptors. Returns false, the round done, when the lowest local rank
+  // asked every rank to stage this one instead.
+  bool postSingleCopy(const Operation& op, const MessageTag& tag, const void* input,
+                      const void* output, size_t total, size_t outputBytes, uint64_t round);
+  // The rest of the round: the peers' buffers and the steps on chunks of this rank's slice.
+  class SingleCopyRound;
   // Raises naming `peer` if it has failed: its output may be its caller's again.
   void raiseIfAborted(int peer, const Operation& op);
   // Copies `bytes` into local peer `peer`'s output, mapped here at `to`, unless it has failed.

@@ -165,20 +165,9 @@ bool DirectGroup::allreduceSingleCopy(const Operation& op, const MessageTag& tag
   return reduceSingleCopy(op, tag, input, output, count, type, reduceOp, plan, nullptr);
 }
 
-bool DirectGroup::reduceSingleCopy(const Operation& op, const MessageTag& tag, const void* input,
-                                   void* output, size_t count, DataType type, ReduceOp reduceOp,
-                                   const SingleCopyPlan& plan, const SliceStep* across) {
-  const size_t element = elementSize(type);
-  const size_t total = count * element;
-  const uint64_t round = round_++;
-  const uint8_t* in = static_cast<const uint8_t*>(input);
-  uint8_t* out = static_cast<uint8_t*>(output);
-  // The elements of the vector that local rank `peer`'s output holds, from its start.
-  const auto windowOf = [&](int peer) {
-    return plan.outputs.empty() ? plan::Block{0, count} : plan.outputs[peer];
-  };
-  const size_t outputBytes = windowOf(rank_).count * element;
-
+bool DirectGroup::postSingleCopy(const Operation& op, const MessageTag& tag, const void* input,
+                                 const void* output, size_t total, size_t outputBytes,
+                                 uint64_t round) {
   // Before posting: every peer finished the previous call (its Done), and none touches these
   // buffers until this rank has posted them.
   // The lowest rank's answer goes out with its descriptor; it need not collapse buffers that
@@ -202,85 +191,180 @@ bool DirectGroup::reduceSingleCopy(const Operation& op, const MessageTag& tag, c
     publish(Phase::Done, round + 1);
     return false;
   }
-  std::vector<const shm::SlotDescriptor*> descriptors(size_);
-  for (int peer = 0; peer < size_; ++peer) {
-    descriptors[peer] = &segments_.counters(peer).descriptor[round % shm::kDirectSlots];
-  }
+  return true;
+}
 
-  // One landing area per peer and one for a copy of the reduced chunk placed for a peer (see
-  // alignedLike), each a page longer than a chunk, so that a chunk can start anywhere in a line.
-  const size_t chunkBytes = chunkBytesFor(size_);
-  const size_t areaBytes = chunkBytes + kLandingAlignment;
-  if (!peerChunks_) {
-    const size_t bytes = areaBytes * static_cast<size_t>(size_);  // a multiple of the page
-    peerChunks_.reset(static_cast<uint8_t*>(std::aligned_alloc(kLandingAlignment, bytes)));
-    if (!peerChunks_) throw std::bad_alloc();
-  }
-  uint8_t* const bounceArea = peerChunks_.get() + static_cast<size_t>(size_ - 1) * areaBytes;
-
-  // Peers whose input and output both lie in buffers they allocated through ringcomm.empty()
-  // and this rank can map: read and written with loads and stores, not the kernel's copies.
-  std::vector<const uint8_t*> mappedInput(size_, nullptr);
-  std::vector<uint8_t*> mappedOutput(size_, nullptr);
-  for (int peer = 0; peer < size_; ++peer) {
-    const shm::SlotDescriptor& theirs = *descriptors[peer];
-    if (peer == rank_ || !covers(theirs.sharedInput, total) ||
-        !covers(theirs.sharedOutput, windowOf(peer).count * element)) {
-      continue;
+// One single-copy round once every rank has posted its buffers: where each peer's input and
+// output are (in its process, or mapped here), and the steps on chunks of this rank's slice:
+// reduce a chunk of every input, push the result into every output that holds it.
+class DirectGroup::SingleCopyRound {
+ public:
+  SingleCopyRound(DirectGroup& group, const Operation& op, const void* input, void* output,
+                  size_t count, DataType type, ReduceOp reduceOp, const SingleCopyPlan& plan,
+                  uint64_t round)
+      : group_(group), op_(op), size_(group.size_), rank_(group.rank_),
+        element_(elementSize(type)), count_(count), type_(type), reduceOp_(reduceOp),
+        plan_(plan), in_(static_cast<const uint8_t*>(input)), out_(static_cast<uint8_t*>(output)),
+        own_(plan.slices[group.rank_]), chunkBytes_(chunkBytesFor(size_)),
+        areaBytes_(chunkBytes_ + kLandingAlignment), chunkCount_(chunkBytes_ / element_),
+        descriptors_(size_), mappedInput_(size_, nullptr), mappedOutput_(size_, nullptr) {
+    for (int peer = 0; peer < size_; ++peer) {
+      descriptors_[peer] = &group.segments_.counters(peer).descriptor[round % shm::kDirectSlots];
     }
-    const int pid = segments_.pidOf(peer);
-    const uint8_t* inputBase = peerBuffers_.map(peer, pid, theirs.sharedInput);
-    uint8_t* outputBase = inputBase ? peerBuffers_.map(peer, pid, theirs.sharedOutput) : nullptr;
-    if (outputBase == nullptr) continue;
-    mappedInput[peer] = inputBase + theirs.sharedInput.offset;
-    mappedOutput[peer] = outputBase + theirs.sharedOutput.offset;
+    // One landing area per peer and one for a copy of the reduced chunk placed for a peer (see
+    // alignedLike), each a page longer than a chunk, so that a chunk can start anywhere in a
+    // line.
+    if (!group.peerChunks_) {
+      const size_t bytes = areaBytes_ * static_cast<size_t>(size_);  // a multiple of the page
+      group.peerChunks_.reset(static_cast<uint8_t*>(std::aligned_alloc(kLandingAlignment, bytes)));
+      if (!group.peerChunks_) throw std::bad_alloc();
+    }
+    peerChunks_ = group.peerChunks_.get();
+    bounceArea_ = peerChunks_ + static_cast<size_t>(size_ - 1) * areaBytes_;
+    mapSharedBuffers();
   }
 
-  const plan::Block own = plan.slices[rank_];
-  // Where this rank's slice is reduced: in its output, which holds it (an all-reduce), or in the
-  // work buffer (a reduce-scatter). `at` is a byte offset in the vector, within the slice.
-  const auto resultAt = [&](size_t at) {
-    return plan.work == nullptr ? out + at : plan.work + (at - own.offset * element);
-  };
-  const size_t chunkCount = chunkBytes / element;
-  const auto reduceChunkWith = [&](std::vector<const void*>& sources, size_t at, size_t n) {
-    // This rank's own contribution first (it may alias the output), then the peers in rank order.
-    sources[0] = in + at;
-    for (int peer = 0, next = 1; peer < size_; ++peer) {
-      if (peer == rank_) continue;
-      if (mappedInput[peer] != nullptr) {
-        sources[next++] = mappedInput[peer] + at;
-        continue;
+  // This rank's slice, chunk by chunk: each reduced chunk goes to the peers while it is still in
+  // the cache. Where every peer is mapped, helper threads take parts of the slice.
+  void reduceOwnSlice() {
+    const int parts = partsOfSlice();
+    if (parts > 1 && !group_.helpers_) {
+      group_.helpers_ = std::make_unique<HelperThreads>(group_.reduceThreads_ - 1);
+      RINGCOMM_LOG(LogLevel::Info, kLogTransport,
+                   "single-copy all-reduce between mapped buffers: %d threads per rank reduce "
+                   "slices of %zu B and more (RINGCOMM_REDUCE_THREADS)",
+                   group_.reduceThreads_, 2 * kBytesPerReduceThread);
+    }
+    // Each part of the slice is a run of whole chunks, so that parts start on the landing
+    // alignment.
+    trace::Span span(trace::Phase::Reduce, "this rank's slice, into every peer's output");
+    const size_t chunksInSlice = (own_.count + chunkCount_ - 1) / chunkCount_;
+    const size_t chunksPerPart = (chunksInSlice + parts - 1) / static_cast<size_t>(parts);
+    const auto reducePart = [&](int part) {
+      std::vector<const void*> partSources(size_);
+      const size_t first = static_cast<size_t>(part) * chunksPerPart * chunkCount_;
+      const size_t end = std::min(own_.count, first + chunksPerPart * chunkCount_);
+      for (size_t done = first; done < end; done += chunkCount_) {
+        const size_t at = (own_.offset + done) * element_;
+        const size_t n = std::min(chunkCount_, end - done);
+        reduceChunk(partSources, at, n);
+        pushChunk(at, n);
       }
-      const uint64_t remote = descriptors[peer]->input.load(std::memory_order_relaxed) + at;
-      uint8_t* landing = alignedLike(remote, element,
-                                     peerChunks_.get() + static_cast<size_t>(next - 1) * areaBytes);
-      accessPeer(peer, false, remote, landing, n * element, op);
-      sources[next++] = landing;
+    };
+    if (parts > 1) {
+      group_.helpers_->run(parts, reducePart);
+    } else {
+      reducePart(0);
     }
-    reduce::reduceMany(resultAt(at), sources.data(), size_, n, type, reduceOp);
-    reduce::finishAverage(resultAt(at), n, type, reduceOp, size_);
-  };
-  std::vector<const void*> sources(size_);
-  const auto reduceChunk = [&](size_t at, size_t n) { reduceChunkWith(sources, at, n); };
-  // The part of the chunk [at, at + n elements) that `peer`'s output holds, and where there.
+  }
+
+  // This rank's slice handed to `across` (the exchange with the other hosts), which reduces and
+  // pushes it segment by segment as it reaches each, so that these copies overlap the network's
+  // transfers. Segments are in elements of this rank's slice.
+  void reduceWithOtherHosts(const SliceStep& across) {
+    if (own_.count == 0) return;
+    std::vector<const void*> sources(size_);
+    const auto reduce = [&](size_t at, size_t n) { reduceChunk(sources, at, n); };
+    const auto push = [&](size_t at, size_t n) { pushChunk(at, n); };
+    const auto inChunks = [&](const auto& step) {
+      return [&, step](const plan::Block& segment) {
+        for (size_t done = 0; done < segment.count; done += chunkCount_) {
+          step((own_.offset + segment.offset + done) * element_,
+               std::min(chunkCount_, segment.count - done));
+        }
+      };
+    };
+    trace::Span span(trace::Phase::Reduce, "this rank's slice, with the other hosts");
+    across(resultAt(own_.offset * element_), own_, SegmentHooks{inChunks(reduce), inChunks(push)});
+  }
+
+ private:
+  // The part of a chunk that a peer's output holds, and where there.
   struct Destination {
     size_t at = 0;  // byte offset in the vector
     size_t bytes = 0;
     size_t offset = 0;  // byte offset in the peer's output
   };
-  const auto destinationIn = [&](int peer, size_t at, size_t n) {
+
+  // Peers whose input and output both lie in buffers they allocated through ringcomm.empty()
+  // and this rank can map: read and written with loads and stores, not the kernel's copies.
+  void mapSharedBuffers() {
+    const size_t total = count_ * element_;
+    for (int peer = 0; peer < size_; ++peer) {
+      const shm::SlotDescriptor& theirs = *descriptors_[peer];
+      if (peer == rank_ || !covers(theirs.sharedInput, total) ||
+          !covers(theirs.sharedOutput, windowOf(peer).count * element_)) {
+        continue;
+      }
+      const int pid = group_.segments_.pidOf(peer);
+      const uint8_t* inputBase = group_.peerBuffers_.map(peer, pid, theirs.sharedInput);
+      uint8_t* outputBase =
+          inputBase ? group_.peerBuffers_.map(peer, pid, theirs.sharedOutput) : nullptr;
+      if (outputBase == nullptr) continue;
+      mappedInput_[peer] = inputBase + theirs.sharedInput.offset;
+      mappedOutput_[peer] = outputBase + theirs.sharedOutput.offset;
+    }
+  }
+
+  // The elements of the vector that local rank `peer`'s output holds, from its start.
+  plan::Block windowOf(int peer) const {
+    return plan_.outputs.empty() ? plan::Block{0, count_} : plan_.outputs[peer];
+  }
+
+  // Where this rank's slice is reduced: in its output, which holds it (an all-reduce), or in the
+  // work buffer (a reduce-scatter). `at` is a byte offset in the vector, within the slice.
+  uint8_t* resultAt(size_t at) const {
+    return plan_.work == nullptr ? out_ + at : plan_.work + (at - own_.offset * element_);
+  }
+
+  // How many threads reduce this rank's slice: one, unless every peer is mapped here, when no
+  // landing or bounce area is shared and threads can take parts of the slice, each element still
+  // reduced by one thread in rank order (the same bits).
+  int partsOfSlice() const {
+    bool everyPeerMapped = plan_.work == nullptr;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer != rank_ && mappedOutput_[peer] == nullptr) everyPeerMapped = false;
+    }
+    if (!everyPeerMapped) return 1;
+    return static_cast<int>(std::clamp<size_t>(own_.count * element_ / kBytesPerReduceThread, 1,
+                                               static_cast<size_t>(group_.reduceThreads_)));
+  }
+
+  // Reduces [at, at + n elements) of every rank's input into resultAt(at): this rank's own
+  // contribution first (it may alias the output), then the peers in rank order.
+  void reduceChunk(std::vector<const void*>& sources, size_t at, size_t n) const {
+    sources[0] = in_ + at;
+    for (int peer = 0, next = 1; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      if (mappedInput_[peer] != nullptr) {
+        sources[next++] = mappedInput_[peer] + at;
+        continue;
+      }
+      const uint64_t remote = descriptors_[peer]->input.load(std::memory_order_relaxed) + at;
+      uint8_t* landing =
+          alignedLike(remote, element_, peerChunks_ + static_cast<size_t>(next - 1) * areaBytes_);
+      group_.accessPeer(peer, false, remote, landing, n * element_, op_);
+      sources[next++] = landing;
+    }
+    reduce::reduceMany(resultAt(at), sources.data(), size_, n, type_, reduceOp_);
+    reduce::finishAverage(resultAt(at), n, type_, reduceOp_, size_);
+  }
+
+  // The part of the chunk [at, at + n elements) that `peer`'s output holds, and where there.
+  Destination destinationIn(int peer, size_t at, size_t n) const {
     const plan::Block window = windowOf(peer);
-    const plan::Block part = plan::intersect(plan::Block{at / element, n}, window);
+    const plan::Block part = plan::intersect(plan::Block{at / element_, n}, window);
     if (part.count == 0) return Destination{};
-    return Destination{part.offset * element, part.count * element,
-                       (part.offset - window.offset) * element};
-  };
-  // Starting after this rank, so that the ranks do not all write to rank 0 first. A peer whose
+    return Destination{part.offset * element_, part.count * element_,
+                       (part.offset - window.offset) * element_};
+  }
+
+  // Writes the reduced chunk [at, at + n elements) into every output that holds a part of it,
+  // starting after this rank, so that the ranks do not all write to rank 0 first. A peer whose
   // output lies a few bytes after this rank's (modulo the page) gets the chunk from a copy
   // placed exactly like its output (the kernel needs no alignment to read it), remade when the
   // placement or the part changes from one such peer to the next.
-  const auto pushChunk = [&](size_t at, size_t n) {
+  void pushChunk(size_t at, size_t n) const {
     Destination bounced;        // the part last placed there
     uint8_t* bounce = nullptr;  // where it was placed
     for (int step = 1; step < size_; ++step) {
@@ -288,13 +372,14 @@ bool DirectGroup::reduceSingleCopy(const Operation& op, const MessageTag& tag, c
       const Destination to = destinationIn(peer, at, n);
       if (to.bytes == 0) continue;
       uint8_t* source = resultAt(to.at);
-      if (mappedOutput[peer] != nullptr) {
-        writeMappedPeer(peer, mappedOutput[peer] + to.offset, source, to.bytes, op);
+      if (mappedOutput_[peer] != nullptr) {
+        group_.writeMappedPeer(peer, mappedOutput_[peer] + to.offset, source, to.bytes, op_);
         continue;
       }
-      const uint64_t remote = descriptors[peer]->output.load(std::memory_order_relaxed) + to.offset;
+      const uint64_t remote =
+          descriptors_[peer]->output.load(std::memory_order_relaxed) + to.offset;
       if (isShortForwardDistance(reinterpret_cast<const void*>(remote), source)) {
-        uint8_t* placed = alignedLike(remote, 1, bounceArea);
+        uint8_t* placed = alignedLike(remote, 1, bounceArea_);
         if (placed != bounce || to.at != bounced.at || to.bytes != bounced.bytes) {
           copyBytes(placed, source, to.bytes);
         }
@@ -302,66 +387,50 @@ bool DirectGroup::reduceSingleCopy(const Operation& op, const MessageTag& tag, c
         bounced = to;
         source = placed;
       }
-      accessPeer(peer, true, remote, source, to.bytes, op);
+      group_.accessPeer(peer, true, remote, source, to.bytes, op_);
     }
     // This rank's own part, where it reduced into a work buffer.
     const Destination mine = destinationIn(rank_, at, n);
-    if (plan.work != nullptr && mine.bytes > 0) {
-      copyBytes(out + mine.offset, resultAt(mine.at), mine.bytes);
+    if (plan_.work != nullptr && mine.bytes > 0) {
+      copyBytes(out_ + mine.offset, resultAt(mine.at), mine.bytes);
     }
-  };
-  // Where every peer is mapped, no landing or bounce area is shared: threads can take parts of
-  // the slice, each element still reduced by one thread in rank order (the same bits).
-  bool everyPeerMapped = plan.work == nullptr;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer != rank_ && mappedOutput[peer] == nullptr) everyPeerMapped = false;
   }
-  const size_t chunksInSlice = (own.count + chunkCount - 1) / chunkCount;
-  const int parts = !everyPeerMapped ? 1
-                    : static_cast<int>(std::clamp<size_t>(own.count * element / kBytesPerReduceThread,
-                                                          1, static_cast<size_t>(reduceThreads_)));
+
+  DirectGroup& group_;
+  const Operation& op_;
+  const int size_;
+  const int rank_;
+  const size_t element_;
+  const size_t count_;
+  const DataType type_;
+  const ReduceOp reduceOp_;
+  const SingleCopyPlan& plan_;
+  const uint8_t* const in_;
+  uint8_t* const out_;
+  const plan::Block own_;  // this rank's slice of the vector
+  const size_t chunkBytes_;
+  const size_t areaBytes_;
+  const size_t chunkCount_;  // elements in a chunk
+  std::vector<const shm::SlotDescriptor*> descriptors_;  // every rank's, for this round
+  uint8_t* peerChunks_ = nullptr;  // the landing areas, one per peer
+  uint8_t* bounceArea_ = nullptr;
+  std::vector<const uint8_t*> mappedInput_;  // peers' buffers mapped here, or null
+  std::vector<uint8_t*> mappedOutput_;
+};
+
+bool DirectGroup::reduceSingleCopy(const Operation& op, const MessageTag& tag, const void* input,
+                                   void* output, size_t count, DataType type, ReduceOp reduceOp,
+                                   const SingleCopyPlan& plan, const SliceStep* across) {
+  const size_t element = elementSize(type);
+  const uint64_t round = round_++;
+  const size_t outputBytes =
+      (plan.outputs.empty() ? count : plan.outputs[rank_].count) * element;
+  if (!postSingleCopy(op, tag, input, output, count * element, outputBytes, round)) return false;
+  SingleCopyRound single(*this, op, input, output, count, type, reduceOp, plan, round);
   if (across == nullptr) {
-    if (parts > 1 && !helpers_) {
-      helpers_ = std::make_unique<HelperThreads>(reduceThreads_ - 1);
-      RINGCOMM_LOG(LogLevel::Info, kLogTransport,
-                   "single-copy all-reduce between mapped buffers: %d threads per rank reduce "
-                   "slices of %zu B and more (RINGCOMM_REDUCE_THREADS)",
-                   reduceThreads_, 2 * kBytesPerReduceThread);
-    }
-    // Each reduced chunk goes to the peers while it is still in the cache. Each part of the
-    // slice is a run of whole chunks, so that parts start on the landing alignment.
-    trace::Span span(trace::Phase::Reduce, "this rank's slice, into every peer's output");
-    const size_t chunksPerPart = (chunksInSlice + parts - 1) / static_cast<size_t>(parts);
-    const auto reducePart = [&](int part) {
-      std::vector<const void*> partSources(size_);
-      const size_t first = static_cast<size_t>(part) * chunksPerPart * chunkCount;
-      const size_t end = std::min(own.count, first + chunksPerPart * chunkCount);
-      for (size_t done = first; done < end; done += chunkCount) {
-        const size_t at = (own.offset + done) * element;
-        const size_t n = std::min(chunkCount, end - done);
-        reduceChunkWith(partSources, at, n);
-        pushChunk(at, n);
-      }
-    };
-    if (parts > 1) {
-      helpers_->run(parts, reducePart);
-    } else {
-      reducePart(0);
-    }
-  } else if (own.count > 0) {
-    // Segment by segment as the exchange across hosts reaches each, so that these copies
-    // overlap the network's transfers. Segments are in elements of this rank's slice.
-    const auto inChunks = [&](const auto& step) {
-      return [&, step](const plan::Block& segment) {
-        for (size_t done = 0; done < segment.count; done += chunkCount) {
-          step((own.offset + segment.offset + done) * element,
-               std::min(chunkCount, segment.count - done));
-        }
-      };
-    };
-    trace::Span span(trace::Phase::Reduce, "this rank's slice, with the other hosts");
-    (*across)(resultAt(own.offset * element), own,
-              SegmentHooks{inChunks(reduceChunk), inChunks(pushChunk)});
+    single.reduceOwnSlice();
+  } else {
+    single.reduceWithOtherHosts(*across);
   }
   publish(Phase::Done, round + 1);
   waitForAll(Phase::Done, round + 1, op);
