@@ -78,8 +78,33 @@ class IpcAllreduce {
  private:
   struct PerDevice;
   struct Record;
+  struct Verdict;
+  struct PeerMappings;
 
   PerDevice& stateFor(DeviceState& device);
+  // The steps of run(), in order (see the top of this file).
+  // Step 1: this rank's record for round 1 (its device, and its input, scratch and events
+  // exported), with why not where it cannot export them. `sliceBytes`: the longest slice.
+  Record describeThisRank(const CudaTicket& ticket, PerDevice& device, const void* input,
+                          size_t sliceBytes);
+  // After the first round 1: whether every all-reduce stages from now on, the GPU being
+  // time-sliced between ranks (said once, with advice).
+  bool stageTimeSliced(const std::vector<Record>& records, int device);
+  // Maps every peer's input, scratch and events; `verdict` says why not where it cannot.
+  void mapPeers(PerDevice& device, const Record& mine, const std::vector<Record>& records,
+                PeerMappings& mapped, Verdict& verdict);
+  // Step 2: this rank's slice of every rank's input, reduced into its scratch.
+  void reduceOwnSlice(DeviceState& state, PerDevice& device, const void* input, size_t count,
+                      DataType type, ReduceOp reduceOp, const PeerMappings& mapped,
+                      Verdict& verdict);
+  // Round 2: whether every rank mapped and reduced; where one did not, every rank stages this
+  // all-reduce and the later ones (rank 0 says why).
+  bool everyRankMapped(const Verdict& verdict, const Record& mine,
+                       const std::vector<Record>& records, DeviceState& state, PerDevice& device,
+                       const Operation& op, const Peers& peers);
+  // Step 3: every rank's reduced slice from its scratch into `output`.
+  void copySlices(DeviceState& state, PerDevice& device, void* output, size_t count,
+                  size_t elementBytes, const PeerMappings& mapped);
   // Whether `device` here can read the memory of the GPU named `uuid` (ipc_plan.h).
   static PeerAccess peerAccess(int device, const uint8_t (&uuid)[16]);
   void warnIfSharingWithoutMps(const std::vector<RankDevice>& records) const;
