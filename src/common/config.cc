@@ -124,8 +124,12 @@ std::chrono::milliseconds timeoutFromSeconds(double seconds, const std::string& 
   return std::chrono::milliseconds(milliseconds);
 }
 
-Config Config::fromEnvironment() {
-  Config config;
+namespace {
+
+// fromEnvironment(), area by area; describedVariables() lists the same areas in the same order.
+
+// Deadlines, and the paths collectives take: transport, schedule, device buffers.
+void readCollectiveVariables(Config& config) {
   if (const char* v = variable("RINGCOMM_TIMEOUT")) {
     config.timeout =
         timeoutFromSeconds(parseNumber("RINGCOMM_TIMEOUT", v), "RINGCOMM_TIMEOUT", false);
@@ -147,6 +151,10 @@ Config Config::fromEnvironment() {
     config.cudaChunkBytes = static_cast<size_t>(bytes);
   }
   if (const char* v = variable("CUDA_MPS_PIPE_DIRECTORY")) config.mpsPipeDirectory = v;
+}
+
+// The job's secret, and this host's identity and address.
+void readJobVariables(Config& config) {
   if (const char* v = variable("RINGCOMM_SECRET")) config.secret = v;
   if (const char* v = variable("RINGCOMM_SECRET_FILE")) {
     if (!config.secret.empty()) {
@@ -157,6 +165,10 @@ Config Config::fromEnvironment() {
   if (const char* v = variable("RINGCOMM_SOCKET_IFNAME")) config.socketInterface = v;
   if (const char* v = variable("RINGCOMM_LISTEN_ADDRESS")) config.listenAddress = v;
   if (const char* v = variable("RINGCOMM_HOSTID")) config.hostId = v;
+}
+
+// Within a host: how ranks wait, the ring's pipelining unit, shared memory.
+void readHostVariables(Config& config) {
   if (const char* v = variable("RINGCOMM_SPIN_COUNT")) {
     config.spinCount = static_cast<int>(parseNumber("RINGCOMM_SPIN_COUNT", v));
   }
@@ -194,6 +206,10 @@ Config Config::fromEnvironment() {
   if (const char* v = variable("RINGCOMM_SHM_CMA_OTHERS_CORES_FILE")) {
     config.shmCrossMemoryOthersCoresFile = v;
   }
+}
+
+// Between hosts: TCP links, and the network as the cost model takes it.
+void readNetworkVariables(Config& config) {
   if (const char* v = variable("RINGCOMM_SOCKET_BUFFER_BYTES")) {
     config.socketBufferBytes = static_cast<int>(parseNumber("RINGCOMM_SOCKET_BUFFER_BYTES", v));
   }
@@ -211,6 +227,10 @@ Config Config::fromEnvironment() {
   if (const char* v = variable("RINGCOMM_LINK_GBITS")) {
     config.linkBandwidth = parseNumber("RINGCOMM_LINK_GBITS", v) * 1e9 / 8;
   }
+}
+
+// The tensor queue (Horovod's), logs, traces, and the tuning files.
+void readQueueAndObservabilityVariables(Config& config) {
   if (const char* v = variable("RINGCOMM_CYCLE_TIME", "HOROVOD_CYCLE_TIME")) {
     config.cycleTime = std::chrono::microseconds(
         static_cast<int64_t>(parseNumber("RINGCOMM_CYCLE_TIME", v) * 1000.0));
@@ -238,11 +258,27 @@ Config Config::fromEnvironment() {
     const std::string text = v;
     config.horovodTimelineMarkCycles = !(text == "0" || text == "false" || text == "False");
   }
+}
+
+// Sizes the schedules cannot work with.
+void checkSizes(const Config& config) {
   if (config.segmentBytes < 4096) throw InvalidArgument("RINGCOMM_SEGMENT_BYTES must be >= 4096");
   if (config.shmSlotBytes != 0 && config.shmSlotBytes < 4096) {
     throw InvalidArgument("RINGCOMM_SHM_SLOT_BYTES must be 0 (automatic) or >= 4096");
   }
   if (config.shmRingBytes < 4096) throw InvalidArgument("RINGCOMM_SHM_RING_BYTES must be >= 4096");
+}
+
+}  // namespace
+
+Config Config::fromEnvironment() {
+  Config config;
+  readCollectiveVariables(config);
+  readJobVariables(config);
+  readHostVariables(config);
+  readNetworkVariables(config);
+  readQueueAndObservabilityVariables(config);
+  checkSizes(config);
   return config;
 }
 
@@ -275,8 +311,9 @@ struct Described {
   const char* defaultText = nullptr;
 };
 
-const std::vector<Described>& describedVariables() {
-  static const std::vector<Described> variables = {
+// Deadlines, and the paths collectives take: transport, schedule, device buffers.
+std::vector<Described> collectiveVariables() {
+  return {
       {"RINGCOMM_TIMEOUT", nullptr, [](const Config& c) { return seconds(c.timeout); },
        "seconds any collective or the rendezvous may wait (inf: no deadline)", nullptr},
       {"RINGCOMM_STALL_WARNING", nullptr, [](const Config& c) { return seconds(c.stallWarning); },
@@ -302,6 +339,12 @@ const std::vector<Described>& describedVariables() {
        nullptr},
       {"CUDA_MPS_PIPE_DIRECTORY", nullptr, [](const Config& c) { return c.mpsPipeDirectory; },
        "CUDA's own: where ringcomm looks for the MPS control daemon", nullptr},
+  };
+}
+
+// The job's secret, and this host's identity and address.
+std::vector<Described> jobVariables() {
+  return {
       {"RINGCOMM_SECRET", nullptr,
        [](const Config& c) { return std::string(c.secret.empty() ? "" : "(set)"); },
        "the job's secret, the same on every host: every connection proves it before data moves",
@@ -319,6 +362,12 @@ const std::vector<Described>& describedVariables() {
       {"RINGCOMM_HOSTID", nullptr, [](const Config& c) { return c.hostId; },
        "host identity: ranks with equal ids share memory",
        "hostname, boot id and network namespace"},
+  };
+}
+
+// Within a host: how ranks wait, the ring's pipelining unit, shared memory.
+std::vector<Described> hostVariables() {
+  return {
       {"RINGCOMM_REDUCE_THREADS", nullptr,
        [](const Config& c) {
          return c.reduceThreads < 0 ? std::string("auto") : number(c.reduceThreads);
@@ -385,6 +434,12 @@ const std::vector<Described>& describedVariables() {
        "used, which RINGCOMM_SHM_CMA_BUSY_CORES is compared with, read every half second instead "
        "of measuring it",
        "measured"},
+  };
+}
+
+// Between hosts: TCP links, and the network as the cost model takes it.
+std::vector<Described> networkVariables() {
+  return {
       {"RINGCOMM_SOCKET_BUFFER_BYTES", nullptr,
        [](const Config& c) { return number(c.socketBufferBytes); },
        "SO_SNDBUF and SO_RCVBUF of TCP connections", nullptr},
@@ -422,6 +477,12 @@ const std::vector<Described>& describedVariables() {
        "what one host's link carries each way, in Gbit/s, as the cost model takes it; rank 0's "
        "value counts",
        "auto: rank 0's link file, else measured at creation"},
+  };
+}
+
+// The tensor queue (Horovod's), logs, traces, and the tuning files.
+std::vector<Described> queueAndObservabilityVariables() {
+  return {
       {"RINGCOMM_CYCLE_TIME", "HOROVOD_CYCLE_TIME",  // milliseconds, as the variable says it
        [](const Config& c) { return number(static_cast<double>(c.cycleTime.count()) / 1000.0); },
        "milliseconds between the tensor queue's agreements (ringcomm.torch)", nullptr},
@@ -458,6 +519,18 @@ const std::vector<Described>& describedVariables() {
        [](const Config& c) { return std::string(c.horovodTimelineMarkCycles ? "1" : "0"); },
        "1: the timeline marks the tensor queue's cycles", nullptr},
   };
+}
+
+const std::vector<Described>& describedVariables() {
+  static const std::vector<Described> variables = [] {
+    std::vector<Described> all;
+    for (auto area : {collectiveVariables, jobVariables, hostVariables, networkVariables,
+                      queueAndObservabilityVariables}) {
+      std::vector<Described> some = area();
+      all.insert(all.end(), some.begin(), some.end());
+    }
+    return all;
+  }();
   return variables;
 }
 
