@@ -19,7 +19,16 @@ from typing import Optional
 # backend's files compile as one translation unit (_UNITY, generated in the build directory),
 # beside module.cc, which brings in torch's Python headers as well. Two units on two cores: about
 # 35 s on that VM, where the five files apart took 70.
-_UNITY = ("backend.cc", "growth.cc", "sparse.cc", "tensors.cc", "work.cc")
+_UNITY = (
+    "backend.cc",
+    "reductions.cc",
+    "data_movement.cc",
+    "point_to_point.cc",
+    "growth.cc",
+    "sparse.cc",
+    "tensors.cc",
+    "work.cc",
+)
 _PYTHON_MODULE = "module.cc"
 
 

@@ -6,6 +6,10 @@
 // Future. No operation copies a dense CPU tensor: staging happens only where torch's argument is a
 // list the core wants as one buffer (all_gather into a list, reduce_scatter from one...) or a
 // tensor is not contiguous.
+//
+// Defined by part: backend.cc (its life and errors), reductions.cc, data_movement.cc and
+// point_to_point.cc (the operations, started through operation_start.h), growth.cc (growing in
+// place).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
