@@ -33,6 +33,10 @@ constexpr int64_t kVeto = 2;
 // How long a vetoer waits at least for a claimant to say whether its claim came first (it says
 // so right after claiming): past the forming's deadline too, which may be what failed.
 constexpr std::chrono::milliseconds kOutcomeLook{2000};
+// How long a claim or a veto may take to connect to a living mailbox (its proof of the secret
+// included): longer than a probe's wait, since a mailbox slow to answer on a busy machine must
+// still get its claim or its veto, or the members could decide apart.
+constexpr std::chrono::milliseconds kClaimConnect{2000};
 // At most this much of what is left before the deadline the leader keeps for writing its
 // decision, so that the others read it before theirs.
 constexpr std::chrono::milliseconds kDecisionGrace{500};
@@ -471,7 +475,7 @@ void FormingStore::commit(Clock::time_point deadline) {
     inner_->set(formedKey(rank_), bytesOf("formed"));
     formed = true;
     awaitEveryMember(deadline);
-    if (claimGoingOn()) return;
+    if (claimGoingOn(deadline)) return;
     throw TransportError("ringcomm: every member formed the survivors' communicator, but another "
                              "member's wait for it failed first",
                          FailureContext{"shrink", rank_, -1, 0.0});
@@ -488,10 +492,11 @@ void FormingStore::commit(Clock::time_point deadline) {
 std::string FormingStore::claimKey() const { return scope_ + "forming/claim"; }
 std::string FormingStore::outcomeKey() const { return scope_ + "forming/outcome"; }
 
-bool FormingStore::claimGoingOn() {
+bool FormingStore::claimGoingOn(Clock::time_point deadline) {
   // This mailbox is this process's own: it fails only as the process ends, and then the error
   // ends this member's forming too.
-  TcpStore own(own_.host, own_.port, kProbeWait, secret_);
+  TcpStore own(own_.host, own_.port, std::max(kClaimConnect, millisecondsLeft(deadline)),
+               secret_);
   const bool first = own.add(claimKey(), kClaim) == kClaim;
   // For a vetoer that cannot tell from the counter which came first.
   own.set(outcomeKey(), bytesOf(first ? "on" : "off"));
@@ -499,16 +504,23 @@ bool FormingStore::claimGoingOn() {
 }
 
 bool FormingStore::someoneWentOn(Clock::time_point deadline) {
+  const auto until = std::max(deadline, Clock::now() + kOutcomeLook);
   for (const auto& [member, address] : members_) {
-    // A member gone for sure goes on no more; one that went on and died is the next
-    // communicator's failure.
-    if (probeMailbox(address, secret_, Clock::now() + kProbeWait) != Reach::Answers) continue;
-    try {
-      TcpStore theirs(address.host, address.port, kProbeWait, secret_);
-      const int64_t before = theirs.add(claimKey(), kVeto) - kVeto;
-      if (claimCameFirst(theirs, before, address, deadline)) return true;
-    } catch (const Error&) {
-      // Its mailbox failed as we asked: its process is ending.
+    // Each living member's claim gets this member's veto, or is read where it came first; a
+    // member gone for sure goes on no more (one that went on and died is the next
+    // communicator's failure).
+    while (!goneAt(address)) {
+      try {
+        TcpStore theirs(address.host, address.port,
+                        std::max(kProbeWait, std::min(kClaimConnect, millisecondsLeft(until))),
+                        secret_);
+        const int64_t before = theirs.add(claimKey(), kVeto) - kVeto;
+        if (claimCameFirst(theirs, before, address, deadline)) return true;
+        break;
+      } catch (const Error&) {
+        if (Clock::now() >= until) break;  // unreachable for as long as it may take
+        std::this_thread::sleep_for(kWaitSlice);
+      }
     }
   }
   return false;

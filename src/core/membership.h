@@ -144,7 +144,7 @@ class FormingStore : public Store {
   std::string claimKey() const;
   std::string outcomeKey() const;
   // Claims this member's going on in its own mailbox: whether the claim came before any veto.
-  bool claimGoingOn();
+  bool claimGoingOn(Clock::time_point deadline);
   // After this member's wait failed: vetoes every living member's claim; whether one came first
   // (then this member goes on too).
   bool someoneWentOn(Clock::time_point deadline);
