@@ -17,6 +17,9 @@ the quorum and the healing). Every step committed by several replica groups must
 parameters and optimizer state on each (checked on every step); any difference, or a replica
 that fails to heal, is a failed run.
 
+rejoin() (run by bench/heal.py --compare torchft): torchft's heal of bench/heal.py's model
+across namespace hosts, a replica group a rank, beside ringcomm's own heal in the same invocation.
+
 speed: replica 0 and replica 1 on two namespace hosts joined by a link shaped to --link-rate;
 the mean time of a committed step (after --warmup steps) on each process group, and ringcomm's
 with an 8-bit codec on the all-reduce across replica groups; each also with its links unsealed
@@ -35,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("RUST_LOG", "warn")  # torchft's Lighthouse logs every quorum otherwise
@@ -71,7 +75,11 @@ class Replica:
 
     def steps(self) -> list[dict]:
         """The committed steps."""
-        return [r for r in self.records() if not r.get("failed")]
+        return [r for r in self.records() if "step" in r]
+
+    def events(self) -> list[dict]:
+        """The milestones of each of its processes (torchft_worker.py's "event" lines)."""
+        return [r for r in self.records() if "event" in r]
 
     def failures(self) -> list[dict]:
         """The steps given up (the time each learned of a failure)."""
@@ -98,6 +106,20 @@ def lighthouse(heartbeat_ms: int):
     return LighthouseServer(
         bind="[::]:0", min_replicas=1, join_timeout_ms=1000, heartbeat_timeout_ms=heartbeat_ms
     )
+
+
+def lighthouse_command(
+    port: int, min_replicas: int, join_ms: int, heartbeat_ms: int = 5000, tick_ms: int = 100
+) -> list:
+    """torchft's Lighthouse as a program of its own (to run on a namespace host)."""
+    import shutil
+
+    binary = shutil.which("torchft_lighthouse") or str(
+        Path(sys.executable).with_name("torchft_lighthouse")
+    )
+    return [binary, "--bind", f"[::]:{port}", "--min_replicas", str(min_replicas),
+            "--join_timeout_ms", str(join_ms), "--quorum_tick_ms", str(tick_ms),
+            "--heartbeat_timeout_ms", str(heartbeat_ms)]  # fmt: skip
 
 
 def wait_for(condition, replicas: list, deadline: float, what: str):
@@ -233,10 +255,156 @@ def heal(args) -> list[dict]:
     return results
 
 
+@dataclass
+class RejoinSettings:
+    """torchft's side of bench/heal.py: the process group and the timings that bound a heal.
+
+    After a kill the survivors' quorum waits for the dead replica group until the Lighthouse
+    stops counting it (its heartbeat timeout) or until ``join_ms`` after the first survivor asked
+    (the join timeout), whichever comes first; the latter only where the survivors are more
+    than half of the replica groups heartbeating (with 2 groups the heartbeat timeout bounds it).
+    The join timeout is also every quorum's patience with stragglers where the last quorum's
+    members are not all back (a fast quorum, all of them back, forms at once and leaves out
+    whoever else asks later): a group slower than that, as one healing is, is left out again and
+    again. 8 replica groups on this 2-core VM never all got into one quorum at 200 ms (150 s)
+    and did at 250, 300 and 500 ms (one run each); 300 ms is the fastest kept. A live replica
+    group whose heartbeats the Lighthouse misses for ``heartbeat_ms`` drops out of the quorum
+    (and heals back in): 1 s, as tests/test_torchft.py runs it, above the join timeout, so that
+    the join timeout bounds a heal."""
+
+    pg: str = "gloo"
+    heartbeat_ms: int = 1000  # the Lighthouse's heartbeat timeout (torchft's default: 5000)
+    join_ms: int = 300  # its join timeout (default: 60000)
+    tick_ms: int = 20  # how often it checks a quorum that waits (default: 100)
+    interval_ms: int = 50  # the Managers' heartbeat interval (default: 100)
+    timeout_s: float = 10.0  # the process group's and the Manager's timeout
+    kill_after: int = 2  # steps at full size before the victim dies (heal_worker.py's kill_step)
+
+    def describe(self) -> str:
+        return (f"torchft on {self.pg}: Lighthouse heartbeat timeout {self.heartbeat_ms} ms, join "
+                f"timeout {self.join_ms} ms, quorum tick {self.tick_ms} ms; Managers heartbeat "
+                f"every {self.interval_ms} ms; a quorum needs a majority of the replica "
+                "groups")  # fmt: skip
+
+
+def rejoin(hosts, layout: list, victim: int, settings: RejoinSettings, deadline_s: float = 300):
+    """torchft's rejoin on bench/heal.py's model across namespace hosts: a replica group of one
+    process for each rank (replica r on host layout[r]), the Lighthouse on host 0. The victim
+    kills itself at the start of a step once it has committed settings.kill_after steps at full
+    size; the moment it is gone it is started again on its host with the same replica id, and
+    heals from a peer. Returns the seconds bench/heal.py reports, or {"ok": False, "tail": ...}.
+    """
+    from ringcomm.bench import netns
+
+    port, size = 29512, len(layout)
+    # A quorum needs a majority of the replica groups: with fewer, replica groups that start
+    # late can form a quorum of their own at step 0 beside the first one's, both commit step 1
+    # with different states, and a later quorum joining both at the same step never heals them
+    # apart (seen with min_replicas 1: replicas differ from step 1 on, 1 run in 4).
+    majority = size // 2 + 1
+    model = ["--inputs", "256", "--width", "1024", "--layers", "2", "--optimizer", "sgd",
+             "--batch", "32"]  # heal_worker.py's model and optimizer  # fmt: skip
+    server = subprocess.Popen(
+        hosts.command(0, lighthouse_command(port, majority, settings.join_ms,
+                                            settings.heartbeat_ms, settings.tick_ms)),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    # gloo finds its interface from the host name, which the namespace hosts share: named.
+    env = dict(os.environ, OMP_NUM_THREADS="1", RUST_LOG="warn", GLOO_SOCKET_IFNAME=netns.LINK_NAME,
+               RINGCOMM_SECRET=os.urandom(16).hex())  # fmt: skip
+    replicas: list = []
+    with tempfile.TemporaryDirectory() as work:
+        try:
+            stop = Path(work) / "stop"
+            for index, host in enumerate(layout):
+                argv = hosts.command(host, [
+                    sys.executable, str(WORKER), "--lighthouse", f"http://{hosts.address(0)}:{port}",
+                    "--hostname", hosts.address(host), "--pg", settings.pg, "--steps", "1000000",
+                    "--stop-file", str(stop), "--timeout", str(settings.timeout_s),
+                    "--heartbeat-interval-ms", str(settings.interval_ms), "--expect", str(size),
+                    "--min-replicas", str(majority), *model,
+                ])  # fmt: skip
+                replicas.append(Replica(index, argv, env, Path(work)))
+            dying = replicas[victim]
+            dying.argv += ["--die-after", str(settings.kill_after)]
+            for replica in replicas:
+                replica.start()
+            deadline = time.monotonic() + deadline_s
+            others = [r for r in replicas if r is not dying]
+            wait_for(lambda: dying.proc.poll() is not None, others, deadline, "the victim's death")
+            launched = time.time()  # the victim is gone: start it again, as heal.py does
+            dying.argv = dying.argv[:-2]
+            dying.start()
+
+            def newcomer() -> int | None:
+                return next((e["pid"] for e in dying.events()
+                             if e["event"] == "start" and e["time"] >= launched), None)  # fmt: skip
+
+            pid = wait_for(newcomer, replicas, deadline, "the replacement's start")
+
+            def first_full_step() -> int | None:
+                return next((s["step"] for s in dying.steps()
+                             if s["pid"] == pid and s["replicas"] == size), None)  # fmt: skip
+
+            full_step = wait_for(first_full_step, replicas, deadline, "a step at full size")
+            wait_for(
+                lambda: all(any(s["step"] == full_step for s in r.steps()) for r in replicas),
+                replicas, deadline, "every replica's step at full size",
+            )  # fmt: skip
+            target = max(s["step"] for s in committed(replicas)) + 2
+            stop.write_text(str(target))
+            for replica in replicas:
+                replica.proc.wait(timeout=max(5.0, deadline - time.monotonic()))
+                if failure := replica.failed():
+                    raise RuntimeError(failure)
+            compared = check_identical(committed(replicas))
+            # The last step: every replica group's, the newcomer's too, with one digest.
+            last = {s["pid"] for s in committed(replicas) if s["step"] == target}
+            if len(last) != size or pid not in last:
+                among = "among them" if pid in last else "not"
+                raise AssertionError(f"step {target}: {len(last)} replicas, the newcomer {among}")
+            events: dict = {}
+            for e in dying.events():
+                if e["pid"] == pid:
+                    events.setdefault(e["event"], e["time"])  # the first of each
+            killed = next(e["time"] for e in dying.events() if e["event"] == "killed")
+            survivors = [r for r in replicas if r is not dying]
+            after = [s["time"] for r in survivors for s in r.steps() if s["time"] > killed]
+            gave_up = [f["time"] for r in survivors for f in r.failures() if f["time"] > killed]
+            # A survivor that healed after the kill had been left out of a quorum (its requests
+            # came later than the join timeout after the first's): a churn, not a clean heal.
+            rehealed = [e for r in survivors for e in r.events()
+                        if e["event"] == "received" and e["time"] > killed]  # fmt: skip
+            full = max(s["time"] for s in committed(replicas) if s["step"] == full_step)
+            return {
+                "ok": True,
+                "next_step": min(after) - killed,
+                "gave_up": min(gave_up) - killed if gave_up else None,
+                "process_start": events["start"] - launched,
+                "imports": events["imported"] - events["start"],
+                "setup": events["built"] - events["imported"],
+                "join": events["manager"] - events["calling"],
+                "state": events["received"] - events["calling"],
+                "full": full - events["calling"],
+                "equal": True,  # else check_identical or the last step's check raised
+                "compared": compared,
+                "survivors_healed": len(rehealed),
+            }
+        except (RuntimeError, TimeoutError, AssertionError) as error:
+            tails = [r.stderr.read_text()[-1500:] for r in replicas if r.stderr.exists()]
+            tail = "".join(t for t in tails if t.strip())[-3000:]
+            return {"ok": False, "tail": f"{error}\n{tail}"}
+        finally:
+            for replica in replicas:
+                if replica.proc is not None and replica.proc.poll() is None:
+                    replica.proc.kill()
+                    replica.proc.wait()
+            server.kill()
+            server.wait()
+
+
 def speed_run(hosts, pg: str, args) -> list[float]:
     """The seconds of each committed step after the warm-up, on replica 0."""
-    import shutil
-
     from ringcomm.bench import netns
 
     spec, _, unsealed = pg.partition("/")
@@ -244,12 +412,8 @@ def speed_run(hosts, pg: str, args) -> list[float]:
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
         port = 29510
-        lighthouse_bin = shutil.which("torchft_lighthouse") or str(
-            Path(sys.executable).with_name("torchft_lighthouse")
-        )
         server = subprocess.Popen(
-            hosts.command(0, [lighthouse_bin, "--bind", f"[::]:{port}", "--min_replicas", "2",
-                              "--join_timeout_ms", "10000", "--quorum_tick_ms", "100"]),
+            hosts.command(0, lighthouse_command(port, min_replicas=2, join_ms=10000)),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         # gloo finds its interface from the host name, which the namespace hosts share: named.
@@ -282,7 +446,8 @@ def speed_run(hosts, pg: str, args) -> list[float]:
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait()
-        steps = [json.loads(line) for line in logs[0].read_text().splitlines()]
+        records = [json.loads(line) for line in logs[0].read_text().splitlines()]
+        steps = [r for r in records if "step" in r]  # not the process's milestones
         return [s["seconds"] for s in steps[args.warmup :] if s["replicas"] == 2]
 
 
