@@ -1176,3 +1176,34 @@ def test_transport_tables_never_cut_a_number_in_a_narrow_terminal():
         for cell in table.turn_cells(row, ["tcp", "ucx"]):
             assert f" {cell} |" in text, (cell, text)
     assert max(len(line) for line in text.splitlines()) > 80
+
+
+def test_heal_report_splits_the_survivors_step_and_checks_every_ranks_state():
+    """bench/heal.py's reading of heal_worker.py's log (3 ranks, rank 0 killed, a replacement):
+    the first survivor's legs from the kill to its next step add up to it; from the join call,
+    the state on every rank and a step at full size done everywhere; one digest a step, the
+    replacement's among the last step's, else the states differ."""
+    spec = importlib.util.spec_from_file_location("heal", REPO / "bench" / "heal.py")
+    heal = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(heal)
+    text = """
+        step r0 1.0 2 3|step r1 1.0 2 3|step r2 1.0 2 3|killed r0 2.1|failed r1 2.15
+        failed r2 2.2|agreed r1 2.3|agreed r2 2.3|shrunk r1 2.35|shrunk r2 2.36|state r1 2.4
+        state r2 2.4|ddp r1 2.45|ddp r2 2.45|step r1 2.6 3 2|step r2 2.62 3 2|start new 2.2
+        imported new 3.0|calling new 3.5|joined new 3.6|grown r1 3.6|grown r2 3.6|state r1 3.7
+        state r2 3.7|state new 3.72|received new 3.72 100|step r1 3.8 4 3|step r2 3.81 4 3
+        step new 3.82 4 3|digest r1 3.9 4 3 aa|digest r2 3.9 4 3 aa|digest new 3.9 4 3 aa
+    """
+    lines = [(w[0], w[1], float(w[2]), w[3:]) for w in map(str.split, text.replace("|", "\n")
+             .splitlines()) if w]  # fmt: skip
+    survived = heal.survived(lines, "r0")
+    assert survived["next_step"] == pytest.approx(0.5)
+    assert survived["legs"] == pytest.approx([0.05, 0.15, 0.05, 0.05, 0.05, 0.15])
+    assert survived["detected"] == pytest.approx((0.05, 0.1))
+    new = {e: t for e, who, t, _ in lines if who == "new"}
+    healed = heal.healed(lines, new, 3)
+    assert healed["state"] == pytest.approx(0.22) and healed["full"] == pytest.approx(0.32)
+    assert healed["equal"] and healed["compared"] == 1
+    lines[-1] = ("digest", "new", 3.9, ["4", "3", "bb"])
+    assert not heal.healed(lines, new, 3)["equal"]
+    assert not heal.healed(lines[:-1], new, 3)["equal"]  # the replacement's missing
