@@ -46,6 +46,18 @@ os.environ.setdefault("RUST_LOG", "warn")  # torchft's Lighthouse logs every quo
 WORKER = Path(__file__).with_name("torchft_worker.py")
 
 
+def stop_after(replicas: list, stop: Path, more: int, deadline: float) -> int:
+    """Every replica stops `more` steps past the furthest committed one (the step returned);
+    raises a replica's failure."""
+    target = max(s["step"] for s in committed(replicas)) + more
+    stop.write_text(str(target))
+    for replica in replicas:
+        replica.proc.wait(timeout=max(5.0, deadline - time.monotonic()))
+        if failure := replica.failed():
+            raise RuntimeError(failure)
+    return target
+
+
 class Replica:
     """One replica group's process, started again after each kill; its committed steps."""
 
@@ -215,12 +227,7 @@ def heal_run(args, pg: str, heartbeat_ms: int) -> dict:
 
             wait_for(lambda: at_full_size(replicas, 0), replicas, deadline, "the first quorum")
             kills = [kill_and_heal(replicas, rng, deadline) for _ in range(args.kills)]
-            target = max(s["step"] for s in committed(replicas)) + 3
-            stop.write_text(str(target))
-            for replica in replicas:
-                replica.proc.wait(timeout=max(5.0, deadline - time.monotonic()))
-                if failure := replica.failed():
-                    raise RuntimeError(failure)
+            target = stop_after(replicas, stop, 3, deadline)
             steps = committed(replicas)
             compared = check_identical(steps)
             ends = {max(s["step"] for s in r.steps()) for r in replicas}
@@ -351,12 +358,7 @@ def rejoin(hosts, layout: list, victim: int, settings: RejoinSettings, deadline_
                 lambda: all(any(s["step"] == full_step for s in r.steps()) for r in replicas),
                 replicas, deadline, "every replica's step at full size",
             )  # fmt: skip
-            target = max(s["step"] for s in committed(replicas)) + 2
-            stop.write_text(str(target))
-            for replica in replicas:
-                replica.proc.wait(timeout=max(5.0, deadline - time.monotonic()))
-                if failure := replica.failed():
-                    raise RuntimeError(failure)
+            target = stop_after(replicas, stop, 2, deadline)
             compared = check_identical(committed(replicas))
             # The last step: every replica group's, the newcomer's too, with one digest.
             last = {s["pid"] for s in committed(replicas) if s["step"] == target}
