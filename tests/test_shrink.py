@@ -176,9 +176,9 @@ def test_ddp_trains_on_after_a_rank_is_killed(victim):
 def test_ddp_survives_a_second_death_between_lost_ranks_and_shrink_group():
     """Issue 48: 8 ranks; rank 2 is killed in a step, rank 5 right after lost_ranks() named rank
     2 and before shrink_group(): torch forms a group of 7 that lacks rank 5. Every survivor used
-    to die (`6 ranks go on where 7 were expected`); now that group's first collective (DDP's
-    broadcast) fails at once naming its rank 4, and the loop of docs/guides/recovery.md shrinks
-    again: 6 ranks train on with the same parameters."""
+    to die (`6 ranks go on where 7 were expected`); now that group's first collective
+    (broadcast_state's all-gather) fails at once naming its rank 4, and the loop of
+    docs/guides/recovery.md shrinks again: 6 ranks train on with the same parameters."""
     outcomes = run_job(
         8,
         "ddp_shrink.py",

@@ -246,8 +246,8 @@ def lost_ranks(group=None) -> list:
 
 from ringcomm.c10d.grow import (  # noqa: E402 (after what they import lazily)
     address,
-    broadcast_state,
     grow_group,
     join_process_group,
     joining,
 )
+from ringcomm.c10d.state import broadcast_state  # noqa: E402

@@ -16,7 +16,7 @@ gives everyone rank 0's model and optimizer::
     while step < steps:
         if model is None:                # rank 0's state, the newcomers' too
             step = ringcomm.c10d.broadcast_state(module, optimizer, step)
-            model = DistributedDataParallel(module)
+            model = DistributedDataParallel(module, init_sync=False)  # in sync already
         ...                              # a step
         if ringcomm.c10d.grow_group():   # every member, at the end of each step
             model = None                 # DDP again, on the grown group
@@ -34,9 +34,10 @@ from __future__ import annotations
 import os
 import sys
 from datetime import timedelta
-from typing import Any, Optional
+from typing import Optional
 
 from ringcomm import _arguments
+from ringcomm.c10d import state
 
 # Where the default group's members keep their addresses on the launcher's store.
 DOOR_KEY = "ringcomm/torch-door"
@@ -68,6 +69,7 @@ def grow_group(expect: int = 0, timeout: Optional[float] = None) -> bool:
     if grown is None:
         return False
     _install_default_group(grown)
+    state.newcomers_joined()
     return True
 
 
@@ -109,89 +111,7 @@ def join_process_group(address: Optional[str] = None, timeout: Optional[float] =
         addresses, board, DOOR_KEY, _timedelta(timeout), secret
     )
     _install_default_group(backend)
-
-
-def broadcast_state(module=None, optimizer=None, extra: Any = None, root: int = 0) -> Any:
-    """Rank ``root``'s state to every rank of the default group, in place: the module's
-    parameters and buffers and the optimizer's state (a broadcast a tensor, at the link's speed;
-    the optimizer's layout alone pickled), and ``extra`` (any picklable value, such as the
-    step), which it returns.
-    Every rank calls it, newcomers with freshly built module and optimizer."""
-    import torch
-    import torch.distributed as dist
-
-    # The optimizer's layout first, so that a receiver allocates its state while the module's
-    # tensors arrive; then everything queued at once: the engine runs the broadcasts back to
-    # back, with no round trip through Python between them.
-    receive = _optimizer_layout(optimizer, root) if optimizer is not None else None
-    works = []
-    if module is not None:
-        with torch.no_grad():
-            tensors = list(module.state_dict().values())
-            works = [dist.broadcast(t, src=root, async_op=True) for t in tensors]
-    if receive is not None:
-        state, tensors = receive()
-        works += [dist.broadcast(tensor, src=root, async_op=True) for tensor in tensors]
-    for work in works:
-        work.wait()
-    if receive is not None and state is not None:
-        optimizer.load_state_dict(state)
-    carried = [extra]
-    dist.broadcast_object_list(carried, src=root)
-    return carried[0]
-
-
-def _optimizer_layout(optimizer, root: int):
-    """Rank ``root``'s optimizer state's layout (its state dict with each tensor replaced by its
-    shape and dtype), pickled to every rank; returns a function that gives (the state to load,
-    or None on root; the tensors to broadcast into, in order). The bulk (momentum, Adam's
-    moments) never passes through pickle, and moves at the link's speed."""
-    import torch
-    import torch.distributed as dist
-
-    tensors: list = []
-
-    def layout_of(value):
-        if torch.is_tensor(value):
-            tensors.append(value.detach().contiguous())
-            return _TensorSlot(tuple(value.shape), value.dtype)
-        if isinstance(value, dict):
-            return {k: layout_of(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return type(value)(layout_of(v) for v in value)
-        return value
-
-    layout = [layout_of(optimizer.state_dict()) if dist.get_rank() == root else None]
-    dist.broadcast_object_list(layout, src=root)
-
-    def filled(value):
-        if isinstance(value, _TensorSlot):
-            # Zeroed, not empty: the first touch of fresh memory costs a page fault a page (10 us
-            # each on the 2-core VM, a second for 411 MB), paid here while the module's tensors
-            # still arrive rather than by the receive itself.
-            tensor = torch.zeros(value.shape, dtype=value.dtype)
-            tensors.append(tensor)
-            return tensor
-        if isinstance(value, dict):
-            return {k: filled(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return type(value)(filled(v) for v in value)
-        return value
-
-    def receive():
-        if dist.get_rank() == root:
-            return None, tensors
-        return filled(layout[0]), tensors
-
-    return receive
-
-
-class _TensorSlot:
-    """A tensor's place in an optimizer state's layout: what a receiver allocates for it."""
-
-    def __init__(self, shape: tuple, dtype) -> None:
-        self.shape = shape
-        self.dtype = dtype
+    state.newcomers_joined()
 
 
 def _timedelta(seconds: Optional[float]) -> timedelta:
