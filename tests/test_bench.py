@@ -1207,3 +1207,61 @@ def test_heal_report_splits_the_survivors_step_and_checks_every_ranks_state():
     lines[-1] = ("digest", "new", 3.9, ["4", "3", "bb"])
     assert not heal.healed(lines, new, 3)["equal"]
     assert not heal.healed(lines[:-1], new, 3)["equal"]  # the replacement's missing
+
+
+# ---- ringcomm-bench init: start-up as the job grows (issue 52) -------------------------------
+def test_init_benchmark_prints_its_tables_and_counts_the_rendezvous(tmp_path):
+    """Two small jobs on this host, no peer: the tables, the ratios, the model's check, and the
+    rendezvous's 3N store requests (src/bootstrap/rendezvous.cc), counted by every rank."""
+    saved = tmp_path / "init.json"
+    command = [sys.executable, "-m", "ringcomm.bench", "init", "--np", "2,3", "--compare", ""]
+    done = subprocess.run(
+        [*command, "--json", str(saved)],
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "| ranks | hosts | init (s) |" in done.stdout
+    assert "each figure over the 2-rank job's" in done.stdout
+    assert "predicted beside measured" in done.stdout
+    rows = json.loads(saved.read_text())["rows"]
+    assert [row["rendezvous_requests"] for row in rows] == [6, 9]
+    for row in rows:
+        assert row["recovery_s"] > 0 and row["detect_s"] <= row["recovery_s"]
+        assert row["store_requests"] == sum(r["store_requests"] for r in row["records"]["ringcomm"])
+
+
+def test_scale_model_arithmetic():
+    from ringcomm.bench import scale_model
+    from ringcomm.bench.scale_model import Costs, predict
+
+    # As counted at 64 ranks on 8 hosts: 3 a rank for the records, a host of 8 sets up its shared
+    # memory with 3*64 + 32 + 1, the network's figures N + 3, the door 1.
+    assert scale_model.store_requests("today", 64, 8) == 3 * 64 + 8 * 225 + 67 + 1 == 2060
+    assert scale_model.store_requests("today", 8, 1) == 36
+    assert scale_model.links("today", 1024, 8) == 1016
+    assert scale_model.links("planned", 1024, 8) == 10
+    assert scale_model.links("planned", 1024, 8, after_first_collective=True) == 15
+    costs = Costs(
+        store_request_s=1e-3, store_service_s=0.0, link_s=1e-3, step_s=1e-4, detect_s=0.01
+    )
+    today = predict(costs, "today", 16, 8)
+    # 16 reads by rank 0; 8 links, and a rank's eighth of its host's 225 shared-memory requests
+    assert today["rendezvous_s"] == pytest.approx(16e-3)
+    assert today["connect_s"] == pytest.approx(8e-3 + 225e-3 / 8)
+    assert today["first_allreduce_ms"] == pytest.approx(2 * 4 * 0.1)
+    # On 2 cores, 16 ranks wait 8 times as long for the last survivor to see the kill
+    crowded = predict(costs, "today", 16, 8, cores=2)["recovery_s"]
+    assert crowded - today["recovery_s"] == pytest.approx(7 * 0.01)
+    # The records' value read by every rank through one 1 GB/s link: N^2 records
+    slow = predict(costs, "today", 16, 8, link_bytes_per_s=1e9)
+    assert slow["rendezvous_s"] == pytest.approx(16e-3 + 256 * scale_model.RECORD_BYTES / 1e9)
+    # Planned: the links a rank holds grow as log2(N), the agreement takes 2 log2(N) steps
+    planned = predict(costs, "planned", 1024, 8)
+    assert planned["links"] == 10 and planned["agreement_s"] == pytest.approx(20 * 1e-4)
+    # Calibrated on a job, the model gives that job's connect and first all-reduce back
+    row = {"ranks": 8, "hosts": 8, "store_request_ms": 0.5, "connect_s": 0.7,
+           "first_allreduce_ms": 12.0, "detect_s": 0.02}  # fmt: skip
+    back = predict(scale_model.calibrate(row, 2), "today", 8, 1, cores=2)
+    assert back["connect_s"] == pytest.approx(0.7)
+    assert back["first_allreduce_ms"] == pytest.approx(12.0)

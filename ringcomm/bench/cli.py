@@ -6,6 +6,7 @@
     mpirun -np 4 ringcomm-bench allreduce          # the launcher's ranks run the benchmark
     srun -n 8 ringcomm-bench allreduce             # so do srun's tasks
     ringcomm-bench tune -np 4                      # measure; algorithm="auto" follows (tune.py)
+    ringcomm-bench init --np 8,16,32,64 --hosts 8  # start-up and recovery as the job grows
 
 Started from a shell, the CLI is the parent: it measures memory bandwidth, then launches the
 ranks of ringcomm and of each peer one after another (launchers.py) and prints their tables.
@@ -355,6 +356,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from ringcomm.bench import tune
 
         return tune.main(words[1:])
+    if words[:1] == ["init"]:
+        from ringcomm.bench import init_scale
+
+        return init_scale.main(words[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     command = machine.command_line(argv)
