@@ -1265,3 +1265,20 @@ def test_scale_model_arithmetic():
     back = predict(scale_model.calibrate(row, 2), "today", 8, 1, cores=2)
     assert back["connect_s"] == pytest.approx(0.7)
     assert back["first_allreduce_ms"] == pytest.approx(12.0)
+
+
+@needs_namespaces
+def test_init_benchmark_across_namespace_hosts(tmp_path):
+    """Two ranks on two namespace hosts: each links to the other over its host's link (behind
+    the counting store ringcomm would advertise the loopback), and the kill is recovered."""
+    saved = tmp_path / "init.json"
+    command = [sys.executable, "-m", "ringcomm.bench", "init", "--np", "2", "--hosts", "2"]
+    done = subprocess.run(
+        [*command, "--compare", "", "--json", str(saved)],
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (row,) = json.loads(saved.read_text())["rows"]
+    assert row["hosts"] == 2 and row["remote_peers"] == 1 and row["sent_kib"] > 0
+    assert row["recovery_s"] > 0
