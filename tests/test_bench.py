@@ -1236,8 +1236,9 @@ def test_scale_model_arithmetic():
     from ringcomm.bench.scale_model import Costs, predict
 
     # As counted at 64 ranks on 8 hosts: 3 a rank for the records, a host of 8 sets up its shared
-    # memory with 3*64 + 32 + 1, the network's figures N + 3, the door 1.
-    assert scale_model.store_requests("today", 64, 8) == 3 * 64 + 8 * 225 + 67 + 1 == 2060
+    # memory with 12*8 - 1 (the lowest local rank posts the host's verdict), the network's
+    # figures N + 3, the door 1.
+    assert scale_model.store_requests("today", 64, 8) == 3 * 64 + 8 * 95 + 67 + 1 == 1020
     assert scale_model.store_requests("today", 8, 1) == 36
     assert scale_model.links("today", 1024, 8) == 1016
     assert scale_model.links("planned", 1024, 8) == 10
@@ -1246,9 +1247,9 @@ def test_scale_model_arithmetic():
         store_request_s=1e-3, store_service_s=0.0, link_s=1e-3, step_s=1e-4, detect_s=0.01
     )
     today = predict(costs, "today", 16, 8)
-    # 16 reads by rank 0; 8 links, and a rank's eighth of its host's 225 shared-memory requests
+    # 16 reads by rank 0; 8 links, and a rank's eighth of its host's 95 shared-memory requests
     assert today["rendezvous_s"] == pytest.approx(16e-3)
-    assert today["connect_s"] == pytest.approx(8e-3 + 225e-3 / 8)
+    assert today["connect_s"] == pytest.approx(8e-3 + 95e-3 / 8)
     assert today["first_allreduce_ms"] == pytest.approx(2 * 4 * 0.1)
     # On 2 cores, 16 ranks wait 8 times as long for the last survivor to see the kill
     crowded = predict(costs, "today", 16, 8, cores=2)["recovery_s"]

@@ -334,6 +334,10 @@ def growth_lines(rows: Sequence[dict]) -> list[str]:
             f"# {what}: x{factor:.2f} from {first['ranks']} to {last['ranks']} ranks "
             f"(x{grown:.0f}): {verdict}"
         )
+    # A job of one rank a host sets up no shared memory, so against it the store's requests in
+    # all look faster than linear; a rank's share says whether they grow with the job.
+    shares = ", ".join(f"{r['store_requests'] / r['ranks']:.1f} at {r['ranks']}" for r in rows)
+    lines.append(f"# store requests a rank: {shares}")
     return lines
 
 

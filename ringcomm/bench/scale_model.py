@@ -10,8 +10,10 @@ to the store, rank 0 reads them one by one and posts them all as one value, whic
 reads: 3N requests, but rank 0's N reads are one after another, and the value of N records is
 read N times through the store's host. Then each rank connects to every rank on another host,
 one after another, with the handshake on each: N - G links (G ranks a host), each a socket.
-A host's G ranks set up their shared memory through the store too: 3G^2 + 4G + 1 requests a host
-(counted: "get shm/created" twice per pair, "get shm/attached" once). After a kill the
+A host's G ranks set up their shared memory through the store too: 12G - 1 requests a host as
+counted here (a wait is a get per key behind the counting store), the lowest local rank reading
+every rank's word and posting the host's verdict (3G^2 + 4G + 1 before, every rank reading
+every other's). After a kill the
 survivors agree (the leader hears from each: N messages) and form a new communicator the same
 way.
 
@@ -84,8 +86,8 @@ def shm_requests(design: str, nranks: int, per_host: int) -> int:
     if per_host < 2:
         return 0
     hosts = math.ceil(nranks / per_host)
-    if design == "today":  # "get shm/created" twice a pair, "get shm/attached" once
-        return hosts * (3 * per_host**2 + 4 * per_host + 1)
+    if design == "today":  # the plan read by each, two phases of a verdict (shm_setup.cc)
+        return hosts * (12 * per_host - 1)
     return hosts * (2 * per_host + 1)  # each posts, one gathers and posts all
 
 

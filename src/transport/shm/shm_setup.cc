@@ -75,28 +75,51 @@ shm::SegmentPlan agreeOnSegmentPlan(Store& store, int rank, const std::vector<in
   return shm::SegmentPlan::decode(std::string(planBytes.begin(), planBytes.end()));
 }
 
+// The host's word on a setup phase: the lowest local rank waits for every local rank's key of
+// `phase` ("ok" or why not), reads them and posts one verdict, "ok" or the first failure with its
+// rank ("<rank> <why>"); the others wait for that one key. So the store answers O(G) requests a
+// host of G ranks, not G^2: every rank reading every other's key made 1,800 of the 2,060
+// requests of a 64-rank job with 8 ranks a host (bench/RESULTS.md, "Start-up at scale").
+std::string hostVerdict(Store& store, int rank, const std::vector<int>& local,
+                        const std::string& phase, const bootstrap::Rendezvous& rendezvous,
+                        const Operation& op) {
+  const std::string verdictKey = "shm/" + phase + "/host/" + std::to_string(local.front());
+  if (rank != local.front()) {
+    waitWatchingLocalRanks(store, {verdictKey}, rank, local, rendezvous, op);
+    const Bytes said = store.get(verdictKey, op.remaining());
+    return std::string(said.begin(), said.end());
+  }
+  waitWatchingLocalRanks(store, phaseKeys(phase, local), rank, local, rendezvous, op);
+  std::string verdict = "ok";
+  for (int peer : local) {
+    const Bytes said = store.get("shm/" + phase + "/" + std::to_string(peer), op.remaining());
+    const std::string text(said.begin(), said.end());
+    if (text != "ok") {
+      verdict = std::to_string(peer) + " " + text;
+      break;
+    }
+  }
+  store.set(verdictKey, Bytes(verdict.begin(), verdict.end()));
+  return verdict;
+}
+
 // Whether every local rank created its segment (each says how it went); where one could not,
 // this rank's is unlinked and the lowest local rank says why, once.
 bool everyoneCreated(Store& store, int rank, Links& links, const bootstrap::Rendezvous& rendezvous,
                      const Operation& op, bool speaks) {
-  const std::vector<int>& local = links.localRanks;
-  waitWatchingLocalRanks(store, phaseKeys("created", local), rank, local, rendezvous, op);
-  for (int peer : local) {
-    const Bytes said = store.get("shm/created/" + std::to_string(peer), op.remaining());
-    const std::string text(said.begin(), said.end());
-    if (text != "ok") {
-      links.segments->unlinkOwn();
-      links.segments.reset();
-      if (speaks) {
-        RINGCOMM_LOG(LogLevel::Warn, kLogTransport,
-                     "rank %d could not create its shared memory (%s); the ranks on this host "
-                     "talk over TCP instead",
-                     peer, text.c_str());
-      }
-      return false;
-    }
+  const std::string verdict =
+      hostVerdict(store, rank, links.localRanks, "created", rendezvous, op);
+  if (verdict == "ok") return true;
+  links.segments->unlinkOwn();
+  links.segments.reset();
+  if (speaks) {
+    const size_t space = verdict.find(' ');
+    RINGCOMM_LOG(LogLevel::Warn, kLogTransport,
+                 "rank %s could not create its shared memory (%s); the ranks on this host talk "
+                 "over TCP instead",
+                 verdict.substr(0, space).c_str(), verdict.substr(space + 1).c_str());
   }
-  return true;
+  return false;
 }
 
 // Maps every local peer's segment, and settles with them whether the direct schedule reads and
@@ -115,8 +138,8 @@ void attachPeers(Store& store, int rank, Links& links, const bootstrap::Rendezvo
   if (!cannot.empty() && config.shmCrossMemory != CrossMemory::Off) {
     RINGCOMM_LOG(LogLevel::Info, kLogTransport, "%s", cannot.c_str());
   }
-  store.set("shm/attached/" + std::to_string(rank), Bytes{1});
-  waitWatchingLocalRanks(store, phaseKeys("attached", local), rank, local, rendezvous, op);
+  store.set("shm/attached/" + std::to_string(rank), Bytes{'o', 'k'});
+  hostVerdict(store, rank, local, "attached", rendezvous, op);
   const std::string staged = links.segments->settleCrossMemory();
   if (!staged.empty() && config.shmCrossMemory == CrossMemory::On) {
     throw Error("ringcomm: RINGCOMM_SHM_CMA=1, but the direct schedule cannot read local peers' "
