@@ -15,15 +15,79 @@
 #   transport   point-to-point messages: TCP, shared memory, device buffers (tcp/, shm/, cuda/)
 #   tuning      the cost model and the link probe
 #   algorithms  the schedules
-#   engine      the progress thread and the tensor queue
+#   engine      the progress thread and its work
 #   core        the communicator, membership, device collectives, the build report
-# The public headers (include/ringcomm/) may be included from any layer.
+#   queue       the tensor queue (Horovod's model): it runs its fused collectives on a
+#               communicator of its own, so it sits above the core
 set(RINGCOMM_LAYERS
-  common plan reduce codec cuda auth bootstrap transport tuning algorithms engine core)
+  common plan reduce codec cuda auth bootstrap transport tuning algorithms engine core queue)
+
+# The public headers (include/ringcomm/) belong to layers too: each to the layer that implements
+# it, so that a layer includes the public headers of its own layer and below, as it does the
+# private ones. A public header names its own layer's and lower layers' public headers only
+# (checked below as well); one that is not listed here fails the check.
+set(RINGCOMM_PUBLIC_HEADER_LAYERS
+  export.h=common        # the visibility macro
+  types.h=common         # DataType, ReduceOp (src/common/types.cc)
+  errors.h=common        # the error hierarchy
+  debug.h=common         # logging and the timelines (src/common/log.cc, trace.cc)
+  config.h=common        # the configuration (src/common/config.cc)
+  options.h=common       # one options struct per collective (src/common/options.cc)
+  store.h=bootstrap      # the rendezvous stores (src/bootstrap/)
+  shared_memory.h=transport  # memory other processes of the host map (transport/shm/)
+  work.h=engine          # async completion (src/engine/work.cc)
+  build_info.h=core      # the build report (src/core/build_info.cc)
+  communicator.h=core    # the communicator
+  tensor_queue.h=queue   # the tensor queue
+)
 
 if(NOT DEFINED SOURCE_DIR)
   message(FATAL_ERROR "check_layers.cmake: pass -DSOURCE_DIR=<the repository>")
 endif()
+
+# The layer that `header` (a file name in include/ringcomm/) belongs to, or "" when none is listed.
+function(public_header_layer header result)
+  set(found "")
+  foreach(entry IN LISTS RINGCOMM_PUBLIC_HEADER_LAYERS)
+    if(entry MATCHES "^([^=]+)=(.+)$" AND CMAKE_MATCH_1 STREQUAL header)
+      set(found "${CMAKE_MATCH_2}")
+    endif()
+  endforeach()
+  set(${result} "${found}" PARENT_SCOPE)
+endfunction()
+
+# Appends to `violations` every include of `file` (relative to SOURCE_DIR) that reaches a layer
+# above `layer`: a private header "<layer>/..." or a public one "ringcomm/...".
+function(check_includes file layer layer_index)
+  set(found "${violations}")
+  file(STRINGS "${SOURCE_DIR}/${file}" includes REGEX "^[ \t]*#[ \t]*include[ \t]+\"[^\"/]+/")
+  foreach(line IN LISTS includes)
+    set(pattern "^[ \t]*#[ \t]*include[ \t]+\"([^\"/]+)/([^\"]*)\".*")
+    string(REGEX REPLACE "${pattern}" "\\1" included "${line}")
+    string(REGEX REPLACE "${pattern}" "\\2" name "${line}")
+    set(what "'${included}'")
+    if(included STREQUAL "ringcomm")
+      public_header_layer("${name}" included)
+      if(NOT included)
+        string(STRIP "${line}" shown)
+        string(APPEND found "\n  ${file}: ${shown}: include/ringcomm/${name} has no layer "
+          "(cmake/check_layers.cmake's RINGCOMM_PUBLIC_HEADER_LAYERS assigns each one)")
+        continue()
+      endif()
+      set(what "'ringcomm/${name}' (layer '${included}')")
+    endif()
+    list(FIND RINGCOMM_LAYERS "${included}" included_index)
+    if(included_index EQUAL -1)
+      continue()  # not one of the core's folders (a system or third-party header)
+    endif()
+    if(included_index GREATER layer_index)
+      string(STRIP "${line}" shown)
+      string(APPEND found
+        "\n  ${file}: ${shown}: layer '${layer}' includes ${what}, which is above it")
+    endif()
+  endforeach()
+  set(violations "${found}" PARENT_SCOPE)
+endfunction()
 
 file(GLOB_RECURSE sources RELATIVE "${SOURCE_DIR}/src"
   "${SOURCE_DIR}/src/*.h" "${SOURCE_DIR}/src/*.cc" "${SOURCE_DIR}/src/*.cu"
@@ -37,22 +101,20 @@ foreach(source IN LISTS sources)
       "\n  src/${source}: its folder '${layer}' is not a layer (cmake/check_layers.cmake lists them)")
     continue()
   endif()
-  file(STRINGS "${SOURCE_DIR}/src/${source}" includes REGEX "^[ \t]*#[ \t]*include[ \t]+\"[^\"/]+/")
-  foreach(line IN LISTS includes)
-    string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]+\"([^\"/]+)/.*" "\\1" included "${line}")
-    if(included STREQUAL "ringcomm")
-      continue()  # the public API
-    endif()
-    list(FIND RINGCOMM_LAYERS "${included}" included_index)
-    if(included_index EQUAL -1)
-      continue()  # not one of the core's folders (a system or third-party header)
-    endif()
-    if(included_index GREATER layer_index)
-      string(STRIP "${line}" shown)
-      string(APPEND violations
-        "\n  src/${source}: ${shown}: layer '${layer}' includes '${included}', which is above it")
-    endif()
-  endforeach()
+  check_includes("src/${source}" "${layer}" "${layer_index}")
+endforeach()
+
+file(GLOB public_headers RELATIVE "${SOURCE_DIR}/include/ringcomm"
+  "${SOURCE_DIR}/include/ringcomm/*.h")
+foreach(header IN LISTS public_headers)
+  public_header_layer("${header}" layer)
+  if(NOT layer)
+    string(APPEND violations "\n  include/ringcomm/${header}: a public header with no layer "
+      "(cmake/check_layers.cmake's RINGCOMM_PUBLIC_HEADER_LAYERS assigns each one)")
+    continue()
+  endif()
+  list(FIND RINGCOMM_LAYERS "${layer}" layer_index)
+  check_includes("include/ringcomm/${header}" "${layer}" "${layer_index}")
 endforeach()
 
 if(violations)

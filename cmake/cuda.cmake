@@ -64,7 +64,7 @@ if(RINGCOMM_BUILD_CUDA)
       ${PROJECT_SOURCE_DIR}/src/transport/cuda/staging.cc
       ${PROJECT_SOURCE_DIR}/src/transport/cuda/message_staging.cc
       ${PROJECT_SOURCE_DIR}/src/transport/cuda/ipc.cc
-      ${PROJECT_SOURCE_DIR}/src/transport/cuda/queue_device.cc
+      ${PROJECT_SOURCE_DIR}/src/queue/queue_device.cc
     )
     target_link_libraries(ringcomm_objects PRIVATE ringcomm_cuda_kernels CUDA::cudart)
     # What `python -m ringcomm info` reports as the kernels' architectures (ringcomm::buildInfo),
@@ -111,6 +111,7 @@ if(RINGCOMM_BUILD_CUDA)
   )
 else()
   if(TARGET ringcomm_objects)
-    target_sources(ringcomm_objects PRIVATE ${PROJECT_SOURCE_DIR}/src/transport/cuda/no_cuda.cc)
+    target_sources(ringcomm_objects PRIVATE ${PROJECT_SOURCE_DIR}/src/transport/cuda/no_cuda.cc
+                                            ${PROJECT_SOURCE_DIR}/src/queue/no_cuda_queue.cc)
   endif()
 endif()

@@ -30,7 +30,7 @@ SOURCES = [
     "src/common/types.cc",
     "src/auth/sha256.cc",
     "src/auth/handshake.cc",
-    "src/engine/negotiation.cc",
+    "src/queue/negotiation.cc",
     "src/common/process.cc",
     "src/transport/shm/segment.cc",
     "src/transport/shm/cross_memory.cc",

@@ -11,10 +11,13 @@
 #include <vector>
 
 #include "ringcomm/export.h"
-#include "ringcomm/store.h"
 #include "ringcomm/types.h"
 
 namespace ringcomm {
+
+// The rendezvous store (ringcomm/store.h, the bootstrap's): a JoinOptions holds one; this layer
+// does not call it.
+class Store;
 
 struct CommonOptions {
   std::chrono::milliseconds timeout{0};

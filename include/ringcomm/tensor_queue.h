@@ -23,7 +23,7 @@
 // CUDA tensors (a build with CUDA): a request is ordered after the work its caller's stream had
 // queued when it was submitted, without the caller waiting for it. The queue's thread fuses
 // device tensors in device memory on a stream of its own, and a completed Work's results are
-// ordered on a caller's stream by orderResultsOn() (src/transport/cuda/queue_device.h). Ranks
+// ordered on a caller's stream by orderResultsOn() (src/queue/queue_device.h). Ranks
 // must agree on whether a name is in device memory: a MismatchError otherwise.
 #pragma once
 

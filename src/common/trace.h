@@ -18,12 +18,12 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ringcomm/debug.h"
 
 namespace ringcomm {
 
-class Store;
 struct Config;
 
 namespace trace {
@@ -112,12 +112,21 @@ void nameThisThread(const char* name);
 void configure(const Config& config, int rank);
 
 // The communicator that takes RINGCOMM_TRACE's file: the first one of the process created
-// while it is set (duplicates and later ones get false). At its shutdown it calls writeTrace().
+// while it is set (duplicates and later ones get false). At its shutdown it calls writeTrace()
+// (bootstrap/trace_gather.h), which gathers every rank's part with these two.
 bool claimTraceFile();
-// Every rank's events to RINGCOMM_TRACE's file: each rank puts its part in `store`, rank 0 waits
-// up to `wait` for them and writes the file with what came (naming the ranks missing). A rank
-// that cannot reach the store writes its part alone to "<file>.rank<r>.json".
-void writeTrace(Store& store, int rank, int size, std::chrono::milliseconds wait);
+
+// This process's events as its part of the Chrome trace, and RINGCOMM_TRACE's file (empty when
+// no trace is recorded); the file may be claimed again after.
+struct TracePart {
+  std::string path;
+  std::string json;
+};
+TracePart takeTracePart(int rank);
+// Writes the ranks' parts (in rank order; a missing rank's is empty and named in `missing`) as
+// one Chrome trace file at `path`, through a temporary file renamed into place.
+bool writeTraceFile(const std::string& path, const std::vector<std::string>& parts,
+                    const std::vector<int>& missing);
 
 }  // namespace trace
 }  // namespace ringcomm

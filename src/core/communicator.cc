@@ -24,6 +24,7 @@
 #include "algorithms/collectives.h"
 #include "algorithms/schedules.h"
 #include "bootstrap/rendezvous.h"
+#include "bootstrap/trace_gather.h"
 #include "core/device_collectives.h"
 #include "core/failure_records.h"
 #include "core/forming.h"

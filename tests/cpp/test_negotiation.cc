@@ -1,4 +1,4 @@
-// The tensor queue's readiness table and cycle messages (src/engine/negotiation.h): no sockets,
+// The tensor queue's readiness table and cycle messages (src/queue/negotiation.h): no sockets,
 // every rank's table fed the same messages.
 #include <cstddef>
 #include <cstdint>
@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "check.h"
-#include "engine/negotiation.h"
+#include "queue/negotiation.h"
 
 using namespace ringcomm;
-using namespace ringcomm::engine;
+using namespace ringcomm::queue;
 
 namespace {
 

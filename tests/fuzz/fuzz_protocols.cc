@@ -4,7 +4,7 @@
 //     after a valid handshake, requests built from the input (opcodes, keys, values, counts and
 //     timeouts, with length prefixes that may lie) or raw frames;
 //   - the handshake's check of a reply (src/auth), on mutated valid replies and on raw bytes;
-//   - the tensor queue's cycle messages (src/engine/negotiation.h), which peers exchange;
+//   - the tensor queue's cycle messages (src/queue/negotiation.h), which peers exchange;
 //   - the shared-memory plan that the lowest local rank publishes (src/transport/shm).
 // What must hold: no crash, leak or undefined behaviour (the sanitizers); the server keeps
 // answering its own clients (checked every 128 inputs); no reply without the secret is ever
@@ -28,7 +28,7 @@
 #include "auth/handshake.h"
 #include "bootstrap/store_protocol.h"
 #include "common/socket.h"
-#include "engine/negotiation.h"
+#include "queue/negotiation.h"
 #include "ringcomm/errors.h"
 #include "ringcomm/store.h"
 #include "transport/shm/segment.h"
@@ -142,10 +142,10 @@ void handshakeReplies(FuzzedDataProvider& input) {
 void cycleMessages(FuzzedDataProvider& input) {
   const std::vector<uint8_t> bytes = input.ConsumeRemainingBytes<uint8_t>();
   try {
-    const engine::CycleMessage message = engine::decode(bytes.data(), bytes.size());
+    const queue::CycleMessage message = queue::decode(bytes.data(), bytes.size());
     // What decodes must encode and decode to the same.
-    const std::vector<uint8_t> again = engine::encode(message);
-    const engine::CycleMessage back = engine::decode(again.data(), again.size());
+    const std::vector<uint8_t> again = queue::encode(message);
+    const queue::CycleMessage back = queue::decode(again.data(), again.size());
     if (back.announcements.size() != message.announcements.size()) finding("cycle round trip");
   } catch (const Error&) {
     // A malformed message is refused: that is its job.

@@ -16,7 +16,6 @@
 #include <utility>
 #include <vector>
 
-#include "ringcomm/build_info.h"
 #include "ringcomm/config.h"
 #include "ringcomm/errors.h"
 #include "transport/cuda/device_path.h"
@@ -160,12 +159,14 @@ std::unique_ptr<DevicePath> createDevicePath(int rank, int size, const Config& c
   return std::make_unique<CudaPath>(rank, size, config);
 }
 
-void describeBuild(BuildInfo& info) {
-  info.cuda = true;
+CudaBuild describeBuild() {
+  CudaBuild build;
+  build.cuda = true;
   // cmake/cuda.cmake passes the architectures the kernels were compiled for.
-  info.cudaArchitectures = RINGCOMM_CUDA_ARCHITECTURES;
-  if (cudaRuntimeGetVersion(&info.cudaRuntimeVersion) != cudaSuccess) info.cudaRuntimeVersion = 0;
-  if (cudaDriverGetVersion(&info.cudaDriverVersion) != cudaSuccess) info.cudaDriverVersion = 0;
+  build.architectures = RINGCOMM_CUDA_ARCHITECTURES;
+  if (cudaRuntimeGetVersion(&build.runtimeVersion) != cudaSuccess) build.runtimeVersion = 0;
+  if (cudaDriverGetVersion(&build.driverVersion) != cudaSuccess) build.driverVersion = 0;
+  return build;
 }
 
 }  // namespace device

@@ -32,10 +32,10 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/deadline.h"
-#include "ringcomm/build_info.h"
 #include "ringcomm/config.h"
 #include "ringcomm/types.h"
 
@@ -146,8 +146,19 @@ class DevicePath {
 // rank and size of the communicator this serves; config for what the device path reads of it.
 std::unique_ptr<DevicePath> createDevicePath(int rank, int size, const Config& config);
 
-// Fills in the CUDA fields of `info` (architectures, runtime and driver versions); nothing
-// without CUDA.
-void describeBuild(BuildInfo& info);
+// In a build without CUDA (no_cuda.cc): refuses a device buffer met by `what` (a collective, a
+// send, the tensor queue) with an InvalidArgument that says how to get a CUDA build.
+[[noreturn]] void refuseDeviceMemory(const std::string& what);
+
+// What the device path was built with, for the build report (ringcomm::buildInfo, the core's).
+struct CudaBuild {
+  bool cuda = false;
+  // The CMAKE_CUDA_ARCHITECTURES the kernels were compiled for; empty without CUDA.
+  std::string architectures;
+  // cudaRuntimeGetVersion() and cudaDriverGetVersion(); 0 without CUDA or without a driver.
+  int runtimeVersion = 0;
+  int driverVersion = 0;
+};
+CudaBuild describeBuild();
 
 }  // namespace ringcomm::device

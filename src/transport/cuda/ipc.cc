@@ -14,7 +14,7 @@
 #include "cuda/kernels.h"
 #include "transport/cuda/device_path.h"
 #include "transport/cuda/ipc_plan.h"
-#include "ringcomm/build_info.h"
+#include "transport/cuda/mps.h"
 #include "ringcomm/errors.h"
 
 namespace ringcomm::device {

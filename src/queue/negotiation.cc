@@ -1,4 +1,4 @@
-#include "engine/negotiation.h"
+#include "queue/negotiation.h"
 
 #include <algorithm>
 #include <cstring>
@@ -25,7 +25,7 @@ const char* toString(TensorOp op) {
   return "?";
 }
 
-namespace engine {
+namespace queue {
 namespace {
 
 // Little-endian fields, appended in order; the reader checks every length against what is left.
@@ -360,5 +360,5 @@ std::vector<int> ReadinessTable::missing(const std::string& name) const {
   return ranks;
 }
 
-}  // namespace engine
+}  // namespace queue
 }  // namespace ringcomm

@@ -15,11 +15,11 @@
 #include "common/bytes.h"
 #include "common/log.h"
 #include "common/trace.h"
-#include "engine/tensor_queue_impl.h"
+#include "queue/tensor_queue_impl.h"
 #include "reduce/half.h"
 #include "ringcomm/errors.h"
 
-namespace ringcomm::engine {
+namespace ringcomm::queue {
 namespace {
 
 template <typename T>
@@ -589,4 +589,4 @@ void TensorQueueImpl::finishJoin(int lastJoined) {
   }
 }
 
-}  // namespace ringcomm::engine
+}  // namespace ringcomm::queue

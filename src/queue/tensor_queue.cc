@@ -1,7 +1,7 @@
 // The tensor queue's requests coming in and its cycle (tensor_queue_impl.h): each cycle the
 // queue's thread announces what this rank submitted, all-gathers every rank's announcement on the
 // queue's own communicator, asks the readiness table what is ready, and runs it (queue_runs.cc).
-#include "engine/tensor_queue_impl.h"
+#include "queue/tensor_queue_impl.h"
 
 #include <algorithm>
 #include <chrono>
@@ -18,7 +18,7 @@
 #include "common/bytes.h"
 #include "common/log.h"
 #include "common/trace.h"
-#include "engine/negotiation.h"
+#include "queue/negotiation.h"
 #include "ringcomm/errors.h"
 
 namespace ringcomm {
@@ -44,7 +44,7 @@ size_t TensorRequest::count() const {
   return count;
 }
 
-namespace engine {
+namespace queue {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -585,12 +585,12 @@ std::exception_ptr TensorQueueImpl::closedError(std::exception_ptr error) {
   }
 }
 
-}  // namespace engine
+}  // namespace queue
 
 std::shared_ptr<TensorQueue> TensorQueue::create(std::shared_ptr<Communicator> comm,
                                                  JoinPolicy joinPolicy) {
   if (!comm) throw InvalidArgument("TensorQueue::create: communicator is null");
-  return std::make_shared<engine::TensorQueueImpl>(std::move(comm), joinPolicy);
+  return std::make_shared<queue::TensorQueueImpl>(std::move(comm), joinPolicy);
 }
 
 }  // namespace ringcomm

@@ -1,5 +1,5 @@
 // The tensor queue's CUDA side (queue_device.h), in a CUDA build.
-#include "transport/cuda/queue_device.h"
+#include "queue/queue_device.h"
 
 #include <cuda_runtime_api.h>
 

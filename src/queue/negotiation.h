@@ -16,7 +16,7 @@
 
 #include "ringcomm/tensor_queue.h"
 
-namespace ringcomm::engine {
+namespace ringcomm::queue {
 
 // A request as the other ranks see it: everything but the buffers.
 struct Announcement {
@@ -108,4 +108,4 @@ class ReadinessTable {
   int lastJoined_ = -1;
 };
 
-}  // namespace ringcomm::engine
+}  // namespace ringcomm::queue

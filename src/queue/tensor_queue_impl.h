@@ -23,14 +23,14 @@
 #include <vector>
 
 #include "common/trace.h"
-#include "engine/negotiation.h"
+#include "queue/negotiation.h"
 #include "ringcomm/communicator.h"
 #include "ringcomm/config.h"
 #include "ringcomm/tensor_queue.h"
-#include "transport/cuda/queue_device.h"
+#include "queue/queue_device.h"
 #include "transport/shm/shared_buffers.h"
 
-namespace ringcomm::engine {
+namespace ringcomm::queue {
 
 using Clock = std::chrono::steady_clock;
 
@@ -261,4 +261,4 @@ class TensorQueueImpl : public TensorQueue, public std::enable_shared_from_this<
   int64_t runs_ = 0;  // collectives run, numbering them in the trace
 };
 
-}  // namespace ringcomm::engine
+}  // namespace ringcomm::queue
