@@ -12,15 +12,21 @@
 #   cuda        the CUDA kernels (reductions and codecs on the device)
 #   auth        the handshake that proves the job's secret
 #   bootstrap   rendezvous stores
-#   transport   point-to-point messages: TCP, shared memory, device buffers (tcp/, shm/, cuda/)
+#   transport   point-to-point messages: TCP, shared memory, UCX (tcp/, shm/, ucx/)
 #   tuning      the cost model and the link probe
 #   algorithms  the schedules
+#   device      device buffers in collectives and messages: staging through pinned memory, the
+#               CUDA IPC all-reduce. Above the schedules, which its collectives run on staged
+#               copies (device_collectives.h); below the engine and the core, which only hand it
+#               the buffers. The IPC all-reduce still meets its peers through callbacks
+#               (device_path.h: Peers, SliceStep): the communicator picks the barrier and the
+#               network's half, and the CUDA-only code stays apart from the schedules.
 #   engine      the progress thread and its work
-#   core        the communicator, membership, device collectives, the build report
+#   core        the communicator, membership, the build report
 #   queue       the tensor queue (Horovod's model): it runs its fused collectives on a
 #               communicator of its own, so it sits above the core
 set(RINGCOMM_LAYERS
-  common plan reduce codec cuda auth bootstrap transport tuning algorithms engine core queue)
+  common plan reduce codec cuda auth bootstrap transport tuning algorithms device engine core queue)
 
 # The public headers (include/ringcomm/) belong to layers too: each to the layer that implements
 # it, so that a layer includes the public headers of its own layer and below, as it does the

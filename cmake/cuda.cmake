@@ -2,12 +2,12 @@
 # of the top-level CMakeLists.txt.
 #
 # Off by default: the ordinary build (pip install) stays CPU-only and needs no nvcc; the core then
-# gets src/transport/cuda/no_cuda.cc, which refuses device buffers with a message saying how to
-# rebuild. With it on:
-#   ringcomm_cuda_kernels    a static library of the kernels, for the CUDA transport to link
+# gets src/device/no_cuda.cc, which refuses device buffers with a message saying how to rebuild.
+# With it on:
+#   ringcomm_cuda_kernels    a static library of the kernels, for the device path (src/device)
 #   ringcomm_cuda_tests      the kernels' tests; exit code 0 when they pass, 77 when there is no
 #                            CUDA device, and with --host-only the checks that need none
-# and the device path of the core (src/transport/cuda/cuda_path.cc: staging, IPC) joins the core's
+# and the device path of the core (src/device/cuda_path.cc: staging, IPC) joins the core's
 # objects (ringcomm_objects), linked with the kernels and the CUDA runtime.
 # The kernels and their tests need only the core's headers (include/, src/), not the library.
 option(RINGCOMM_BUILD_CUDA "Build the CUDA kernels (src/cuda) and their tests; needs nvcc" OFF)
@@ -59,18 +59,18 @@ if(RINGCOMM_BUILD_CUDA)
   # core's objects (hidden like the rest of them).
   if(TARGET ringcomm_objects)
     target_sources(ringcomm_objects PRIVATE
-      ${PROJECT_SOURCE_DIR}/src/transport/cuda/cuda_path.cc
-      ${PROJECT_SOURCE_DIR}/src/transport/cuda/device_state.cc
-      ${PROJECT_SOURCE_DIR}/src/transport/cuda/staging.cc
-      ${PROJECT_SOURCE_DIR}/src/transport/cuda/message_staging.cc
-      ${PROJECT_SOURCE_DIR}/src/transport/cuda/ipc.cc
+      ${PROJECT_SOURCE_DIR}/src/device/cuda_path.cc
+      ${PROJECT_SOURCE_DIR}/src/device/device_state.cc
+      ${PROJECT_SOURCE_DIR}/src/device/staging.cc
+      ${PROJECT_SOURCE_DIR}/src/device/message_staging.cc
+      ${PROJECT_SOURCE_DIR}/src/device/ipc.cc
       ${PROJECT_SOURCE_DIR}/src/queue/queue_device.cc
     )
     target_link_libraries(ringcomm_objects PRIVATE ringcomm_cuda_kernels CUDA::cudart)
     # What `python -m ringcomm info` reports as the kernels' architectures (ringcomm::buildInfo),
     # comma-separated: a ';' would split the definition in two.
     string(REPLACE ";" "," RINGCOMM_CUDA_ARCHITECTURE_LIST "${CMAKE_CUDA_ARCHITECTURES}")
-    set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/transport/cuda/cuda_path.cc APPEND PROPERTY
+    set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/device/cuda_path.cc APPEND PROPERTY
       COMPILE_DEFINITIONS "RINGCOMM_CUDA_ARCHITECTURES=\"${RINGCOMM_CUDA_ARCHITECTURE_LIST}\"")
   endif()
   if(TARGET ringcomm_core)
@@ -111,7 +111,7 @@ if(RINGCOMM_BUILD_CUDA)
   )
 else()
   if(TARGET ringcomm_objects)
-    target_sources(ringcomm_objects PRIVATE ${PROJECT_SOURCE_DIR}/src/transport/cuda/no_cuda.cc
+    target_sources(ringcomm_objects PRIVATE ${PROJECT_SOURCE_DIR}/src/device/no_cuda.cc
                                             ${PROJECT_SOURCE_DIR}/src/queue/no_cuda_queue.cc)
   endif()
 endif()

@@ -17,7 +17,7 @@ Groups, each skipped with its reason when what it needs is missing:
   unit-tests tests/cpp/
   bindings   bindings/ (pybind11's headers and Python's)
   cuda-host  the host code in src/ that includes the CUDA toolkit's headers, itself or through
-             ours (src/transport/cuda/cuda_path.cc, src/cuda/kernels.h...), and tests/cuda/*.h.
+             ours (src/device/cuda_path.cc, src/cuda/kernels.h...), and tests/cuda/*.h.
              The .cu files are left to nvcc (tests/test_cuda.py): CUDA's headers refuse libc++
              on x86.
   c10d       ringcomm/c10d/csrc/ (the torch backend, against this torch's headers)

@@ -1,5 +1,5 @@
 """Builds the CUDA kernels (src/cuda), their tests (tests/cuda) and the core with its device path
-(src/transport/cuda: staging, CUDA IPC), and runs the kernel tests.
+(src/device: staging, CUDA IPC), and runs the kernel tests.
 
 The build needs nvcc but no GPU, so it runs wherever the CUDA toolkit is installed (CI has it): a
 kernel or a device path that stops compiling or linking fails here. The kernel tests need a GPU;

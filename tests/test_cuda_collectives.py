@@ -1,4 +1,4 @@
-"""Collectives on CUDA arrays: the device path of the core (src/transport/cuda) and its Python face.
+"""Collectives on CUDA arrays: the device path of the core (src/device) and its Python face.
 
 The multi-process tests need a CUDA device and a ringcomm built with CUDA
 (``pip install -Ccmake.define.RINGCOMM_BUILD_CUDA=ON -e .``); elsewhere they skip, saying which

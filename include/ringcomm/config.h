@@ -162,8 +162,8 @@ struct RINGCOMM_API Config {
   // RINGCOMM_CUDA_PATH=auto|staged|ipc: how an all-reduce of device buffers travels, and whether
   // sends and receives may take UCX's CUDA lanes (types.h).
   CudaPath cudaPath = CudaPath::Auto;
-  // RINGCOMM_CUDA_CHUNK_BYTES: the unit of the staged path's pipeline (src/transport/cuda/
-  // staging.h): device-to-host copies, the host collective and host-to-device copies overlap one
+  // RINGCOMM_CUDA_CHUNK_BYTES: the unit of the staged path's pipeline (src/device/staging.h):
+  // device-to-host copies, the host collective and host-to-device copies overlap one
   // chunk apart. Each rank pins four chunks of it per device. 16 MiB: a chunk's host all-reduce
   // then takes the single-copy path (from 8 MiB, shm::kSingleCopyMinBytes), whose reduction
   // threads share; 4 MiB chunks went through the slots (bench/RESULTS.md, "The staged path").

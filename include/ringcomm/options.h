@@ -27,7 +27,7 @@ struct CommonOptions {
   // What the caller calls the data (e.g. a gradient's parameter name): error messages quote it.
   std::string name;
   // CUDA. deviceMemory: some buffer may be in device memory; the core then asks CUDA about each
-  // pointer (cudaPointerGetAttributes) and stages or maps the device ones (src/transport/cuda).
+  // pointer (cudaPointerGetAttributes) and stages or maps the device ones (src/device).
   // false (the default): every buffer is host memory and the core never calls CUDA, so a process
   // that uses no GPU never creates a CUDA context. A library built without CUDA
   // (RINGCOMM_BUILD_CUDA=OFF) refuses deviceMemory with InvalidArgument.

@@ -4,8 +4,8 @@
 
 #include "codec/codec_f16c.h"
 #include "reduce/dispatch.h"
-#include "transport/cuda/device_path.h"
-#include "transport/cuda/mps.h"
+#include "device/device_path.h"
+#include "device/mps.h"
 #include "transport/tcp/sealed_stream.h"
 #include "transport/ucx/ucx_network.h"
 

@@ -25,7 +25,7 @@
 #include "algorithms/schedules.h"
 #include "bootstrap/rendezvous.h"
 #include "bootstrap/trace_gather.h"
-#include "core/device_collectives.h"
+#include "device/device_collectives.h"
 #include "core/failure_records.h"
 #include "core/forming.h"
 #include "core/membership.h"

@@ -20,7 +20,7 @@
 #include "ringcomm/errors.h"
 #include "ringcomm/types.h"
 #include "ringcomm/work.h"
-#include "transport/cuda/device_path.h"
+#include "device/device_path.h"
 #include "transport/transport.h"
 
 namespace ringcomm {

@@ -1,6 +1,6 @@
 // The tensor queue's device side in a library built without CUDA (RINGCOMM_BUILD_CUDA=OFF): a
 // CUDA tensor submitted to the queue is refused as the device path refuses any device buffer
-// (transport/cuda/no_cuda.cc), saying how to get a CUDA build.
+// (device/no_cuda.cc), saying how to get a CUDA build.
 #include <cstddef>
 #include <initializer_list>
 #include <memory>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "queue/queue_device.h"
-#include "transport/cuda/device_path.h"
+#include "device/device_path.h"
 
 namespace ringcomm::device {
 namespace {

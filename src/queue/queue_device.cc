@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "ringcomm/errors.h"
-#include "transport/cuda/device_state.h"
+#include "device/device_state.h"
 
 namespace ringcomm::device {
 namespace {

@@ -30,7 +30,7 @@ constexpr std::chrono::milliseconds kHealthCheckInterval{100};
 constexpr std::chrono::milliseconds kMixedPollSlice{1};
 
 // A device buffer reaches this layer only for a peer that takes device memory: the layers above
-// stage the others through host memory (src/transport/cuda/device_path.h).
+// stage the others through host memory (src/device/device_path.h).
 void requireHostMemory(const Transport& transport, int peer, Memory memory) {
   if (memory == Memory::Cuda && !transport.takesDeviceMemory(peer)) {
     throw Error(std::string("ringcomm: internal error: device memory for rank ") +

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "check.h"
-#include "transport/cuda/ipc_plan.h"
+#include "device/ipc_plan.h"
 
 using namespace ringcomm::device;
 

@@ -1,7 +1,7 @@
 // What a communicator does differently when a collective's buffers are CUDA device memory: find
 // them on the caller's thread (prepare), and run the collective's host schedule on staged host
 // copies of them, or take the all-reduce over CUDA IPC. The schedules themselves never see device
-// memory; this is where the communicator meets the device path (src/transport/cuda).
+// memory; this is where the communicator meets the device path (device_path.h).
 #pragma once
 
 #include <functional>
@@ -17,7 +17,7 @@
 #include "common/tags.h"
 #include "ringcomm/config.h"
 #include "ringcomm/options.h"
-#include "transport/cuda/device_path.h"
+#include "device/device_path.h"
 
 namespace ringcomm {
 

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "common/deadline.h"
-#include "transport/cuda/device_path.h"
-#include "transport/cuda/ipc_plan.h"
+#include "device/device_path.h"
+#include "device/ipc_plan.h"
 
 namespace ringcomm::device {
 

@@ -1,4 +1,4 @@
-#include "transport/cuda/ipc_plan.h"
+#include "device/ipc_plan.h"
 
 #include <sys/stat.h>
 

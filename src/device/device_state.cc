@@ -1,4 +1,4 @@
-#include "transport/cuda/device_state.h"
+#include "device/device_state.h"
 
 #include <cuda.h>
 

@@ -1,4 +1,4 @@
-#include "core/device_collectives.h"
+#include "device/device_collectives.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -15,7 +15,7 @@
 #include "common/trace.h"
 #include "reduce/reduce.h"
 #include "ringcomm/errors.h"
-#include "transport/cuda/ipc_plan.h"
+#include "device/ipc_plan.h"
 
 namespace ringcomm {
 namespace {

@@ -1,4 +1,4 @@
-#include "transport/cuda/staging.h"
+#include "device/staging.h"
 
 #include <algorithm>
 #include <cstdint>

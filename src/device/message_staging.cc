@@ -8,8 +8,8 @@
 #include <utility>
 
 #include "common/trace.h"
-#include "transport/cuda/device_state.h"
-#include "transport/cuda/staging.h"
+#include "device/device_state.h"
+#include "device/staging.h"
 
 namespace ringcomm::device {
 namespace {

@@ -56,8 +56,8 @@
 #include <string>
 #include <vector>
 
-#include "transport/cuda/device_state.h"
-#include "transport/cuda/ipc_plan.h"
+#include "device/device_state.h"
+#include "device/ipc_plan.h"
 
 namespace ringcomm::device {
 

@@ -1,4 +1,4 @@
-#include "transport/cuda/ipc.h"
+#include "device/ipc.h"
 
 #include <cuda.h>
 #include <unistd.h>
@@ -12,9 +12,9 @@
 
 #include "common/log.h"
 #include "cuda/kernels.h"
-#include "transport/cuda/device_path.h"
-#include "transport/cuda/ipc_plan.h"
-#include "transport/cuda/mps.h"
+#include "device/device_path.h"
+#include "device/ipc_plan.h"
+#include "device/mps.h"
 #include "ringcomm/errors.h"
 
 namespace ringcomm::device {

@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "transport/cuda/device_state.h"
+#include "device/device_state.h"
 
 namespace ringcomm::device {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "ringcomm/errors.h"
-#include "transport/cuda/device_path.h"
+#include "device/device_path.h"
 
 namespace ringcomm {
 

@@ -18,10 +18,10 @@
 
 #include "ringcomm/config.h"
 #include "ringcomm/errors.h"
-#include "transport/cuda/device_path.h"
-#include "transport/cuda/device_state.h"
-#include "transport/cuda/ipc.h"
-#include "transport/cuda/staging.h"
+#include "device/device_path.h"
+#include "device/device_state.h"
+#include "device/ipc.h"
+#include "device/staging.h"
 
 // cmake/cuda.cmake defines it from CMAKE_CUDA_ARCHITECTURES; a compile that does not (a syntax
 // check with another compiler) reports none.

@@ -1,6 +1,6 @@
 // Whether a CUDA MPS control daemon runs (mps.h): a look at its control endpoint, with no CUDA
 // call, so that it works in any build.
-#include "transport/cuda/mps.h"
+#include "device/mps.h"
 
 #include <sys/socket.h>
 #include <sys/stat.h>
