@@ -1,5 +1,6 @@
 // What the ranks of a communicator record when they fail, and how a failing rank follows them
-// back to where the failure started (core/communicator.cc's failWith and its in-flight check).
+// back to where the failure started (core/communicator_health.cc's failWith and its in-flight
+// check).
 //
 // "rank 3 closed its connection" or "timed out waiting for rank 3" says little when rank 3 was
 // itself stuck behind rank 5, which failed because rank 2 died: over TCP at 6 or 8 ranks each

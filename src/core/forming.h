@@ -1,5 +1,6 @@
-// How a communicator comes to be: create() and the regroupings (core/communicator.cc), and the
-// grown communicator that members and newcomers form together (core/joining.cc).
+// How a communicator comes to be: create() (core/communicator.cc) and the regroupings
+// (core/communicator_regroup.cc), and the grown communicator that members and newcomers form
+// together (core/joining.cc).
 #pragma once
 
 #include <chrono>

@@ -1,5 +1,6 @@
 // A new process joins a running communicator (Communicator::join), and the grown communicator
-// that it and the members form together (their side is Communicator::grow, core/communicator.cc).
+// that it and the members form together (their side is Communicator::grow,
+// core/communicator_regroup.cc).
 //
 // The newcomer's way in, all through members' mailboxes (core/membership.h), whose connections
 // prove the job's secret both ways:

@@ -1,42 +1,27 @@
+// Membership (membership.h): the mailboxes of a communicator's ranks, read and written with a
+// deadline, and the agreement on who is alive (agree: the leader's view, the followers' part).
+// The probe of a mailbox is mailbox_probe.cc's; the store a regrouping forms through is
+// forming_store.cc's.
 #include "core/membership.h"
 
-#include <poll.h>
-#include <sys/socket.h>
-
 #include <algorithm>
-#include <array>
-#include <cerrno>
 #include <iterator>
+#include <map>
+#include <set>
 #include <sstream>
+#include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
-#include "auth/handshake.h"
 #include "common/log.h"
-#include "common/process.h"
 #include "common/socket.h"
+#include "core/mailbox_waits.h"
 #include "ringcomm/errors.h"
 
 namespace ringcomm {
 namespace {
 
-// How long one liveness question waits for the connection to be accepted or refused.
-constexpr std::chrono::milliseconds kProbeWait{200};
-// How often a waiting rank asks the mailboxes of those it waits for whether they still live.
-constexpr std::chrono::milliseconds kProbeInterval{100};
-// How long one wait for a key in a mailbox blocks before the waiter looks around again.
-constexpr std::chrono::milliseconds kWaitSlice{50};
-// What a member's claim to go on and another's veto add to the claimant's counter
-// (FormingStore::commit): odd where the claim is in, the count of vetoes by halves.
-constexpr int64_t kClaim = 1;
-constexpr int64_t kVeto = 2;
-// How long a vetoer waits at least for a claimant to say whether its claim came first (it says
-// so right after claiming): past the forming's deadline too, which may be what failed.
-constexpr std::chrono::milliseconds kOutcomeLook{2000};
-// How long a claim or a veto may take to connect to a living mailbox (its proof of the secret
-// included): longer than a probe's wait, since a mailbox slow to answer on a busy machine must
-// still get its claim or its veto, or the members could decide apart.
-constexpr std::chrono::milliseconds kClaimConnect{2000};
 // At most this much of what is left before the deadline the leader keeps for writing its
 // decision, so that the others read it before theirs.
 constexpr std::chrono::milliseconds kDecisionGrace{500};
@@ -46,9 +31,6 @@ std::string joined(const std::set<int>& ranks) {
   for (int r : ranks) text += (text.empty() ? "" : " ") + std::to_string(r);
   return text.empty() ? "none" : text;
 }
-
-Bytes bytesOf(const std::string& text) { return Bytes(text.begin(), text.end()); }
-std::string textOf(const Bytes& bytes) { return std::string(bytes.begin(), bytes.end()); }
 
 // "<word> 1 2 3": the word and the numbers after it.
 std::pair<std::string, std::set<int>> parseList(const std::string& text) {
@@ -90,196 +72,6 @@ std::vector<Joiner> parseJoiners(const std::string& text) {
 }
 
 }  // namespace
-
-namespace {
-
-// How long a connection that was accepted may stay without the mailbox's proof of the secret
-// before what accepted it counts as a stranger. A mailbox's server sends its hello the moment it
-// accepts and its proof one round trip later (tens of microseconds, a few milliseconds on a
-// crowded host); a squatter that accepts and says nothing would be waited for until the deadline.
-constexpr std::chrono::milliseconds kProofPatience{150};
-
-// One mailbox's liveness question: a connection attempt to its addresses in turn, started
-// without blocking so that many mailboxes are asked at once, then the handshake of the job's
-// secret (auth/handshake.h): only a mailbox that proves the secret answers. A connection that is
-// accepted proves the host is reachable; what then fails the proof (closes, speaks another
-// protocol, proves another secret, or stays mute) took the port after the rank's process died.
-class Probe {
- public:
-  Probe(const MailboxAddress& address, const std::string& secret)
-      : connector_(secret, auth::Purpose::Store, auth::Caller{}) {
-    if (address.localPid > 0 && processGone(address.localPid)) {
-      result_ = Reach::Refused;  // its process exited: whatever answers there is not it
-      return;
-    }
-    try {
-      targets_ = net::resolve(address.host, address.port, /*passive=*/false);
-    } catch (const Error&) {
-    }
-    startNext();
-  }
-
-  bool done() const { return result_.has_value(); }
-  int fd() const { return fd_.get(); }
-  short events() const {
-    return step_ == Step::Connecting || step_ == Step::Replying ? POLLOUT : POLLIN;
-  }
-  // What it found by `now`, the deadline: a connection accepted long enough ago without the
-  // proof is a stranger's; a shorter wait tells nothing.
-  Reach result(Clock::time_point now) const {
-    if (result_) return *result_;
-    if (step_ != Step::Connecting && now - connectedAt_ >= kProofPatience) return Reach::Unproven;
-    return Reach::Silent;
-  }
-
-  // The socket is ready for what this probe waits for (or has an error or hang-up pending).
-  void advance() {
-    switch (step_) {
-      case Step::Connecting:
-        return settleConnect();
-      case Step::ReadingHello:
-        if (!readSome(hello_.data(), hello_.size())) return;
-        if (const auto reply = connector_.reply(hello_.data())) {
-          reply_ = *reply;
-          step_ = Step::Replying;
-          done_ = 0;
-          return advance();  // the reply fits the socket's buffer: most likely sent at once
-        }
-        return finish(Reach::Unproven);
-      case Step::Replying: {
-        const ssize_t sent = ::send(fd_.get(), reply_.data() + done_, reply_.size() - done_,
-                                    MSG_NOSIGNAL);
-        if (sent < 0) {
-          if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) finish(Reach::Unproven);
-          return;
-        }
-        done_ += static_cast<size_t>(sent);
-        if (done_ == reply_.size()) {
-          step_ = Step::ReadingProof;
-          done_ = 0;
-        }
-        return;
-      }
-      case Step::ReadingProof:
-        if (!readSome(proof_.data(), proof_.size())) return;
-        return finish(connector_.proves(proof_.data()) ? Reach::Answers : Reach::Unproven);
-    }
-  }
-
- private:
-  enum class Step { Connecting, ReadingHello, Replying, ReadingProof };
-
-  void finish(Reach reach) {
-    result_ = reach;
-    fd_.reset();  // a mailbox that proved itself sees the connection close: a probe's end
-  }
-
-  // Reads into `into` up to `size` bytes in all; true once they are all there. A hang-up or an
-  // error before then: the other side is not a mailbox that proves the secret.
-  bool readSome(uint8_t* into, size_t size) {
-    const ssize_t got = ::recv(fd_.get(), into + done_, size - done_, 0);
-    if (got < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) finish(Reach::Unproven);
-      return false;
-    }
-    if (got == 0) {
-      finish(Reach::Unproven);
-      return false;
-    }
-    done_ += static_cast<size_t>(got);
-    return done_ == size;
-  }
-
-  void connected() {
-    step_ = Step::ReadingHello;
-    connectedAt_ = Clock::now();
-    done_ = 0;
-  }
-
-  void settleConnect() {
-    int error = 0;
-    socklen_t length = sizeof(error);
-    if (::getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &error, &length) != 0) error = errno;
-    if (error == 0) {
-      connected();
-    } else if (error == ECONNREFUSED) {
-      finish(Reach::Refused);
-    } else {
-      startNext();
-    }
-  }
-
-  void startNext() {
-    fd_.reset();
-    while (next_ < targets_.size()) {
-      const net::Address& target = targets_[next_++];
-      net::UniqueFd fd(::socket(target.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-      if (!fd) continue;
-      if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&target.storage),
-                    target.length) == 0) {
-        fd_ = std::move(fd);
-        connected();
-        return;
-      }
-      if (errno == ECONNREFUSED) {
-        result_ = Reach::Refused;
-        return;
-      }
-      if (errno == EINPROGRESS || errno == EINTR) {
-        fd_ = std::move(fd);
-        return;
-      }
-    }
-    result_ = Reach::Silent;  // unreachable: no route, no host, or nothing answered
-  }
-
-  std::vector<net::Address> targets_;
-  size_t next_ = 0;
-  net::UniqueFd fd_;
-  Step step_ = Step::Connecting;
-  Clock::time_point connectedAt_{};
-  auth::Connector connector_;
-  std::array<uint8_t, auth::kHelloBytes> hello_{};
-  std::array<uint8_t, auth::kReplyBytes> reply_{};
-  std::array<uint8_t, auth::kProofBytes> proof_{};
-  size_t done_ = 0;  // bytes of the step under way
-  std::optional<Reach> result_;
-};
-
-}  // namespace
-
-std::vector<Reach> probeMailboxes(const std::vector<MailboxAddress>& addresses,
-                                  const std::string& secret, Clock::time_point deadline) {
-  std::vector<Probe> probes;
-  probes.reserve(addresses.size());
-  for (const MailboxAddress& address : addresses) probes.emplace_back(address, secret);
-  for (;;) {
-    std::vector<pollfd> waiting;
-    std::vector<Probe*> owners;
-    for (Probe& probe : probes) {
-      if (probe.done()) continue;
-      waiting.push_back(pollfd{probe.fd(), probe.events(), 0});
-      owners.push_back(&probe);
-    }
-    const auto left = millisecondsLeft(deadline).count();
-    if (waiting.empty() || left <= 0) break;
-    const int ready = ::poll(waiting.data(), waiting.size(), static_cast<int>(left));
-    if (ready < 0 && errno != EINTR) break;
-    for (size_t i = 0; i < waiting.size(); ++i) {
-      if (waiting[i].revents != 0) owners[i]->advance();
-    }
-  }
-  const auto now = Clock::now();
-  std::vector<Reach> reached;
-  reached.reserve(probes.size());
-  for (const Probe& probe : probes) reached.push_back(probe.result(now));
-  return reached;
-}
-
-Reach probeMailbox(const MailboxAddress& address, const std::string& secret,
-                   Clock::time_point deadline) {
-  return probeMailboxes({address}, secret, deadline).front();
-}
 
 Membership::Membership(int rank, std::vector<MailboxAddress> mailboxes, std::string secret,
                        std::chrono::milliseconds linkTimeout)
@@ -397,189 +189,6 @@ std::shared_ptr<FormingStore> Membership::forming(int leader, const std::vector<
   }
   return std::make_shared<FormingStore>(client(leader, deadline), std::move(watched), scope,
                                         rank_, secret_, ownAddress());
-}
-
-FormingStore::FormingStore(std::shared_ptr<Store> inner,
-                           std::vector<std::pair<int, MailboxAddress>> members, std::string scope,
-                           int rank, std::string secret, MailboxAddress own)
-    : inner_(std::move(inner)), members_(std::move(members)), scope_(std::move(scope)),
-      rank_(rank), secret_(std::move(secret)), own_(std::move(own)) {}
-
-void FormingStore::set(const std::string& key, const Bytes& value) { inner_->set(key, value); }
-int64_t FormingStore::add(const std::string& key, int64_t delta) {
-  return inner_->add(key, delta);
-}
-std::optional<Bytes> FormingStore::tryGet(const std::string& key,
-                                          std::chrono::milliseconds within) {
-  return inner_->tryGet(key, within);
-}
-bool FormingStore::trySet(const std::string& key, const Bytes& value,
-                          std::chrono::milliseconds within) {
-  return inner_->trySet(key, value, within);
-}
-
-Bytes FormingStore::get(const std::string& key, std::chrono::milliseconds timeout) {
-  const auto deadline = net::deadlineAfter(timeout);
-  for (;;) {
-    try {
-      return inner_->get(key, std::min(kProbeInterval, millisecondsLeft(deadline)));
-    } catch (const TimeoutError&) {
-      if (Clock::now() >= deadline) throw;
-    }
-    check();
-  }
-}
-
-std::string FormingStore::formedKey(int rank) const {
-  return scope_ + "forming/formed/" + std::to_string(rank);
-}
-
-bool FormingStore::goneAt(const MailboxAddress& address) const {
-  return goneForSure(probeMailbox(address, secret_, Clock::now() + kProbeWait));
-}
-
-void FormingStore::raiseIfGone(int member, const MailboxAddress& address) {
-  if (goneAt(address)) {
-    throw TransportError("ringcomm: rank " + std::to_string(member) +
-                             " is gone (its mailbox refuses or does not prove the secret) while "
-                             "the members met",
-                         FailureContext{"shrink", rank_, member, 0.0});
-  }
-}
-
-bool FormingStore::lookDue() {
-  std::lock_guard<std::mutex> lock(lookMutex_);
-  const auto now = Clock::now();
-  if (now - lastLook_ < kProbeInterval) return false;
-  lastLook_ = now;
-  return true;
-}
-
-void FormingStore::check() {
-  if (!lookDue()) return;
-  if (const std::optional<Bytes> why = inner_->tryGet(scope_ + "forming/abandoned", kProbeWait)) {
-    throw TransportError("ringcomm: the survivors' communicator did not form: " + textOf(*why),
-                         FailureContext{"shrink", rank_, -1, 0.0});
-  }
-  for (const auto& [member, address] : members_) raiseIfGone(member, address);
-}
-
-void FormingStore::abandon(const std::string& why) {
-  inner_->trySet(scope_ + "forming/abandoned",
-                 bytesOf("rank " + std::to_string(rank_) + " failed: " + why), kProbeWait);
-}
-
-void FormingStore::commit(Clock::time_point deadline) {
-  bool formed = false;
-  try {
-    inner_->set(formedKey(rank_), bytesOf("formed"));
-    formed = true;
-    awaitEveryMember(deadline);
-    if (claimGoingOn(deadline)) return;
-    throw TransportError("ringcomm: every member formed the survivors' communicator, but another "
-                             "member's wait for it failed first",
-                         FailureContext{"shrink", rank_, -1, 0.0});
-  } catch (const Error&) {
-    // Nobody can have read every "formed" where this member's never got there.
-    if (!formed || !someoneWentOn(deadline)) throw;
-    RINGCOMM_LOG(LogLevel::Warn, kLogInit,
-                 "the new communicator's wait failed on rank %d, but another member went on "
-                 "with it (every member formed it): going on too",
-                 rank_);
-  }
-}
-
-std::string FormingStore::claimKey() const { return scope_ + "forming/claim"; }
-std::string FormingStore::outcomeKey() const { return scope_ + "forming/outcome"; }
-
-bool FormingStore::claimGoingOn(Clock::time_point deadline) {
-  // This mailbox is this process's own: it fails only as the process ends, and then the error
-  // ends this member's forming too.
-  TcpStore own(own_.host, own_.port, std::max(kClaimConnect, millisecondsLeft(deadline)),
-               secret_);
-  const bool first = own.add(claimKey(), kClaim) == kClaim;
-  // For a vetoer that cannot tell from the counter which came first.
-  own.set(outcomeKey(), bytesOf(first ? "on" : "off"));
-  return first;
-}
-
-bool FormingStore::someoneWentOn(Clock::time_point deadline) {
-  const auto until = std::max(deadline, Clock::now() + kOutcomeLook);
-  for (const auto& [member, address] : members_) {
-    // Each living member's claim gets this member's veto, or is read where it came first; a
-    // member gone for sure goes on no more (one that went on and died is the next
-    // communicator's failure).
-    while (!goneAt(address)) {
-      try {
-        TcpStore theirs(address.host, address.port,
-                        std::max(kProbeWait, std::min(kClaimConnect, millisecondsLeft(until))),
-                        secret_);
-        const int64_t before = theirs.add(claimKey(), kVeto) - kVeto;
-        if (claimCameFirst(theirs, before, address, deadline)) return true;
-        break;
-      } catch (const Error&) {
-        if (Clock::now() >= until) break;  // unreachable for as long as it may take
-        std::this_thread::sleep_for(kWaitSlice);
-      }
-    }
-  }
-  return false;
-}
-
-bool FormingStore::claimCameFirst(Store& theirs, int64_t before, const MailboxAddress& address,
-                                  Clock::time_point deadline) {
-  if (before == kClaim) return true;         // its claim, and no veto before it
-  if (before % kVeto == 0) return false;     // no claim yet: it will find a veto before its own
-  // A claim and vetoes, in an order the count does not keep: the claimant says which it found.
-  const auto until = std::max(deadline, Clock::now() + kOutcomeLook);
-  while (Clock::now() < until) {
-    if (const std::optional<Bytes> outcome = theirs.tryGet(outcomeKey(), kProbeWait)) {
-      return textOf(*outcome) == "on";
-    }
-    if (goneAt(address)) return false;  // it died before it could go on
-    std::this_thread::sleep_for(kWaitSlice);
-  }
-  return false;
-}
-
-void FormingStore::awaitEveryMember(Clock::time_point deadline) {
-  std::vector<std::pair<int, MailboxAddress>> pending = members_;
-  while (!pending.empty()) {
-    // Blocks on the first that has not formed it for a slice; a broken leader's mailbox raises.
-    try {
-      inner_->get(formedKey(pending.front().first),
-                  std::max(std::chrono::milliseconds(1),
-                           std::min(kWaitSlice, millisecondsLeft(deadline))));
-    } catch (const TimeoutError&) {
-      if (Clock::now() >= deadline) {
-        throw TimeoutError("ringcomm: rank " + std::to_string(pending.front().first) +
-                               " did not form the survivors' communicator by the deadline",
-                           FailureContext{"shrink", rank_, pending.front().first, 0.0});
-      }
-    }
-    auto formed = [&](int member) {
-      return inner_->tryGet(formedKey(member), kProbeWait).has_value();
-    };
-    pending.erase(std::remove_if(pending.begin(), pending.end(),
-                                 [&](const auto& member) { return formed(member.first); }),
-                  pending.end());
-    if (pending.empty() || !lookDue()) continue;
-    if (const std::optional<Bytes> why =
-            inner_->tryGet(scope_ + "forming/abandoned", kProbeWait)) {
-      throw TransportError("ringcomm: the survivors' communicator did not form: " + textOf(*why),
-                           FailureContext{"shrink", rank_, -1, 0.0});
-    }
-    // Only those that have not formed it: one that did and died after is the new
-    // communicator's failure. Read again after the ask, since it may have formed it between.
-    for (const auto& [member, address] : pending) {
-      if (goneAt(address) && !formed(member)) {
-        throw TransportError("ringcomm: rank " + std::to_string(member) +
-                                 " is gone (its mailbox refuses or does not prove the secret) "
-                                 "before it formed the new communicator",
-                             FailureContext{"shrink", rank_, member, 0.0});
-      }
-    }
-  }
 }
 
 std::set<int> Membership::gone(const std::set<int>& ranks, Clock::time_point deadline,

@@ -212,10 +212,10 @@ class Membership {
   std::vector<Reach> reachAll();
 
   // Records a rank leaves in its own mailbox for its peers, and reads in theirs: why it failed,
-  // which collective it waits in (core/communicator.cc). In the mailbox rather than the job's
-  // store, which may have died with the rank that failed first, or lie across the broken link:
-  // a rank's own is always there, and a peer's answers exactly while that peer lives. Each call
-  // is bounded by `within`; safe from any thread (the agreement's state is not touched).
+  // which collective it waits in (core/communicator_health.cc). In the mailbox rather than the
+  // job's store, which may have died with the rank that failed first, or lie across the broken
+  // link: a rank's own is always there, and a peer's answers exactly while that peer lives. Each
+  // call is bounded by `within`; safe from any thread (the agreement's state is not touched).
   bool post(const std::string& key, const Bytes& value, std::chrono::milliseconds within);
   std::optional<Bytes> read(int rank, const std::string& key, std::chrono::milliseconds within);
   // Whether `rank`'s process is gone (its mailbox refuses, or another process holds its port),
