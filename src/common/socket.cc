@@ -200,11 +200,18 @@ UniqueFd listenTcp(const std::string& host, int port, int backlog) {
     UniqueFd fd = makeSocket(address.family());
     int one = 1;
     // A restarted job can bind its port again while connections of the previous one sit in
-    // TIME_WAIT.
-    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    // TIME_WAIT. Without it a restart could fail to bind while those linger, so a socket that
+    // refuses it is passed over for this address, saying why (the error names it).
+    if (::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
+      lastError = "setsockopt(SO_REUSEADDR) on " + address.toString() + ": " + errnoText(errno);
+      continue;
+    }
     if (address.family() == AF_INET6) {
-      int zero = 0;  // "::" also accepts IPv4 where the OS allows it
-      ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+      // "::" also accepts IPv4 where the OS allows it. Where it does not (a system that keeps
+      // IPv6 sockets IPv6-only), the socket still listens on IPv6, which is what the address
+      // names: best effort, deliberately not a failure.
+      int zero = 0;
+      (void)::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
     }
     const auto* raw = reinterpret_cast<const sockaddr*>(&address.storage);
     if (::bind(fd.get(), raw, address.length) != 0) {

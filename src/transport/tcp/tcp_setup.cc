@@ -50,7 +50,7 @@ struct PendingHandshake {
 };
 
 // How often a connecting rank calls its watch (connectPeers) while it waits.
-constexpr std::chrono::milliseconds kWatchInterval{100};
+constexpr std::chrono::milliseconds kConnectWatchInterval{100};
 
 // net::connectTcp by `deadline`, calling `watch` between attempts: a peer that refuses may have
 // given up forming the communicator, which the watch finds (connectTcp itself retries a refusal
@@ -60,7 +60,7 @@ net::UniqueFd connectWatched(const std::string& host, int port, Clock::time_poin
   if (!watch) return net::connectTcp(host, port, deadline);
   for (;;) {
     try {
-      return net::connectTcp(host, port, std::min(deadline, Clock::now() + kWatchInterval));
+      return net::connectTcp(host, port, std::min(deadline, Clock::now() + kConnectWatchInterval));
     } catch (const PeerError&) {
       if (Clock::now() >= deadline) throw;
     }
@@ -146,7 +146,7 @@ class HigherRanksListener {
       wake = std::min(wake, handshake.deadline);
     }
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()).count();
-    const int64_t longest = watch ? kWatchInterval.count() : 1000;
+    const int64_t longest = watch ? kConnectWatchInterval.count() : 1000;
     if (::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<int64_t>(left, 0, longest))) <
             0 &&
         errno != EINTR) {

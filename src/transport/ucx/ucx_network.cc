@@ -22,7 +22,7 @@ namespace ringcomm::transport {
 namespace {
 
 // How long setup waits for the store at once before it calls the watch again.
-constexpr std::chrono::milliseconds kWatchInterval{100};
+constexpr std::chrono::milliseconds kSetupWatchInterval{100};
 
 }  // namespace
 
@@ -65,7 +65,7 @@ std::unique_ptr<MessageNetwork> connectUcx(Store& store, int rank,
   for (;;) {
     try {
       store.wait(keys, std::max(std::chrono::milliseconds(1),
-                                std::min(kWatchInterval, op.remaining())));
+                                std::min(kSetupWatchInterval, op.remaining())));
       break;
     } catch (const TimeoutError&) {
       if (watch) watch();
@@ -96,14 +96,14 @@ std::unique_ptr<MessageNetwork> connectUcx(Store& store, int rank,
   while (!network->everyoneProven()) {
     if (!network->progress() && network->readyToSleep()) {
       pollfd fd{network->eventFd(), POLLIN, 0};
-      ::poll(&fd, 1, static_cast<int>(std::min(kWatchInterval, op.remaining()).count()));
+      ::poll(&fd, 1, static_cast<int>(std::min(kSetupWatchInterval, op.remaining()).count()));
     }
     for (int peer : peers) {
       if (network->provenBothWays(peer)) continue;
       const std::string failure = network->failure(peer);
       if (!failure.empty()) raisePeerFailure<TransportError>(op, peer, failure);
     }
-    if (watch && Clock::now() - lastWatch >= kWatchInterval) {
+    if (watch && Clock::now() - lastWatch >= kSetupWatchInterval) {
       watch();
       lastWatch = Clock::now();
     }
