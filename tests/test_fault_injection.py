@@ -331,7 +331,7 @@ def judge(trial, results, job):
     # past every survivor's deadline; an exiting one calls MPI_Finalize: hydra ends nobody
     # early), torchrun's agent sends SIGTERM 0.1 s (its monitor interval) after any worker
     # failed, a survivor too. A survivor that saw a peer over TCP die first waits up to 1 s for
-    # a reason that peer left in the store (kPeerReasonWait, src/core/communicator.cc): under
+    # a reason that peer left in the store (kChainWait, src/core/failure_records.cc): under
     # hydra and torchrun it is ended meanwhile, before it can print anything. (Over shared
     # memory it sees the dead process and reports after 0.1 s, which torchrun may allow.)
     may_end_survivors = launcher == "torchrun" or (launcher == "mpirun" and fault == "kill")
