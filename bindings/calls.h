@@ -20,6 +20,24 @@ namespace ringcomm::bindings {
 // ringcomm._core.Communicator, as the files that give it methods see it.
 using CommunicatorClass = pybind11::class_<Communicator, std::shared_ptr<Communicator>>;
 
+// A communicator handed to Python. Python drops its last reference with the GIL held, and the
+// destructor shuts the communicator down, which waits for threads that may need the GIL
+// themselves: a store written in Python, called by the thread that records a failure, hung
+// `ringcomm-bench init`'s survivors so (a fresh-clone CI run, 1 in many). So the reference
+// Python holds lets the GIL go before it lets the communicator go.
+inline std::shared_ptr<Communicator> heldByPython(std::shared_ptr<Communicator> comm) {
+  if (!comm) return comm;
+  Communicator* raw = comm.get();
+  return std::shared_ptr<Communicator>(raw, [kept = std::move(comm)](Communicator*) mutable {
+    if (PyGILState_Check()) {
+      pybind11::gil_scoped_release release;
+      kept.reset();
+    } else {
+      kept.reset();
+    }
+  });
+}
+
 // A timeout= argument: 0 means the default (the communicator's, or none for a wait).
 inline std::chrono::milliseconds toMilliseconds(double seconds) {
   return timeoutFromSeconds(seconds, "timeout", true);

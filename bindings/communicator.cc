@@ -31,7 +31,7 @@ void bindCommunicator(py::module_& m) {
   communicator
       .def_static("create", [](std::shared_ptr<Store> store, int rank, int size, const Config& config) {
         py::gil_scoped_release release;
-        return Comm::create(std::move(store), rank, size, config);
+        return heldByPython(Comm::create(std::move(store), rank, size, config));
       }, py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("config"))
       // Meets under `scope` of the store, not under the process's count of communicators: for
       // groups of some ranks only (ringcomm.torch's process sets), whose other processes create
@@ -39,25 +39,30 @@ void bindCommunicator(py::module_& m) {
       .def_static("create_in_scope", [](std::shared_ptr<Store> store, const std::string& scope,
                                         int rank, int size, const Config& config) {
         py::gil_scoped_release release;
-        return Comm::createInScope(std::move(store), scope, rank, size, config);
+        return heldByPython(Comm::createInScope(std::move(store), scope, rank, size, config));
       }, py::arg("store"), py::arg("scope"), py::arg("rank"), py::arg("size"), py::arg("config"))
-      .def("duplicate", &Comm::duplicate, py::call_guard<py::gil_scoped_release>())
+      .def("duplicate", [](Comm& c) {
+        py::gil_scoped_release release;
+        return heldByPython(c.duplicate());
+      })
       .def("shrink", [](Comm& c, const std::vector<int>& exclude, double timeout) {
         py::gil_scoped_release release;
-        return c.shrink(exclude, toMilliseconds(timeout));
+        return heldByPython(c.shrink(exclude, toMilliseconds(timeout)));
       }, py::arg("exclude"), py::arg("timeout") = 0.0)
       .def("survivors", [](Comm& c, double timeout) {
         py::gil_scoped_release release;
         return c.survivors(toMilliseconds(timeout));
       }, py::arg("timeout") = 0.0)
-      .def("split", &Comm::split, py::arg("color"), py::arg("key"),
-           py::call_guard<py::gil_scoped_release>())
+      .def("split", [](Comm& c, int color, int key) {
+        py::gil_scoped_release release;
+        return heldByPython(c.split(color, key));
+      }, py::arg("color"), py::arg("key"))
       .def("grow", [](Comm& c, int expect, double timeout) {
         GrowOptions options;
         options.expect = expect;
         options.timeout = toMilliseconds(timeout);
         py::gil_scoped_release release;
-        return c.grow(options);
+        return heldByPython(c.grow(options));
       }, py::arg("expect") = 0, py::arg("timeout") = 0.0)
       .def_static("join", [](const std::vector<std::string>& addresses,
                              std::optional<std::shared_ptr<Store>> board,
@@ -68,7 +73,7 @@ void bindCommunicator(py::module_& m) {
         options.doorKey = door_key;
         options.timeout = toMilliseconds(timeout);
         py::gil_scoped_release release;
-        return Comm::join(options, config);
+        return heldByPython(Comm::join(options, config));
       }, py::arg("addresses"), py::arg("board"), py::arg("door_key"), py::arg("config"),
          py::arg("timeout") = 0.0)
       .def_property_readonly("address", &Comm::address)
