@@ -131,6 +131,7 @@ class Probe {
     } else if (error == ECONNREFUSED) {
       finish(Reach::Refused);
     } else {
+      refusedOrReset_ = refusedOrReset_ || error == ECONNRESET || error == ECONNABORTED;
       startNext();
     }
   }
@@ -151,12 +152,17 @@ class Probe {
         result_ = Reach::Refused;
         return;
       }
+      if (errno == ECONNRESET || errno == ECONNABORTED) refusedOrReset_ = true;
       if (errno == EINPROGRESS || errno == EINTR) {
         fd_ = std::move(fd);
         return;
       }
     }
-    result_ = Reach::Silent;  // unreachable: no route, no host, or nothing answered
+    // A reset is an answer from the host: its mailbox closed while the connection was being
+    // made (a rank shutting its communicator down). Silent is only for a host that said nothing:
+    // taken for lost, its record would not be looked for, and a mismatch the rank recorded
+    // before it closed was once reported to its peers as a broken connection.
+    result_ = refusedOrReset_ ? Reach::Refused : Reach::Silent;
   }
 
   std::vector<net::Address> targets_;
@@ -169,6 +175,7 @@ class Probe {
   std::array<uint8_t, auth::kReplyBytes> reply_{};
   std::array<uint8_t, auth::kProofBytes> proof_{};
   size_t done_ = 0;  // bytes of the step under way
+  bool refusedOrReset_ = false;  // a target's host answered with a reset
   std::optional<Reach> result_;
 };
 
