@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,8 +36,6 @@ constexpr auto kMaxRetryDelay = std::chrono::milliseconds(500);
 // One attempt on one address may wait this long for the handshake, so that a black-holed address
 // does not use up the whole deadline before the next resolved address is tried.
 constexpr auto kConnectAttemptTimeout = std::chrono::milliseconds(5000);
-
-std::string errnoText(int error) { return std::strerror(error); }
 
 std::string formatSeconds(double seconds) {
   char text[32];
@@ -90,6 +89,21 @@ bool connectedToItself(int fd) {
 }
 
 }  // namespace
+
+std::string errnoText(int error) {
+  std::string text = std::strerror(error);
+  if (error == EMFILE || error == ENFILE) {
+    // Said where it happens: out of descriptors, a connection's failure otherwise reads as a
+    // peer that is gone.
+    rlimit limit{};
+    text += error == ENFILE ? " (the system's table of open files is full)"
+            : ::getrlimit(RLIMIT_NOFILE, &limit) == 0
+                ? " (this process's descriptor limit, ulimit -n " +
+                      std::to_string(limit.rlim_cur) + ", is reached)"
+                : " (this process's descriptor limit, ulimit -n, is reached)";
+  }
+  return text;
+}
 
 void UniqueFd::reset(int fd) noexcept {
   // close() is not retried on EINTR: on Linux the descriptor is released regardless.

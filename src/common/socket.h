@@ -70,6 +70,8 @@ struct Address {
 
 // "host:port", bracketing an IPv6 literal: "[::1]:29500". For messages.
 std::string formatHostPort(const std::string& host, int port);
+// strerror(error), naming the descriptor limit where it is the cause (EMFILE, ENFILE).
+std::string errnoText(int error);
 
 // now + timeout, saturating at Clock::time_point::max() instead of overflowing, so that a caller's
 // "wait practically forever" (std::chrono::milliseconds::max()) stays a valid deadline.

@@ -141,6 +141,14 @@ class Probe {
     while (next_ < targets_.size()) {
       const net::Address& target = targets_[next_++];
       net::UniqueFd fd(::socket(target.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+      if (!fd && (errno == EMFILE || errno == ENFILE)) {
+        // This rank's own limit, not the peer's absence: said as such, or the peer would be
+        // taken for lost.
+        throw TransportError("ringcomm: asking " + target.toString() +
+                                 "'s mailbox whether its rank lives: socket() failed: " +
+                                 net::errnoText(errno),
+                             FailureContext{"probe", -1, -1, 0.0});
+      }
       if (!fd) continue;
       if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&target.storage),
                     target.length) == 0) {

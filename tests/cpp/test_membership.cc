@@ -4,6 +4,7 @@
 // single-copy reduction, the zombie test of processGone() and ExitWatch.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -201,6 +202,28 @@ TEST(probingTellsGoneFromLost) {
   CHECK(probeMailbox(alive, kMembershipSecret, soon()) == Reach::Refused);
   const Unanswered unanswered;
   CHECK(probeMailbox(unanswered.address(), kMembershipSecret, soon()) == Reach::Silent);
+}
+
+TEST(aProbeOutOfDescriptorsSaysSoRatherThanCallThePeerLost) {
+  // At its descriptor limit a rank cannot ask; were it to answer Silent, its peer would be
+  // reported lost (issue 52: a 64-rank job under ulimit -n 256 named rank 0 "gone").
+  TcpStoreServer server("127.0.0.1", 0, kMembershipSecret);
+  const MailboxAddress alive{"127.0.0.1", server.port()};
+  rlimit saved{};
+  CHECK(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  rlimit none = saved;
+  none.rlim_cur = 0;  // no new descriptor at all: socket() fails with EMFILE
+  CHECK(::setrlimit(RLIMIT_NOFILE, &none) == 0);
+  std::string what;
+  try {
+    probeMailbox(alive, kMembershipSecret, Clock::now() + std::chrono::milliseconds(200));
+  } catch (const TransportError& error) {
+    what = error.what();
+  }
+  CHECK(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  CHECK(what.find("ulimit -n 0") != std::string::npos);
+  CHECK(probeMailbox(alive, kMembershipSecret, Clock::now() + std::chrono::milliseconds(200)) ==
+        Reach::Answers);
 }
 
 TEST(onlyAMailboxThatProvesTheSecretAnswers) {
