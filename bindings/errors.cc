@@ -20,6 +20,16 @@ PyObject* makeException(py::module_& m, const char* name, PyObject* bases, const
   return type;
 }
 
+// A type with two bases: the base of its kind in ringcomm, and the built-in one Python code
+// already catches (TimeoutError, ConnectionError, ValueError).
+PyObject* makeException(py::module_& m, const char* name, PyObject* base, PyObject* builtin,
+                        const char* doc) {
+  PyObject* bases = PyTuple_Pack(2, base, builtin);
+  PyObject* type = makeException(m, name, bases, doc);
+  Py_DECREF(bases);
+  return type;
+}
+
 // The Python exception types, created once at import (the translator must be a plain function).
 struct ExceptionTypes {
   PyObject* base;
@@ -49,21 +59,15 @@ void bindErrors(py::module_& m) {
                                       "Base class of ringcomm's errors.");
   PyObject* peerError = makeException(m, "PeerError", baseError,
                                       "A collective failed because of a peer; see .peer, .rank, .operation, .elapsed.");
-  PyObject* timeoutBases = PyTuple_Pack(2, peerError, PyExc_TimeoutError);
-  PyObject* timeoutError = makeException(m, "TimeoutError", timeoutBases,
+  PyObject* timeoutError = makeException(m, "TimeoutError", peerError, PyExc_TimeoutError,
                                          "A deadline passed while waiting for the peer named in the message.");
-  Py_DECREF(timeoutBases);
-  PyObject* connectionBases = PyTuple_Pack(2, peerError, PyExc_ConnectionError);
-  PyObject* transportError = makeException(m, "TransportError", connectionBases,
+  PyObject* transportError = makeException(m, "TransportError", peerError, PyExc_ConnectionError,
                                            "A peer died, aborted or closed its connection.");
-  Py_DECREF(connectionBases);
   PyObject* mismatchError = makeException(m, "MismatchError", peerError,
                                           "Ranks called different collectives, or with different sizes or types.");
   // Also a ValueError, as Python's operations on a closed file are.
-  PyObject* closedBases = PyTuple_Pack(2, baseError, PyExc_ValueError);
-  PyObject* closedError = makeException(m, "CommunicatorClosed", closedBases,
+  PyObject* closedError = makeException(m, "CommunicatorClosed", baseError, PyExc_ValueError,
                                         "The communicator was shut down or poisoned by an earlier failure.");
-  Py_DECREF(closedBases);
 
   PyObject* membershipError = makeException(
       m, "MembershipError", baseError,
