@@ -50,10 +50,7 @@ std::vector<size_t> blockCounts(const at::Tensor& tensor, const std::vector<int6
 ringcomm::WorkPtr RingcommBackend::startAllgather(const at::Tensor& input, void* output,
                                                   ringcomm::AllgatherOptions o) {
   Buffer b = movable(input);
-  o.input = b.data;
-  o.output = output;
-  o.count = b.count;
-  o.type = b.type;
+  setArrays(o, b.data, output, b);
   return communicator_->allgather(o);
 }
 
@@ -83,12 +80,9 @@ WorkHandle RingcommBackend::allgather(std::vector<std::vector<at::Tensor>>& outp
                                       std::vector<at::Tensor>& inputs,
                                       const ::c10d::AllgatherOptions& opts) {
   requireCount(inputs, 1, "all_gather", "input tensors");
-  TORCH_CHECK_VALUE(outputs.size() == 1, "ringcomm all_gather: expected one output list; got ",
-                    outputs.size());
+  requireOneList(outputs, "expected", "output", "all_gather");
   requireDense(inputs, "all_gather", "input");
-  requireDense(outputs[0], "all_gather", "output");
-  requireCount(outputs[0], static_cast<size_t>(size_), "all_gather", "output list");
-  requireSameShape(outputs[0], inputs[0], "all_gather", "output");
+  requireRankList(outputs[0], inputs[0], size_, "output", "all_gather");
   at::Tensor input = Staging::in(inputs[0]);
   at::Tensor flat = at::empty({size_ * input.numel()}, input.options());
   std::vector<at::Tensor> targets = outputs[0];
@@ -104,14 +98,8 @@ WorkHandle RingcommBackend::allgather(std::vector<std::vector<at::Tensor>>& outp
 
 WorkHandle RingcommBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                             const ::c10d::AllgatherOptions& opts) {
-  requireDense(input, "all_gather_into_tensor", "input");
-  requireDense(output, "all_gather_into_tensor", "output");
-  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
-                   "ringcomm all_gather_into_tensor: output dtype ", output.scalar_type(),
-                   " differs from input dtype ", input.scalar_type());
-  TORCH_CHECK_VALUE(output.numel() == size_ * input.numel(),
-                    "ringcomm all_gather_into_tensor: output must hold world size (", size_,
-                    ") x input elements (", input.numel(), "); got ", output.numel());
+  requireDensePair(output, input, "all_gather_into_tensor");
+  requireWorldSizeTimes(output, "output", input, "input", size_, "all_gather_into_tensor");
   at::Tensor in = Staging::in(input);
   auto staging = std::make_shared<Staging>();
   at::Tensor out = staging->inOut(output);
@@ -166,38 +154,26 @@ WorkHandle RingcommBackend::allgather_into_tensor_coalesced(std::vector<at::Tens
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
                     "ringcomm all_gather_into_tensor_coalesced: ", outputs.size(), " outputs for ",
                     inputs.size(), " inputs");
-  std::vector<at::Tensor> keep;
-  auto stagings = std::make_shared<std::vector<std::shared_ptr<Staging>>>();
-  std::vector<std::pair<at::Tensor, at::Tensor>> pairs;
+  StagedPairs staged;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    requireDense(inputs[i], "all_gather_into_tensor_coalesced", "input");
-    requireDense(outputs[i], "all_gather_into_tensor_coalesced", "output");
-    TORCH_CHECK_VALUE(outputs[i].numel() == size_ * inputs[i].numel() &&
-                          outputs[i].scalar_type() == inputs[i].scalar_type(),
-                      "ringcomm all_gather_into_tensor_coalesced: output ", i,
-                      " must hold world size x input ", i, " elements of its dtype");
-    auto staging = std::make_shared<Staging>();
-    pairs.emplace_back(Staging::in(inputs[i]), staging->inOut(outputs[i]));
-    keep.push_back(pairs.back().first);
-    keep.push_back(pairs.back().second);
-    stagings->push_back(staging);
+    requireCoalescedPair(inputs[i], outputs[i], Whole::Output, i, size_,
+                         "all_gather_into_tensor_coalesced");
+    staged.add(inputs[i], outputs[i]);
   }
   return start(
       rank_, count_, OpType::COALESCED,
       {"all_gather_into_tensor_coalesced", "ringcomm:all_gather_into_tensor_coalesced"}, inputs,
-      outputs, keep,
+      outputs, staged.keep,
       [&](RingcommWork&) {
         std::vector<ringcomm::WorkPtr> parts;
-        for (auto& [in, out] : pairs) {
+        for (auto& [in, out] : staged.pairs) {
           // Several parts: queue them all (no running in the caller), then wait.
           parts.push_back(startAllgather(
               in, out.data_ptr(), common<ringcomm::AllgatherOptions>(opts.timeout, true)));
         }
         return parts;
       },
-      [stagings] {
-        for (const auto& staging : *stagings) staging->copyBack();
-      });
+      [staging = staged.staging] { staging->copyBack(); });
 }
 
 WorkHandle RingcommBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -208,11 +184,8 @@ WorkHandle RingcommBackend::gather(std::vector<std::vector<at::Tensor>>& outputs
   const bool isRoot = rank_ == opts.rootRank;
   std::vector<at::Tensor> targets;
   if (isRoot) {
-    TORCH_CHECK_VALUE(outputs.size() == 1, "ringcomm gather: the root needs one output list; got ",
-                      outputs.size());
-    requireDense(outputs[0], "gather", "output");
-    requireCount(outputs[0], static_cast<size_t>(size_), "gather", "output list");
-    requireSameShape(outputs[0], inputs[0], "gather", "output");
+    requireOneList(outputs, "the root needs", "output", "gather");
+    requireRankList(outputs[0], inputs[0], size_, "output", "gather");
     targets = outputs[0];
   } else {
     TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(),
@@ -227,10 +200,7 @@ WorkHandle RingcommBackend::gather(std::vector<std::vector<at::Tensor>>& outputs
       [&](RingcommWork&) {
         auto o = common<ringcomm::GatherOptions>(opts.timeout, opts.asyncOp);
         Buffer b = movable(input);
-        o.input = b.data;
-        o.output = isRoot ? flat.data_ptr() : nullptr;
-        o.count = b.count;
-        o.type = b.type;
+        setArrays(o, b.data, isRoot ? flat.data_ptr() : nullptr, b);
         o.root = static_cast<int>(opts.rootRank);
         return std::vector<ringcomm::WorkPtr>{communicator_->gather(o)};
       },
@@ -248,11 +218,8 @@ WorkHandle RingcommBackend::scatter(std::vector<at::Tensor>& outputs,
   at::Tensor flat;
   std::vector<at::Tensor> sources;  // the root's input list; nothing elsewhere
   if (isRoot) {
-    TORCH_CHECK_VALUE(inputs.size() == 1, "ringcomm scatter: the root needs one input list; got ",
-                      inputs.size());
-    requireDense(inputs[0], "scatter", "input");
-    requireCount(inputs[0], static_cast<size_t>(size_), "scatter", "input list");
-    requireSameShape(inputs[0], outputs[0], "scatter", "input");
+    requireOneList(inputs, "the root needs", "input", "scatter");
+    requireRankList(inputs[0], outputs[0], size_, "input", "scatter");
     flat = flatten(inputs[0]);
     sources = inputs[0];
   } else {
@@ -267,10 +234,7 @@ WorkHandle RingcommBackend::scatter(std::vector<at::Tensor>& outputs,
       [&](RingcommWork&) {
         auto o = common<ringcomm::ScatterOptions>(opts.timeout, opts.asyncOp);
         Buffer b = movable(output);
-        o.input = isRoot ? flat.data_ptr() : nullptr;
-        o.output = b.data;
-        o.count = b.count;
-        o.type = b.type;
+        setArrays(o, isRoot ? flat.data_ptr() : nullptr, b.data, b);
         o.root = static_cast<int>(opts.rootRank);
         return std::vector<ringcomm::WorkPtr>{communicator_->scatter(o)};
       },
@@ -281,11 +245,7 @@ WorkHandle RingcommBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
                                           std::vector<int64_t>& outputSplitSizes,
                                           std::vector<int64_t>& inputSplitSizes,
                                           const ::c10d::AllToAllOptions& opts) {
-  requireDense(input, "all_to_all_single", "input");
-  requireDense(output, "all_to_all_single", "output");
-  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
-                   "ringcomm all_to_all_single: output dtype ", output.scalar_type(),
-                   " differs from input dtype ", input.scalar_type());
+  requireDensePair(output, input, "all_to_all_single");
   at::Tensor in = Staging::in(input);
   auto staging = std::make_shared<Staging>();
   at::Tensor out = staging->inOut(output);
@@ -332,11 +292,7 @@ WorkHandle RingcommBackend::alltoall(std::vector<at::Tensor>& outputs,
   requireDense(inputs, "all_to_all", "input");
   requireDense(outputs, "all_to_all", "output");
   requireSameDtype(inputs, "all_to_all");
-  for (const auto& output : outputs) {
-    TORCH_CHECK_TYPE(output.scalar_type() == inputs[0].scalar_type(),
-                     "ringcomm all_to_all: output dtype ", output.scalar_type(),
-                     " differs from input dtype ", inputs[0].scalar_type());
-  }
+  for (const auto& output : outputs) requireOutputDtype(output, inputs[0], "all_to_all");
   at::Tensor flatIn = flatten(inputs);
   int64_t received = 0;
   for (const auto& output : outputs) received += output.numel();

@@ -22,9 +22,7 @@ ringcomm::WorkPtr RingcommBackend::startAllreduce(const at::Tensor& buffer,
                                                   const Reduction& reduction,
                                                   ringcomm::AllreduceOptions o) {
   Buffer b = reducible(buffer, reduction);
-  o.input = o.output = b.data;
-  o.count = b.count;
-  o.type = b.type;
+  setArrays(o, b.data, b.data, b);
   o.op = reduction.op;
   return communicator_->allreduce(o);
 }
@@ -34,10 +32,7 @@ ringcomm::WorkPtr RingcommBackend::startReduceScatter(const at::Tensor& input,
                                                       const Reduction& reduction,
                                                       ringcomm::ReduceScatterOptions o) {
   Buffer b = reducible(output, reduction);
-  o.input = input.data_ptr();
-  o.output = b.data;
-  o.count = b.count;
-  o.type = b.type;
+  setArrays(o, input.data_ptr(), b.data, b);
   o.op = reduction.op;
   return communicator_->reduceScatter(o);
 }
@@ -178,10 +173,7 @@ WorkHandle RingcommBackend::reduce(std::vector<at::Tensor>& tensors,
       [&](RingcommWork&) {
         auto o = common<ringcomm::ReduceOptions>(opts.timeout, opts.asyncOp);
         Buffer b = reducible(buffer, reduction);
-        o.input = b.data;
-        o.output = rank_ == opts.rootRank ? b.data : nullptr;
-        o.count = b.count;
-        o.type = b.type;
+        setArrays(o, b.data, rank_ == opts.rootRank ? b.data : nullptr, b);
         o.op = reduction.op;
         o.root = static_cast<int>(opts.rootRank);
         return std::vector<ringcomm::WorkPtr>{communicator_->reduce(o)};
@@ -193,12 +185,9 @@ WorkHandle RingcommBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
                                            std::vector<std::vector<at::Tensor>>& inputs,
                                            const ::c10d::ReduceScatterOptions& opts) {
   requireCount(outputs, 1, "reduce_scatter", "output tensors");
-  TORCH_CHECK_VALUE(inputs.size() == 1, "ringcomm reduce_scatter: expected one input list; got ",
-                    inputs.size());
+  requireOneList(inputs, "expected", "input", "reduce_scatter");
   requireDense(outputs, "reduce_scatter", "output");
-  requireDense(inputs[0], "reduce_scatter", "input");
-  requireCount(inputs[0], static_cast<size_t>(size_), "reduce_scatter", "input list");
-  requireSameShape(inputs[0], outputs[0], "reduce_scatter", "input");
+  requireRankList(inputs[0], outputs[0], size_, "input", "reduce_scatter");
   const Reduction reduction = reductionFor(outputs[0], opts.reduceOp, "reduce_scatter");
   at::Tensor flat = flatten(inputs[0]);
   auto staging = std::make_shared<Staging>();
@@ -216,14 +205,8 @@ WorkHandle RingcommBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
 
 WorkHandle RingcommBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                  const ::c10d::ReduceScatterOptions& opts) {
-  requireDense(input, "reduce_scatter_tensor", "input");
-  requireDense(output, "reduce_scatter_tensor", "output");
-  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
-                   "ringcomm reduce_scatter_tensor: output dtype ", output.scalar_type(),
-                   " differs from input dtype ", input.scalar_type());
-  TORCH_CHECK_VALUE(input.numel() == size_ * output.numel(),
-                    "ringcomm reduce_scatter_tensor: input must hold world size (", size_,
-                    ") x output elements (", output.numel(), "); got ", input.numel());
+  requireDensePair(output, input, "reduce_scatter_tensor");
+  requireWorldSizeTimes(input, "input", output, "output", size_, "reduce_scatter_tensor");
   const Reduction reduction = reductionFor(output, opts.reduceOp, "reduce_scatter_tensor");
   at::Tensor in = Staging::in(input);
   auto staging = std::make_shared<Staging>();
@@ -245,39 +228,29 @@ WorkHandle RingcommBackend::reduce_scatter_tensor_coalesced(
   TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "ringcomm reduce_scatter_tensor_coalesced: ",
                     outputs.size(), " outputs for ", inputs.size(), " inputs");
   // Each pair is one reduce-scatter; queued back to back, they complete in order.
-  std::vector<at::Tensor> keep;
-  auto stagings = std::make_shared<std::vector<std::shared_ptr<Staging>>>();
-  std::vector<std::tuple<at::Tensor, at::Tensor, Reduction>> jobs;
+  StagedPairs staged;
+  std::vector<Reduction> reductions;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    requireDense(inputs[i], "reduce_scatter_tensor_coalesced", "input");
-    requireDense(outputs[i], "reduce_scatter_tensor_coalesced", "output");
-    TORCH_CHECK_VALUE(inputs[i].numel() == size_ * outputs[i].numel() &&
-                          outputs[i].scalar_type() == inputs[i].scalar_type(),
-                      "ringcomm reduce_scatter_tensor_coalesced: input ", i,
-                      " must hold world size x output ", i, " elements of its dtype");
-    auto staging = std::make_shared<Staging>();
-    const Reduction reduction =
-        reductionFor(outputs[i], opts.reduceOp, "reduce_scatter_tensor_coalesced");
-    jobs.emplace_back(Staging::in(inputs[i]), staging->inOut(outputs[i]), reduction);
-    keep.push_back(std::get<0>(jobs.back()));
-    keep.push_back(std::get<1>(jobs.back()));
-    stagings->push_back(staging);
+    requireCoalescedPair(inputs[i], outputs[i], Whole::Input, i, size_,
+                         "reduce_scatter_tensor_coalesced");
+    reductions.push_back(
+        reductionFor(outputs[i], opts.reduceOp, "reduce_scatter_tensor_coalesced"));
+    staged.add(inputs[i], outputs[i]);
   }
   return start(
       rank_, count_, OpType::COALESCED,
       {"reduce_scatter_tensor_coalesced", "ringcomm:reduce_scatter_tensor_coalesced"}, inputs,
-      outputs, keep,
+      outputs, staged.keep,
       [&](RingcommWork&) {
         std::vector<ringcomm::WorkPtr> started;
-        for (auto& [in, out, reduction] : jobs) {
+        for (size_t i = 0; i < staged.pairs.size(); ++i) {
+          const auto& [in, out] = staged.pairs[i];
           started.push_back(startReduceScatter(
-              in, out, reduction, common<ringcomm::ReduceScatterOptions>(opts.timeout, true)));
+              in, out, reductions[i], common<ringcomm::ReduceScatterOptions>(opts.timeout, true)));
         }
         return started;
       },
-      [stagings] {
-        for (const auto& staging : *stagings) staging->copyBack();
-      });
+      [staging = staged.staging] { staging->copyBack(); });
 }
 
 }  // namespace ringcomm::c10d_backend

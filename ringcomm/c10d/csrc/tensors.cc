@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace ringcomm::c10d_backend {
 namespace {
@@ -141,6 +142,25 @@ void requireCount(const std::vector<at::Tensor>& tensors, size_t expected, const
                     " must hold ", expected, " tensor(s); got ", tensors.size());
 }
 
+void requireDensePair(const at::Tensor& output, const at::Tensor& input, const char* operation) {
+  requireDense(input, operation, "input");
+  requireDense(output, operation, "output");
+  requireOutputDtype(output, input, operation);
+}
+
+void requireOutputDtype(const at::Tensor& output, const at::Tensor& input, const char* operation) {
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "ringcomm ", operation,
+                   ": output dtype ", output.scalar_type(), " differs from input dtype ",
+                   input.scalar_type());
+}
+
+void requireWorldSizeTimes(const at::Tensor& whole, const char* wholeName, const at::Tensor& part,
+                           const char* partName, int64_t size, const char* operation) {
+  TORCH_CHECK_VALUE(whole.numel() == size * part.numel(), "ringcomm ", operation, ": ", wholeName,
+                    " must hold world size (", size, ") x ", partName, " elements (", part.numel(),
+                    "); got ", whole.numel());
+}
+
 void requireSameShape(const std::vector<at::Tensor>& tensors, const at::Tensor& like,
                       const char* operation, const char* argument) {
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -150,6 +170,33 @@ void requireSameShape(const std::vector<at::Tensor>& tensors, const at::Tensor& 
     TORCH_CHECK_VALUE(tensors[i].numel() == like.numel(), "ringcomm ", operation, ": ", argument,
                       "[", i, "] has ", tensors[i].numel(), " elements; expected ", like.numel());
   }
+}
+
+void requireOneList(const std::vector<std::vector<at::Tensor>>& lists, const char* who,
+                    const char* side, const char* operation) {
+  TORCH_CHECK_VALUE(lists.size() == 1, "ringcomm ", operation, ": ", who, " one ", side,
+                    " list; got ", lists.size());
+}
+
+void requireRankList(const std::vector<at::Tensor>& list, const at::Tensor& like, int64_t size,
+                     const char* side, const char* operation) {
+  requireDense(list, operation, side);
+  requireCount(list, static_cast<size_t>(size), operation, (std::string(side) + " list").c_str());
+  requireSameShape(list, like, operation, side);
+}
+
+void requireCoalescedPair(const at::Tensor& input, const at::Tensor& output, Whole whole,
+                          size_t index, int64_t size, const char* operation) {
+  requireDense(input, operation, "input");
+  requireDense(output, operation, "output");
+  const bool outputWhole = whole == Whole::Output;
+  const at::Tensor& wholeTensor = outputWhole ? output : input;
+  const at::Tensor& part = outputWhole ? input : output;
+  TORCH_CHECK_VALUE(wholeTensor.numel() == size * part.numel() &&
+                        output.scalar_type() == input.scalar_type(),
+                    "ringcomm ", operation, ": ", outputWhole ? "output " : "input ", index,
+                    " must hold world size x ", outputWhole ? "input " : "output ", index,
+                    " elements of its dtype");
 }
 
 at::Tensor Staging::inOut(const at::Tensor& tensor) {

@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -21,6 +22,15 @@ struct Buffer {
   size_t count = 0;
   DataType type = DataType::Uint8;
 };
+
+// The arrays of a collective's options: `counted`'s elements, from `input` into `output`.
+template <typename Options>
+void setArrays(Options& o, const void* input, void* output, const Buffer& counted) {
+  o.input = input;
+  o.output = output;
+  o.count = counted.count;
+  o.type = counted.type;
+}
 
 // A reduction on `tensor` with torch's `op`: the core's element type and operator. Complex sums
 // reduce their real and imaginary parts as floats; bool reduces logically (SUM and MAX are or,
@@ -49,6 +59,14 @@ void requireDense(const at::Tensor& tensor, const char* operation, const char* a
 void requireDense(const std::vector<at::Tensor>& tensors, const char* operation,
                   const char* argument);
 
+// Checks an output tensor against its input: both dense, the output of the input's dtype.
+void requireDensePair(const at::Tensor& output, const at::Tensor& input, const char* operation);
+void requireOutputDtype(const at::Tensor& output, const at::Tensor& input, const char* operation);
+// Checks that `whole` holds world size (`size`) times the elements of `part`: the output of
+// all_gather_into_tensor, the input of reduce_scatter_tensor.
+void requireWorldSizeTimes(const at::Tensor& whole, const char* wholeName, const at::Tensor& part,
+                           const char* partName, int64_t size, const char* operation);
+
 // Where an operation's tensors live. For CUDA tensors: the device and the stream torch currently
 // queues work on there, which the core orders the collective after (and makes wait for it).
 // Found through c10's device-generic stream interface, so this compiles against a CPU-only torch
@@ -65,6 +83,14 @@ void requireCount(const std::vector<at::Tensor>& tensors, size_t expected, const
 // Checks that every tensor has the dtype and element count of `like`.
 void requireSameShape(const std::vector<at::Tensor>& tensors, const at::Tensor& like,
                       const char* operation, const char* argument);
+// torch's list of lists where a collective takes one list a rank (all_gather's outputs, scatter's
+// inputs): checks that `lists` holds one list, naming `side` ("output", "input") and saying who
+// needs it (`who`: "expected", "the root needs"), and that this list holds `size` dense tensors
+// shaped like `like`.
+void requireOneList(const std::vector<std::vector<at::Tensor>>& lists, const char* who,
+                    const char* side, const char* operation);
+void requireRankList(const std::vector<at::Tensor>& list, const at::Tensor& like, int64_t size,
+                     const char* side, const char* operation);
 
 // Contiguous tensors the core can use in place of the caller's; where one had to be copied,
 // copyBack() writes the result to the original.
@@ -80,6 +106,27 @@ class Staging {
  private:
   std::vector<std::pair<at::Tensor, at::Tensor>> pairs_;  // (caller's, staging)
 };
+
+// The (input, output) pairs of a coalesced collective: each input staged to be read, each output
+// to be written back by one Staging; `keep` holds every staged tensor, for the Work to keep alive.
+struct StagedPairs {
+  std::vector<std::pair<at::Tensor, at::Tensor>> pairs;
+  std::vector<at::Tensor> keep;
+  std::shared_ptr<Staging> staging = std::make_shared<Staging>();
+
+  void add(const at::Tensor& input, const at::Tensor& output) {
+    pairs.emplace_back(Staging::in(input), staging->inOut(output));
+    keep.push_back(pairs.back().first);
+    keep.push_back(pairs.back().second);
+  }
+};
+
+// Checks pair `index` of a coalesced collective: both dense, of one dtype, and the whole (the
+// output of an all-gather, the input of a reduce-scatter) world size (`size`) times the other's
+// elements.
+enum class Whole { Input, Output };
+void requireCoalescedPair(const at::Tensor& input, const at::Tensor& output, Whole whole,
+                          size_t index, int64_t size, const char* operation);
 
 // One contiguous tensor holding `tensors` end to end, and the copy back into them.
 at::Tensor flatten(const std::vector<at::Tensor>& tensors);
