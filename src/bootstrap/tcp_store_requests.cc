@@ -64,11 +64,7 @@ void ServerLoop::handle(ConnectionId id, Connection& connection, const uint8_t* 
       std::string key = request.str();
       Bytes value = request.bytes();
       request.expectEnd();
-      if (const std::string full = roomFor(key, value.size()); !full.empty()) {
-        reply(connection, Encoder(Status::Error).str(full).finish());
-        return;
-      }
-      store(key, std::move(value));
+      if (!storeIfRoom(connection, key, std::move(value))) return;
       reply(connection, Encoder(Status::Ok).finish());
       wakeWaiters(key);
       return;
@@ -99,14 +95,10 @@ void ServerLoop::handle(ConnectionId id, Connection& connection, const uint8_t* 
       Bytes value = exists ? found->second : Bytes();
       try {
         int64_t next = storeproto::applyAdd(key, value, exists, delta);
-        if (const std::string full = roomFor(key, value.size()); !full.empty()) {
-          reply(connection, Encoder(Status::Error).str(full).finish());
-          return;
-        }
-        store(key, std::move(value));
+        if (!storeIfRoom(connection, key, std::move(value))) return;
         reply(connection, Encoder(Status::Ok).i64(next).finish());
       } catch (const InvalidArgument& error) {
-        reply(connection, Encoder(Status::Error).str(std::string(error.what())).finish());
+        replyError(connection, error.what());
         return;
       }
       wakeWaiters(key);
@@ -115,10 +107,8 @@ void ServerLoop::handle(ConnectionId id, Connection& connection, const uint8_t* 
     case Op::Check: {
       uint32_t count = request.u32();
       if (count > storeproto::kMaxKeysPerCheck) {
-        reply(connection, Encoder(Status::Error)
-                              .str("store check of " + std::to_string(count) + " keys; at most " +
-                                   std::to_string(storeproto::kMaxKeysPerCheck) + " per request")
-                              .finish());
+        replyError(connection, "store check of " + std::to_string(count) + " keys; at most " +
+                                   std::to_string(storeproto::kMaxKeysPerCheck) + " per request");
         return;
       }
       bool present = true;
@@ -128,9 +118,7 @@ void ServerLoop::handle(ConnectionId id, Connection& connection, const uint8_t* 
       return;
     }
   }
-  reply(connection, Encoder(Status::Error)
-                        .str("unknown store request " + std::to_string(int(op)))
-                        .finish());
+  replyError(connection, "unknown store request " + std::to_string(int(op)));
 }
 
 std::string ServerLoop::roomFor(const std::string& key, size_t valueBytes) const {
@@ -154,8 +142,21 @@ void ServerLoop::store(const std::string& key, Bytes value) {
   values_[key] = std::move(value);
 }
 
+bool ServerLoop::storeIfRoom(Connection& connection, const std::string& key, Bytes value) {
+  if (const std::string full = roomFor(key, value.size()); !full.empty()) {
+    replyError(connection, full);
+    return false;
+  }
+  store(key, std::move(value));
+  return true;
+}
+
 void ServerLoop::reply(Connection& connection, Bytes frame) {
   connection.out.insert(connection.out.end(), frame.begin(), frame.end());
+}
+
+void ServerLoop::replyError(Connection& connection, const std::string& message) {
+  reply(connection, Encoder(Status::Error).str(message).finish());
 }
 
 void ServerLoop::wakeWaiters(const std::string& key) {

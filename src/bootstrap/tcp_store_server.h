@@ -100,9 +100,12 @@ class ServerLoop {
   void processRequests(ConnectionId id, Connection& connection);
   void handle(ConnectionId id, Connection& connection, const uint8_t* body, size_t size);
   void reply(Connection& connection, Bytes frame);
+  void replyError(Connection& connection, const std::string& message);
   // Why key (with a value of valueBytes) may not be stored, or "" when it may.
   std::string roomFor(const std::string& key, size_t valueBytes) const;
   void store(const std::string& key, Bytes value);
+  // Stores the value where roomFor allows it; else replies the error and returns false.
+  bool storeIfRoom(Connection& connection, const std::string& key, Bytes value);
   // Answers the parked gets of key (it now exists), then lets those clients go on.
   void wakeWaiters(const std::string& key);
   void unpark(ConnectionId id, Connection& connection);
