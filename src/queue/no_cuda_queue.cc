@@ -10,8 +10,10 @@
 #include "queue/queue_device.h"
 #include "device/device_path.h"
 
-namespace ringcomm::device {
+namespace ringcomm::queue {
 namespace {
+
+using device::refuseDeviceMemory;
 
 class NoCudaQueue : public QueueDevice {
  public:
@@ -33,4 +35,4 @@ class NoCudaQueue : public QueueDevice {
 
 std::unique_ptr<QueueDevice> createQueueDevice() { return std::make_unique<NoCudaQueue>(); }
 
-}  // namespace ringcomm::device
+}  // namespace ringcomm::queue

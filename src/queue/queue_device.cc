@@ -12,8 +12,13 @@
 #include "ringcomm/errors.h"
 #include "device/device_state.h"
 
-namespace ringcomm::device {
+namespace ringcomm::queue {
 namespace {
+
+// The device layer's CUDA helpers (device/device_state.h).
+using device::check;
+using device::DeviceGuard;
+using device::newEvent;
 
 // An event that lives as long as whoever may still wait for it: a mark until its run began, an
 // OrderAfter until every Work that holds it is gone. Destroying an event that a stream still
@@ -181,4 +186,4 @@ class CudaQueueDevice : public QueueDevice {
 
 std::unique_ptr<QueueDevice> createQueueDevice() { return std::make_unique<CudaQueueDevice>(); }
 
-}  // namespace ringcomm::device
+}  // namespace ringcomm::queue

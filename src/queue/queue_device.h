@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-namespace ringcomm::device {
+namespace ringcomm::queue {
 
 // Where the caller's stream has a request's tensors ready, recorded at submission.
 class ReadyMark {
@@ -64,4 +64,4 @@ class QueueDevice {
 
 std::unique_ptr<QueueDevice> createQueueDevice();
 
-}  // namespace ringcomm::device
+}  // namespace ringcomm::queue

@@ -332,9 +332,9 @@ std::vector<const TensorQueueImpl::Pending*> TensorQueueImpl::present(
   return local ? std::vector<const Pending*>{&*local} : std::vector<const Pending*>{};
 }
 
-std::vector<const device::ReadyMark*> TensorQueueImpl::marksOf(
+std::vector<const ReadyMark*> TensorQueueImpl::marksOf(
     const std::vector<const Pending*>& run) {
-  std::vector<const device::ReadyMark*> marks;
+  std::vector<const ReadyMark*> marks;
   for (const Pending* pending : run) marks.push_back(pending->ready.get());
   return marks;
 }
@@ -352,7 +352,7 @@ int TensorQueueImpl::runDevice(const std::vector<const Pending*>& run) {
 }
 
 void TensorQueueImpl::finishRun(int device, const std::vector<const Pending*>& run) {
-  const device::OrderAfter done = device_->endRun(device);
+  const OrderAfter done = device_->endRun(device);
   for (const Pending* pending : run) pending->work->orderResultsOn = done;
   std::lock_guard<std::mutex> lock(mutex_);
   lastDevice_ = device;

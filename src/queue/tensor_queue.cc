@@ -120,7 +120,7 @@ TensorWorkPtr TensorQueueImpl::submit(TensorRequest request) {
 std::vector<TensorWorkPtr> TensorQueueImpl::submitAll(std::vector<TensorRequest> requests) {
   if (requests.empty()) return {};
   std::set<std::string> names;
-  std::vector<std::shared_ptr<const device::ReadyMark>> marks;
+  std::vector<std::shared_ptr<const ReadyMark>> marks;
   for (TensorRequest& request : requests) {
     resolveSplits(request);
     validate(request);

@@ -60,7 +60,7 @@ class TensorQueueImpl : public TensorQueue, public std::enable_shared_from_this<
  private:
   struct Pending {
     TensorRequest request;
-    std::shared_ptr<const device::ReadyMark> ready;  // device requests
+    std::shared_ptr<const ReadyMark> ready;  // device requests
     TensorWorkPtr work;
     Clock::time_point submitted;
     int64_t traceId = -1;  // the request's number in the trace
@@ -152,7 +152,7 @@ class TensorQueueImpl : public TensorQueue, public std::enable_shared_from_this<
 
   static std::vector<const Pending*> present(const std::optional<Pending>& local);
 
-  static std::vector<const device::ReadyMark*> marksOf(const std::vector<const Pending*>& run);
+  static std::vector<const ReadyMark*> marksOf(const std::vector<const Pending*>& run);
 
   // The device a run of device requests uses on this rank: its tensors', or for a rank that has
   // joined, the device it named (or last used).
@@ -231,7 +231,7 @@ class TensorQueueImpl : public TensorQueue, public std::enable_shared_from_this<
   // The fusion buffer, grown to the largest fused run; in memory local peers map, so large fused
   // all-reduces on one host move with loads and stores (shm::SharedBytes).
   shm::SharedBytes fusion_;
-  std::unique_ptr<device::QueueDevice> device_ = device::createQueueDevice();
+  std::unique_ptr<QueueDevice> device_ = createQueueDevice();
   std::thread thread_;
 
   mutable std::mutex mutex_;
