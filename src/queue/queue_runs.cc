@@ -186,7 +186,6 @@ void TensorQueueImpl::runAllreduce(const std::vector<ReadyTensor>& ready, size_t
     guarded(worksOf(locals), [&] { runDeviceAllreduce(ready, begin, end, locals, options); });
     return;
   }
-  const size_t elementBytes = elementSize(first.type);
   const int64_t runNumber = runs_++;
   const std::vector<const Pending*> run = present(locals);
   const int64_t runStart = traceRunStart(run);
@@ -194,58 +193,69 @@ void TensorQueueImpl::runAllreduce(const std::vector<ReadyTensor>& ready, size_t
     RINGCOMM_LOG(LogLevel::Trace, kLogQueue, "fusing %zu all-reduces (%s) into one", end - begin,
                  namesOf(ready, begin, end).c_str());
   }
+  FusionMemory host;
+  host.reserve = [&](size_t bytes) { return fusion_.reserve(bytes); };
+  host.copy = [](void* to, const void* from, size_t bytes) { copyBytes(to, from, bytes); };
+  host.join = [&](void* at, size_t count) { fillJoined(at, count, first.type, first.reduceOp); };
   guarded(worksOf(locals), [&] {
-    if (end - begin == 1 && locals[0]) {
-      options.input = locals[0]->request.input;
-      options.output = locals[0]->request.output;
-      options.count = first.count();
-      comm_->allreduce(options)->wait();
-      traceRunEnd(run, runStart, runNumber);
-      return;
-    }
-    size_t total = 0;
-    for (size_t i = begin; i < end; ++i) total += ready[i].reference().count();
-    uint8_t* const fusion = fusion_.reserve(total * elementBytes);
-    size_t offset = 0;
-    std::optional<trace::Span> copy(std::in_place, trace::Phase::FusionIn);
-    for (size_t i = begin; i < end; ++i) {
-      const size_t count = ready[i].reference().count();
-      uint8_t* at = fusion + offset;
-      const auto& local = locals[i - begin];
-      if (local) {
-        copyBytes(at, local->request.input, count * elementBytes);
-      } else {
-        fillJoined(at, count, first.type, first.reduceOp);
-      }
-      offset += count * elementBytes;
-    }
-    describeFusion(copy, runNumber, offset, ready, begin, end);
-    copy.reset();
-    options.input = options.output = fusion;
-    options.count = total;
-    options.tensorCounts = adasumTensors(ready, begin, end, options.op);
-    comm_->allreduce(options)->wait();
-    offset = 0;
-    copy.emplace(trace::Phase::FusionOut);
-    for (size_t i = begin; i < end; ++i) {
-      const size_t bytes = ready[i].reference().count() * elementBytes;
-      const auto& local = locals[i - begin];
-      if (local) copyBytes(local->request.output, fusion + offset, bytes);
-      offset += bytes;
-    }
-    describeFusion(copy, runNumber, offset, ready, begin, end);
-    copy.reset();
+    allreduceRun(ready, begin, end, locals, options, runNumber, host);
     traceRunEnd(run, runStart, runNumber);
   });
 }
 
-void TensorQueueImpl::describeFusion(std::optional<trace::Span>& copy, int64_t runNumber,
-                                     size_t bytes, const std::vector<ReadyTensor>& ready,
-                                     size_t begin, size_t end) {
-  if (!copy->active()) return;
-  copy->event().group = runNumber;
-  copy->event().bytes = bytes;
-  copy->event().label = namesOf(ready, begin, end);
+void TensorQueueImpl::allreduceRun(const std::vector<ReadyTensor>& ready, size_t begin, size_t end,
+                                   const std::vector<std::optional<Pending>>& locals,
+                                   AllreduceOptions& options, int64_t runNumber,
+                                   const FusionMemory& memory) {
+  const Announcement& first = ready[begin].reference();
+  if (end - begin == 1 && locals[0]) {
+    options.input = locals[0]->request.input;
+    options.output = locals[0]->request.output;
+    options.count = first.count();
+    comm_->allreduce(options)->wait();
+    return;
+  }
+  const size_t elementBytes = elementSize(first.type);
+  size_t total = 0;
+  for (size_t i = begin; i < end; ++i) total += ready[i].reference().count();
+  uint8_t* const fusion = memory.reserve(total * elementBytes);
+  size_t offset = 0;
+  {
+    trace::Span copy(trace::Phase::FusionIn, memory.where);
+    for (size_t i = begin; i < end; ++i) {
+      const size_t count = ready[i].reference().count();
+      const auto& local = locals[i - begin];
+      if (local) {
+        memory.copy(fusion + offset, local->request.input, count * elementBytes);
+      } else {
+        memory.join(fusion + offset, count);
+      }
+      offset += count * elementBytes;
+    }
+    describeFusion(copy, runNumber, offset, ready, begin, end);
+  }
+  options.input = options.output = fusion;
+  options.count = total;
+  options.tensorCounts = adasumTensors(ready, begin, end, options.op);
+  comm_->allreduce(options)->wait();
+  offset = 0;
+  trace::Span copy(trace::Phase::FusionOut, memory.where);
+  for (size_t i = begin; i < end; ++i) {
+    const size_t bytes = ready[i].reference().count() * elementBytes;
+    const auto& local = locals[i - begin];
+    if (local) memory.copy(local->request.output, fusion + offset, bytes);
+    offset += bytes;
+  }
+  describeFusion(copy, runNumber, offset, ready, begin, end);
+}
+
+void TensorQueueImpl::describeFusion(trace::Span& copy, int64_t runNumber, size_t bytes,
+                                     const std::vector<ReadyTensor>& ready, size_t begin,
+                                     size_t end) {
+  if (!copy.active()) return;
+  copy.event().group = runNumber;
+  copy.event().bytes = bytes;
+  copy.event().label = namesOf(ready, begin, end);
 }
 
 void TensorQueueImpl::runDeviceAllreduce(const std::vector<ReadyTensor>& ready, size_t begin,
@@ -259,49 +269,23 @@ void TensorQueueImpl::runDeviceAllreduce(const std::vector<ReadyTensor>& ready, 
   const int64_t runStart = traceRunStart(run);
   options.deviceMemory = true;
   options.stream = device_->beginRun(device, marksOf(run));
-  if (end - begin == 1 && locals[0]) {
-    options.input = locals[0]->request.input;
-    options.output = locals[0]->request.output;
-    options.count = first.count();
-    comm_->allreduce(options)->wait();
-  } else {
-    const size_t elementBytes = elementSize(first.type);
-    size_t total = 0;
-    for (size_t i = begin; i < end; ++i) total += ready[i].reference().count();
-    auto* fusion = static_cast<uint8_t*>(
-        device_->fusionBuffer(device, std::max<size_t>(total * elementBytes, 1)));
-    size_t offset = 0;
-    // Device copies are queued on the queue's stream: these spans time the queueing.
-    std::optional<trace::Span> copy(std::in_place, trace::Phase::FusionIn, "device");
-    for (size_t i = begin; i < end; ++i) {
-      const size_t count = ready[i].reference().count();
-      const auto& local = locals[i - begin];
-      if (local) {
-        device_->copy(device, fusion + offset, local->request.input, count * elementBytes);
-      } else if (count > 0) {
-        std::vector<uint8_t> joined(count * elementBytes);
-        fillJoined(joined.data(), count, first.type, first.reduceOp);
-        device_->upload(device, fusion + offset, joined.data(), joined.size());
-      }
-      offset += count * elementBytes;
-    }
-    describeFusion(copy, runNumber, offset, ready, begin, end);
-    copy.reset();
-    options.input = options.output = fusion;
-    options.count = total;
-    options.tensorCounts = adasumTensors(ready, begin, end, options.op);
-    comm_->allreduce(options)->wait();
-    offset = 0;
-    copy.emplace(trace::Phase::FusionOut, "device");
-    for (size_t i = begin; i < end; ++i) {
-      const size_t bytes = ready[i].reference().count() * elementBytes;
-      const auto& local = locals[i - begin];
-      if (local) device_->copy(device, local->request.output, fusion + offset, bytes);
-      offset += bytes;
-    }
-    describeFusion(copy, runNumber, offset, ready, begin, end);
-    copy.reset();
-  }
+  const size_t elementBytes = elementSize(first.type);
+  // Device copies are queued on the queue's stream: the fusion's spans time the queueing.
+  FusionMemory onDevice;
+  onDevice.reserve = [&](size_t bytes) {
+    return static_cast<uint8_t*>(device_->fusionBuffer(device, std::max<size_t>(bytes, 1)));
+  };
+  onDevice.copy = [&](void* to, const void* from, size_t bytes) {
+    device_->copy(device, to, from, bytes);
+  };
+  onDevice.join = [&](void* at, size_t count) {
+    if (count == 0) return;
+    std::vector<uint8_t> joined(count * elementBytes);
+    fillJoined(joined.data(), count, first.type, first.reduceOp);
+    device_->upload(device, at, joined.data(), joined.size());
+  };
+  onDevice.where = "device";
+  allreduceRun(ready, begin, end, locals, options, runNumber, onDevice);
   traceRunEnd(run, runStart, runNumber);
   finishRun(device, run);
 }

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -129,8 +130,26 @@ class TensorQueueImpl : public TensorQueue, public std::enable_shared_from_this<
 
   void runAllreduce(const std::vector<ReadyTensor>& ready, size_t begin, size_t end);
 
+  // Where a run of all-reduces is fused: host memory (copyBytes into the queue's fusion buffer)
+  // or a device's (copies queued on the queue's stream into its device buffer). `join` fills
+  // `count` elements at `at` with what a rank that has joined contributes (fillJoined); `where`
+  // is the fusion spans' detail in the trace.
+  struct FusionMemory {
+    std::function<uint8_t*(size_t bytes)> reserve;
+    std::function<void(void* to, const void* from, size_t bytes)> copy;
+    std::function<void(void* at, size_t count)> join;
+    const char* where = nullptr;
+  };
+
+  // Runs the all-reduces ready[begin, end) as one collective: a lone tensor of this rank's in
+  // place, several (or a joined rank's) through a fusion buffer in `memory`, copied in, reduced
+  // and copied out.
+  void allreduceRun(const std::vector<ReadyTensor>& ready, size_t begin, size_t end,
+                    const std::vector<std::optional<Pending>>& locals, AllreduceOptions& options,
+                    int64_t runNumber, const FusionMemory& memory);
+
   // The fusion copy's details in the trace: which run, how many bytes, which tensors.
-  static void describeFusion(std::optional<trace::Span>& copy, int64_t runNumber, size_t bytes,
+  static void describeFusion(trace::Span& copy, int64_t runNumber, size_t bytes,
                              const std::vector<ReadyTensor>& ready, size_t begin, size_t end);
 
   // The same on device memory: fused in a device buffer on the queue's stream for the run's
