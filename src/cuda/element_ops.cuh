@@ -2,133 +2,30 @@
 // element types they run on, and float32 arithmetic with x86's NaNs for the codec. Host and
 // device code alike, so that tests/cuda can run them on the host too.
 //
-// The operations are loops.h's expressions, operand order included (it matters for Min and Max
-// of -0 and +0, and for which NaN comes out), so the results are the CPU's bit for bit. The
-// library is compiled with --fmad=false (cmake/cuda.cmake): nvcc would otherwise fuse a multiply
-// and an add into one FMA and round once where the CPU rounds twice.
+// The operations are loops.h's own (reduce/operations.h), so the results are the CPU's bit for
+// bit. The library is compiled with --fmad=false (cmake/cuda.cmake): nvcc would otherwise fuse a
+// multiply and an add into one FMA and round once where the CPU rounds twice.
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 
 #include "cuda/float_formats.cuh"
+#include "reduce/operations.h"
 #include "ringcomm/types.h"
 
 namespace ringcomm::cuda::detail {
 
-// --- NaN results of the reductions: always the canonical quiet NaN, as on the CPU. ---
+// --- The operations: reduce/operations.h's, the CPU loops' own. ---
 
-template <typename T>
-RINGCOMM_HOST_DEVICE T canonicalNan();
-template <>
-RINGCOMM_HOST_DEVICE float canonicalNan<float>() {
-  return floatOf(0x7FC00000u);  // std::numeric_limits<float>::quiet_NaN()
-}
-template <>
-RINGCOMM_HOST_DEVICE double canonicalNan<double>() {
-  return doubleOf(0x7FF8000000000000ull);  // std::numeric_limits<double>::quiet_NaN()
-}
-
-template <typename T>
-RINGCOMM_HOST_DEVICE T canonicalizeNan(T value) {
-  return value != value ? canonicalNan<T>() : value;
-}
-
-// Integers compute in an unsigned type, so that Sum and Prod wrap around (signed overflow is
-// undefined); types narrower than int in unsigned int, as loops.h (their own unsigned type would
-// be promoted to int, where a product of two uint16_t overflows).
-template <typename T>
-using Arithmetic = std::conditional_t<
-    std::is_integral_v<T>,
-    std::conditional_t<(sizeof(T) < sizeof(unsigned)), std::common_type<unsigned>,
-                       std::make_unsigned<T>>,
-    std::common_type<T>>;
-template <typename T>
-using ArithmeticType = typename Arithmetic<T>::type;
-
-// --- The operations, as loops.h's SumOp, ProdOp, MinOp, MaxOp. ---
-
-struct SumOp {
-  static constexpr const char* kName = "sum";
-  template <typename T>
-  RINGCOMM_HOST_DEVICE static T apply(T a, T b) {
-    if constexpr (std::is_floating_point_v<T>) {
-      return canonicalizeNan(a + b);
-    } else {
-      using A = ArithmeticType<T>;
-      return static_cast<T>(static_cast<A>(static_cast<A>(a) + static_cast<A>(b)));
-    }
-  }
-};
-
-struct ProdOp {
-  static constexpr const char* kName = "prod";
-  template <typename T>
-  RINGCOMM_HOST_DEVICE static T apply(T a, T b) {
-    if constexpr (std::is_floating_point_v<T>) {
-      return canonicalizeNan(a * b);
-    } else {
-      using A = ArithmeticType<T>;
-      return static_cast<T>(static_cast<A>(static_cast<A>(a) * static_cast<A>(b)));
-    }
-  }
-};
-
-struct MinOp {
-  static constexpr const char* kName = "min";
-  template <typename T>
-  RINGCOMM_HOST_DEVICE static T apply(T a, T b) {
-    if constexpr (std::is_floating_point_v<T>) {
-      return (a != a || b != b) ? canonicalNan<T>() : (b < a ? b : a);
-    } else {
-      return b < a ? b : a;
-    }
-  }
-};
-
-struct MaxOp {
-  static constexpr const char* kName = "max";
-  template <typename T>
-  RINGCOMM_HOST_DEVICE static T apply(T a, T b) {
-    if constexpr (std::is_floating_point_v<T>) {
-      return (a != a || b != b) ? canonicalNan<T>() : (b > a ? b : a);
-    } else {
-      return b > a ? b : a;
-    }
-  }
-};
-
-// --- bool, as loops.h's LogicalOrOp and LogicalAndOp: bytes, 0 false and anything else true,
-// every result 0 or 1. Sum and Max are logical or, Prod and Min logical and. ---
-
-struct LogicalOrOp {
-  static constexpr const char* kName = "or";
-  template <typename T>
-  RINGCOMM_HOST_DEVICE static T apply(T a, T b) {
-    return static_cast<T>((a | b) != 0);
-  }
-};
-
-struct LogicalAndOp {
-  static constexpr const char* kName = "and";
-  template <typename T>
-  RINGCOMM_HOST_DEVICE static T apply(T a, T b) {
-    return static_cast<T>((a != 0) & (b != 0));
-  }
-};
-
-template <typename Op>
-struct LogicalOf {
-  using type = LogicalOrOp;  // SumOp, MaxOp
-};
-template <>
-struct LogicalOf<ProdOp> {
-  using type = LogicalAndOp;
-};
-template <>
-struct LogicalOf<MinOp> {
-  using type = LogicalAndOp;
-};
+using reduce::canonicalizeNan;
+using reduce::LogicalAndOp;
+using reduce::LogicalOf;
+using reduce::LogicalOrOp;
+using reduce::MaxOp;
+using reduce::MinOp;
+using reduce::ProdOp;
+using reduce::SumOp;
 
 // --- Element types: how a DataType is stored, and what it is computed in. ---
 //

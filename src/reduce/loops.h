@@ -27,6 +27,7 @@
 #include "common/bytes.h"
 #include "reduce/dispatch.h"
 #include "reduce/half.h"
+#include "reduce/operations.h"
 #include "ringcomm/types.h"
 
 namespace ringcomm::reduce {
@@ -47,119 +48,6 @@ constexpr size_t kWidenGroupElements = 32;
 inline size_t clampToBlock(size_t remaining, size_t block) {
   return remaining < block ? remaining : block;
 }
-
-// --- Operations. ---
-//
-// Integers do their arithmetic in an unsigned type, so Sum and Prod wrap around instead of
-// overflowing (which is undefined for signed types). Types narrower than int compute in unsigned
-// int: C++ would promote their unsigned type to (signed) int, where a product of two uint16_t
-// overflows.
-//
-// Floats: any NaN result is the canonical quiet NaN. Without that, NaN OP NaN would not be
-// deterministic: x86 returns the first operand's payload, and the compiler may swap the operands
-// of + and * (it does, differently in vector and scalar code). The extra compare and blend cost
-// nothing measurable in these memory-bound loops. Min and Max propagate NaN like torch: NaN when
-// either operand is. Selections use `|`, not `||`, so there is no branch to stop vectorising.
-
-template <typename T, bool kIntegral = std::is_integral_v<T>>
-struct Arithmetic {
-  using type = T;
-};
-template <typename T>
-struct Arithmetic<T, true> {
-  using type =
-      std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
-};
-template <typename T>
-using ArithmeticType = typename Arithmetic<T>::type;
-
-template <typename T>
-constexpr T kCanonicalNan = std::numeric_limits<T>::quiet_NaN();
-
-template <typename T>
-T canonicalizeNan(T value) {
-  return value != value ? kCanonicalNan<T> : value;
-}
-
-struct SumOp {
-  template <typename T>
-  static T apply(T a, T b) {
-    if constexpr (std::is_floating_point_v<T>) {
-      return canonicalizeNan(a + b);
-    } else {
-      using A = ArithmeticType<T>;
-      return static_cast<T>(static_cast<A>(static_cast<A>(a) + static_cast<A>(b)));
-    }
-  }
-};
-
-struct ProdOp {
-  template <typename T>
-  static T apply(T a, T b) {
-    if constexpr (std::is_floating_point_v<T>) {
-      return canonicalizeNan(a * b);
-    } else {
-      using A = ArithmeticType<T>;
-      return static_cast<T>(static_cast<A>(static_cast<A>(a) * static_cast<A>(b)));
-    }
-  }
-};
-
-struct MinOp {
-  template <typename T>
-  static T apply(T a, T b) {
-    if constexpr (std::is_floating_point_v<T>) {
-      return ((a != a) | (b != b)) ? kCanonicalNan<T> : (b < a ? b : a);
-    } else {
-      return b < a ? b : a;
-    }
-  }
-};
-
-struct MaxOp {
-  template <typename T>
-  static T apply(T a, T b) {
-    if constexpr (std::is_floating_point_v<T>) {
-      return ((a != a) | (b != b)) ? kCanonicalNan<T> : (b > a ? b : a);
-    } else {
-      return b > a ? b : a;
-    }
-  }
-};
-
-// bool (DataType::Bool) is reduced as bytes, logically: 0 is false, anything else true, and every
-// result is 0 or 1 (a byte other than 0 and 1 is no valid bool in C++, NumPy or torch, but memory
-// can hold one, so the inputs are never trusted to be 0 or 1). Sum and Max are logical or, Prod
-// and Min logical and: what torch.distributed's gloo backend computes (gloo::sum<bool> adds two
-// bools and stores the result in a bool), and what NCCL does for torch (bool SUM runs as MAX of
-// uint8). Avg is not defined (reduce.cc refuses it).
-struct LogicalOrOp {
-  template <typename T>
-  static T apply(T a, T b) {
-    return static_cast<T>((a | b) != 0);
-  }
-};
-
-struct LogicalAndOp {
-  template <typename T>
-  static T apply(T a, T b) {
-    return static_cast<T>((a != 0) & (b != 0));
-  }
-};
-
-// The logical operation a ReduceOp's operation becomes on bool.
-template <typename Op>
-struct LogicalOf {
-  using type = LogicalOrOp;  // SumOp, MaxOp
-};
-template <>
-struct LogicalOf<ProdOp> {
-  using type = LogicalAndOp;
-};
-template <>
-struct LogicalOf<MinOp> {
-  using type = LogicalAndOp;
-};
 
 // --- The loop shapes every reduction is built from. ---
 //
