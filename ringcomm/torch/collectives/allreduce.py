@@ -9,7 +9,7 @@ all-reduce as Horovod runs it (compression.py).
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import torch
 
@@ -140,6 +140,25 @@ def submit(target: Member, started: Sequence[Started], results) -> int:
     return handles.register(works, lambda: results(finishes))
 
 
+def _submit_each(
+    target: Member,
+    tensors: Iterable[torch.Tensor],
+    names: Sequence[str],
+    in_place: bool,
+    reduction: tuple,
+    results,
+) -> int:
+    """Starts the all-reduce of each tensor (contiguous and detached) under its name, with
+    ``reduction`` = (op, compression, prescale, postscale), and submits them in one cycle; the
+    handle's result is ``results([finish, ...])``."""
+    op, compression, prescale, postscale = reduction
+    started = [
+        start(t, in_place, op, compression, prescale, postscale, tensor_name)
+        for t, tensor_name in zip(tensors, names)
+    ]
+    return submit(target, started, results)
+
+
 def allreduce_async(
     tensor,
     average=None,
@@ -154,16 +173,9 @@ def allreduce_async(
     synchronize() returns that tensor. Arguments as allreduce()'s."""
     target = member(process_set, "Allreduce")
     tensor = checked(tensor).detach().contiguous()
-    started = start(
-        tensor,
-        False,
-        resolve_op(op, average),
-        compression,
-        prescale_factor,
-        postscale_factor,
-        name or target.default_name("allreduce"),
-    )
-    return submit(target, [started], lambda finishes: finishes[0]())
+    reduction = (resolve_op(op, average), compression, prescale_factor, postscale_factor)
+    names = [name or target.default_name("allreduce")]
+    return _submit_each(target, [tensor], names, False, reduction, lambda finishes: finishes[0]())
 
 
 def allreduce_async_(
@@ -180,16 +192,16 @@ def allreduce_async_(
     ``tensor``."""
     target = member(process_set, "Allreduce")
     contiguous_for_in_place(tensor, "allreduce_")
-    started = start(
-        tensor.detach(),
+    reduction = (resolve_op(op, average), compression, prescale_factor, postscale_factor)
+    names = [name or target.default_name("allreduce")]
+    return _submit_each(
+        target,
+        [tensor.detach()],
+        names,
         True,
-        resolve_op(op, average),
-        compression,
-        prescale_factor,
-        postscale_factor,
-        name or target.default_name("allreduce"),
+        reduction,
+        lambda finishes: (finishes[0](), tensor)[1],
     )
-    return submit(target, [started], lambda finishes: (finishes[0](), tensor)[1])
 
 
 def allreduce(
@@ -252,20 +264,13 @@ def grouped_allreduce_async(
 ) -> int:
     """Reduces every tensor; they are announced together, so they travel fused."""
     target = member(process_set, "Allreduce")
-    op = resolve_op(op, average)
-    started = [
-        start(
-            checked(t, "tensors[i]").detach().contiguous(),
-            False,
-            op,
-            compression,
-            prescale_factor,
-            postscale_factor,
-            tensor_name,
-        )
-        for t, tensor_name in zip(tensors, _grouped_names(target, name, len(tensors)))
-    ]
-    return submit(target, started, lambda finishes: [finish() for finish in finishes])
+    reduction = (resolve_op(op, average), compression, prescale_factor, postscale_factor)
+    # Each tensor is checked as it is started, in order.
+    prepared = (checked(t, "tensors[i]").detach().contiguous() for t in tensors)
+    names = _grouped_names(target, name, len(tensors))
+    return _submit_each(
+        target, prepared, names, False, reduction, lambda finishes: [f() for f in finishes]
+    )
 
 
 def grouped_allreduce_async_(
@@ -283,13 +288,15 @@ def grouped_allreduce_async_(
     target = member(process_set, "Allreduce")
     for t in tensors:
         contiguous_for_in_place(t, "grouped_allreduce_")
-    op = resolve_op(op, average)
-    started = [
-        start(t.detach(), True, op, compression, prescale_factor, postscale_factor, tensor_name)
-        for t, tensor_name in zip(tensors, _grouped_names(target, name, len(tensors)))
-    ]
-    return submit(
-        target, started, lambda finishes: ([finish() for finish in finishes], list(tensors))[1]
+    reduction = (resolve_op(op, average), compression, prescale_factor, postscale_factor)
+    names = _grouped_names(target, name, len(tensors))
+    return _submit_each(
+        target,
+        [t.detach() for t in tensors],
+        names,
+        True,
+        reduction,
+        lambda finishes: ([f() for f in finishes], list(tensors))[1],
     )
 
 
@@ -340,34 +347,29 @@ def grouped_allreduce_(
 # ---- the gradients (Horovod's torch/mpi_ops.py: see ringcomm/torch/collectives/__init__.py) ----
 
 
+def _remember(ctx, op, prescale_factor, postscale_factor, process_set) -> dict:
+    """The forward's arguments that backward reduces the gradients with (not its compression:
+    Horovod's gradients travel uncompressed), kept on ``ctx``."""
+    ctx.kwargs = dict(
+        op=op,
+        prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor,
+        process_set=process_set,
+    )
+    return ctx.kwargs
+
+
 class Allreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, op, compression, prescale_factor, postscale_factor, name, process_set):
-        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        kwargs = _remember(ctx, op, prescale_factor, postscale_factor, process_set)
         return handles.synchronize(
-            allreduce_async(
-                tensor,
-                None,
-                name,
-                op,
-                prescale_factor,
-                postscale_factor,
-                process_set,
-                compression,
-            )
+            allreduce_async(tensor, name=name, compression=compression, **kwargs)
         )
 
     @staticmethod
     def backward(ctx, grad):
-        op, prescale_factor, postscale_factor, process_set = ctx.args
-        reduced = allreduce(
-            grad,
-            op=op,
-            prescale_factor=prescale_factor,
-            postscale_factor=postscale_factor,
-            process_set=process_set,
-        )
-        return reduced, None, None, None, None, None, None
+        return (allreduce(grad, **ctx.kwargs),) + (None,) * 6
 
 
 class GroupedAllreduce(torch.autograd.Function):
@@ -375,30 +377,13 @@ class GroupedAllreduce(torch.autograd.Function):
     def forward(
         ctx, op, compression, prescale_factor, postscale_factor, name, process_set, *tensors
     ):
-        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        kwargs = _remember(ctx, op, prescale_factor, postscale_factor, process_set)
         return tuple(
             handles.synchronize(
-                grouped_allreduce_async(
-                    list(tensors),
-                    None,
-                    name,
-                    op,
-                    prescale_factor,
-                    postscale_factor,
-                    process_set,
-                    compression,
-                )
+                grouped_allreduce_async(list(tensors), name=name, compression=compression, **kwargs)
             )
         )
 
     @staticmethod
     def backward(ctx, *grads):
-        op, prescale_factor, postscale_factor, process_set = ctx.args
-        reduced = grouped_allreduce(
-            list(grads),
-            op=op,
-            prescale_factor=prescale_factor,
-            postscale_factor=postscale_factor,
-            process_set=process_set,
-        )
-        return (None,) * 6 + tuple(reduced)
+        return (None,) * 6 + tuple(grouped_allreduce(list(grads), **ctx.kwargs))
