@@ -337,21 +337,21 @@ void setBufferSizes(int fd, int bytes) {
   checkSyscall(::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes)), "SO_RCVBUF");
 }
 
-Address localAddress(int fd) {
+namespace {
+
+// A socket's own address or its peer's, as `query` (getsockname, getpeername) gives it.
+Address addressOf(int fd, int (*query)(int, sockaddr*, socklen_t*), const char* call) {
   Address address;
   address.length = sizeof(address.storage);
-  checkSyscall(::getsockname(fd, reinterpret_cast<sockaddr*>(&address.storage), &address.length),
-               "getsockname");
+  checkSyscall(query(fd, reinterpret_cast<sockaddr*>(&address.storage), &address.length), call);
   return address;
 }
 
-Address peerAddress(int fd) {
-  Address address;
-  address.length = sizeof(address.storage);
-  checkSyscall(::getpeername(fd, reinterpret_cast<sockaddr*>(&address.storage), &address.length),
-               "getpeername");
-  return address;
-}
+}  // namespace
+
+Address localAddress(int fd) { return addressOf(fd, ::getsockname, "getsockname"); }
+
+Address peerAddress(int fd) { return addressOf(fd, ::getpeername, "getpeername"); }
 
 bool waitReady(int fd, short events, Clock::time_point deadline) {
   while (true) {
@@ -390,38 +390,41 @@ size_t writeSome(int fd, const void* data, size_t size) {
   }
 }
 
-void readFully(int fd, void* data, size_t size, Clock::time_point deadline) {
+namespace {
+
+// readFully and writeFully: `size` bytes moved by `moveSome(done)` (the bytes it moved from offset
+// `done` on), waiting for `events` whenever the socket takes none; a TimeoutError past `deadline`
+// says how far the `operation` got ("of N bytes received").
+template <typename MoveSome>
+void moveFully(int fd, size_t size, Clock::time_point deadline, short events,
+               const char* operation, const char* moved, MoveSome moveSome) {
   const auto start = Clock::now();
-  auto* bytes = static_cast<uint8_t*>(data);
   size_t done = 0;
   while (done < size) {
-    size_t n = readSome(fd, bytes + done, size - done);
+    size_t n = moveSome(done);
     done += n;
-    if (n == 0 && !waitReady(fd, POLLIN, deadline)) {
+    if (n == 0 && !waitReady(fd, events, deadline)) {
       double waited = secondsSince(start);
-      throw TimeoutError("receive timed out after " + formatSeconds(waited) + " s (" +
-                             std::to_string(done) + " of " + std::to_string(size) +
-                             " bytes received)",
-                         FailureContext{"receive", -1, -1, waited});
+      throw TimeoutError(std::string(operation) + " timed out after " + formatSeconds(waited) +
+                             " s (" + std::to_string(done) + " of " + std::to_string(size) +
+                             " bytes " + moved + ")",
+                         FailureContext{operation, -1, -1, waited});
     }
   }
 }
 
+}  // namespace
+
+void readFully(int fd, void* data, size_t size, Clock::time_point deadline) {
+  auto* bytes = static_cast<uint8_t*>(data);
+  moveFully(fd, size, deadline, POLLIN, "receive", "received",
+            [&](size_t done) { return readSome(fd, bytes + done, size - done); });
+}
+
 void writeFully(int fd, const void* data, size_t size, Clock::time_point deadline) {
-  const auto start = Clock::now();
   const auto* bytes = static_cast<const uint8_t*>(data);
-  size_t done = 0;
-  while (done < size) {
-    size_t n = writeSome(fd, bytes + done, size - done);
-    done += n;
-    if (n == 0 && !waitReady(fd, POLLOUT, deadline)) {
-      double waited = secondsSince(start);
-      throw TimeoutError("send timed out after " + formatSeconds(waited) + " s (" +
-                             std::to_string(done) + " of " + std::to_string(size) +
-                             " bytes sent)",
-                         FailureContext{"send", -1, -1, waited});
-    }
-  }
+  moveFully(fd, size, deadline, POLLOUT, "send", "sent",
+            [&](size_t done) { return writeSome(fd, bytes + done, size - done); });
 }
 
 Wakeup::Wakeup() {
