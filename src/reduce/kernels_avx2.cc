@@ -109,18 +109,9 @@ struct Avx2Bfloat16Codec {
   }
 };
 
-struct Avx2Codecs {
-  using Float16 = F16cHalfCodec;
-  using BFloat16 = Avx2Bfloat16Codec;
-};
-
 }  // namespace
 
-const KernelSet kAvx2Kernels = {
-    "avx2",
-    &Kernels<Avx2Codecs>::reduceMany,
-    &Kernels<Avx2Codecs>::divide,
-};
+const KernelSet kAvx2Kernels = kernelSetOf<F16cHalfCodec, Avx2Bfloat16Codec>("avx2");
 
 }  // namespace ringcomm::reduce
 

@@ -4,19 +4,8 @@
 #include "reduce/loops.h"
 
 namespace ringcomm::reduce {
-namespace {
 
-struct PortableCodecs {
-  using Float16 = SoftwareHalfCodec;
-  using BFloat16 = SoftwareBfloat16Codec;
-};
-
-}  // namespace
-
-const KernelSet kPortableKernels = {
-    "portable",
-    &Kernels<PortableCodecs>::reduceMany,
-    &Kernels<PortableCodecs>::divide,
-};
+const KernelSet kPortableKernels =
+    kernelSetOf<SoftwareHalfCodec, SoftwareBfloat16Codec>("portable");
 
 }  // namespace ringcomm::reduce

@@ -313,5 +313,19 @@ struct Kernels {
   }
 };
 
+// The float16 and bfloat16 conversions of one instruction-set variant.
+template <typename Float16Codec, typename BFloat16Codec>
+struct VariantCodecs {
+  using Float16 = Float16Codec;
+  using BFloat16 = BFloat16Codec;
+};
+
+// One instruction-set variant's entry in dispatch.h's table: the loops, with its conversions.
+template <typename Float16Codec, typename BFloat16Codec>
+constexpr KernelSet kernelSetOf(const char* name) {
+  using Codecs = VariantCodecs<Float16Codec, BFloat16Codec>;
+  return {name, &Kernels<Codecs>::reduceMany, &Kernels<Codecs>::divide};
+}
+
 }  // namespace
 }  // namespace ringcomm::reduce
