@@ -23,29 +23,19 @@ namespace ringcomm::cuda::detail {
 
 namespace half = ringcomm::reduce::detail;
 
-RINGCOMM_HOST_DEVICE uint32_t bitsOf(float value) {
-  uint32_t bits;
-  memcpy(&bits, &value, sizeof bits);
-  return bits;
+// C++20's std::bit_cast, on host and device: `value`'s bytes read as a To.
+template <typename To, typename From>
+RINGCOMM_HOST_DEVICE To bitCast(From value) {
+  static_assert(sizeof(To) == sizeof(From), "bitCast keeps the size");
+  To result;
+  memcpy(&result, &value, sizeof result);
+  return result;
 }
 
-RINGCOMM_HOST_DEVICE float floatOf(uint32_t bits) {
-  float value;
-  memcpy(&value, &bits, sizeof value);
-  return value;
-}
-
-RINGCOMM_HOST_DEVICE uint64_t bitsOf(double value) {
-  uint64_t bits;
-  memcpy(&bits, &value, sizeof bits);
-  return bits;
-}
-
-RINGCOMM_HOST_DEVICE double doubleOf(uint64_t bits) {
-  double value;
-  memcpy(&value, &bits, sizeof value);
-  return value;
-}
+RINGCOMM_HOST_DEVICE uint32_t bitsOf(float value) { return bitCast<uint32_t>(value); }
+RINGCOMM_HOST_DEVICE float floatOf(uint32_t bits) { return bitCast<float>(bits); }
+RINGCOMM_HOST_DEVICE uint64_t bitsOf(double value) { return bitCast<uint64_t>(value); }
+RINGCOMM_HOST_DEVICE double doubleOf(uint64_t bits) { return bitCast<double>(bits); }
 
 // NaN tests on the bits: true whatever the compiler's floating-point flags.
 RINGCOMM_HOST_DEVICE bool isNan(float value) {
