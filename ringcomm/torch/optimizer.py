@@ -167,27 +167,19 @@ class DistributedOptimizerMixin(_OptimizerBase):
         builtin = wire_codec(self._compression) is not None or is_none(self._compression)
         if feeds_back(self._compression) and grad.dtype == torch.float32 and not grad.is_cuda:
             self._feed_back(p, grad)
+        # Horovod's gradient_predivide_factor (Average): divided by first, multiplied by after.
+        prescale = 1.0 / self.gradient_predivide_factor if predivided else 1.0
+        postscale = self.gradient_predivide_factor if predivided else 1.0
+        name = self._parameter_names[id(p)]
         if builtin:
-            s = allreduce.start(
-                grad,
-                in_place,
-                self.op,
-                self._compression,
-                1.0 / self.gradient_predivide_factor if predivided else 1.0,
-                self.gradient_predivide_factor if predivided else 1.0,
-                self._parameter_names[id(p)],
-            )
+            compression = self._compression
+            s = allreduce.start(grad, in_place, self.op, compression, prescale, postscale, name)
         else:
             # A compressor of the user's: reduce what it made, write back what it restores.
             compressed, context = self._compression.compress(grad)
+            compressed = compressed.contiguous() if in_place else compressed.contiguous().clone()
             s = allreduce.start(
-                compressed.contiguous() if in_place else compressed.contiguous().clone(),
-                True,
-                self.op,
-                Compression.none,
-                1.0 / self.gradient_predivide_factor if predivided else 1.0,
-                self.gradient_predivide_factor if predivided else 1.0,
-                self._parameter_names[id(p)],
+                compressed, True, self.op, Compression.none, prescale, postscale, name
             )
             restore = s.finish
             s.finish = lambda: self._compression.decompress(restore(), context)
