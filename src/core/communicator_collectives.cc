@@ -269,14 +269,45 @@ WorkPtr CommunicatorImpl::allreduceOnDevice(const AllreduceOptions& o, Algorithm
       withMemoryPath(variantOf(algorithm, o.compression), path));
 }
 
+// Numbered in queue order (its wire tag and signature), then queued on the engine as one task:
+// the collective's own frame (its span, its Operation, the peer checks) around its schedule.
 template <typename Options, typename Body>
 WorkPtr CommunicatorImpl::enqueue(CollectiveKind kind, const Options& options, OperationLabel label,
                                   uint32_t signature, Body body, uint32_t variant) {
   std::lock_guard<std::mutex> lock(submitMutex_);
+  label.name = options.name;
+  throwIfClosed(label);
   const uint64_t sequence = sequence_++;
   label.sequence = static_cast<int64_t>(sequence);
-  return submit(options, label, MessageTag{collectiveTag(sequence, kind), signature, variant},
-                std::move(body));
+  const MessageTag tag{collectiveTag(sequence, kind), signature, variant};
+  const std::chrono::milliseconds timeout =
+      options.timeout.count() > 0 ? options.timeout : config_.timeout;
+  auto task = [this, label = std::move(label), tag, timeout, body = std::move(body)]() {
+    throwIfClosed(label);
+    trace::Span span(trace::Phase::Collective, label.collective);
+    if (span.active()) describe(span.event(), label);
+    Operation op(label, rank_, timeout, config_.stallWarning);
+    bool published = false;
+    op.checkPeer = [this, &op, &published](int peer) {
+      checkPeerRunsTheSame(op, published, peer);
+    };
+    algorithms::Context ctx{rank_, size_, *transport_, op, tag, config_.segmentBytes, scratch_};
+    try {
+      if (movesNothing(label)) {
+        schedules_->barrier(ctx);
+      } else {
+        body(ctx);
+      }
+    } catch (const PeerError& error) {
+      failWith(error);
+    } catch (const CommunicatorClosed&) {
+      throw;
+    } catch (const std::exception& error) {
+      poison(error.what());
+      throw;
+    }
+  };
+  return engine_->submit(std::move(task), options.runInCaller);
 }
 
 // Sends and receives are posted in their turn and complete later, as their bytes move (during
@@ -304,41 +335,6 @@ WorkPtr CommunicatorImpl::enqueuePointToPoint(const Options& options, OperationL
   });
 }
 
-template <typename Body>
-WorkPtr CommunicatorImpl::submit(const CommonOptions& options, const OperationLabel& label,
-                                 MessageTag tag, Body body) {
-  OperationLabel named = label;
-  named.name = options.name;
-  throwIfClosed(named);
-  const std::chrono::milliseconds timeout =
-      options.timeout.count() > 0 ? options.timeout : config_.timeout;
-  auto task = [this, label = std::move(named), tag, timeout, body = std::move(body)]() {
-    throwIfClosed(label);
-    trace::Span span(trace::Phase::Collective, label.collective);
-    if (span.active()) describe(span.event(), label);
-    Operation op(label, rank_, timeout, config_.stallWarning);
-    bool published = false;
-    op.checkPeer = [this, &op, &published](int peer) {
-      checkPeerRunsTheSame(op, published, peer);
-    };
-    algorithms::Context ctx{rank_, size_, *transport_, op, tag, config_.segmentBytes, scratch_};
-    try {
-      if (movesNothing(label)) {
-        schedules_->barrier(ctx);
-      } else {
-        body(ctx);
-      }
-    } catch (const PeerError& error) {
-      failWith(error);
-    } catch (const CommunicatorClosed&) {
-      throw;
-    } catch (const std::exception& error) {
-      poison(error.what());
-      throw;
-    }
-  };
-  return engine_->submit(std::move(task), options.runInCaller);
-}
 
 // A collective whose schedule would exchange no message here: no elements, where every rank
 // must give as many. It meets the others anyway, in a barrier under its own tag, so that a

@@ -9,7 +9,7 @@
 //                                parts are failure_records.h (the records) and membership.h (who
 //                                is alive)
 //   communicator_collectives.cc  the collectives: each validated, labelled, numbered and queued on
-//                                the engine (enqueue, submit), device buffers through
+//                                the engine (enqueue), device buffers through
 //                                DeviceCollectives
 // Only those four files include this one.
 #pragma once
@@ -116,9 +116,6 @@ class CommunicatorImpl : public Communicator {
                   uint32_t signature, Body body, uint32_t variant = 0);
   template <typename Options, typename Post>
   WorkPtr enqueuePointToPoint(const Options& options, OperationLabel label, Post post);
-  template <typename Body>
-  WorkPtr submit(const CommonOptions& options, const OperationLabel& label, MessageTag tag,
-                 Body body);
   static bool movesNothing(const OperationLabel& label);
   void barrier(const algorithms::Context& ctx) { schedules_->barrier(ctx); }
 
