@@ -269,3 +269,16 @@ def test_zero_elements_on_one_rank_are_named_by_every_rank(transport):
             message = result["message"]
             assert "0 x float32" in message or " 0 bytes" in message, where
             assert "1 x float32" in message or "4 bytes" in message, where
+
+
+def test_a_failed_communicator_met_through_a_python_store_can_be_dropped():
+    # Its destructor joins the thread that records the failure in the store, which needs the
+    # GIL for a store written in Python: dropped with the GIL held, rank 0 hung (3251310).
+    # Over TCP, where rank 1 leaving closes its links at once (shared memory waits for it).
+    env = {"RINGCOMM_TIMEOUT": "20", "RINGCOMM_TRANSPORT": "tcp"}
+    outcomes = run_job(2, "python_store_release.py", env=env, deadline=90)
+    assert_all_succeeded(outcomes)
+    zero = next(outcome.result for outcome in outcomes if outcome.result["rank"] == 0)
+    assert zero["error"] is not None, zero  # the all-reduce failed, so the record was written
+    # The drop waited for the recording thread, so the case was the one that hung.
+    assert 0.5 < zero["dropped_s"] < 10, zero
