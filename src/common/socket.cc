@@ -262,7 +262,7 @@ UniqueFd acceptTcp(int listenFd) {
   }
 }
 
-UniqueFd connectTcp(const std::string& host, int port, Clock::time_point deadline) {
+UniqueFd connectTcp(const std::string& host, int port, Clock::time_point deadline, bool retry) {
   if (port <= 0 || port > 65535) {
     throw InvalidArgument("connect port must be in 1..65535, got " + std::to_string(port));
   }
@@ -309,6 +309,10 @@ UniqueFd connectTcp(const std::string& host, int port, Clock::time_point deadlin
       return fd;
     }
     auto now = Clock::now();
+    if (!retry && now < deadline) {
+      throwTransport("connect", "connect to " + formatHostPort(host, port) + ": " + lastError,
+                     secondsSince(start));
+    }
     if (now >= deadline) {
       double waited = secondsSince(start);
       throw TimeoutError("connect to " + formatHostPort(host, port) + " timed out after " +

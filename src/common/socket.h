@@ -97,8 +97,11 @@ UniqueFd acceptTcp(int listenFd);
 // Connects to host:port, retrying (with backoff) refused, unreachable and unresolvable attempts
 // until the deadline, because the listener may start after us. Tries every resolved address. The
 // socket returned is non-blocking with TCP_NODELAY. Throws TimeoutError naming host:port and the
-// last error when the deadline passes, InvalidArgument for a port outside 1..65535.
-UniqueFd connectTcp(const std::string& host, int port, Clock::time_point deadline);
+// last error when the deadline passes, InvalidArgument for a port outside 1..65535. `retry`
+// false: one round over the addresses (a listener known to be up, whose refusal is an answer),
+// TransportError with the last error where none takes the connection.
+UniqueFd connectTcp(const std::string& host, int port, Clock::time_point deadline,
+                    bool retry = true);
 
 void setNonBlocking(int fd);
 void setNoDelay(int fd);
