@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <list>
 #include <map>
 #include <memory>
 #include <set>
@@ -23,31 +22,16 @@
 #include "common/log.h"
 #include "ringcomm/errors.h"
 #include "transport/link_setup.h"
-#include "transport/tcp/sealed_stream.h"
-#include "transport/tcp/tcp_stream.h"
+#include "transport/tcp/tcp_link.h"
 
 namespace ringcomm::transport {
 namespace {
-
-// A connection to this rank's port has this long to prove the job's secret.
-constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
-// Connections in their handshake at once; past this the oldest gives way to a newcomer.
-constexpr size_t kMaxPendingHandshakes = 256;
 
 std::string rankList(const std::set<int>& ranks) {
   std::ostringstream text;
   for (int r : ranks) text << (text.tellp() > 0 ? ", " : "") << r;
   return text.str();
 }
-
-// One connection to this rank's listener whose caller has not yet proved the job's secret.
-struct PendingHandshake {
-  net::UniqueFd fd;
-  std::unique_ptr<auth::Acceptor> acceptor;
-  size_t helloSent = 0;
-  Bytes reply;
-  Clock::time_point deadline;
-};
 
 // How often a connecting rank calls its watch (connectPeers) while it waits.
 constexpr std::chrono::milliseconds kConnectWatchInterval{100};
@@ -66,13 +50,6 @@ net::UniqueFd connectWatched(const std::string& host, int port, Clock::time_poin
     }
     watch();
   }
-}
-
-// What guards one link's frames: `configured`, with auto resolved for a peer on another host
-// (integrity, where this build has OpenSSL) or on this one (none: the bytes never leave it).
-WireProtection linkProtection(WireProtection configured, bool otherHost) {
-  if (configured != WireProtection::Auto) return configured;
-  return otherHost && wireProtectionBuilt() ? WireProtection::Integrity : WireProtection::Off;
 }
 
 // The connections this rank makes: to each lower rank, proving the job's secret and having the
@@ -100,18 +77,13 @@ void callLowerRanks(int rank, const std::vector<int>& tcpPeers,
 }
 
 // The connections this rank takes: from each higher rank, on its listener, once the caller has
-// proved the job's secret.
-//
-// Every connection still in its handshake is served from one poll() loop, each with
-// kHandshakeTimeout: a stranger that connects and sends nothing, a few bytes, garbage or a wrong
-// proof is dropped without holding up anyone else, and at most kMaxPendingHandshakes wait at once
-// (the oldest gives way to a newcomer, so a flood delays the job's ranks, never keeps them out).
+// proved the job's secret (HandshakeServer: strangers are dropped without holding anyone up).
 class HigherRanksListener {
  public:
   HigherRanksListener(int rank, const std::vector<int>& tcpPeers, int listener,
                       const Config& config, const Operation& op,
                       std::map<int, net::UniqueFd>& connected, std::map<int, auth::LinkKeys>& keys)
-      : rank_(rank), listener_(listener), config_(config), op_(op), connected_(connected),
+      : rank_(rank), server_(rank, listener, config.secret), op_(op), connected_(connected),
         keys_(keys) {
     for (int peer : tcpPeers) {
       if (peer > rank) awaited_.insert(peer);
@@ -121,6 +93,21 @@ class HigherRanksListener {
   // Until every higher rank has connected and proved the secret; calls `watch` between polls.
   // Returns how many connections it dropped for not proving it.
   size_t run(const std::function<void()>& watch) {
+    const auto take = [this](int from, net::UniqueFd& fd, const auth::LinkKeys& linkKeys,
+                             const auth::Digest& proof) {
+      // Only a rank this one still waits for.
+      if (awaited_.count(from) == 0) return false;
+      try {
+        net::writeFully(fd.get(), proof.data(), proof.size(),
+                        std::min(op_.deadline, Clock::now() + kHandshakeTimeout));
+      } catch (const Error&) {
+        return false;
+      }
+      keys_[from] = linkKeys;
+      connected_[from] = std::move(fd);
+      awaited_.erase(from);
+      return true;
+    };
     while (!awaited_.empty()) {
       const bool newcomers = poll(watch);
       if (op_.expired()) {
@@ -128,23 +115,18 @@ class HigherRanksListener {
                                        "timed out waiting for ranks " + rankList(awaited_) +
                                            " to connect");
       }
-      if (newcomers) acceptNewcomers();
-      advanceHandshakes(Clock::now());
+      // Out of descriptors: the handshakes in progress finish or expire first.
+      server_.serve(newcomers, take);
     }
-    return refused_;
+    return server_.refused();
   }
 
  private:
   // Waits for the listener or a handshake to be ready (or a handshake's deadline); returns
   // whether the listener has newcomers.
   bool poll(const std::function<void()>& watch) {
-    Clock::time_point wake = op_.deadline;
-    std::vector<pollfd> fds{{listener_, POLLIN, 0}};
-    for (const PendingHandshake& handshake : pending_) {
-      const bool helloLeft = handshake.helloSent < auth::kHelloBytes;
-      fds.push_back({handshake.fd.get(), static_cast<short>(POLLIN | (helloLeft ? POLLOUT : 0)), 0});
-      wake = std::min(wake, handshake.deadline);
-    }
+    std::vector<pollfd> fds;
+    const Clock::time_point wake = server_.pollFds(fds, op_.deadline);
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()).count();
     const int64_t longest = watch ? kConnectWatchInterval.count() : 1000;
     if (::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<int64_t>(left, 0, longest))) <
@@ -157,86 +139,12 @@ class HigherRanksListener {
     return fds[0].revents != 0;
   }
 
-  // Newcomers: each gets the hello at once.
-  void acceptNewcomers() {
-    for (;;) {
-      net::UniqueFd fd;
-      try {
-        fd = net::acceptTcp(listener_);
-      } catch (const TransportError&) {
-        break;  // out of descriptors: the handshakes in progress finish or expire first
-      }
-      if (!fd) break;
-      if (pending_.size() >= kMaxPendingHandshakes) drop(pending_.begin());
-      PendingHandshake handshake;
-      handshake.fd = std::move(fd);
-      handshake.acceptor = std::make_unique<auth::Acceptor>(config_.secret, auth::Purpose::Data);
-      handshake.deadline = Clock::now() + kHandshakeTimeout;
-      pending_.push_back(std::move(handshake));
-    }
-  }
-
-  // Moves every handshake on as far as its socket allows: the hello out, the reply in, checked,
-  // the proof back; a connection that proves the secret becomes its rank's.
-  void advanceHandshakes(Clock::time_point now) {
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      PendingHandshake& handshake = *it;
-      try {
-        while (handshake.helloSent < auth::kHelloBytes) {
-          const size_t n = net::writeSome(handshake.fd.get(),
-                                          handshake.acceptor->hello().data() + handshake.helloSent,
-                                          auth::kHelloBytes - handshake.helloSent);
-          if (n == 0) break;
-          handshake.helloSent += n;
-        }
-        uint8_t bytes[auth::kReplyBytes];
-        const size_t n = net::readSome(handshake.fd.get(), bytes,
-                                       auth::kReplyBytes - handshake.reply.size());
-        handshake.reply.insert(handshake.reply.end(), bytes, bytes + n);
-      } catch (const TransportError&) {
-        it = drop(it);  // gone, or reset
-        continue;
-      }
-      if (handshake.reply.size() < auth::kReplyBytes) {
-        it = now >= handshake.deadline ? drop(it) : std::next(it);
-        continue;
-      }
-      const auto accepted = handshake.acceptor->check(handshake.reply.data());
-      // Only a rank this one still waits for, calling this very rank, with the secret.
-      if (!accepted || accepted->first.to != rank_ || awaited_.count(accepted->first.from) == 0) {
-        it = drop(it);
-        continue;
-      }
-      const auth::Digest& proof = accepted->second;
-      try {
-        net::writeFully(handshake.fd.get(), proof.data(), proof.size(),
-                        std::min(op_.deadline, now + kHandshakeTimeout));
-      } catch (const Error&) {
-        it = drop(it);
-        continue;
-      }
-      const int from = accepted->first.from;
-      keys_[from] = handshake.acceptor->keys(handshake.reply.data());
-      connected_[from] = std::move(handshake.fd);
-      awaited_.erase(from);
-      it = pending_.erase(it);
-    }
-  }
-
-  std::list<PendingHandshake>::iterator drop(std::list<PendingHandshake>::iterator it) {
-    ++refused_;
-    return pending_.erase(it);
-  }
-
   const int rank_;
-  const int listener_;
-  const Config& config_;
+  HandshakeServer server_;
   const Operation& op_;
   std::map<int, net::UniqueFd>& connected_;
   std::map<int, auth::LinkKeys>& keys_;
   std::set<int> awaited_;
-  std::list<PendingHandshake> pending_;
-  size_t refused_ = 0;
 };
 
 // The byte stream of each connected peer, sealed where its link is protected
@@ -247,17 +155,15 @@ void makeTcpStreams(int rank, Links& links, const bootstrap::Rendezvous& rendezv
   size_t sealed = 0;
   size_t exposed = 0;  // links to other hosts left unprotected by a build without OpenSSL
   for (auto& [peer, fd] : connected) {
-    std::unique_ptr<ByteStream> stream = std::make_unique<TcpStream>(
-        fd.release(), peer, config.socketBufferBytes, config.linkTimeout);
     const bool otherHost = rendezvous.ranks[rank].hostId != rendezvous.ranks[peer].hostId;
-    const WireProtection protection = linkProtection(config.wireProtection, otherHost);
-    if (protection != WireProtection::Off) {
-      stream = sealStream(std::move(stream), peer, protection, keys.at(peer));
+    bool isSealed = false;
+    links.streams[peer] =
+        makeTcpLink(std::move(fd), peer, config, otherHost, keys.at(peer), &isSealed);
+    if (isSealed) {
       ++sealed;
     } else if (otherHost && config.wireProtection == WireProtection::Auto) {
       ++exposed;
     }
-    links.streams[peer] = std::move(stream);
   }
   if (exposed > 0) {
     RINGCOMM_LOG(LogLevel::Warn, kLogAuth,
