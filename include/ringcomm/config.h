@@ -41,6 +41,13 @@ enum class CrossMemory : uint8_t {
   On,    // always from the threshold on; setup fails if a local rank cannot
 };
 
+// RINGCOMM_LINKS: when a rank makes its TCP links (src/transport/tcp/tcp_dialer.h).
+enum class LinkSetup : uint8_t {
+  OnFirstUse,  // to a peer when a message first goes to or comes from it: a rank holds links to
+               // the peers its schedules use, not to every rank on another host
+  AtStart,     // to every TCP peer when the communicator is created (a full mesh)
+};
+
 // RINGCOMM_WIRE_PROTECTION: what guards the frames of TCP links after the handshake
 // (transport/tcp/sealed_stream.h; AES-256-GCM under per-link keys, a sequence number per frame).
 enum class WireProtection : uint8_t {
@@ -123,6 +130,8 @@ struct RINGCOMM_API Config {
   // RINGCOMM_SOCKET_BUFFER_BYTES: SO_SNDBUF/SO_RCVBUF of TCP connections.
   int socketBufferBytes = 4 * 1024 * 1024;
   WireProtection wireProtection = WireProtection::Auto;
+  // RINGCOMM_LINKS=on_first_use|at_start: when TCP links are made; the same on every rank.
+  LinkSetup links = LinkSetup::OnFirstUse;
   // RINGCOMM_LINK_TIMEOUT (seconds): how long a TCP peer's host may go without answering
   // (keepalive probes, unacknowledged data) before its connection counts as dead and the
   // collective fails naming it; independent of how long its process computes.

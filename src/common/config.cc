@@ -216,6 +216,13 @@ void readNetworkVariables(Config& config) {
   if (const char* v = variable("RINGCOMM_WIRE_PROTECTION")) {
     config.wireProtection = parseWireProtection(v);
   }
+  if (const char* v = variable("RINGCOMM_LINKS")) {
+    const std::string value = v;
+    if (value != "on_first_use" && value != "at_start") {
+      throw InvalidArgument("RINGCOMM_LINKS must be on_first_use or at_start; got '" + value + "'");
+    }
+    config.links = value == "at_start" ? LinkSetup::AtStart : LinkSetup::OnFirstUse;
+  }
   if (const char* v = variable("RINGCOMM_LINK_TIMEOUT")) {
     config.linkTimeout = timeoutFromSeconds(parseNumber("RINGCOMM_LINK_TIMEOUT", v),
                                             "RINGCOMM_LINK_TIMEOUT", false);
@@ -458,6 +465,14 @@ std::vector<Described> networkVariables() {
        "(the handshake only). AES-256-GCM under per-link keys, with a sequence number against "
        "replay; needs a build with OpenSSL. UCX links are never sealed: integrity and encrypt "
        "keep auto's links between hosts on TCP and refuse RINGCOMM_TRANSPORT=ucx",
+       nullptr},
+      {"RINGCOMM_LINKS", nullptr,
+       [](const Config& c) {
+         return std::string(c.links == LinkSetup::AtStart ? "at_start" : "on_first_use");
+       },
+       "when TCP links are made: on_first_use (to a peer when a message first goes to or comes "
+       "from it: links to the peers the schedules use) or at_start (to every TCP peer at "
+       "creation); the same on every rank",
        nullptr},
       {"RINGCOMM_LINK_TIMEOUT", nullptr, [](const Config& c) { return seconds(c.linkTimeout); },
        "seconds a TCP peer's host may stay silent (keepalive, unacknowledged data) before its link "

@@ -57,7 +57,7 @@ CommunicatorImpl::CommunicatorImpl(int rank, int size, Config config, transport:
                                              static_cast<int>(links_.localRanks.size()));
   transport_ = std::make_unique<transport::Transport>(
       rank_, std::move(links_.streams), std::move(links_.network), links_.segments.get(),
-      *waitPolicy_);
+      *waitPolicy_, std::move(links_.dialer));
   scratch_.registerWith(transport_.get());
   settleLink();
   const algorithms::HostLayout layout{links_.hostRanks, links_.hostIndex, localRank()};
@@ -169,7 +169,9 @@ void CommunicatorImpl::logCreation() {
   std::map<std::string, std::string> peersByKind;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
-    std::string& list = peersByKind[transport_->kindOf(peer)];
+    const std::string kind = std::string(transport_->kindOf(peer)) +
+                             (transport_->linked(peer) ? "" : " (linked on first use)");
+    std::string& list = peersByKind[kind];
     list += (list.empty() ? "" : ",") + std::to_string(peer);
   }
   for (const auto& [kind, peers] : peersByKind) {

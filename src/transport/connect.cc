@@ -1,8 +1,10 @@
 // How this rank reaches each peer: the kind of link chosen per peer, then the links built, kind
-// by kind (link_setup.h: shared memory, TCP; UCX: ucx/ucx_network.h).
+// by kind (link_setup.h: shared memory, TCP; UCX: ucx/ucx_network.h). TCP links are made on
+// first use (tcp/tcp_dialer.h), or here with RINGCOMM_LINKS=at_start.
 #include "transport/connect.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -113,7 +115,18 @@ Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvo
       links.streams[peer] = std::make_unique<ShmStream>(*links.segments, peerLocal);
     }
   }
-  setUpTcp(rank, tcpPeers, links, rendezvous, std::move(listener), config, config.timeout, watch);
+  if (config.links == LinkSetup::OnFirstUse && !tcpPeers.empty()) {
+    std::map<int, TcpDialer::PeerAddress> addresses;
+    for (int peer : tcpPeers) {
+      const bootstrap::RankRecord& record = rendezvous.ranks[peer];
+      addresses[peer] = {record.address, record.port, record.hostId != myHost};
+    }
+    links.dialer = std::make_unique<TcpDialer>(rank, std::move(addresses), std::move(listener),
+                                               config);
+  } else {
+    setUpTcp(rank, tcpPeers, links, rendezvous, std::move(listener), config, config.timeout,
+             watch);
+  }
   if (!ucxPeers.empty()) {
     OperationLabel label;
     label.collective = "connecting to peers over UCX";

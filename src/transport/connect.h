@@ -14,11 +14,15 @@
 #include "transport/byte_stream.h"
 #include "transport/message_network.h"
 #include "transport/shm/segment.h"
+#include "transport/tcp/tcp_dialer.h"
 
 namespace ringcomm::transport {
 
 struct Links {
   std::vector<std::unique_ptr<ByteStream>> streams;  // by peer; null for this rank
+  // Makes the TCP links on first use (RINGCOMM_LINKS=on_first_use): null where they were all
+  // made here, or there are none.
+  std::unique_ptr<TcpDialer> dialer;
   std::unique_ptr<MessageNetwork> network;           // reaches peers without a stream, or null
   std::unique_ptr<shm::Segments> segments;           // null when no peer shares memory
   std::vector<int> localRanks;                       // ranks on this host, ascending

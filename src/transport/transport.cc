@@ -43,23 +43,19 @@ void requireHostMemory(const Transport& transport, int peer, Memory memory) {
 
 Transport::Transport(int rank, std::vector<std::unique_ptr<ByteStream>> streams,
                      std::unique_ptr<MessageNetwork> network, const shm::Segments* segments,
-                     WaitPolicy& waitPolicy)
+                     WaitPolicy& waitPolicy, std::unique_ptr<TcpDialer> dialer)
     : rank_(rank),
       peers_(streams.size()),
       network_(std::move(network)),
       segments_(segments),
-      waitPolicy_(waitPolicy) {
+      waitPolicy_(waitPolicy),
+      dialer_(std::move(dialer)) {
   for (size_t peer = 0; peer < streams.size(); ++peer) {
+    const int at = static_cast<int>(peer);
     peers_[peer].stream = std::move(streams[peer]);
-    peers_[peer].onNetwork =
-        !peers_[peer].stream && network_ != nullptr && static_cast<int>(peer) != rank_;
+    peers_[peer].onNetwork = !peers_[peer].stream && network_ != nullptr && at != rank_ &&
+                             !(dialer_ && dialer_->reaches(at));
   }
-}
-
-const char* Transport::kindOf(int peer) const {
-  const Peer& state = peers_[peer];
-  if (state.onNetwork) return network_->kind();
-  return state.stream ? state.stream->kind() : "self";
 }
 
 bool Transport::takesDeviceMemory(int peer) const {
@@ -101,8 +97,9 @@ Transport::Request Transport::postSend(int peer, const void* data, size_t bytes,
   if (state.sends.empty() && state.recvs.empty()) active_.push_back(peer);
   state.sends.push_back(std::move(pending));
   Request request{peer, true, ++state.sendsPosted};
-  // Start moving bytes now: the peer may already be waiting.
-  if (!state.onNetwork) progressSends(peer, state);
+  // Start moving bytes now: the peer may already be waiting (a TCP link not yet made is made
+  // in the wait, which has a deadline).
+  if (!state.onNetwork && state.stream) progressSends(peer, state);
   return request;
 }
 
@@ -281,6 +278,7 @@ bool Transport::progressAll(const Operation& op) {
       moved |= progressNetworkSends(peer, state, op);
       moved |= progressNetworkRecvs(peer, state, op);
     } else {
+      if (!state.stream) ensureLink(peer, state, op);
       moved |= progressSends(peer, state);
       moved |= progressRecvs(peer, state, op);
     }
@@ -307,6 +305,11 @@ void Transport::checkPeers(const Operation& op) {
 }
 
 void Transport::checkAborted(const Operation& op) const {
+  if (dialer_) {
+    // Out of descriptors, this rank cannot take its peers' links (they would wait for it).
+    const std::string failure = dialer_->failure();
+    if (!failure.empty()) raisePeerFailure<TransportError>(op, -1, failure);
+  }
   if (segments_ == nullptr) return;
   const std::string reason = segments_->ownAbort();
   if (!reason.empty()) {
@@ -455,6 +458,7 @@ int Transport::waitForAnySender(const MessageTag& tag, const Operation& op) {
   while (true) {
     uint32_t doorbell = segments_ != nullptr ? segments_->doorbellSnapshot() : 0;
     bool moved = progressAll(op);  // sends this rank posted earlier may be what the sender awaits
+    adoptArrived();                // a sender without a link to this rank dials it
     for (size_t peer = 0; peer < peers_.size(); ++peer) {
       Peer& state = peers_[peer];
       if ((!state.stream && !state.onNetwork) || !state.recvs.empty()) continue;
@@ -481,6 +485,7 @@ void Transport::blockForAnyIncoming(uint32_t doorbellSeen, const Operation& op) 
   std::vector<pollfd> fds;
   bool sharedMemoryPeers = false;
   if (network_ != nullptr && !pollNetwork(fds)) return;  // events are waiting: no sleep
+  if (dialer_) fds.push_back(pollfd{dialer_->arrivalFd(), POLLIN, 0});
   for (const Peer& state : peers_) {
     if (!state.stream) continue;
     int fd = state.stream->pollFd();
@@ -502,6 +507,7 @@ void Transport::blockForAnyIncoming(uint32_t doorbellSeen, const Operation& op) 
 }
 
 std::string Transport::unreadMessageFrom(int peer) {
+  adoptArrived();  // a message nothing received may have come over a link the sender made
   Peer& state = peers_[peer];
   if (!state.recvs.empty()) return {};
   if (state.onNetwork) {
@@ -529,29 +535,6 @@ std::string Transport::unreadMessageFrom(int peer) {
   return describeTag(state.peeked.tag) + " (" +
          describeSignature(state.peeked.signature, state.peeked.variant) + ", " +
          std::to_string(state.peeked.bytes) + " bytes)";
-}
-
-void Transport::closeStreams() {
-  for (Peer& state : peers_) {
-    if (state.stream) state.stream->close();
-  }
-  if (network_ != nullptr) network_->close();
-}
-
-void Transport::stopSealing() {
-  for (Peer& state : peers_) {
-    if (state.stream) state.stream->stopSealing();
-  }
-}
-
-void Transport::abort() {
-  for (Peer& state : peers_) {
-    if (state.stream) state.stream->close();
-    state.sends.clear();
-    state.recvs.clear();
-  }
-  if (network_ != nullptr) network_->close();
-  active_.clear();
 }
 
 }  // namespace ringcomm::transport

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "transport/byte_stream.h"
 #include "transport/frame.h"
 #include "transport/message_network.h"
+#include "transport/tcp/tcp_dialer.h"
 
 namespace ringcomm::shm {
 class Segments;
@@ -40,11 +42,12 @@ class Transport {
     uint64_t sequence = 0;  // per peer and direction
   };
 
-  // streams[peer] reaches peer; where it is null, `network` does (null for this rank, and for
-  // every peer without a network). segments: this host's shared memory, or null.
+  // streams[peer] reaches peer; where it is null, `dialer` does, linking on first use (a TCP
+  // peer: tcp/tcp_dialer.h), else `network` (null for this rank, and for every peer without a
+  // network). segments: this host's shared memory, or null.
   Transport(int rank, std::vector<std::unique_ptr<ByteStream>> streams,
             std::unique_ptr<MessageNetwork> network, const shm::Segments* segments,
-            WaitPolicy& waitPolicy);
+            WaitPolicy& waitPolicy, std::unique_ptr<TcpDialer> dialer = nullptr);
 
   // memory: Memory::Cuda only to a peer that takesDeviceMemory().
   Request postSend(int peer, const void* data, size_t bytes, const MessageTag& tag,
@@ -68,7 +71,11 @@ class Transport {
   // never throws. A message still in flight is not seen.
   std::string unreadMessageFrom(int peer);
 
+  // "tcp", "shm", a network's kind or "self"; a TCP peer is "tcp" before its link is made too.
+  // Any thread.
   const char* kindOf(int peer) const;
+  // Whether this rank holds a link to `peer` (TCP links are made on first use). Any thread.
+  bool linked(int peer) const;
   // Whether messages to and from `peer` may be in CUDA device memory (a network that takes it);
   // byte streams take host memory only, so device buffers are staged for them.
   bool takesDeviceMemory(int peer) const;
@@ -111,6 +118,12 @@ class Transport {
     size_t peekedBytes = 0;
   };
 
+  // A TCP peer's link, made where it has none yet (dialed, or the one it made to this rank).
+  void ensureLink(int peer, Peer& state, const Operation& op);
+  // Links peers made to this rank (a sender to a receive from any source); the stream set once,
+  // under linksMutex_ (closeStreams() reads the streams from any thread).
+  void adoptArrived();
+  void adopt(int peer, std::unique_ptr<ByteStream> stream);
   bool progressSends(int peer, Peer& state);
   bool progressRecvs(int peer, Peer& state, const Operation& op);
   bool progressNetworkSends(int peer, Peer& state, const Operation& op);
@@ -144,6 +157,10 @@ class Transport {
   const shm::Segments* segments_;
   WaitPolicy& waitPolicy_;
   std::vector<int> active_;  // peers with pending requests
+  std::unique_ptr<TcpDialer> dialer_;  // null where every TCP link was made at creation
+  mutable std::mutex linksMutex_;      // a stream set (adopt) against closeStreams, kindOf
+  bool closed_ = false;                // closeStreams() ran: links made later close at once
+  bool unsealed_ = false;              // stopSealing() ran: links made later stop too
 };
 
 }  // namespace ringcomm::transport

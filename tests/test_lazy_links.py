@@ -1,0 +1,58 @@
+"""TCP links made on first use (RINGCOMM_LINKS=on_first_use, src/transport/tcp/tcp_dialer.h): a
+rank links to a peer when a message first goes to or comes from it, with the job-secret
+handshake, and holds links only to the peers it exchanges messages with."""
+
+import re
+
+from harness import assert_all_succeeded, run_job
+
+ENV = {"RINGCOMM_TRANSPORT": "tcp", "RINGCOMM_DEBUG": "INFO", "RINGCOMM_DEBUG_SUBSYS": "TRANSPORT"}
+LINKED = re.compile(r"rank (\d+) linked to rank (\d+) over TCP \(([^)]*)\)")
+
+
+def links_of(outcome) -> dict:
+    """The peers this rank linked to, each with how ("this rank's dial" or "its dial")."""
+    return {int(peer): how for _, peer, how in LINKED.findall(outcome.stderr)}
+
+
+def test_a_sender_dials_a_higher_rank_that_receives_from_any_source():
+    outcomes = run_job(3, "lazy_links.py", ["any_source"], env=ENV, deadline=120)
+    assert_all_succeeded(outcomes)
+    assert outcomes[2].result["received"] == 7000.0
+    assert links_of(outcomes[0])[2] == "this rank's dial"
+    assert links_of(outcomes[2])[0] == "its dial"
+
+
+def test_two_ranks_that_send_to_each_other_first_end_with_one_link():
+    outcomes = run_job(2, "lazy_links.py", ["crossing"], env=ENV, deadline=120)
+    assert_all_succeeded(outcomes)
+    assert [o.result["received"] for o in outcomes] == [2.0, 1.0]
+    # Both dialed; the lower rank's dial won at both ends, one link each.
+    assert links_of(outcomes[0]) == {1: "its dial"}
+    assert links_of(outcomes[1]) == {0: "this rank's dial"}
+    assert LINKED.findall(outcomes[1].stderr).count(("1", "0", "this rank's dial")) == 1
+
+
+def test_a_ring_allreduce_links_each_rank_to_its_neighbours_only():
+    env = dict(ENV, RINGCOMM_ALGORITHM="ring")
+    outcomes = run_job(4, "lazy_links.py", ["ring"], env=env, deadline=120)
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        rank = outcome.rank
+        assert outcome.result["received"] == 6.0
+        assert set(links_of(outcome)) == {(rank - 1) % 4, (rank + 1) % 4}, outcome.stderr
+        assert outcome.result["transports"].count("tcp") == 3  # a TCP peer before its link too
+    # Beyond the same few sockets on every rank (the store, its mailbox, its listener), its
+    # sockets are its links.
+    beyond = {o.result["sockets_after"] - len(links_of(o)) for o in outcomes}
+    assert len(beyond) == 1, [o.result for o in outcomes]
+
+
+def test_links_at_start_make_the_full_mesh():
+    env = dict(ENV, RINGCOMM_ALGORITHM="ring", RINGCOMM_LINKS="at_start")
+    outcomes = run_job(4, "lazy_links.py", ["ring"], env=env, deadline=120)
+    assert_all_succeeded(outcomes)
+    for outcome in outcomes:
+        assert outcome.result["received"] == 6.0
+        assert links_of(outcome) == {}  # none made on first use
+    assert len({o.result["sockets_after"] for o in outcomes}) == 1
