@@ -1240,17 +1240,24 @@ def test_scale_model_arithmetic():
     # figures N + 3, the door 1.
     assert scale_model.store_requests("today", 64, 8) == 3 * 64 + 8 * 95 + 67 + 1 == 1020
     assert scale_model.store_requests("today", 8, 1) == 36
-    assert scale_model.links("today", 1024, 8) == 1016
+    assert scale_model.links("at_start", 1024, 8) == 1016
+    # Made on first use: none at creation, the schedule's after the first collective
+    assert scale_model.links("today", 1024, 8) == 0
+    assert scale_model.links("today", 1024, 8, after_first_collective=True) == 5
     assert scale_model.links("planned", 1024, 8) == 10
     assert scale_model.links("planned", 1024, 8, after_first_collective=True) == 15
     costs = Costs(
         store_request_s=1e-3, store_service_s=0.0, link_s=1e-3, step_s=1e-4, detect_s=0.01
     )
-    today = predict(costs, "today", 16, 8)
+    at_start = predict(costs, "at_start", 16, 8)
     # 16 reads by rank 0; 8 links, and a rank's eighth of its host's 95 shared-memory requests
-    assert today["rendezvous_s"] == pytest.approx(16e-3)
-    assert today["connect_s"] == pytest.approx(8e-3 + 95e-3 / 8)
-    assert today["first_allreduce_ms"] == pytest.approx(2 * 4 * 0.1)
+    assert at_start["rendezvous_s"] == pytest.approx(16e-3)
+    assert at_start["connect_s"] == pytest.approx(8e-3 + 95e-3 / 8)
+    assert at_start["first_allreduce_ms"] == pytest.approx(2 * 4 * 0.1)
+    # On first use: no link at creation, 5 made by the first all-reduce
+    today = predict(costs, "today", 16, 8)
+    assert today["connect_s"] == pytest.approx(95e-3 / 8)
+    assert today["first_allreduce_ms"] == pytest.approx(2 * 4 * 0.1 + 5 * 1.0)
     # On 2 cores, 16 ranks wait 8 times as long for the last survivor to see the kill
     crowded = predict(costs, "today", 16, 8, cores=2)["recovery_s"]
     assert crowded - today["recovery_s"] == pytest.approx(7 * 0.01)
@@ -1263,9 +1270,14 @@ def test_scale_model_arithmetic():
     # Calibrated on a job, the model gives that job's connect and first all-reduce back
     row = {"ranks": 8, "hosts": 8, "store_request_ms": 0.5, "connect_s": 0.7,
            "first_allreduce_ms": 12.0, "detect_s": 0.02}  # fmt: skip
-    back = predict(scale_model.calibrate(row, 2), "today", 8, 1, cores=2)
+    back = predict(scale_model.calibrate(row, 2), "at_start", 8, 1, cores=2)
     assert back["connect_s"] == pytest.approx(0.7)
     assert back["first_allreduce_ms"] == pytest.approx(12.0)
+    # ... and with links made on first use, the first all-reduce's and the second's
+    row = dict(row, second_allreduce_ms=3.0, tcp_links_after_first=2.0)
+    costs = scale_model.calibrate(row, 2)
+    assert costs.link_s == pytest.approx(9e-3 / 5) and costs.step_s == pytest.approx(0.5e-3)
+    assert predict(costs, "today", 8, 1, cores=2)["first_allreduce_ms"] == pytest.approx(12.0)
 
 
 @needs_namespaces
@@ -1282,4 +1294,6 @@ def test_init_benchmark_across_namespace_hosts(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     (row,) = json.loads(saved.read_text())["rows"]
     assert row["hosts"] == 2 and row["remote_peers"] == 1 and row["sent_kib"] > 0
+    # The two ranks measured the network between the hosts at creation: one link each, no other
+    assert row["sockets_after_first"] == row["sockets"]
     assert row["recovery_s"] > 0

@@ -10,12 +10,15 @@ hosts as cluster.py places them) and report, after ringcomm.init():
                   processes' own start, and Python's and numpy's imports, left out: on a busy
                   2-core machine they dominate and are not ringcomm's)
     rendezvous    the part of it until every rank has left the rendezvous (its records read)
-    connect       the rest: links to every peer with their handshakes, the measurement of the
-                  network between hosts, the door published for newcomers
-    1st allreduce from every rank ready to every rank done, 4 KiB
+    connect       the rest: the shared-memory setup, the measurement of the network between
+                  hosts (its two ranks' link), the door published for newcomers; with
+                  RINGCOMM_LINKS=at_start, links to every peer on another host too (TCP links
+                  are made on first use otherwise: src/transport/tcp/tcp_dialer.h)
+    1st allreduce from every rank ready to every rank done, 4 KiB, its schedule's links made
+    2nd allreduce the same again, on the links the first made
     RSS, fds      per rank (/proc/self/status, /proc/self/fd), after init; and the most any
                   rank held (rank 0, which also serves the store)
-    sockets       per rank, of its descriptors
+    sockets       per rank, of its descriptors; and after the first all-reduce (its links)
     store reqs    requests the store served, all ranks together (counted by each rank: the
                   server keeps no count)
     sent          bytes each rank's open TCP sockets sent during init (footprint.py), the median
@@ -205,6 +208,21 @@ def _requests_by_part(records: list[dict]) -> dict:
     return parts
 
 
+def _after_first(ours: list[dict]) -> dict:
+    """Sockets a rank holds after the first all-reduce, and the second all-reduce's time (it
+    makes no links), where the records have them."""
+    if not all("footprint_after_first" in r for r in ours):
+        return {}
+    reduced = max(r["reduced"] for r in ours)
+    return {
+        "sockets_after_first": _mean(r["footprint_after_first"]["sockets"] for r in ours),
+        "tcp_links_after_first": _mean(
+            r["footprint_after_first"]["tcp_sockets"] - r["footprint"]["tcp_sockets"] for r in ours
+        ),
+        "second_allreduce_ms": (max(r["reduced_again"] for r in ours) - reduced) * 1e3,
+    }
+
+
 def summarize(nranks: int, hosts: int, ours: list[dict], gloo: Optional[list[dict]]) -> dict:
     """One rank count's row: the job's figures from every rank's record (init_worker.py)."""
     last_import = max(r["imported"] for r in ours)
@@ -221,6 +239,8 @@ def summarize(nranks: int, hosts: int, ours: list[dict], gloo: Optional[list[dic
         "fds": _mean(r["footprint"]["fds"] for r in ours),
         "fds_max": max(r["footprint"]["fds"] for r in ours),  # rank 0's: it serves the store
         "sockets": _mean(r["footprint"]["sockets"] for r in ours),
+        # TCP links are made on first use: a rank's sockets once its first all-reduce ran.
+        **_after_first(ours),
         "remote_peers": _mean(r["remote_peers"] for r in ours),
         "store_requests": sum(r["store_requests"] for r in ours),
         **_requests_by_part(ours),
@@ -260,6 +280,8 @@ COLUMNS = (
     ("fds", "fds/rank", "{:.1f}"),
     ("fds_max", "fds, most", "{:d}"),
     ("sockets", "sockets/rank", "{:.1f}"),
+    ("sockets_after_first", "sockets/rank after 1st allreduce", "{:.1f}"),
+    ("second_allreduce_ms", "2nd allreduce (ms)", "{:.1f}"),
     ("store_requests", "store reqs", "{:d}"),
     ("store_request_ms", "store req (ms)", "{:.2f}"),
     ("rendezvous_requests", "of which rendezvous", "{:d}"),
@@ -274,8 +296,8 @@ COLUMNS = (
 )
 RATIO_KEYS = (
     "init_s", "rendezvous_s", "connect_s", "first_allreduce_ms", "rss_mib", "fds", "sockets",
-    "store_requests", "rendezvous_requests", "shm_requests", "sent_kib", "recovery_s",
-    "gloo_init_s",
+    "sockets_after_first", "store_requests", "rendezvous_requests", "shm_requests", "sent_kib",
+    "recovery_s", "gloo_init_s",
 )  # fmt: skip
 
 
@@ -327,7 +349,10 @@ def growth_lines(rows: Sequence[dict]) -> list[str]:
         ("store_requests", "store requests"),
         ("rendezvous_requests", "the rendezvous's store requests"),
         ("sockets", "sockets per rank"),
+        ("sockets_after_first", "sockets per rank after the first all-reduce"),
     ):
+        if key not in first or key not in last:
+            continue
         factor = last[key] / first[key]
         verdict = "linear or better" if factor <= grown * 1.05 else "FASTER than linear"
         lines.append(

@@ -5,31 +5,37 @@ to thousands of ranks, for today's design and the planned one.
     ringcomm-bench init --np 8,16,32,64 --hosts 8 --json init.json
     python -m ringcomm.bench.scale_model init.json --plot docs/_static/init_scale.png
 
-Today (src/bootstrap/rendezvous.cc, src/transport/tcp/tcp_setup.cc): every rank posts its record
+Today (src/bootstrap/rendezvous.cc, src/transport/tcp/tcp_dialer.h): every rank posts its record
 to the store, rank 0 reads them one by one and posts them all as one value, which every rank
 reads: 3N requests, but rank 0's N reads are one after another, and the value of N records is
-read N times through the store's host. Then each rank connects to every rank on another host,
-one after another, with the handshake on each: N - G links (G ranks a host), each a socket.
-A host's G ranks set up their shared memory through the store too: 12G - 1 requests a host as
-counted here (a wait is a get per key behind the counting store), the lowest local rank reading
-every rank's word and posting the host's verdict (3G^2 + 4G + 1 before, every rank reading
-every other's). After a kill the
-survivors agree (the leader hears from each: N messages) and form a new communicator the same
-way.
+read N times through the store's host. TCP links are made on first use
+(src/transport/tcp/tcp_dialer.h): none at creation (but the two ranks that measure the network
+between hosts); the first collective makes its schedule's (ring neighbours, a tree's partners,
+the other hosts' ranks of a rank's slice: at most _SCHEDULE_LINKS), a connect and a handshake
+each, and a communicator made by shrink starts with none again. With RINGCOMM_LINKS=at_start
+(design "at_start" here; the only way before) each rank connects to every rank on another host
+at creation, one after another: N - G links (G ranks a host), each a socket. A host's G ranks
+set up their shared memory through the store too: 12G - 1 requests a host as counted here (a
+wait is a get per key behind the counting store), the lowest local rank reading every rank's
+word and posting the host's verdict (3G^2 + 4G + 1 before, every rank reading every other's).
+After a kill the survivors agree (the leader hears from each: N messages) and form a new
+communicator the same way.
 
 Planned (issue 52): records gathered over the bootstrap in log2(N) rounds of doubling, the store
-only posting each rank's address and reading its partners' (2N requests); links only to the
-peers a schedule uses (ring neighbours, tree parent and children, the bootstrap's log2(N)
-partners), on first use; agreement in 2 log2(N) rounds of a tree.
+only posting each rank's address and reading its partners' (2N requests); links to the
+bootstrap's log2(N) partners, and those a schedule uses on first use, as today; agreement in
+2 log2(N) rounds of a tree.
 
 Unit costs (``Costs``), from the smallest job, each where it is alone:
 
     store_request_s   a store request's round trip (median of the ranks' sets)
     store_service_s   the store server's time per request, busy (store_service.py): what the
                       whole job's requests cost one after another
-    link_s            one link's connect and handshake on a rank's path: the connect phase over
-                      its links, over the cores' share (below)
-    step_s            one step of a small all-reduce: the first all-reduce over 2 log2(N) steps
+    link_s            one link's connect and handshake on a rank's path: what the first
+                      all-reduce took beyond the second, over the links it made (with links made
+                      at start: the connect phase over its links)
+    step_s            one step of a small all-reduce: the second all-reduce (the first, with
+                      links made at start) over 2 log2(N) steps
     detect_s          kill -9 to the survivors' failed call (the links' end of file)
 
 On this machine ``cores`` cores run every rank: while all ranks work (connecting, reducing) each
@@ -53,7 +59,7 @@ RECORD_BYTES = 128  # a rank's record: host id (hostname, boot id, netns), addre
 PROJECTED_RANKS = (1024, 4096, 16384)
 PROJECTED_GBIT = (25, 100)
 RANKS_PER_HOST = 8  # projected: 8 ranks (GPUs) a host
-DESIGNS = ("today", "planned")
+DESIGNS = ("at_start", "today", "planned")
 # Links a rank's schedules use in the planned design, past the bootstrap's log2(N): two ring
 # neighbours, a tree's parent and two children.
 _SCHEDULE_LINKS = 5
@@ -86,7 +92,7 @@ def shm_requests(design: str, nranks: int, per_host: int) -> int:
     if per_host < 2:
         return 0
     hosts = math.ceil(nranks / per_host)
-    if design == "today":  # the plan read by each, two phases of a verdict (shm_setup.cc)
+    if design != "planned":  # the plan read by each, two phases of a verdict (shm_setup.cc)
         return hosts * (12 * per_host - 1)
     return hosts * (2 * per_host + 1)  # each posts, one gathers and posts all
 
@@ -96,17 +102,21 @@ def store_requests(design: str, nranks: int, per_host: int) -> int:
     # Across hosts, the network's figures: one rank measures and posts them, every rank reads
     # them (N + 3); and the door for newcomers (1).
     settle = (nranks + 3 if nranks > per_host else 0) + 1
-    records = 3 * nranks if design == "today" else 2 * nranks  # planned: post, read partners
+    records = 3 * nranks if design != "planned" else 2 * nranks  # planned: post, read partners
     return records + shm_requests(design, nranks, per_host) + settle
 
 
 def links(design: str, nranks: int, per_host: int, after_first_collective: bool = False) -> int:
-    """TCP links a rank holds: every rank on another host (today), or the bootstrap's partners,
-    and after the first collective its schedule's peers too (planned)."""
-    if design == "today":
-        return nranks - per_host
+    """TCP links a rank holds: every rank on another host (at_start); none at creation and its
+    schedule's peers after the first collective (today: made on first use); the bootstrap's
+    partners, and its schedule's peers after the first collective (planned)."""
     remote = nranks - per_host
-    return min(remote, _log2(nranks) + (_SCHEDULE_LINKS if after_first_collective else 0))
+    if design == "at_start":
+        return remote
+    schedule = _SCHEDULE_LINKS if after_first_collective else 0
+    if design == "today":
+        return min(remote, schedule)
+    return min(remote, _log2(nranks) + schedule)
 
 
 def calibrate(row: dict, cores: int) -> Costs:
@@ -114,11 +124,21 @@ def calibrate(row: dict, cores: int) -> Costs:
     n, per_host = row["ranks"], math.ceil(row["ranks"] / row["hosts"])
     s = row["store_request_ms"] / 1e3
     shm_path = shm_requests("today", n, per_host) / per_host * s
+    steps = 2 * _log2(n)
+    first = row["first_allreduce_ms"] / 1e3
+    if "second_allreduce_ms" in row:
+        # Links made on first use: the first all-reduce made them, the second ran on them.
+        second = row["second_allreduce_ms"] / 1e3
+        step_s = second / steps
+        link_s = max(0.0, first - second) / max(1, links("today", n, per_host, True))
+    else:  # a job that made every link at start (RINGCOMM_LINKS=at_start, or before it)
+        step_s = first / steps
+        link_s = max(0.0, row["connect_s"] - shm_path) / max(1, links("at_start", n, per_host))
     return Costs(
         store_request_s=s,
         store_service_s=row.get("store_service_us", 0.0) / 1e6,
-        link_s=max(0.0, row["connect_s"] - shm_path) / max(1, links("today", n, per_host)),
-        step_s=row["first_allreduce_ms"] / 1e3 / (2 * _log2(n)),
+        link_s=link_s,
+        step_s=step_s,
         detect_s=row.get("detect_s", 0.0) / crowding(n, cores),
     )
 
@@ -131,7 +151,7 @@ def _start(costs: Costs, design: str, nranks: int, per_host: int, rate: float) -
     # A rank's share of its host's shared-memory setup, each request a round trip.
     shm = shm_requests(design, nranks, per_host) / max(1, math.ceil(nranks / per_host))
     shm_path = shm / per_host * s
-    if design == "today":
+    if design != "planned":
         # Rank 0 reads the N records one after another; every rank reads all N from one host.
         rendezvous = max(nranks * s, served) + nranks * nranks * RECORD_BYTES / rate
     else:
@@ -155,16 +175,19 @@ def predict(
     rate = link_bytes_per_s or math.inf
     s, rounds = costs.store_request_s, _log2(nranks)
     rendezvous, connect = _start(costs, design, nranks, per_host, rate)
-    first_links = 0 if design == "today" else _SCHEDULE_LINKS  # made when first needed
+    # Made when first needed.
+    first_links = links(design, nranks, per_host, True) - links(design, nranks, per_host)
     first = 2 * rounds * costs.step_s + first_links * costs.link_s
     survivors = nranks - 1
     detect = costs.detect_s * crowding(nranks, cores)
-    if design == "today":
+    if design != "planned":
         # The leader hears from every survivor; the new communicator forms as the job did, its
-        # store requests answered by the leader's mailbox one after another.
+        # store requests answered by the leader's mailbox one after another, and its first
+        # collective makes its links (today: on first use).
         agreement = survivors * s
         _, reconnect = _start(costs, design, survivors, per_host, rate)
         reform = store_requests(design, survivors, per_host) * s + reconnect
+        reform += first_links * costs.link_s
     else:
         # A tree's 2 log2(N) rounds; the survivors hold every record already: links only to
         # their new ring and tree neighbours.
@@ -190,7 +213,7 @@ _CHECKED = (
     ("first_allreduce_ms", "1st allreduce (ms)", "{:.1f}"),
     ("recovery_s", "kill -> next (s)", "{:.2f}"),
     ("store_requests", "store reqs", "{:.0f}"),
-    ("links", "TCP links/rank", "{:.0f}"),
+    ("links", "TCP links/rank after the 1st", "{:.1f}"),
 )
 
 
@@ -201,7 +224,11 @@ def validation_rows(rows: Sequence[dict], cores: int) -> list[dict]:
     for row in rows:
         per_host = math.ceil(row["ranks"] / row["hosts"])
         predicted = predict(costs, "today", row["ranks"], per_host, cores)
-        measured = dict(row, links=row.get("remote_peers"))
+        links_after = row.get("tcp_links_after_first", row.get("remote_peers"))
+        measured = dict(row, links=links_after)
+        predicted = dict(predicted, links=predicted["links_after_first"])
+        if "tcp_links_after_first" not in row:  # every link made at start
+            predicted = predict(costs, "at_start", row["ranks"], per_host, cores)
         checked.append({"ranks": row["ranks"], "measured": measured, "predicted": predicted})
     return checked
 
@@ -271,7 +298,7 @@ def projection_table(rows: Sequence[dict]):
             row["design"],
             str(row["store_requests"]),
             f"{row['links']} ({row['links_after_first']} after the 1st)"
-            if row["design"] == "planned"
+            if row["links_after_first"] != row["links"]
             else str(row["links"]),
             f"{row['init_s']:.2f}",
             f"{row['first_allreduce_ms']:.1f}",
