@@ -162,6 +162,9 @@ def test_relay_rewriting_frames_is_caught_where_links_are_sealed(two_hosts, prot
                         # bytes then land in the collectives), and auto decides from its rate.
                         "RINGCOMM_LINK_LATENCY_US": "50",
                         "RINGCOMM_LINK_GBITS": str(link_gbits),
+                        # The relay takes rank 1's connections: rank 1 must make the link. With
+                        # links made on first use, either rank may (whichever dials first).
+                        "RINGCOMM_LINKS": "at_start",
                         **SECRET,
                     }
                 ),
