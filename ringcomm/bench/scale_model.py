@@ -74,6 +74,9 @@ class Costs:
     link_s: float
     step_s: float
     detect_s: float  # with a core a rank (the measured time over the cores' crowding)
+    # The rest of the connect phase, where links are made on first use: the measurement of the
+    # network between hosts, the door (with every link made at start, link_s holds it).
+    setup_s: float = 0.0
 
 
 def _log2(n: int) -> int:
@@ -126,11 +129,13 @@ def calibrate(row: dict, cores: int) -> Costs:
     shm_path = shm_requests("today", n, per_host) / per_host * s
     steps = 2 * _log2(n)
     first = row["first_allreduce_ms"] / 1e3
+    setup_s = 0.0
     if "second_allreduce_ms" in row:
         # Links made on first use: the first all-reduce made them, the second ran on them.
         second = row["second_allreduce_ms"] / 1e3
         step_s = second / steps
         link_s = max(0.0, first - second) / max(1, links("today", n, per_host, True))
+        setup_s = max(0.0, row["connect_s"] - shm_path)
     else:  # a job that made every link at start (RINGCOMM_LINKS=at_start, or before it)
         step_s = first / steps
         link_s = max(0.0, row["connect_s"] - shm_path) / max(1, links("at_start", n, per_host))
@@ -140,6 +145,7 @@ def calibrate(row: dict, cores: int) -> Costs:
         link_s=link_s,
         step_s=step_s,
         detect_s=row.get("detect_s", 0.0) / crowding(n, cores),
+        setup_s=setup_s,
     )
 
 
@@ -158,7 +164,8 @@ def _start(costs: Costs, design: str, nranks: int, per_host: int, rate: float) -
         # Post an address, read the partners'; log2(N) rounds of doubling, N records each.
         rendezvous = max(2 * s, served) + _log2(nranks) * costs.step_s
         rendezvous += nranks * RECORD_BYTES / rate
-    return rendezvous, links(design, nranks, per_host) * costs.link_s + shm_path
+    setup = costs.setup_s if design != "at_start" else 0.0
+    return rendezvous, links(design, nranks, per_host) * costs.link_s + shm_path + setup
 
 
 def predict(
