@@ -59,3 +59,13 @@ def test_links_at_start_make_the_full_mesh():
         assert outcome.result["received"] == 6.0
         assert links_of(outcome) == {}  # none made on first use
     assert len({o.result["sockets_after"] for o in outcomes}) == 1
+
+
+def test_a_rank_out_of_descriptors_says_so_and_names_no_peer_as_gone():
+    env = dict(ENV, RINGCOMM_TIMEOUT="15")
+    outcomes = run_job(2, "lazy_links.py", ["no_descriptors"], env=env, deadline=120)
+    assert_all_succeeded(outcomes)
+    zero = outcomes[0].result
+    assert zero["error"] == "TransportError", zero
+    assert "descriptor limit (ulimit -n)" in zero["message"], zero
+    assert outcomes[1].result["error"] is not None, outcomes[1].result

@@ -6,6 +6,7 @@ after the communicator was made and after the exchange."""
 
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -44,6 +45,31 @@ elif mode == "crossing":
         comm.recv(got, source=other)
         work.wait()
         outcome["received"] = float(got[0])
+elif mode == "no_descriptors":
+    # Rank 0 runs out of descriptors (ulimit -n reached) before its first message to rank 1.
+    if rank == 0:
+        import resource
+
+        highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (highest + 1, hard))
+        held = []
+        try:
+            while True:
+                held.append(os.open("/dev/null", os.O_RDONLY))
+        except OSError:
+            pass
+    try:
+        if rank == 0:
+            comm.send(np.ones(10, np.float32), dest=1)
+        else:
+            time.sleep(1.0)  # rank 0 dials first (a link this rank made would need no socket)
+            comm.recv(np.zeros(10, np.float32), source=0)
+    except ringcomm.RingcommError as error:
+        outcome["error"] = type(error).__name__
+        outcome["message"] = str(error)
+    report(outcome)
+    sys.exit(0)
 elif mode == "ring":
     x = np.full(4099, rank, np.float32)
     comm.allreduce(x)
