@@ -67,5 +67,5 @@ def test_a_rank_out_of_descriptors_says_so_and_names_no_peer_as_gone():
     assert_all_succeeded(outcomes)
     zero = outcomes[0].result
     assert zero["error"] == "TransportError", zero
-    assert "descriptor limit (ulimit -n)" in zero["message"], zero
+    assert "descriptor limit, ulimit -n" in zero["message"], zero
     assert outcomes[1].result["error"] is not None, outcomes[1].result

@@ -40,10 +40,7 @@ constexpr std::chrono::milliseconds kAcceptPause{100};
 void makePipe(net::UniqueFd& read, net::UniqueFd& write) {
   int fds[2];
   if (::pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) {
-    throw TransportError(std::string("ringcomm: pipe() failed: ") + std::strerror(errno) +
-                             (errno == EMFILE || errno == ENFILE
-                                  ? ": this process is at its descriptor limit (ulimit -n)"
-                                  : ""),
+    throw TransportError(std::string("ringcomm: pipe() failed: ") + net::errnoText(errno),
                          FailureContext{"connecting to peers", -1, -1, 0.0});
   }
   read = net::UniqueFd(fds[0]);

@@ -36,7 +36,9 @@ std::unique_ptr<ByteStream> makeTcpLink(net::UniqueFd fd, int peer, const Config
 }
 
 bool atDescriptorLimit(const std::exception& error) {
-  return std::strstr(error.what(), "descriptor limit (ulimit -n)") != nullptr;
+  // net::errnoText's words for EMFILE and ENFILE.
+  return std::strstr(error.what(), "descriptor limit, ulimit -n") != nullptr ||
+         std::strstr(error.what(), "table of open files is full") != nullptr;
 }
 
 // One connection to this rank's listener whose caller has not yet proved the job's secret.

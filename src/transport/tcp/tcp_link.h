@@ -36,7 +36,7 @@ std::unique_ptr<ByteStream> makeTcpLink(net::UniqueFd fd, int peer, const Config
                                         bool* sealed = nullptr);
 
 // Whether a TransportError from making a socket or taking a connection says this process is out
-// of descriptors (EMFILE, ENFILE: net::makeSocket's and net::acceptTcp's text says so).
+// of descriptors (EMFILE, ENFILE: net::errnoText's words in it say so).
 bool atDescriptorLimit(const std::exception& error);
 
 // The server side of the handshake, on a rank's listener: every connection still in its
