@@ -206,9 +206,9 @@ TEST(probingTellsGoneFromLost) {
 
 TEST(aProbeOutOfDescriptorsSaysSoRatherThanCallThePeerLost) {
   // At its descriptor limit a rank cannot ask; were it to answer Silent, its peer would be
-  // reported lost (issue 52: a 64-rank job under ulimit -n 256 named rank 0 "gone").
-  TcpStoreServer server("127.0.0.1", 0, kMembershipSecret);
-  const MailboxAddress alive{"127.0.0.1", server.port()};
+  // reported lost (issue 52: a 64-rank job under ulimit -n 256 named rank 0 "gone"). No server
+  // runs meanwhile: under a limit of 0 its poll() would fail too (EINVAL).
+  const MailboxAddress anywhere{"127.0.0.1", 9};
   rlimit saved{};
   CHECK(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
   rlimit none = saved;
@@ -216,14 +216,12 @@ TEST(aProbeOutOfDescriptorsSaysSoRatherThanCallThePeerLost) {
   CHECK(::setrlimit(RLIMIT_NOFILE, &none) == 0);
   std::string what;
   try {
-    probeMailbox(alive, kMembershipSecret, Clock::now() + std::chrono::milliseconds(200));
+    probeMailbox(anywhere, kMembershipSecret, Clock::now() + std::chrono::milliseconds(200));
   } catch (const TransportError& error) {
     what = error.what();
   }
   CHECK(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
   CHECK(what.find("ulimit -n 0") != std::string::npos);
-  CHECK(probeMailbox(alive, kMembershipSecret, Clock::now() + std::chrono::milliseconds(200)) ==
-        Reach::Answers);
 }
 
 TEST(onlyAMailboxThatProvesTheSecretAnswers) {
