@@ -115,6 +115,13 @@ Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvo
       links.streams[peer] = std::make_unique<ShmStream>(*links.segments, peerLocal);
     }
   }
+  // A TCP link proves this communicator, not only the job: its handshake's secret is the job's
+  // joined with the communicator's key, which every member read from the rendezvous. A link made
+  // on first use may be dialed long after creation, to a port that a peer which closed this
+  // communicator gave up and another communicator of the job took since: that dial now fails
+  // the proof, as a closed peer's should, instead of becoming a link of the other communicator.
+  Config tcpConfig = config;
+  tcpConfig.secret = config.secret + "/communicator " + rendezvous.jobKey;
   if (config.links == LinkSetup::OnFirstUse && !tcpPeers.empty()) {
     std::map<int, TcpDialer::PeerAddress> addresses;
     for (int peer : tcpPeers) {
@@ -122,9 +129,9 @@ Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvo
       addresses[peer] = {record.address, record.port, record.hostId != myHost};
     }
     links.dialer = std::make_unique<TcpDialer>(rank, std::move(addresses), std::move(listener),
-                                               config);
+                                               tcpConfig);
   } else {
-    setUpTcp(rank, tcpPeers, links, rendezvous, std::move(listener), config, config.timeout,
+    setUpTcp(rank, tcpPeers, links, rendezvous, std::move(listener), tcpConfig, config.timeout,
              watch);
   }
   if (!ucxPeers.empty()) {

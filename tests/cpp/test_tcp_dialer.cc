@@ -133,3 +133,28 @@ TEST(a_dial_to_a_closed_rank_names_it) {
     CHECK(testing::contains(error.what(), "closed"));
   }
 }
+
+TEST(a_dial_to_another_communicators_port_is_no_link) {
+  // The port a closed communicator's rank gave up, taken by another communicator of the job:
+  // each proves the job's secret joined with its own key (connect.cc), so the dial fails its
+  // proof, naming the rank, and the other communicator takes no link from it.
+  net::UniqueFd zeroListener = net::listenTcp("127.0.0.1", 0);
+  net::UniqueFd otherListener = net::listenTcp("127.0.0.1", 0);
+  const int otherPort = net::localAddress(otherListener.get()).port();
+  Config ours = testConfig();
+  ours.secret += "/communicator 1";
+  Config theirs = testConfig();
+  theirs.secret += "/communicator 2";
+  TcpDialer zero(0, {{1, {"127.0.0.1", otherPort, false}}}, std::move(zeroListener), ours);
+  TcpDialer other(1, {{0, {"127.0.0.1", 1, false}}}, std::move(otherListener), theirs);
+  int peer = -2;
+  try {
+    zero.link(1, operation(0));
+  } catch (const TransportError& error) {
+    peer = error.context().peer;
+  }
+  CHECK_EQ(peer, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(other.takeArrived().empty());
+  CHECK_EQ(other.linkCount(), 0);
+}

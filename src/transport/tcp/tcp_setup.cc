@@ -204,9 +204,9 @@ void setUpTcp(int rank, const std::vector<int>& tcpPeers, Links& links,
   }
   if (!tcpPeers.empty()) {
     RINGCOMM_LOG(LogLevel::Info, kLogAuth,
-                 "%zu TCP link(s) proved the job's secret both ways (HMAC-SHA256 "
-                 "challenge-response, %zu-byte secret) before any payload",
-                 connected.size(), config.secret.size());
+                 "%zu TCP link(s) proved the job's secret, joined with this communicator's "
+                 "key, both ways (HMAC-SHA256 challenge-response) before any payload",
+                 connected.size());
   }
   makeTcpStreams(rank, links, rendezvous, config, connected, keys);
 }
