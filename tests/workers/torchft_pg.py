@@ -327,13 +327,16 @@ def timeout_phase(pg):
 
 def abort_phase(pg):
     """Rank 0's all-reduce and rank 1's receive wait for peers that never come (alive, but not
-    calling them): abort() from another thread ends each at once."""
+    calling them): abort() from another thread ends each at once. One after the other: links are
+    made on first use, so rank 0's all-reduce dials rank 1, which must not have aborted yet (a
+    rank that aborted refuses the dial, and rank 0's wait ends naming it, not its own abort)."""
     if RANK == 0:
         error = abort_while_waiting(
             "abort, all-reduce", pg, lambda: pg.allreduce([torch.ones(4)], ReduceOp.SUM)
         )
         failures.check("abort, all-reduce/says aborted", "aborted" in error, error)
-    elif RANK == 1:
+    meet("abort/all-reduce done")
+    if RANK == 1:
         error = abort_while_waiting(
             "abort, recv", pg, lambda: pg.recv([torch.zeros(8, dtype=torch.uint8)], 2, 1)
         )
