@@ -226,13 +226,15 @@ std::shared_ptr<Communicator> CommunicatorImpl::formGrown(const Survivors& decid
     membership_->post(round + "/members", encodeMembers(members), kDoorLook);
   }
   membership_->welcome(decided, round);
-  const int newRank = static_cast<int>(
-      std::find(decided.ranks.begin(), decided.ranks.end(), rank_) - decided.ranks.begin());
+  auto newRankOf = [&decided](int rank) {
+    return static_cast<int>(std::find(decided.ranks.begin(), decided.ranks.end(), rank) -
+                            decided.ranks.begin());
+  };
   Config config = config_;
   config.listenAddress = listenAddress_;
   std::shared_ptr<Communicator> grown =
-      formAmong(membership_->client(decided.leader, deadline), members, newRank,
-                round + "/comm/", config, deadline);
+      formAmong(membership_->client(decided.leader, deadline), members, newRankOf(rank_),
+                newRankOf(decided.leader), round + "/comm/", config, deadline);
   // This rank's mailbox outlives this communicator: the members met in the leader's, and any
   // member's holds its claim to go on and where it went (FormingStore::commit, door/successor).
   static_cast<CommunicatorImpl&>(*grown).keepAlive(mailbox_);

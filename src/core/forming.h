@@ -48,12 +48,12 @@ std::string listenAddressFor(const Config& config, Store& store);
 Bytes encodeMembers(const std::vector<MailboxAddress>& members);
 std::vector<MailboxAddress> decodeMembers(const Bytes& text);
 
-// Forms the grown communicator of `members` as member `rank`, meeting in `meeting` (the
-// leader's mailbox) under `scope` and watching the others while it forms (FormingStore): every
+// Forms the grown communicator of `members` as member `rank`, meeting in `meeting` (the mailbox
+// of member `leader`, who watches the others while they form: FormingStore) under `scope`: every
 // member and newcomer ends with it, or all raise TransportError and agree again.
 std::shared_ptr<Communicator> formAmong(std::shared_ptr<Store> meeting,
                                         const std::vector<MailboxAddress>& members, int rank,
-                                        const std::string& scope, const Config& config,
-                                        Clock::time_point deadline);
+                                        int leader, const std::string& scope,
+                                        const Config& config, Clock::time_point deadline);
 
 }  // namespace ringcomm

@@ -1,6 +1,7 @@
 // FormingStore (membership.h): the store a regrouping's new communicator forms through, in the
-// leader's mailbox, watching the other members while it forms, and the commit that ends a forming
-// alike on every member: a claim to go on, and the vetoes of those that could not.
+// leader's mailbox, the leader watching the other members while it forms, and the commit that ends
+// a forming alike on every member: a count of those that formed it, a claim to go on, and the
+// vetoes of those that could not.
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -24,6 +25,12 @@ namespace {
 // (FormingStore::commit): odd where the claim is in, the count of vetoes by halves.
 constexpr int64_t kClaim = 1;
 constexpr int64_t kVeto = 2;
+// What a member whose wait failed adds to the count of members that formed the communicator in
+// the leader's mailbox: past any count of members, so that the count never reads complete after.
+constexpr int64_t kCountVeto = int64_t{1} << 32;
+// How many members the leader asks at once, a window each look: a sweep of a thousand members
+// takes 16 looks, and the leader holds 64 descriptors for it, not a thousand.
+constexpr size_t kWatchWindow = 64;
 // How long a vetoer waits at least for a claimant to say whether its claim came first (it says
 // so right after claiming): past the forming's deadline too, which may be what failed.
 constexpr std::chrono::milliseconds kOutcomeLook{2000};
@@ -36,9 +43,9 @@ constexpr std::chrono::milliseconds kClaimConnect{2000};
 
 FormingStore::FormingStore(std::shared_ptr<Store> inner,
                            std::vector<std::pair<int, MailboxAddress>> members, std::string scope,
-                           int rank, std::string secret, MailboxAddress own)
+                           int rank, int leader, std::string secret, MailboxAddress own)
     : inner_(std::move(inner)), members_(std::move(members)), scope_(std::move(scope)),
-      rank_(rank), secret_(std::move(secret)), own_(std::move(own)) {}
+      rank_(rank), leader_(leader), secret_(std::move(secret)), own_(std::move(own)) {}
 
 void FormingStore::set(const std::string& key, const Bytes& value) { inner_->set(key, value); }
 int64_t FormingStore::add(const std::string& key, int64_t delta) {
@@ -68,18 +75,11 @@ Bytes FormingStore::get(const std::string& key, std::chrono::milliseconds timeou
 std::string FormingStore::formedKey(int rank) const {
   return scope_ + "forming/formed/" + std::to_string(rank);
 }
+std::string FormingStore::countKey() const { return scope_ + "forming/count"; }
+std::string FormingStore::everyMemberFormedKey() const { return scope_ + "forming/all"; }
 
 bool FormingStore::goneAt(const MailboxAddress& address) const {
   return goneForSure(probeMailbox(address, secret_, Clock::now() + kProbeWait));
-}
-
-void FormingStore::raiseIfGone(int member, const MailboxAddress& address) {
-  if (goneAt(address)) {
-    throw TransportError("ringcomm: rank " + std::to_string(member) +
-                             " is gone (its mailbox refuses or does not prove the secret) while "
-                             "the members met",
-                         FailureContext{"shrink", rank_, member, 0.0});
-  }
 }
 
 bool FormingStore::lookDue() {
@@ -92,11 +92,58 @@ bool FormingStore::lookDue() {
 
 void FormingStore::check() {
   if (!lookDue()) return;
-  if (const std::optional<Bytes> why = inner_->tryGet(scope_ + "forming/abandoned", kProbeWait)) {
-    throw TransportError("ringcomm: the survivors' communicator did not form: " + textOf(*why),
-                         FailureContext{"shrink", rank_, -1, 0.0});
+  raiseIfAbandoned();
+  if (rank_ == leader_) watchMembers();
+}
+
+void FormingStore::raiseIfAbandoned() {
+  Bytes why;
+  try {
+    why = inner_->get(scope_ + "forming/abandoned", std::chrono::milliseconds(0));
+  } catch (const TimeoutError&) {
+    return;  // nobody gave up (or the leader's mailbox is slow to say: looked at again)
+  } catch (const TransportError& error) {
+    // A request of the leader's mailbox fails where its process is gone (or another holds its
+    // port): then the members no longer meet anywhere.
+    throw TransportError("ringcomm: rank " + std::to_string(leader_) +
+                             ", in whose mailbox the members meet, is gone while they formed "
+                             "the new communicator: " +
+                             error.what(),
+                         FailureContext{"shrink", rank_, leader_, 0.0});
   }
-  for (const auto& [member, address] : members_) raiseIfGone(member, address);
+  throw TransportError("ringcomm: the survivors' communicator did not form: " + textOf(why),
+                       FailureContext{"shrink", rank_, -1, 0.0});
+}
+
+void FormingStore::watchMembers() {
+  if (members_.empty()) return;
+  std::vector<size_t> window;
+  {
+    std::lock_guard<std::mutex> lock(lookMutex_);
+    for (size_t i = 0; i < std::min(kWatchWindow, members_.size()); ++i) {
+      window.push_back((watchFrom_ + i) % members_.size());
+    }
+    watchFrom_ = (watchFrom_ + window.size()) % members_.size();
+  }
+  std::vector<MailboxAddress> addresses;
+  for (size_t at : window) addresses.push_back(members_[at].second);
+  const std::vector<Reach> reached =
+      probeMailboxes(addresses, secret_, Clock::now() + kProbeWait);
+  for (size_t i = 0; i < window.size(); ++i) {
+    const int member = members_[window[i]].first;
+    // One that formed it and died after is the new communicator's failure, not the forming's.
+    // Read after the ask, since it may have formed it between.
+    if (goneForSure(reached[i]) && !formedBy(member)) {
+      throw TransportError("ringcomm: rank " + std::to_string(member) +
+                               " is gone (its mailbox refuses or does not prove the secret) "
+                               "before it formed the new communicator",
+                           FailureContext{"shrink", rank_, member, 0.0});
+    }
+  }
+}
+
+bool FormingStore::formedBy(int member) {
+  return inner_->tryGet(formedKey(member), kProbeWait).has_value();
 }
 
 void FormingStore::abandon(const std::string& why) {
@@ -107,15 +154,21 @@ void FormingStore::abandon(const std::string& why) {
 void FormingStore::commit(Clock::time_point deadline) {
   bool formed = false;
   try {
-    inner_->set(formedKey(rank_), bytesOf("formed"));
+    // Counted first: a member gone with its "formed" posted must be one the count holds, or the
+    // leader would wait for the count's completion with nobody to stop it.
+    const int64_t count = inner_->add(countKey(), 1);
     formed = true;
+    inner_->set(formedKey(rank_), bytesOf("formed"));
+    if (count == static_cast<int64_t>(members_.size()) + 1) {
+      inner_->set(everyMemberFormedKey(), bytesOf("formed"));
+    }
     awaitEveryMember(deadline);
     if (claimGoingOn(deadline)) return;
     throw TransportError("ringcomm: every member formed the survivors' communicator, but another "
                              "member's wait for it failed first",
                          FailureContext{"shrink", rank_, -1, 0.0});
   } catch (const Error&) {
-    // Nobody can have read every "formed" where this member's never got there.
+    // Nobody can have read that every member formed it where this member's count never got in.
     if (!formed || !someoneWentOn(deadline)) throw;
     RINGCOMM_LOG(LogLevel::Warn, kLogInit,
                  "the new communicator's wait failed on rank %d, but another member went on "
@@ -139,6 +192,18 @@ bool FormingStore::claimGoingOn(Clock::time_point deadline) {
 }
 
 bool FormingStore::someoneWentOn(Clock::time_point deadline) {
+  try {
+    // A claim follows "every member formed", which only the count's completion posts: a veto
+    // in an incomplete count means nobody ever claims, and no member's mailbox need be asked.
+    const int64_t before = inner_->add(countKey(), kCountVeto) - kCountVeto;
+    if (before != static_cast<int64_t>(members_.size()) + 1) return false;
+  } catch (const Error&) {
+    // The leader's mailbox is gone (or the count cannot be read): ask the members.
+  }
+  return someClaimCameFirst(deadline);
+}
+
+bool FormingStore::someClaimCameFirst(Clock::time_point deadline) {
   const auto until = std::max(deadline, Clock::now() + kOutcomeLook);
   for (const auto& [member, address] : members_) {
     // Each living member's claim gets this member's veto, or is read where it came first; a
@@ -178,43 +243,37 @@ bool FormingStore::claimCameFirst(Store& theirs, int64_t before, const MailboxAd
 }
 
 void FormingStore::awaitEveryMember(Clock::time_point deadline) {
-  std::vector<std::pair<int, MailboxAddress>> pending = members_;
-  while (!pending.empty()) {
-    // Blocks on the first that has not formed it for a slice; a broken leader's mailbox raises.
+  // One wait in the leader's mailbox for the count's completion, not a read of each member's
+  // "formed": a member's wait costs the leader's mailbox a request a slice, whatever the size.
+  const int64_t everyMember = static_cast<int64_t>(members_.size()) + 1;
+  for (;;) {
     try {
-      inner_->get(formedKey(pending.front().first),
+      inner_->get(everyMemberFormedKey(),
                   std::max(std::chrono::milliseconds(1),
                            std::min(kWaitSlice, millisecondsLeft(deadline))));
+      return;
     } catch (const TimeoutError&) {
       if (Clock::now() >= deadline) {
-        throw TimeoutError("ringcomm: rank " + std::to_string(pending.front().first) +
+        const int late = firstNotFormed();
+        throw TimeoutError("ringcomm: rank " + std::to_string(late) +
                                " did not form the survivors' communicator by the deadline",
-                           FailureContext{"shrink", rank_, pending.front().first, 0.0});
+                           FailureContext{"shrink", rank_, late, 0.0});
       }
     }
-    auto formed = [&](int member) {
-      return inner_->tryGet(formedKey(member), kProbeWait).has_value();
-    };
-    pending.erase(std::remove_if(pending.begin(), pending.end(),
-                                 [&](const auto& member) { return formed(member.first); }),
-                  pending.end());
-    if (pending.empty() || !lookDue()) continue;
-    if (const std::optional<Bytes> why =
-            inner_->tryGet(scope_ + "forming/abandoned", kProbeWait)) {
-      throw TransportError("ringcomm: the survivors' communicator did not form: " + textOf(*why),
-                           FailureContext{"shrink", rank_, -1, 0.0});
-    }
-    // Only those that have not formed it: one that did and died after is the new
-    // communicator's failure. Read again after the ask, since it may have formed it between.
-    for (const auto& [member, address] : pending) {
-      if (goneAt(address) && !formed(member)) {
-        throw TransportError("ringcomm: rank " + std::to_string(member) +
-                                 " is gone (its mailbox refuses or does not prove the secret) "
-                                 "before it formed the new communicator",
-                             FailureContext{"shrink", rank_, member, 0.0});
-      }
-    }
+    if (!lookDue()) continue;
+    // The member whose count completed it may have died before it said so. A complete count has
+    // no veto in it: a veto keeps it past every member's count for good.
+    if (inner_->add(countKey(), 0) == everyMember) return;
+    raiseIfAbandoned();
+    if (rank_ == leader_) watchMembers();
   }
+}
+
+int FormingStore::firstNotFormed() {
+  for (const auto& [member, address] : members_) {
+    if (!formedBy(member)) return member;
+  }
+  return -1;  // every one formed it just now: the count's completion came late
 }
 
 }  // namespace ringcomm

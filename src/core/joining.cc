@@ -225,8 +225,12 @@ class Newcomer {
     const std::vector<MailboxAddress> members =
         decodeMembers(meeting->get(round + "/members", kDoorLook * 5));
     int rank = -1;
+    int leading = -1;
     for (size_t r = 0; r < members.size(); ++r) {
       if (members[r].host == own_.host && members[r].port == own_.port) rank = static_cast<int>(r);
+      if (members[r].host == leader.host && members[r].port == leader.port) {
+        leading = static_cast<int>(r);
+      }
     }
     if (rank < 0) {
       throw TransportError("ringcomm: join: the members' list of round " + round +
@@ -237,7 +241,7 @@ class Newcomer {
     std::istringstream formerRanks(joinText(meeting->get(round + "/former", kDoorLook * 5)));
     for (int r; formerRanks >> r;) former.push_back(r);
     std::shared_ptr<Communicator> joined =
-        formAmong(meeting, members, rank, round + "/comm/", config_, deadline_);
+        formAmong(meeting, members, rank, leading, round + "/comm/", config_, deadline_);
     former.resize(members.size(), -1);
     setFormerRanks(*joined, std::move(former));
     keepAlive(*joined, mailbox_);  // holds its claim to go on (FormingStore::commit)
@@ -282,14 +286,14 @@ std::vector<MailboxAddress> decodeMembers(const Bytes& text) {
 
 std::shared_ptr<Communicator> formAmong(std::shared_ptr<Store> meeting,
                                         const std::vector<MailboxAddress>& members, int rank,
-                                        const std::string& scope, const Config& config,
-                                        Clock::time_point deadline) {
+                                        int leader, const std::string& scope,
+                                        const Config& config, Clock::time_point deadline) {
   std::vector<std::pair<int, MailboxAddress>> watched;
   for (size_t r = 0; r < members.size(); ++r) {
     if (static_cast<int>(r) != rank) watched.emplace_back(static_cast<int>(r), members[r]);
   }
   const auto forming = std::make_shared<FormingStore>(
-      std::move(meeting), std::move(watched), scope, rank, config.secret,
+      std::move(meeting), std::move(watched), scope, rank, leader, config.secret,
       members.at(static_cast<size_t>(rank)));
   const auto setup = std::max(std::chrono::milliseconds(1), millisecondsLeft(deadline));
   try {

@@ -188,7 +188,7 @@ std::shared_ptr<FormingStore> Membership::forming(int leader, const std::vector<
     if (member != rank_) watched.emplace_back(member, mailboxes_.at(static_cast<size_t>(member)));
   }
   return std::make_shared<FormingStore>(client(leader, deadline), std::move(watched), scope,
-                                        rank_, secret_, ownAddress());
+                                        rank_, leader, secret_, ownAddress());
 }
 
 std::set<int> Membership::gone(const std::set<int>& ranks, Clock::time_point deadline,

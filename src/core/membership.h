@@ -91,33 +91,43 @@ struct Survivors {
 };
 
 // A client of the leader's mailbox through which the survivors' new communicator forms
-// (rendezvous, connections, shared memory), watching that it can still form: its waits, and
-// check(), ask the members' mailboxes every 100 ms whether they live and look whether a member
-// gave up (abandon()), and raise TransportError naming it. A survivor that dies, or fails to
-// form the communicator, stops every other at once instead of at the deadline, and they all
-// agree again (Communicator::shrink).
+// (rendezvous, connections, shared memory), watching that it can still form: every 100 ms its
+// waits, and check(), look whether a member gave up (abandon()), and raise TransportError naming
+// it. The leader alone asks the members' mailboxes whether they live, a window of them at a time,
+// and gives up (so that every member stops) where one is gone before it formed the communicator;
+// the others learn it from the leader, and find the leader gone where its mailbox fails them. A
+// survivor that dies, or fails to form the communicator, stops every other at once instead of at
+// the deadline, and they all agree again (Communicator::shrink). Each member's looks cost the
+// leader's mailbox one request, and the leader one probe of each member a sweep: the forming of N
+// ranks costs O(N), not each member asking every other.
 //
 // commit() ends the forming: the communicator is used only once every member formed it, so that
 // the survivors go on together or agree again together, never some of each:
-//   - a member posts "formed" once its communicator exists, or "abandoned" where it failed;
-//   - a member that has read every member's "formed" in the leader's mailbox claims its going on
+//   - a member posts "formed" once its communicator exists and counts itself in the leader's
+//     mailbox; the member whose count completes the members posts "every member formed", or
+//     "abandoned" where it failed;
+//   - a member that has read "every member formed" in the leader's mailbox claims its going on
 //     in its own mailbox, and goes on if its claim came first there;
 //   - a member whose wait fails (the leader died, a member gave up or left before forming)
-//     vetoes the claim of every member still alive, each in that member's own mailbox: it goes on
-//     too where a claim came before its veto, and agrees again otherwise; a member whose claim
-//     comes after a veto does the same.
+//     vetoes the count in the leader's mailbox: where the count was not complete before, nobody
+//     can ever read "every member formed", and it agrees again. Where it was complete, or the
+//     leader's mailbox is gone, it vetoes the claim of every member still alive, each in that
+//     member's own mailbox: it goes on too where a claim came before its veto, and agrees again
+//     otherwise; a member whose claim comes after a veto does the same.
 // The claim and the veto are one counter in the claimant's mailbox (added to, atomic), so each
 // member goes on exactly where the others find that it did, however long it is held between
-// reading the last "formed" and claiming. A member that dies once every member formed it does
+// reading "every member formed" and claiming. A member that dies once every member formed it does
 // not stop those that read so: the new communicator's first collective names it, and the
 // survivors shrink that one. What remains: a member that went on and dies in the moment others
 // look at its claim, while the leader is dying too (two deaths in one moment): those that looked
 // before go on, those after agree again.
 class FormingStore : public Store {
  public:
-  // `own`: this member's mailbox (of the communicator it leaves), where it claims its going on.
+  // `members`: every other member, by a number `rank` and `leader` share; `leader`: whose mailbox
+  // `inner` reaches (this rank's own where it leads). `own`: this member's mailbox (of the
+  // communicator it leaves), where it claims its going on.
   FormingStore(std::shared_ptr<Store> inner, std::vector<std::pair<int, MailboxAddress>> members,
-               std::string scope, int rank, std::string secret, MailboxAddress own);
+               std::string scope, int rank, int leader, std::string secret, MailboxAddress own);
 
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
@@ -126,7 +136,8 @@ class FormingStore : public Store {
   bool trySet(const std::string& key, const Bytes& value,
               std::chrono::milliseconds within) override;
 
-  // Raises TransportError where a member is gone or gave up; asks at most every 100 ms.
+  // Raises TransportError where a member gave up, the leader is gone, or (asked by the leader) a
+  // member is gone before it formed the communicator; looks at most every 100 ms.
   void check();
   // This rank failed to form the communicator (`why`): every other member stops too.
   void abandon(const std::string& why);
@@ -136,18 +147,30 @@ class FormingStore : public Store {
 
  private:
   std::string formedKey(int rank) const;
-  // Raises where `member`'s process is gone (its mailbox refuses, or no longer proves the secret).
-  void raiseIfGone(int member, const MailboxAddress& address);
+  std::string countKey() const;
+  std::string everyMemberFormedKey() const;
+  // Raises where a member gave up (abandon()), or the leader's mailbox fails this member.
+  void raiseIfAbandoned();
+  // The leader's look at the next window of members: raises naming one gone before it formed.
+  void watchMembers();
+  // Whether `member` posted that it formed the communicator.
+  bool formedBy(int member);
   // Whether `address` shows its process gone for sure.
   bool goneAt(const MailboxAddress& address) const;
   void awaitEveryMember(Clock::time_point deadline);
+  // The first member that has not posted "formed" (asked at the deadline, to name it).
+  int firstNotFormed();
   std::string claimKey() const;
   std::string outcomeKey() const;
   // Claims this member's going on in its own mailbox: whether the claim came before any veto.
   bool claimGoingOn(Clock::time_point deadline);
-  // After this member's wait failed: vetoes every living member's claim; whether one came first
-  // (then this member goes on too).
+  // After this member's wait failed: whether another member may have gone on, so that this one
+  // must too (vetoes the count in the leader's mailbox, and where that cannot tell, every living
+  // member's claim).
   bool someoneWentOn(Clock::time_point deadline);
+  // The walk over the members' own mailboxes (commit() above): vetoes each living member's claim;
+  // whether one came first.
+  bool someClaimCameFirst(Clock::time_point deadline);
   // Whether `member`'s claim came first, its counter having read `before` ahead of this veto.
   bool claimCameFirst(Store& theirs, int64_t before, const MailboxAddress& address,
                       Clock::time_point deadline);
@@ -159,10 +182,12 @@ class FormingStore : public Store {
   const std::vector<std::pair<int, MailboxAddress>> members_;  // all but this rank
   const std::string scope_;
   const int rank_;
+  const int leader_;
   const std::string secret_;
   const MailboxAddress own_;
   std::mutex lookMutex_;
   Clock::time_point lastLook_{};
+  size_t watchFrom_ = 0;  // the leader's next window of members starts here (under lookMutex_)
 };
 
 class Membership {

@@ -43,8 +43,8 @@ class ThreeMembers {
   // Rank 2's commit, meeting in rank 0's mailbox: "" where it went on, or its error.
   std::string commitOfRankTwo(std::chrono::seconds within = std::chrono::seconds(5)) const {
     try {
-      FormingStore forming(client(0), {{0, address(0)}, {1, address(1)}}, kScope, 2, kSecret,
-                           address(2));
+      FormingStore forming(client(0), {{0, address(0)}, {1, address(1)}}, kScope, 2,
+                           /*leader=*/0, kSecret, address(2));
       forming.commit(Clock::now() + within);
       return "";
     } catch (const Error& error) {
@@ -58,13 +58,19 @@ class ThreeMembers {
 
 Bytes bytesOf(const std::string& text) { return Bytes(text.begin(), text.end()); }
 
+// Rank `rank` formed the communicator, as its commit says so in the leader's mailbox.
+void formedBy(const ThreeMembers& members, int rank) {
+  members.client(0)->add(kScope + "forming/count", 1);
+  members.client(0)->set(kScope + "forming/formed/" + std::to_string(rank), bytesOf("formed"));
+}
+
 const std::string claim = kScope + "forming/claim";
 const std::string outcome = kScope + "forming/outcome";
 
 // The leader formed it; once rank 2 posted that it did too, `then` runs (rank 1's part) and the
 // leader dies before rank 2 reads rank 1's "formed".
 std::string leaderDiesOnceRankTwoFormed(ThreeMembers& members, std::function<void()> then) {
-  members.client(0)->set(kScope + "forming/formed/0", bytesOf("formed"));
+  formedBy(members, 0);
   std::thread leader([&] {
     members.client(0)->get(kScope + "forming/formed/2", std::chrono::seconds(5));
     then();
@@ -79,8 +85,7 @@ std::string leaderDiesOnceRankTwoFormed(ThreeMembers& members, std::function<voi
 
 TEST(everyMemberFormedItAndTheClaimGoesOn) {
   ThreeMembers members;
-  for (int r : {0, 1}) members.client(0)->set(kScope + "forming/formed/" + std::to_string(r),
-                                              bytesOf("formed"));
+  for (int r : {0, 1}) formedBy(members, r);
   CHECK_EQ(members.commitOfRankTwo(), std::string());
   const auto own = members.client(2);
   CHECK_EQ(own->add(claim, 0), 1);  // its claim, and nobody's veto
@@ -133,4 +138,17 @@ TEST(aMemberThatNeverFormedItStopsEveryOther) {
   const auto started = Clock::now();
   CHECK(!members.commitOfRankTwo().empty());
   CHECK(Clock::now() - started < std::chrono::seconds(2));
+}
+
+TEST(aFailedWaitInAnIncompleteCountAsksNoMembersMailbox) {
+  // Rank 1 gave up before it formed the communicator: it vetoed the count and said why. Rank 2
+  // finds the count incomplete under its own veto, so nobody can have gone on: it agrees again
+  // without vetoing any member's claim in that member's mailbox.
+  ThreeMembers members;
+  formedBy(members, 0);
+  members.client(0)->add(kScope + "forming/count", int64_t{1} << 32);
+  members.client(0)->set(kScope + "forming/abandoned", bytesOf("rank 1 failed: test"));
+  const std::string error = members.commitOfRankTwo();
+  CHECK(error.find("rank 1 failed: test") != std::string::npos);
+  for (int r : {0, 1}) CHECK_EQ(members.client(r)->add(claim, 0), 0);
 }
