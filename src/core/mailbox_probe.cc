@@ -24,6 +24,11 @@ namespace {
 // accepts and its proof one round trip later (tens of microseconds, a few milliseconds on a
 // crowded host); a squatter that accepts and says nothing would be waited for until the deadline.
 constexpr std::chrono::milliseconds kProofPatience{150};
+// How many mailboxes one call asks at once: a leader of thousands of ranks would otherwise hold
+// a descriptor for each (past `ulimit -n`, where a probe raises). A living mailbox answers in a
+// round trip, so the next start within milliseconds; those not started by the deadline say
+// Silent, one silent ask to the agreement (a rank is lost only after a link timeout of them).
+constexpr size_t kProbesAtOnce = 128;
 
 // One mailbox's liveness question: a connection attempt to its addresses in turn, started
 // without blocking so that many mailboxes are asked at once, then the handshake of the job's
@@ -33,18 +38,23 @@ constexpr std::chrono::milliseconds kProofPatience{150};
 class Probe {
  public:
   Probe(const MailboxAddress& address, const std::string& secret)
-      : connector_(secret, auth::Purpose::Store, auth::Caller{}) {
-    if (address.localPid > 0 && processGone(address.localPid)) {
+      : address_(address), connector_(secret, auth::Purpose::Store, auth::Caller{}) {}
+
+  // Starts the connection (a probe never started says Silent: nothing was heard).
+  void start() {
+    started_ = true;
+    if (address_.localPid > 0 && processGone(address_.localPid)) {
       result_ = Reach::Refused;  // its process exited: whatever answers there is not it
       return;
     }
     try {
-      targets_ = net::resolve(address.host, address.port, /*passive=*/false);
+      targets_ = net::resolve(address_.host, address_.port, /*passive=*/false);
     } catch (const Error&) {
     }
     startNext();
   }
 
+  bool started() const { return started_; }
   bool done() const { return result_.has_value(); }
   int fd() const { return fd_.get(); }
   short events() const {
@@ -173,6 +183,8 @@ class Probe {
     result_ = refusedOrReset_ ? Reach::Refused : Reach::Silent;
   }
 
+  const MailboxAddress address_;
+  bool started_ = false;
   std::vector<net::Address> targets_;
   size_t next_ = 0;
   net::UniqueFd fd_;
@@ -194,10 +206,19 @@ std::vector<Reach> probeMailboxes(const std::vector<MailboxAddress>& addresses,
   std::vector<Probe> probes;
   probes.reserve(addresses.size());
   for (const MailboxAddress& address : addresses) probes.emplace_back(address, secret);
+  size_t unstarted = 0;  // probes before it have been started
   for (;;) {
     std::vector<pollfd> waiting;
     std::vector<Probe*> owners;
-    for (Probe& probe : probes) {
+    for (size_t i = 0; i < unstarted; ++i) {
+      if (probes[i].done()) continue;
+      waiting.push_back(pollfd{probes[i].fd(), probes[i].events(), 0});
+      owners.push_back(&probes[i]);
+    }
+    // At most kProbesAtOnce connections at once, the next started as one ends.
+    while (unstarted < probes.size() && waiting.size() < kProbesAtOnce) {
+      Probe& probe = probes[unstarted++];
+      probe.start();
       if (probe.done()) continue;
       waiting.push_back(pollfd{probe.fd(), probe.events(), 0});
       owners.push_back(&probe);

@@ -3,6 +3,7 @@
 // gone, one whose address nobody answers is lost beyond a partition. Also the helper threads of the
 // single-copy reduction, the zombie test of processGone() and ExitWatch.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -222,6 +223,36 @@ TEST(aProbeOutOfDescriptorsSaysSoRatherThanCallThePeerLost) {
   }
   CHECK(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
   CHECK(what.find("ulimit -n 0") != std::string::npos);
+}
+
+TEST(manyMailboxesAreAskedAFewAtATimeUnderADescriptorLimit) {
+  // A leader of thousands of ranks asks every mailbox that has not posted: at once, it would
+  // need a descriptor each (past a default `ulimit -n` of 1,024 at a few thousand ranks).
+  // 600 probes of 4 living mailboxes under a limit 400 above what is open now: all answer.
+  std::vector<std::unique_ptr<TcpStoreServer>> mailboxes;
+  for (int i = 0; i < 4; ++i) {
+    mailboxes.push_back(std::make_unique<TcpStoreServer>("127.0.0.1", 0, kMembershipSecret));
+  }
+  std::vector<MailboxAddress> asked;
+  for (int i = 0; i < 600; ++i) asked.push_back({"127.0.0.1", mailboxes[i % 4]->port()});
+  int open = 0;
+  for (int fd = 0; fd < 4096; ++fd) open += ::fcntl(fd, F_GETFD) != -1 ? 1 : 0;
+  rlimit saved{};
+  CHECK(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  rlimit tight = saved;
+  tight.rlim_cur = static_cast<rlim_t>(open + 400);
+  CHECK(::setrlimit(RLIMIT_NOFILE, &tight) == 0);
+  std::vector<Reach> reached;
+  std::string failure;
+  try {
+    reached = probeMailboxes(asked, kMembershipSecret, Clock::now() + std::chrono::seconds(10));
+  } catch (const Error& error) {
+    failure = error.what();
+  }
+  CHECK(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  CHECK_EQ(failure, std::string());
+  CHECK_EQ(reached.size(), asked.size());
+  for (const Reach reach : reached) CHECK(reach == Reach::Answers);
 }
 
 TEST(onlyAMailboxThatProvesTheSecretAnswers) {
