@@ -18,8 +18,12 @@ at creation, one after another: N - G links (G ranks a host), each a socket. A h
 set up their shared memory through the store too: 12G - 1 requests a host as counted here (a
 wait is a get per key behind the counting store), the lowest local rank reading every rank's
 word and posting the host's verdict (3G^2 + 4G + 1 before, every rank reading every other's).
-After a kill the survivors agree (the leader hears from each: N messages) and form a new
-communicator the same way.
+After a kill the survivors agree (the leader reads each one's view in its mailbox, one after
+another: N round trips) and form a new communicator the same way, through the leader's mailbox,
+then commit: each member counts itself there and waits on the count (src/core/forming_store.cc:
+2 requests a member, the mailbox serving them one after another), the leader alone asking the
+members whether they live. Before, every member asked every other and read each one's "formed":
+N^2 requests.
 
 Planned (issue 52): records gathered over the bootstrap in log2(N) rounds of doubling, the store
 only posting each rank's address and reading its partners' (2N requests); links to the
@@ -39,14 +43,18 @@ Unit costs (``Costs``), from the smallest job, each where it is alone:
     detect_s          kill -9 to the survivors' failed call (the links' end of file)
 
 On this machine ``cores`` cores run every rank: while all ranks work (connecting, reducing) each
-gets cores/N of one, so its steps take max(1, N/cores) times as long. Projected, each rank has a
-core. Bytes go at the link's rate: the records' value from the store's host (today), each
-rank's records through the doubling rounds (planned).
+gets cores/N of one, so its steps take max(1, N/cores) times as long. Every cost but the store
+server's is taken so, at the crowding it was measured at, and given back at the crowding of the
+job predicted (the same rule for all; once only the detection had it, and init came out 3-5x
+low at 32-64 ranks here). Projected, each rank has a core. Bytes go at the link's rate: the
+records' value from the store's host (today), each rank's records through the doubling rounds
+(planned).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -69,11 +77,13 @@ AGREEMENT_TARGET_S = 1.0  # issue 52: detecting a loss and agreeing at 1,000 ran
 
 @dataclass(frozen=True)
 class Costs:
+    """With a core a rank: what was measured over its crowding (``calibrate``)."""
+
     store_request_s: float
     store_service_s: float
     link_s: float
     step_s: float
-    detect_s: float  # with a core a rank (the measured time over the cores' crowding)
+    detect_s: float
     # The rest of the connect phase, where links are made on first use: the measurement of the
     # network between hosts, the door (with every link made at start, link_s holds it).
     setup_s: float = 0.0
@@ -139,13 +149,28 @@ def calibrate(row: dict, cores: int) -> Costs:
     else:  # a job that made every link at start (RINGCOMM_LINKS=at_start, or before it)
         step_s = first / steps
         link_s = max(0.0, row["connect_s"] - shm_path) / max(1, links("at_start", n, per_host))
+    # Measured where N ranks share the cores: a core a rank, each took 1/crowding as long.
+    shared = crowding(n, cores)
     return Costs(
-        store_request_s=s,
+        store_request_s=s / shared,
         store_service_s=row.get("store_service_us", 0.0) / 1e6,
-        link_s=link_s,
-        step_s=step_s,
-        detect_s=row.get("detect_s", 0.0) / crowding(n, cores),
-        setup_s=setup_s,
+        link_s=link_s / shared,
+        step_s=step_s / shared,
+        detect_s=row.get("detect_s", 0.0) / shared,
+        setup_s=setup_s / shared,
+    )
+
+
+def _sharing(costs: Costs, nranks: int, cores: Optional[int]) -> Costs:
+    """The costs of a rank that shares ``cores`` with the others (None: a core each)."""
+    shared = crowding(nranks, cores)
+    return dataclasses.replace(
+        costs,
+        store_request_s=costs.store_request_s * shared,
+        link_s=costs.link_s * shared,
+        step_s=costs.step_s * shared,
+        detect_s=costs.detect_s * shared,
+        setup_s=costs.setup_s * shared,
     )
 
 
@@ -180,21 +205,22 @@ def predict(
     collective (the agreement's share apart); the store's requests and a rank's links.
     ``cores``: the cores all ranks share (None: a core each)."""
     rate = link_bytes_per_s or math.inf
+    costs = _sharing(costs, nranks, cores)
     s, rounds = costs.store_request_s, _log2(nranks)
     rendezvous, connect = _start(costs, design, nranks, per_host, rate)
     # Made when first needed.
     first_links = links(design, nranks, per_host, True) - links(design, nranks, per_host)
     first = 2 * rounds * costs.step_s + first_links * costs.link_s
     survivors = nranks - 1
-    detect = costs.detect_s * crowding(nranks, cores)
+    detect = costs.detect_s
     if design != "planned":
-        # The leader hears from every survivor; the new communicator forms as the job did, its
-        # store requests answered by the leader's mailbox one after another, and its first
-        # collective makes its links (today: on first use).
+        # The leader reads every survivor's view; the new communicator forms as the job did
+        # (the leader's mailbox its store), commits on one count (2 requests a member, served
+        # one after another), and its first collective makes its links (on first use).
         agreement = survivors * s
-        _, reconnect = _start(costs, design, survivors, per_host, rate)
-        reform = store_requests(design, survivors, per_host) * s + reconnect
-        reform += first_links * costs.link_s
+        rendezvous_again, reconnect = _start(costs, design, survivors, per_host, rate)
+        commit = max(2 * s, 2 * survivors * costs.store_service_s)
+        reform = rendezvous_again + reconnect + commit + first_links * costs.link_s
     else:
         # A tree's 2 log2(N) rounds; the survivors hold every record already: links only to
         # their new ring and tree neighbours.
