@@ -43,18 +43,14 @@ Unit costs (``Costs``), from the smallest job, each where it is alone:
     detect_s          kill -9 to the survivors' failed call (the links' end of file)
 
 On this machine ``cores`` cores run every rank: while all ranks work (connecting, reducing) each
-gets cores/N of one, so its steps take max(1, N/cores) times as long. Every cost but the store
-server's is taken so, at the crowding it was measured at, and given back at the crowding of the
-job predicted (the same rule for all; once only the detection had it, and init came out 3-5x
-low at 32-64 ranks here). Projected, each rank has a core. Bytes go at the link's rate: the
-records' value from the store's host (today), each rank's records through the doubling rounds
-(planned).
+gets cores/N of one, so its steps take max(1, N/cores) times as long. Projected, each rank has a
+core. Bytes go at the link's rate: the records' value from the store's host (today), each
+rank's records through the doubling rounds (planned).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import sys
@@ -77,13 +73,11 @@ AGREEMENT_TARGET_S = 1.0  # issue 52: detecting a loss and agreeing at 1,000 ran
 
 @dataclass(frozen=True)
 class Costs:
-    """With a core a rank: what was measured over its crowding (``calibrate``)."""
-
     store_request_s: float
     store_service_s: float
     link_s: float
     step_s: float
-    detect_s: float
+    detect_s: float  # with a core a rank (the measured time over the cores' crowding)
     # The rest of the connect phase, where links are made on first use: the measurement of the
     # network between hosts, the door (with every link made at start, link_s holds it).
     setup_s: float = 0.0
@@ -149,28 +143,13 @@ def calibrate(row: dict, cores: int) -> Costs:
     else:  # a job that made every link at start (RINGCOMM_LINKS=at_start, or before it)
         step_s = first / steps
         link_s = max(0.0, row["connect_s"] - shm_path) / max(1, links("at_start", n, per_host))
-    # Measured where N ranks share the cores: a core a rank, each took 1/crowding as long.
-    shared = crowding(n, cores)
     return Costs(
-        store_request_s=s / shared,
+        store_request_s=s,
         store_service_s=row.get("store_service_us", 0.0) / 1e6,
-        link_s=link_s / shared,
-        step_s=step_s / shared,
-        detect_s=row.get("detect_s", 0.0) / shared,
-        setup_s=setup_s / shared,
-    )
-
-
-def _sharing(costs: Costs, nranks: int, cores: Optional[int]) -> Costs:
-    """The costs of a rank that shares ``cores`` with the others (None: a core each)."""
-    shared = crowding(nranks, cores)
-    return dataclasses.replace(
-        costs,
-        store_request_s=costs.store_request_s * shared,
-        link_s=costs.link_s * shared,
-        step_s=costs.step_s * shared,
-        detect_s=costs.detect_s * shared,
-        setup_s=costs.setup_s * shared,
+        link_s=link_s,
+        step_s=step_s,
+        detect_s=row.get("detect_s", 0.0) / crowding(n, cores),
+        setup_s=setup_s,
     )
 
 
@@ -205,14 +184,13 @@ def predict(
     collective (the agreement's share apart); the store's requests and a rank's links.
     ``cores``: the cores all ranks share (None: a core each)."""
     rate = link_bytes_per_s or math.inf
-    costs = _sharing(costs, nranks, cores)
     s, rounds = costs.store_request_s, _log2(nranks)
     rendezvous, connect = _start(costs, design, nranks, per_host, rate)
     # Made when first needed.
     first_links = links(design, nranks, per_host, True) - links(design, nranks, per_host)
     first = 2 * rounds * costs.step_s + first_links * costs.link_s
     survivors = nranks - 1
-    detect = costs.detect_s
+    detect = costs.detect_s * crowding(nranks, cores)
     if design != "planned":
         # The leader reads every survivor's view; the new communicator forms as the job did
         # (the leader's mailbox its store), commits on one count (2 requests a member, served
