@@ -2,11 +2,14 @@
 // kinds of include/ringcomm/store.h.
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "calls.h"
 #include "parts.h"
@@ -36,6 +39,31 @@ class PythonStore : public Store {
     py::gil_scoped_acquire gil;
     PYBIND11_OVERRIDE_PURE(int64_t, Store, add, key, delta);
   }
+  // Optional in Python: without try_get_many, one get() a key (Store's default).
+  std::vector<std::optional<Bytes>> tryGetMany(const std::vector<std::string>& keys,
+                                               std::chrono::milliseconds within) override {
+    py::gil_scoped_acquire gil;
+    py::function override = py::get_override(static_cast<const Store*>(this), "try_get_many");
+    if (!override) {
+      py::gil_scoped_release release;
+      return Store::tryGetMany(keys, within);
+    }
+    std::vector<std::optional<Bytes>> values;
+    try {
+      for (const py::handle value : override(keys, within.count() / 1000.0)) {
+        if (value.is_none()) {
+          values.emplace_back();
+        } else {
+          const std::string text = value.cast<std::string>();
+          values.emplace_back(Bytes(text.begin(), text.end()));
+        }
+      }
+    } catch (const py::error_already_set&) {
+      values.clear();  // never throws, as Store::tryGetMany: nothing found
+    }
+    values.resize(keys.size());
+    return values;
+  }
 };
 
 }  // namespace
@@ -59,7 +87,25 @@ void bindStores(py::module_& m) {
       .def("add", [](Store& s, const std::string& key, int64_t delta) {
         py::gil_scoped_release release;
         return s.add(key, delta);
-      }, py::arg("key"), py::arg("delta"));
+      }, py::arg("key"), py::arg("delta"))
+      .def("try_get_many", [](Store& s, const std::vector<std::string>& keys, double within) {
+        std::vector<std::optional<Bytes>> values;
+        {
+          py::gil_scoped_release release;
+          values = s.tryGetMany(keys, toMilliseconds(within));
+        }
+        py::list found;
+        for (const std::optional<Bytes>& value : values) {
+          if (value) {
+            found.append(py::bytes(reinterpret_cast<const char*>(value->data()), value->size()));
+          } else {
+            found.append(py::none());
+          }
+        }
+        return found;
+      }, py::arg("keys"), py::arg("within") = 1.0,
+      "Each key's value, or None where it is missing or the store did not answer within "
+      "`within` seconds: one round trip for a TcpStore. Never raises.");
   py::class_<HashStore, Store, std::shared_ptr<HashStore>>(m, "HashStore").def(py::init<>());
   py::class_<FileStore, Store, std::shared_ptr<FileStore>>(m, "FileStore")
       .def(py::init<std::string>(), py::arg("directory"));

@@ -489,6 +489,10 @@ class Store:
         ...
     def set(self, key: str, value: bytes) -> None:
         ...
+    def try_get_many(self, keys: collections.abc.Sequence[str], within: typing.SupportsFloat | typing.SupportsIndex = 1.0) -> list:
+        """
+        Each key's value, or None where it is missing or the store did not answer within `within` seconds: one round trip for a TcpStore. Never raises.
+        """
 class HashStore(Store):
     def __init__(self) -> None:
         ...

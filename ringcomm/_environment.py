@@ -169,6 +169,22 @@ class TorchStoreAdapter(_core.Store):
     def add(self, key, delta):
         return self._store.add(key, delta)
 
+    def try_get_many(self, keys, within):
+        """Each key's value, or None: one request where every key is there (torch's multi_get,
+        as for a rendezvous's records once counted), else a look at each."""
+        try:
+            if keys and self._store.check(keys):
+                return list(self._store.multi_get(keys))
+        except Exception:  # a store that cannot: a key at a time
+            pass
+        found = []
+        for key in keys:
+            try:
+                found.append(self.get(key, 0))
+            except Exception:
+                found.append(None)
+        return found
+
 
 def torchrun_attempt_prefix(store, rank: int, size: int) -> str:
     """The keys of this attempt in torchrun's shared store (TORCHELASTIC_USE_AGENT_STORE=True,

@@ -277,3 +277,45 @@ def test_bad_timeouts_are_refused_naming_the_variable(monkeypatch, value, words)
     monkeypatch.delenv("RINGCOMM_TIMEOUT")
     with pytest.raises(ValueError, match="timeout"):
         ringcomm.init(timeout=float(value))
+
+
+def test_a_store_reads_many_keys_at_once():
+    """Store.try_get_many: each key's value or None, in order. One request for ringcomm's
+    TcpStore and for torch's store behind the torchrun adapter (multi_get, where every key is
+    there); a Python store without it answers through get(), a key at a time."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from ringcomm import _core
+    from ringcomm._environment import TorchStoreAdapter
+
+    secret = b"api-test-secret-0123456789abcdef"
+    server = _core.TcpStoreServer("127.0.0.1", 0, secret)
+    tcp = _core.TcpStore("127.0.0.1", server.port, 5.0, secret)
+    torch_store = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=timedelta(seconds=5))
+
+    class PlainStore(_core.Store):
+        def __init__(self):
+            super().__init__()
+            self.values = {}
+
+        def set(self, key, value):
+            self.values[key] = value
+
+        def get(self, key, timeout):
+            if key not in self.values:
+                raise TimeoutError(key)
+            return self.values[key]
+
+        def add(self, key, delta):
+            raise NotImplementedError
+
+    for store in (tcp, TorchStoreAdapter(torch_store), PlainStore()):
+        store.set("view/0", b"zero")
+        store.set("view/2", b"two")
+        assert store.try_get_many(["view/0", "view/1", "view/2"], 1.0) == [b"zero", None, b"two"]
+        assert store.try_get_many(["view/2", "view/0"], 1.0) == [b"two", b"zero"]
+        assert store.try_get_many([], 1.0) == []
+    server.stop()
+    assert tcp.try_get_many(["view/0"], 0.5) == [None]  # a store gone answers nothing

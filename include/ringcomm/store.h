@@ -30,6 +30,11 @@ class RINGCOMM_API Store {
   // effect. They never throw. The defaults suit stores that answer at once (in-process ones).
   virtual std::optional<Bytes> tryGet(const std::string& key, std::chrono::milliseconds within);
   virtual bool trySet(const std::string& key, const Bytes& value, std::chrono::milliseconds within);
+  // tryGet() of each key, in their order: one round trip where the store can (TcpStore), so that
+  // one reader of a thousand ranks' keys (a leader, a rendezvous's rank 0) is not a thousand
+  // round trips. Never throws; a key missing, or not answered within `within`, is nothing.
+  virtual std::vector<std::optional<Bytes>> tryGetMany(const std::vector<std::string>& keys,
+                                                       std::chrono::milliseconds within);
 };
 
 // Namespaces every key, so that several communicators share one store.
@@ -41,6 +46,8 @@ class RINGCOMM_API PrefixStore : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   std::optional<Bytes> tryGet(const std::string& key, std::chrono::milliseconds within) override;
   bool trySet(const std::string& key, const Bytes& value, std::chrono::milliseconds within) override;
+  std::vector<std::optional<Bytes>> tryGetMany(const std::vector<std::string>& keys,
+                                               std::chrono::milliseconds within) override;
   // The store whose keys this one namespaces.
   Store& inner() const { return *inner_; }
 
@@ -111,6 +118,8 @@ class RINGCOMM_API TcpStore : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   std::optional<Bytes> tryGet(const std::string& key, std::chrono::milliseconds within) override;
   bool trySet(const std::string& key, const Bytes& value, std::chrono::milliseconds within) override;
+  std::vector<std::optional<Bytes>> tryGetMany(const std::vector<std::string>& keys,
+                                               std::chrono::milliseconds within) override;
   // The local address of the connection to the store: the interface that reaches the other ranks.
   std::string localAddress() const;
 

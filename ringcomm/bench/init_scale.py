@@ -193,13 +193,14 @@ def _mean(values) -> float:
 
 
 def _requests_by_part(records: list[dict]) -> dict:
-    """The store's requests split by what asked: the rendezvous (every rank's record, and the
-    records gathered as one), the shared-memory setup among a host's ranks, and the rest."""
+    """The store's requests split by what asked: the rendezvous (every rank's record and its
+    count, and the records gathered as one), the shared-memory setup among a host's ranks, and
+    the rest."""
     parts = {"rendezvous_requests": 0, "shm_requests": 0, "other_requests": 0}
     for record in records:
         for kind, count in record["store_requests_by_key"].items():
             key = kind.split(" ", 1)[1].split("//")[-1]
-            if key in ("rank/#", "ranks"):
+            if key in ("rank/#", "ranks", "records", "records/all"):
                 parts["rendezvous_requests"] += count
             elif key.startswith("shm/"):
                 parts["shm_requests"] += count

@@ -6,9 +6,10 @@ to thousands of ranks, for today's design and the planned one.
     python -m ringcomm.bench.scale_model init.json --plot docs/_static/init_scale.png
 
 Today (src/bootstrap/rendezvous.cc, src/transport/tcp/tcp_dialer.h): every rank posts its record
-to the store, rank 0 reads them one by one and posts them all as one value, which every rank
-reads: 3N requests, but rank 0's N reads are one after another, and the value of N records is
-read N times through the store's host. TCP links are made on first use
+to the store and counts it, rank 0 waits for the count, reads them all in one request
+(Store.try_get_many) and posts them as one value, which every rank reads: 3N + 3 requests, rank
+0 waiting 3 round trips and the store serving them all one after another, and the value of N
+records read N times through the store's host. TCP links are made on first use
 (src/transport/tcp/tcp_dialer.h): none at creation (but the two ranks that measure the network
 between hosts); the first collective makes its schedule's (ring neighbours, a tree's partners,
 the other hosts' ranks of a rank's slice: at most _SCHEDULE_LINKS), a connect and a handshake
@@ -18,8 +19,9 @@ at creation, one after another: N - G links (G ranks a host), each a socket. A h
 set up their shared memory through the store too: 12G - 1 requests a host as counted here (a
 wait is a get per key behind the counting store), the lowest local rank reading every rank's
 word and posting the host's verdict (3G^2 + 4G + 1 before, every rank reading every other's).
-After a kill the survivors agree (the leader reads each one's view in its mailbox, one after
-another: N round trips) and form a new communicator the same way, through the leader's mailbox,
+After a kill the survivors agree (each posts its view to the leader's mailbox, the leader reads
+the views in one request a look and writes the decision, which each reads: 2N requests served)
+and form a new communicator the same way, through the leader's mailbox,
 then commit: each member counts itself there and waits on the count (src/core/forming_store.cc:
 2 requests a member, the mailbox serving them one after another), the leader alone asking the
 members whether they live. Before, every member asked every other and read each one's "formed":
@@ -109,7 +111,8 @@ def store_requests(design: str, nranks: int, per_host: int) -> int:
     # Across hosts, the network's figures: one rank measures and posts them, every rank reads
     # them (N + 3); and the door for newcomers (1).
     settle = (nranks + 3 if nranks > per_host else 0) + 1
-    records = 3 * nranks if design != "planned" else 2 * nranks  # planned: post, read partners
+    # Today: post and count, rank 0's wait, read of all and post, the others' read of that.
+    records = 3 * nranks + 3 if design != "planned" else 2 * nranks  # planned: post, read partners
     return records + shm_requests(design, nranks, per_host) + settle
 
 
@@ -162,8 +165,9 @@ def _start(costs: Costs, design: str, nranks: int, per_host: int, rate: float) -
     shm = shm_requests(design, nranks, per_host) / max(1, math.ceil(nranks / per_host))
     shm_path = shm / per_host * s
     if design != "planned":
-        # Rank 0 reads the N records one after another; every rank reads all N from one host.
-        rendezvous = max(nranks * s, served) + nranks * nranks * RECORD_BYTES / rate
+        # Rank 0 waits for the count and reads the N records at once (3 round trips); every rank
+        # reads all N from one host.
+        rendezvous = max(3 * s, served) + nranks * nranks * RECORD_BYTES / rate
     else:
         # Post an address, read the partners'; log2(N) rounds of doubling, N records each.
         rendezvous = max(2 * s, served) + _log2(nranks) * costs.step_s
@@ -192,10 +196,11 @@ def predict(
     survivors = nranks - 1
     detect = costs.detect_s * crowding(nranks, cores)
     if design != "planned":
-        # The leader reads every survivor's view; the new communicator forms as the job did
-        # (the leader's mailbox its store), commits on one count (2 requests a member, served
-        # one after another), and its first collective makes its links (on first use).
-        agreement = survivors * s
+        # Each survivor posts its view and reads the decision (the leader reads the views in one
+        # request a look); the new communicator forms as the job did (the leader's mailbox its
+        # store), commits on one count (2 requests a member), the mailbox serving all of them
+        # one after another, and its first collective makes its links (on first use).
+        agreement = max(3 * s, 2 * survivors * costs.store_service_s)
         rendezvous_again, reconnect = _start(costs, design, survivors, per_host, rate)
         commit = max(2 * s, 2 * survivors * costs.store_service_s)
         reform = rendezvous_again + reconnect + commit + first_links * costs.link_s

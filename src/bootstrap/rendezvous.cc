@@ -9,9 +9,11 @@
 #include <chrono>
 #include <cstddef>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "common/deadline.h"
 #include "ringcomm/errors.h"
@@ -106,6 +108,19 @@ RankRecord recordOf(const std::string& text) {
   return record;
 }
 
+// Set by the rank whose record completes the count ("records"), for rank 0 to wait on.
+const std::string kEveryRecordKey = "records/all";
+
+// The first rank whose record is missing, asked at once (-1 where every one is there).
+int firstMissing(Store& store, const std::vector<std::string>& keys) {
+  const std::vector<std::optional<Bytes>> found =
+      store.tryGetMany(keys, std::chrono::milliseconds(200));
+  for (size_t peer = 0; peer < found.size(); ++peer) {
+    if (!found[peer]) return static_cast<int>(peer);
+  }
+  return -1;
+}
+
 TimeoutError lateRank(int rank, int late, std::chrono::milliseconds timeout) {
   return TimeoutError("ringcomm: rendezvous on rank " + std::to_string(rank) + ": rank " +
                           std::to_string(late) + " did not arrive within " +
@@ -114,21 +129,34 @@ TimeoutError lateRank(int rank, int late, std::chrono::milliseconds timeout) {
 }
 
 // Rank 0's gathering of every record, published as one value: the job's key on its first line,
-// then each rank's record after a line with its length.
+// then each rank's record after a line with its length. It waits for the count of records to be
+// complete, then reads them all in one request (Store::tryGetMany: a round trip, not one a rank).
 std::string gatherEveryRecord(Store& store, int size, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
+  std::vector<std::string> keys;
+  for (int peer = 0; peer < size; ++peer) keys.push_back(recordKey(peer));
+  try {
+    store.get(kEveryRecordKey, timeout);
+  } catch (const TimeoutError&) {
+    throw lateRank(0, std::max(0, firstMissing(store, keys)), timeout);
+  }
+  std::vector<std::optional<Bytes>> records =
+      store.tryGetMany(keys, std::max(std::chrono::milliseconds(1), millisecondsLeft(deadline)));
   std::ostringstream job;
   job << std::hex << randomWord();
   std::string all = job.str() + "\n";
   for (int peer = 0; peer < size; ++peer) {
-    Bytes record;
-    try {
-      record = store.get(recordKey(peer),
-                         std::max(std::chrono::milliseconds(1), millisecondsLeft(deadline)));
-    } catch (const TimeoutError&) {
-      throw lateRank(0, peer, timeout);
+    std::optional<Bytes>& record = records[static_cast<size_t>(peer)];
+    // Posted before it was counted: missing here only where the store did not answer in time.
+    if (!record) {
+      try {
+        record = store.get(keys[static_cast<size_t>(peer)],
+                           std::max(std::chrono::milliseconds(1), millisecondsLeft(deadline)));
+      } catch (const TimeoutError&) {
+        throw lateRank(0, peer, timeout);
+      }
     }
-    all += std::to_string(record.size()) + "\n" + toText(record);
+    all += std::to_string(record->size()) + "\n" + toText(*record);
   }
   return all;
 }
@@ -150,10 +178,13 @@ Rendezvous parseEveryRecord(const std::string& all, int size) {
 
 Rendezvous rendezvous(Store& store, int rank, int size, const RankRecord& self,
                       std::chrono::milliseconds timeout) {
-  // Every rank posts its record; rank 0 gathers them and posts them all as one value, which
-  // every other rank reads: about 3 x size requests to the store in all, not size^2 (each rank
-  // reading each record), which at a thousand ranks is a million round trips to one server.
+  // Every rank posts its record and counts it; rank 0 waits for the count, reads every record
+  // in one request and posts them all as one value, which every other rank reads: about 3 x size
+  // requests to the store in all, not size^2 (each rank reading each record), which at a
+  // thousand ranks is a million round trips to one server; and rank 0 waits a few round trips,
+  // not one a rank.
   store.set(recordKey(rank), toBytes(textOf(self)));
+  if (store.add("records", 1) == size) store.set(kEveryRecordKey, toBytes("all"));
   if (rank == 0) {
     const std::string all = gatherEveryRecord(store, size, timeout);
     store.set("ranks", toBytes(all));
@@ -164,12 +195,9 @@ Rendezvous rendezvous(Store& store, int rank, int size, const RankRecord& self,
   } catch (const TimeoutError&) {
     // Which rank kept rank 0 waiting: the first whose record is missing (rank 0's own where
     // every other's is there), asked only now.
-    for (int peer = 0; peer < size; ++peer) {
-      if (!store.tryGet(recordKey(peer), std::chrono::milliseconds(200))) {
-        throw lateRank(rank, peer, timeout);
-      }
-    }
-    throw lateRank(rank, 0, timeout);
+    std::vector<std::string> keys;
+    for (int peer = 0; peer < size; ++peer) keys.push_back(recordKey(peer));
+    throw lateRank(rank, std::max(0, firstMissing(store, keys)), timeout);
   }
 }
 

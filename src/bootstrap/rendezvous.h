@@ -1,7 +1,9 @@
 // Rendezvous: every rank publishes where it listens and which host it is on, and learns the same
-// about everyone, plus the job's key (names shared memory). Rank 0 gathers the records and posts
-// them as one value, so the store answers about 3 requests a rank, not one per pair of ranks. The job's secret, which admits
-// connections, is not here: it is each rank's own (Config::secret) and never travels.
+// about everyone, plus the job's key (names shared memory). Every rank posts and counts its
+// record; rank 0 waits for the count, reads them all in one request and posts them as one value,
+// so the store answers about 3 requests a rank, not one per pair of ranks, and rank 0 waits a
+// few round trips, not one a rank. The job's secret, which admits connections, is not here: it
+// is each rank's own (Config::secret) and never travels.
 #pragma once
 
 #include <chrono>

@@ -1,4 +1,4 @@
-// Store::wait's default implementation and PrefixStore. The stores themselves live in
+// Store::wait's and tryGetMany's default implementations, and PrefixStore. The stores themselves live in
 // hash_store.cc (in-process) and tcp_store.cc (server and client).
 #include <algorithm>
 #include <chrono>
@@ -64,6 +64,14 @@ bool Store::trySet(const std::string& key, const Bytes& value, std::chrono::mill
   }
 }
 
+std::vector<std::optional<Bytes>> Store::tryGetMany(const std::vector<std::string>& keys,
+                                                   std::chrono::milliseconds within) {
+  std::vector<std::optional<Bytes>> values;
+  values.reserve(keys.size());
+  for (const std::string& key : keys) values.push_back(tryGet(key, within));
+  return values;
+}
+
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> inner)
     : prefix_(std::move(prefix)), inner_(std::move(inner)) {
   if (!inner_) throw InvalidArgument("PrefixStore('" + prefix_ + "') needs a store to wrap");
@@ -90,6 +98,14 @@ std::optional<Bytes> PrefixStore::tryGet(const std::string& key, std::chrono::mi
 bool PrefixStore::trySet(const std::string& key, const Bytes& value,
                          std::chrono::milliseconds within) {
   return inner_->trySet(prefix_ + key, value, within);
+}
+
+std::vector<std::optional<Bytes>> PrefixStore::tryGetMany(const std::vector<std::string>& keys,
+                                                         std::chrono::milliseconds within) {
+  std::vector<std::string> prefixed;
+  prefixed.reserve(keys.size());
+  for (const std::string& key : keys) prefixed.push_back(prefix_ + key);
+  return inner_->tryGetMany(prefixed, within);
 }
 
 }  // namespace ringcomm

@@ -21,6 +21,8 @@
 //     Add   = 3  key:str delta:i64             Ok newValue:i64
 //                                              Error message:str  (the value is not a counter)
 //     Check = 4  count:u32 key:str * count     Ok present:u8      (1 when every key exists)
+//     GetMany = 5 count:u32 key:str * count    Ok count:u32 (found:u8 [value:str]) * count
+//                                              (found: Found below; a value only where Here)
 //
 // Any request may also be answered Error message:str (an unknown opcode, say); the connection
 // stays usable. A frame over kMaxFrameBytes, or a body that does not parse, ends the connection.
@@ -52,7 +54,10 @@
 
 namespace ringcomm::storeproto {
 
-enum class Op : uint8_t { Set = 1, Get = 2, Add = 3, Check = 4 };
+enum class Op : uint8_t { Set = 1, Get = 2, Add = 3, Check = 4, GetMany = 5 };
+// What a GetMany reply says of each key, before its value where there is one: the reply stays
+// within a frame, so values past kMaxValueBytes in all are left for another request.
+enum class Found : uint8_t { Missing = 0, Here = 1, LeftOut = 2 };
 enum class Status : uint8_t { Ok = 0, Timeout = 1, Error = 2 };
 
 // Rendezvous values are addresses and small blobs (torch's stores hold little more); these bounds

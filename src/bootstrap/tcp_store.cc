@@ -4,6 +4,7 @@
 // concurrent callers (a pool, see TcpStore::State); every wait for a reply has a deadline.
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -15,6 +16,7 @@
 
 #include "auth/handshake.h"
 #include "bootstrap/store_protocol.h"
+#include "common/deadline.h"
 #include "common/socket.h"
 #include "ringcomm/errors.h"
 #include "ringcomm/store.h"
@@ -23,6 +25,7 @@ namespace ringcomm {
 
 using storeproto::Decoder;
 using storeproto::Encoder;
+using storeproto::Found;
 using storeproto::Op;
 using storeproto::Status;
 
@@ -259,6 +262,42 @@ bool TcpStore::trySet(const std::string& key, const Bytes& value,
   } catch (const std::exception&) {
     return false;
   }
+}
+
+std::vector<std::optional<Bytes>> TcpStore::tryGetMany(const std::vector<std::string>& keys,
+                                                      std::chrono::milliseconds within) {
+  const auto start = Clock::now();
+  const auto deadline = net::deadlineAfter(within);
+  std::vector<std::optional<Bytes>> values(keys.size());
+  try {
+    // A request at a time of at most kMaxKeysPerCheck keys and 1 MiB of them.
+    for (size_t from = 0; from < keys.size();) {
+      size_t until = from;
+      size_t bytes = 0;
+      while (until < keys.size() && until - from < storeproto::kMaxKeysPerCheck &&
+             bytes < (size_t{1} << 20)) {
+        bytes += keys[until++].size() + 4;
+      }
+      Encoder frame(Op::GetMany);
+      frame.u32(static_cast<uint32_t>(until - from));
+      for (size_t i = from; i < until; ++i) frame.str(keys[i]);
+      Bytes body = state_->call(frame.finish(), start, deadline,
+                                "get of " + std::to_string(until - from) + " keys");
+      Decoder reply(body.data(), body.size());
+      if (static_cast<Status>(reply.u8()) != Status::Ok) {
+        // A server without GetMany (Error: unknown request): one key at a time.
+        for (size_t i = from; i < until; ++i) values[i] = tryGet(keys[i], millisecondsLeft(deadline));
+      } else {
+        reply.u32();
+        for (size_t i = from; i < until; ++i) {
+          if (static_cast<Found>(reply.u8()) == Found::Here) values[i] = reply.bytes();
+        }
+      }
+      from = until;
+    }
+  } catch (const std::exception&) {
+  }
+  return values;
 }
 
 std::string TcpStore::localAddress() const { return state_->localHost; }

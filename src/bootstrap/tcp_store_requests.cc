@@ -20,6 +20,7 @@ namespace ringcomm::storeserver {
 
 using storeproto::Decoder;
 using storeproto::Encoder;
+using storeproto::Found;
 using storeproto::Op;
 using storeproto::Status;
 
@@ -117,8 +118,38 @@ void ServerLoop::handle(ConnectionId id, Connection& connection, const uint8_t* 
       reply(connection, Encoder(Status::Ok).u8(present ? 1 : 0).finish());
       return;
     }
+    case Op::GetMany:
+      return replyMany(connection, request);
   }
   replyError(connection, "unknown store request " + std::to_string(int(op)));
+}
+
+void ServerLoop::replyMany(Connection& connection, Decoder& request) {
+  const uint32_t count = request.u32();
+  if (count > storeproto::kMaxKeysPerCheck) {
+    replyError(connection, "store get of " + std::to_string(count) + " keys; at most " +
+                               std::to_string(storeproto::kMaxKeysPerCheck) + " per request");
+    return;
+  }
+  std::vector<std::string> keys;
+  keys.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) keys.push_back(request.str());
+  request.expectEnd();
+  Encoder answer(Status::Ok);
+  answer.u32(count);
+  size_t bytes = 0;
+  for (const std::string& key : keys) {
+    const auto found = values_.find(key);
+    if (found == values_.end()) {
+      answer.u8(static_cast<uint8_t>(Found::Missing));
+    } else if (bytes + found->second.size() + 5 > storeproto::kMaxValueBytes) {
+      answer.u8(static_cast<uint8_t>(Found::LeftOut));
+    } else {
+      answer.u8(static_cast<uint8_t>(Found::Here)).str(found->second);
+      bytes += found->second.size() + 5;
+    }
+  }
+  reply(connection, answer.finish());
 }
 
 std::string ServerLoop::roomFor(const std::string& key, size_t valueBytes) const {

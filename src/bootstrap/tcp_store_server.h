@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "auth/handshake.h"
+#include "bootstrap/store_protocol.h"
 #include "common/socket.h"
 #include "ringcomm/store.h"
 
@@ -98,6 +99,8 @@ class ServerLoop {
   // ---- Requests (tcp_store_requests.cc) ----
   // Handles every complete request in connection.in while the connection is servable.
   void processRequests(ConnectionId id, Connection& connection);
+  // Answers a GetMany: each key's value where it has one, within a frame.
+  void replyMany(Connection& connection, storeproto::Decoder& request);
   void handle(ConnectionId id, Connection& connection, const uint8_t* body, size_t size);
   void reply(Connection& connection, Bytes frame);
   void replyError(Connection& connection, const std::string& message);

@@ -60,6 +60,11 @@ bool FormingStore::trySet(const std::string& key, const Bytes& value,
   return inner_->trySet(key, value, within);
 }
 
+std::vector<std::optional<Bytes>> FormingStore::tryGetMany(const std::vector<std::string>& keys,
+                                                          std::chrono::milliseconds within) {
+  return inner_->tryGetMany(keys, within);
+}
+
 Bytes FormingStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   const auto deadline = net::deadlineAfter(timeout);
   for (;;) {

@@ -341,9 +341,13 @@ Survivors Membership::lead(const std::string& round, const std::set<int>& exclud
   // The first look at once: a rank killed is usually why this agreement runs.
   auto lastProbe = Clock::now() - kProbeInterval;
   while (!pending.empty() && Clock::now() < collectUntil) {
-    for (auto it = pending.begin(); it != pending.end();) {
-      const std::optional<Bytes> view =
-          own->tryGet(round + "/view/" + std::to_string(*it), kProbeWait);
+    // Every pending view in one request: a round trip a look, not one a rank.
+    std::vector<std::string> keys;
+    for (int rank : pending) keys.push_back(round + "/view/" + std::to_string(rank));
+    const std::vector<std::optional<Bytes>> views = own->tryGetMany(keys, kProbeWait);
+    size_t at = 0;
+    for (auto it = pending.begin(); it != pending.end(); ++at) {
+      const std::optional<Bytes>& view = views[at];
       if (!view) {
         ++it;
         continue;

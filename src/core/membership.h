@@ -135,6 +135,8 @@ class FormingStore : public Store {
   std::optional<Bytes> tryGet(const std::string& key, std::chrono::milliseconds within) override;
   bool trySet(const std::string& key, const Bytes& value,
               std::chrono::milliseconds within) override;
+  std::vector<std::optional<Bytes>> tryGetMany(const std::vector<std::string>& keys,
+                                               std::chrono::milliseconds within) override;
 
   // Raises TransportError where a member gave up, the leader is gone, or (asked by the leader) a
   // member is gone before it formed the communicator; looks at most every 100 ms.

@@ -11,6 +11,7 @@
 #include <exception>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -230,6 +231,39 @@ TEST(tcpStoreSetGetAdd) {
   // A refused add() leaves the connection usable.
   CHECK_EQ(store.add("n", 1), 3);
   CHECK_EQ(store.localAddress(), "127.0.0.1");
+}
+
+TEST(tcpStoreGetsManyKeysInOneRequest) {
+  // A leader reading a thousand ranks' views, or a rendezvous's rank 0 their records: one round
+  // trip, each key's value or nothing, in the keys' order, through a PrefixStore too.
+  TcpStoreServer server(kLoopback, 0, kStoreSecret);
+  auto store = std::make_shared<TcpStore>(kLoopback, server.port(), 5s, kStoreSecret);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 1000; ++i) {
+    keys.push_back("scope/view/" + std::to_string(i));
+    if (i % 3 != 0) store->set(keys.back(), bytesOf("view " + std::to_string(i)));
+  }
+  const std::vector<std::optional<Bytes>> values = store->tryGetMany(keys, 5s);
+  CHECK_EQ(values.size(), keys.size());
+  for (int i = 0; i < 1000; ++i) {
+    const std::optional<Bytes>& value = values[static_cast<size_t>(i)];
+    CHECK_EQ(value.has_value(), i % 3 != 0);
+    if (value) CHECK_EQ(textOf(*value), "view " + std::to_string(i));
+  }
+  PrefixStore scoped("scope", store);
+  const auto some = scoped.tryGetMany({"view/1", "view/3", "view/998"}, 5s);
+  CHECK(some[0] && !some[1] && some[2] && textOf(*some[2]) == "view 998");
+  CHECK(store->tryGetMany({}, 1s).empty());
+  // Values past a frame's worth are left for another request, not lost: a reader asks again.
+  store->set("big/0", Bytes(40u << 20, 1));
+  store->set("big/1", Bytes(40u << 20, 2));
+  const auto big = store->tryGetMany({"big/0", "big/1"}, 30s);
+  CHECK(big[0] && big[0]->size() == (40u << 20) && !big[1]);
+  CHECK(store->tryGetMany({"big/1"}, 30s)[0].has_value());
+  // A store gone answers nothing, and does not throw.
+  server.stop();
+  const auto gone = store->tryGetMany({"scope/view/1"}, 1s);
+  CHECK(gone.size() == 1 && !gone[0]);
 }
 
 TEST(tcpStoreLargeValue) {

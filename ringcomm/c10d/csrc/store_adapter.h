@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -50,6 +51,25 @@ class TorchStoreAdapter : public ringcomm::Store {
                                            if (!store->check({key})) return std::nullopt;
                                            return store->get(key);
                                          });
+  }
+
+  // Where every key is there (a rendezvous's records, once counted): torch's multiGet, one
+  // round trip for its TCPStore; else a key at a time.
+  std::vector<std::optional<Bytes>> tryGetMany(const std::vector<std::string>& keys,
+                                               std::chrono::milliseconds within) override {
+    using Values = std::vector<std::optional<Bytes>>;
+    Values nothing(keys.size());
+    Values all = bounded<Values>(within, nothing, [store = store_, keys, nothing]() -> Values {
+      if (keys.empty() || !store->check(keys)) return nothing;
+      Values found;
+      for (std::vector<uint8_t>& value : store->multiGet(keys)) found.emplace_back(std::move(value));
+      return found;
+    });
+    if (all.size() != keys.size()) all = nothing;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!all[i]) all[i] = tryGet(keys[i], within);
+    }
+    return all;
   }
 
   bool trySet(const std::string& key, const Bytes& value,
