@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -285,7 +286,9 @@ std::shared_ptr<Communicator> CommunicatorImpl::join(const std::vector<int>& ran
     created = createCommunicator(forming, scope, newRank, static_cast<int>(ranks.size()),
                                  config, setup, [&forming] { forming->check(); }, regroup);
     forming->commit(deadline);
-  } catch (const PeerError& error) {
+  } catch (const std::exception& error) {
+    // Whatever ended this member's forming (a peer, or this rank's own limits): the others stop
+    // too, rather than wait for it until the deadline.
     forming->abandon(error.what());
     throw;
   }

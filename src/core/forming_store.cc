@@ -152,8 +152,10 @@ bool FormingStore::formedBy(int member) {
 }
 
 void FormingStore::abandon(const std::string& why) {
+  // As long as a claim may take: an abandonment that does not get through leaves every other
+  // member waiting for this one until the deadline (a crowded leader's mailbox is slow, not gone).
   inner_->trySet(scope_ + "forming/abandoned",
-                 bytesOf("rank " + std::to_string(rank_) + " failed: " + why), kProbeWait);
+                 bytesOf("rank " + std::to_string(rank_) + " failed: " + why), kClaimConnect);
 }
 
 void FormingStore::commit(Clock::time_point deadline) {

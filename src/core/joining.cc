@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -302,8 +303,8 @@ std::shared_ptr<Communicator> formAmong(std::shared_ptr<Store> meeting,
                            [&forming] { forming->check(); }, /*withMailbox=*/true);
     forming->commit(deadline);
     return formed;
-  } catch (const PeerError& error) {
-    forming->abandon(error.what());
+  } catch (const std::exception& error) {
+    forming->abandon(error.what());  // whatever ended it: the others stop too (as join())
     throw;
   }
 }
