@@ -23,7 +23,6 @@
 #include "core/forming.h"
 #include "transport/connect.h"
 #include "transport/tcp/sealed_stream.h"
-#include "transport/ucx/ucx_network.h"
 #include "tuning/link_probe.h"
 
 namespace ringcomm {
@@ -232,7 +231,7 @@ std::shared_ptr<Communicator> createCommunicator(std::shared_ptr<Store> store,
   self.address = address;
   self.port = net::localAddress(listener.get()).port();
   self.pid = static_cast<int>(getpid());
-  self.rdma = config.transport == TransportKind::Auto && size > 1 && transport::ucxOffersRdma();
+  transport::describeLinks(config, size, self);  // what peers need to choose their links to it
   // Served from now until the communicator is shut down: the survivors of a failure agree
   // through it (core/membership.h).
   std::shared_ptr<TcpStoreServer> mailbox;

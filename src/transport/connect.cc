@@ -1,56 +1,73 @@
-// How this rank reaches each peer: the kind of link chosen per peer, then the links built, kind
-// by kind (link_setup.h: shared memory, TCP; UCX: ucx/ucx_network.h). TCP links are made on
-// first use (tcp/tcp_dialer.h), or here with RINGCOMM_LINKS=at_start.
+// How this rank reaches each peer: the kind of link chosen per peer (link_kind.h, the kinds in
+// link_kinds.cc), then the links made, kind by kind, in the table's order.
 #include "transport/connect.h"
 
 #include <algorithm>
-#include <map>
-#include <memory>
+#include <cstring>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "common/deadline.h"
 #include "common/log.h"
 #include "ringcomm/errors.h"
-#include "transport/link_setup.h"
-#include "transport/shm/shm_stream.h"
-#include "transport/ucx/ucx_network.h"
+#include "transport/link_kind.h"
 
 namespace ringcomm::transport {
 
+namespace {
+
+// The first kind from linkKinds()[first] on that reaches `peer`, or the one RINGCOMM_TRANSPORT
+// names. A kind that declines with a reason worth saying adds it to the chosen one's.
+LinkChoice chooseFrom(size_t first, const Config& config, const bootstrap::RankRecord& self,
+                      const bootstrap::RankRecord& peer, int peerRank) {
+  const std::vector<const LinkKind*>& kinds = linkKinds();
+  const bool forced = config.transport != TransportKind::Auto;
+  std::string remarks;
+  for (size_t at = first; at < kinds.size(); ++at) {
+    const LinkKind* kind = kinds[at];
+    if (forced && std::strcmp(kind->name(), toString(config.transport)) != 0) continue;
+    LinkKind::Reach reach = kind->canConnect(config, self, peer, peerRank);
+    if (reach.reaches) return {kind, reach.why + remarks};
+    if (forced) throw InvalidArgument(reach.why);
+    if (!reach.why.empty()) remarks += "; " + reach.why;
+  }
+  throw Error("ringcomm: internal error: no kind of link reaches rank " + std::to_string(peerRank));
+}
+
+size_t indexOf(const LinkKind* kind) {
+  const std::vector<const LinkKind*>& kinds = linkKinds();
+  return static_cast<size_t>(std::find(kinds.begin(), kinds.end(), kind) - kinds.begin());
+}
+
+// Every host's ranks, ascending; hosts in the order of their lowest rank.
+void groupByHost(int rank, const bootstrap::Rendezvous& rendezvous, Links& links) {
+  std::vector<std::string> hosts;
+  for (const auto& record : rendezvous.ranks) {
+    if (std::find(hosts.begin(), hosts.end(), record.hostId) == hosts.end()) {
+      hosts.push_back(record.hostId);
+    }
+  }
+  const auto hostOf = [&](int r) {
+    const std::string& host = rendezvous.ranks[r].hostId;
+    return static_cast<int>(std::find(hosts.begin(), hosts.end(), host) - hosts.begin());
+  };
+  links.hostCount = static_cast<int>(hosts.size());
+  links.hostIndex = hostOf(rank);
+  links.hostRanks.resize(hosts.size());
+  for (int peer = 0; peer < static_cast<int>(rendezvous.ranks.size()); ++peer) {
+    links.hostRanks[hostOf(peer)].push_back(peer);
+  }
+  links.localRanks = links.hostRanks[links.hostIndex];
+}
+
+}  // namespace
+
 LinkChoice chooseLink(const Config& config, const bootstrap::RankRecord& self,
                       const bootstrap::RankRecord& peer, int peerRank) {
-  const bool sameHost = peer.hostId == self.hostId;
-  const bool sealingAsked = config.wireProtection == WireProtection::Integrity ||
-                            config.wireProtection == WireProtection::Encrypt;
-  switch (config.transport) {
-    case TransportKind::Shm:
-      if (!sameHost) {
-        throw InvalidArgument("RINGCOMM_TRANSPORT=shm, but rank " + std::to_string(peerRank) +
-                              " is on another host (" + peer.address + "); use auto, tcp or ucx");
-      }
-      return {LinkKind::Shm, "same host"};
-    case TransportKind::Tcp:
-      return {LinkKind::Tcp, sameHost ? "same host, but RINGCOMM_TRANSPORT=tcp" : "another host"};
-    case TransportKind::Ucx:
-      if (sealingAsked) {
-        throw InvalidArgument(
-            std::string("RINGCOMM_WIRE_PROTECTION=") +
-            (config.wireProtection == WireProtection::Encrypt ? "encrypt" : "integrity") +
-            ", but RINGCOMM_TRANSPORT=ucx cannot seal what it sends (UCX moves frames, and RDMA "
-            "reads memory, as they are); use RINGCOMM_TRANSPORT=auto or tcp for sealed links, "
-            "or RINGCOMM_WIRE_PROTECTION=off");
-      }
-      return {LinkKind::Ucx, "RINGCOMM_TRANSPORT=ucx"};
-    case TransportKind::Auto:
-      break;
-  }
-  if (sameHost) return {LinkKind::Shm, "same host"};
-  // UCX cannot seal frames: a configuration that asks for sealing keeps these links on TCP.
-  if (!(self.rdma && peer.rdma)) return {LinkKind::Tcp, "another host"};
-  if (sealingAsked) return {LinkKind::Tcp, "another host; RDMA, but RINGCOMM_WIRE_PROTECTION"};
-  return {LinkKind::Ucx, "another host, RDMA at both ends"};
+  return chooseFrom(0, config, self, peer, peerRank);
+}
+
+void describeLinks(const Config& config, int size, bootstrap::RankRecord& self) {
+  for (const LinkKind* kind : linkKinds()) kind->describe(config, size, self);
 }
 
 Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvous,
@@ -59,86 +76,36 @@ Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvo
   const int size = static_cast<int>(rendezvous.ranks.size());
   Links links;
   links.streams.resize(size);
+  groupByHost(rank, rendezvous, links);
 
-  std::vector<std::string> hosts;
-  for (const auto& record : rendezvous.ranks) {
-    if (std::find(hosts.begin(), hosts.end(), record.hostId) == hosts.end()) {
-      hosts.push_back(record.hostId);
-    }
-  }
-  const std::string& myHost = rendezvous.ranks[rank].hostId;
-  links.hostCount = static_cast<int>(hosts.size());
-  links.hostIndex = static_cast<int>(std::find(hosts.begin(), hosts.end(), myHost) - hosts.begin());
-  links.hostRanks.resize(hosts.size());
-  for (int peer = 0; peer < size; ++peer) {
-    const std::string& host = rendezvous.ranks[peer].hostId;
-    links.hostRanks[std::find(hosts.begin(), hosts.end(), host) - hosts.begin()].push_back(peer);
-  }
-  links.localRanks = links.hostRanks[links.hostIndex];
-
-  std::vector<int> shmPeers;
-  std::vector<int> tcpPeers;
-  std::vector<int> ucxPeers;
+  const std::vector<const LinkKind*>& kinds = linkKinds();
+  std::vector<std::vector<int>> peersOf(kinds.size());  // by kind, ascending
+  const bootstrap::RankRecord& self = rendezvous.ranks[rank];
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     const bootstrap::RankRecord& record = rendezvous.ranks[peer];
-    const LinkChoice choice = chooseLink(config, rendezvous.ranks[rank], record, peer);
-    (choice.kind == LinkKind::Ucx   ? ucxPeers
-     : choice.kind == LinkKind::Shm ? shmPeers
-                                    : tcpPeers)
-        .push_back(peer);
+    const LinkChoice choice = chooseLink(config, self, record, peer);
+    peersOf[indexOf(choice.kind)].push_back(peer);
     RINGCOMM_LOG(LogLevel::Info, kLogTransport, "rank %d (%s:%d): %s (%s)", peer,
-                 record.address.c_str(), record.port,
-                 choice.kind == LinkKind::Ucx   ? "UCX"
-                 : choice.kind == LinkKind::Shm ? "shared memory"
-                                                : "TCP",
-                 choice.why);
+                 record.address.c_str(), record.port, choice.kind->description(),
+                 choice.why.c_str());
   }
 
-  if (!shmPeers.empty() &&
-      !setUpSharedMemory(store, rank, links, rendezvous, config, config.timeout)) {
-    if (config.transport == TransportKind::Shm) {
-      throw Error("ringcomm: RINGCOMM_TRANSPORT=shm, but the ranks on this host cannot have "
-                  "shared memory (see the warning above); use auto or tcp");
+  LinkContext context{store, rank, rendezvous, config, listener, watch, links};
+  for (size_t at = 0; at < kinds.size(); ++at) {
+    if (peersOf[at].empty()) continue;
+    const std::vector<int> left = kinds[at]->connect(context, peersOf[at]);
+    if (left.empty()) continue;
+    // The ranks of a pair come to the same answer, so both ask the same kinds after this one.
+    RINGCOMM_LOG(LogLevel::Info, kLogTransport, "%s could not link %zu peer(s); asking the next "
+                 "kinds of link", kinds[at]->description(), left.size());
+    Config automatic = config;
+    automatic.transport = TransportKind::Auto;
+    for (int peer : left) {
+      const LinkChoice choice = chooseFrom(at + 1, automatic, self, rendezvous.ranks[peer], peer);
+      std::vector<int>& next = peersOf[indexOf(choice.kind)];
+      next.insert(std::upper_bound(next.begin(), next.end(), peer), peer);
     }
-    RINGCOMM_LOG(LogLevel::Info, kLogTransport,
-                 "falling back to TCP for the %zu peer(s) on this host (no shared memory)",
-                 shmPeers.size());
-    tcpPeers.insert(tcpPeers.end(), shmPeers.begin(), shmPeers.end());
-    std::sort(tcpPeers.begin(), tcpPeers.end());
-    shmPeers.clear();
-  }
-  if (!shmPeers.empty()) {
-    for (int peer : shmPeers) {
-      const int peerLocal = static_cast<int>(
-          std::find(links.localRanks.begin(), links.localRanks.end(), peer) - links.localRanks.begin());
-      links.streams[peer] = std::make_unique<ShmStream>(*links.segments, peerLocal);
-    }
-  }
-  // A TCP link proves this communicator, not only the job: its handshake's secret is the job's
-  // joined with the communicator's key, which every member read from the rendezvous. A link made
-  // on first use may be dialed long after creation, to a port that a peer which closed this
-  // communicator gave up and another communicator of the job took since: that dial now fails
-  // the proof, as a closed peer's should, instead of becoming a link of the other communicator.
-  Config tcpConfig = config;
-  tcpConfig.secret = config.secret + "/communicator " + rendezvous.jobKey;
-  if (config.links == LinkSetup::OnFirstUse && !tcpPeers.empty()) {
-    std::map<int, TcpDialer::PeerAddress> addresses;
-    for (int peer : tcpPeers) {
-      const bootstrap::RankRecord& record = rendezvous.ranks[peer];
-      addresses[peer] = {record.address, record.port, record.hostId != myHost};
-    }
-    links.dialer = std::make_unique<TcpDialer>(rank, std::move(addresses), std::move(listener),
-                                               tcpConfig);
-  } else {
-    setUpTcp(rank, tcpPeers, links, rendezvous, std::move(listener), tcpConfig, config.timeout,
-             watch);
-  }
-  if (!ucxPeers.empty()) {
-    OperationLabel label;
-    label.collective = "connecting to peers over UCX";
-    const Operation op(label, rank, config.timeout);
-    links.network = connectUcx(store, rank, rendezvous, ucxPeers, config, op, watch);
   }
   return links;
 }

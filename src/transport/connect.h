@@ -1,10 +1,11 @@
-// Builds the links of a communicator: shared-memory rings to ranks on this host, TCP connections
-// to the others, UCX to other hosts where both ends have RDMA (or one of them to everyone, when
-// RINGCOMM_TRANSPORT forces it).
+// Builds the links of a communicator: for each peer, the first kind of link that reaches it
+// (link_kind.h; the kinds are registered in link_kinds.cc: shared memory within a host, UCX
+// between hosts that both have RDMA, TCP otherwise), or the one RINGCOMM_TRANSPORT names.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "bootstrap/rendezvous.h"
@@ -32,17 +33,22 @@ struct Links {
   std::vector<std::vector<int>> hostRanks;
 };
 
-// How this rank reaches a peer, before shared memory is known to fit (which may turn Shm into
-// Tcp), and why, in words for the TRANSPORT log. Both ends come to the same answer from the same
-// records, so a link is one kind at both. Throws InvalidArgument for a configuration that cannot
-// reach the peer (shm to another host; ucx where sealing is asked for).
-enum class LinkKind { Shm, Tcp, Ucx };
+class LinkKind;
+
+// How this rank reaches a peer, before the kind has made its links (shared memory may find no
+// room, and leave the peer to the kinds after it), and why, in words for the TRANSPORT log.
+// Both ends come to the same answer from the same records, so a link is one kind at both.
+// Throws InvalidArgument where the kind RINGCOMM_TRANSPORT names cannot reach the peer (shm to
+// another host; ucx where sealing is asked for).
 struct LinkChoice {
-  LinkKind kind;
-  const char* why;
+  const LinkKind* kind;
+  std::string why;
 };
 LinkChoice chooseLink(const Config& config, const bootstrap::RankRecord& self,
                       const bootstrap::RankRecord& peer, int peerRank);
+
+// Adds to this rank's record what peers need to choose its links (link_kind.h: describe).
+void describeLinks(const Config& config, int size, bootstrap::RankRecord& self);
 
 // `watch`, where given, is called at least every 100 ms while waiting for a peer, and raises
 // where the communicator can no longer form (a peer that gave up forming it, or is gone).

@@ -1,5 +1,6 @@
-// The steps of connectPeers (connect.cc) that build links of one kind: the host's shared-memory
-// segments (shm/shm_setup.cc) and the TCP connections (tcp/tcp_setup.cc).
+// The steps that build links of one kind, for its LinkKind (link_kind.h): the host's
+// shared-memory segments (shm/shm_setup.cc, for shm/shm_kind.cc) and the TCP connections made at
+// creation (tcp/tcp_setup.cc, for tcp/tcp_kind.cc).
 #pragma once
 
 #include <chrono>
