@@ -1,7 +1,7 @@
-// One direction-pair of bytes between this rank and one peer. Two of the three transports are
-// byte streams (a TCP socket, a pair of shared-memory rings): framing, queues and waiting live in
-// Transport, so a new transport of bytes implements only this. The third, UCX, moves whole
-// messages and implements MessageNetwork instead (transport/message_network.h).
+// Bytes both ways between this rank and one peer: a TCP socket (tcp/), a pair of shared-memory
+// rings (shm/). Transport frames the messages, queues them and waits, so a new kind of link that
+// moves bytes implements this and a LinkKind that makes its streams (link_kind.h). UCX moves
+// whole messages and implements MessageNetwork instead (message_network.h).
 #pragma once
 
 #include <cstddef>
@@ -13,8 +13,8 @@ class ByteStream {
  public:
   virtual ~ByteStream() = default;
   virtual const char* kind() const = 0;  // "tcp" or "shm"
-  // Non-blocking: move up to `bytes`, return how many moved (0 when the stream is full/empty).
-  // Throw TransportError-worthy std::runtime_error text via `failure()` when the peer is gone.
+  // Non-blocking: move up to `bytes`, return how many moved (0 when the stream is full/empty,
+  // and once the link has failed: a failed peer is not thrown here, failure() says it).
   virtual size_t writeSome(const void* data, size_t bytes) = 0;
   virtual size_t readSome(void* data, size_t bytes) = 0;
   // A socket to poll(), or -1 for streams woken through the shared-memory doorbell.
