@@ -55,7 +55,7 @@ CommunicatorImpl::CommunicatorImpl(int rank, int size, Config config, transport:
   waitPolicy_ = std::make_unique<WaitPolicy>(config_.spinCount, config_.yieldCount,
                                              static_cast<int>(links_.localRanks.size()));
   transport_ = std::make_unique<transport::Transport>(
-      rank_, std::move(links_.streams), std::move(links_.network), links_.segments.get(),
+      rank_, std::move(links_.streams), std::move(links_.networks), links_.segments.get(),
       *waitPolicy_, std::move(links_.dialer));
   scratch_.registerWith(transport_.get());
   settleLink();

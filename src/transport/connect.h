@@ -24,7 +24,8 @@ struct Links {
   // Makes the TCP links on first use (RINGCOMM_LINKS=on_first_use): null where they were all
   // made here, or there are none.
   std::unique_ptr<TcpDialer> dialer;
-  std::unique_ptr<MessageNetwork> network;           // reaches peers without a stream, or null
+  // Reach the peers without a stream (UCX): a network per kind of link that makes one.
+  std::vector<std::unique_ptr<MessageNetwork>> networks;
   std::unique_ptr<shm::Segments> segments;           // null when no peer shares memory
   std::vector<int> localRanks;                       // ranks on this host, ascending
   int hostIndex = 0;

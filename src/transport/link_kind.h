@@ -18,7 +18,7 @@
 namespace ringcomm::transport {
 
 // What a kind may need to make its links, and the Links it fills (a byte stream per peer in
-// links.streams, or a network in links.network; the host's segments).
+// links.streams, or a network in links.networks; the host's segments).
 struct LinkContext {
   Store& store;
   int rank;

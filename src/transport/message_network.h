@@ -30,6 +30,8 @@ class MessageNetwork {
 
   virtual ~MessageNetwork() = default;
   virtual const char* kind() const = 0;  // "ucx"
+  // Whether this network links this rank to `peer` (its kind chose it for the pair).
+  virtual bool reaches(int peer) const = 0;
   // Whether send() and receive() take CUDA device memory (a UCX built with CUDA moves it with
   // its CUDA lanes: copies, IPC within a host, GPUDirect RDMA where the fabric has it).
   virtual bool takesDeviceMemory() const = 0;

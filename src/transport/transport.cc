@@ -42,37 +42,41 @@ void requireHostMemory(const Transport& transport, int peer, Memory memory) {
 }  // namespace
 
 Transport::Transport(int rank, std::vector<std::unique_ptr<ByteStream>> streams,
-                     std::unique_ptr<MessageNetwork> network, const shm::Segments* segments,
+                     std::vector<std::unique_ptr<MessageNetwork>> networks,
+                     const shm::Segments* segments,
                      WaitPolicy& waitPolicy, std::unique_ptr<TcpDialer> dialer)
     : rank_(rank),
       peers_(streams.size()),
-      network_(std::move(network)),
+      networks_(std::move(networks)),
       segments_(segments),
       waitPolicy_(waitPolicy),
       dialer_(std::move(dialer)) {
   for (size_t peer = 0; peer < streams.size(); ++peer) {
     const int at = static_cast<int>(peer);
     peers_[peer].stream = std::move(streams[peer]);
-    peers_[peer].onNetwork = !peers_[peer].stream && network_ != nullptr && at != rank_ &&
-                             !(dialer_ && dialer_->reaches(at));
+    if (peers_[peer].stream || at == rank_ || (dialer_ && dialer_->reaches(at))) continue;
+    for (const auto& network : networks_) {
+      if (network->reaches(at)) peers_[peer].network = network.get();
+    }
   }
 }
 
 bool Transport::takesDeviceMemory(int peer) const {
-  return peers_[peer].onNetwork && network_->takesDeviceMemory();
+  const MessageNetwork* network = peers_[peer].network;
+  return network != nullptr && network->takesDeviceMemory();
 }
 
 void Transport::registerLongLived(void* data, size_t bytes) {
-  if (network_ != nullptr) network_->registerMemory(data, bytes);
+  for (const auto& network : networks_) network->registerMemory(data, bytes);
 }
 
 void Transport::forgetLongLived(void* data) {
-  if (network_ != nullptr) network_->forgetMemory(data);
+  for (const auto& network : networks_) network->forgetMemory(data);
 }
 
 std::string Transport::failureOf(int peer) const {
   const Peer& state = peers_[peer];
-  if (state.onNetwork) return network_->failure(peer);
+  if (state.network != nullptr) return state.network->failure(peer);
   return state.stream ? state.stream->failure() : std::string();
 }
 
@@ -85,10 +89,11 @@ Transport::Request Transport::postSend(int peer, const void* data, size_t bytes,
   pending.bytes = bytes;
   pending.memory = memory;
   pending.header = FrameHeader{kFrameMagic, tag.id, tag.signature, tag.variant, bytes};
-  if (state.onNetwork) {
+  if (state.network != nullptr) {
     // The network queues it at once (its header travels as the message's header).
     pending.completion = std::make_shared<MessageNetwork::Completion>();
-    network_->send(peer, state.sendsPosted + 1, pending.header, data, memory, pending.completion);
+    state.network->send(peer, state.sendsPosted + 1, pending.header, data, memory,
+                        pending.completion);
   } else if (bytes <= kSmallFrameBytes) {
     pending.smallFrame.resize(sizeof(FrameHeader) + bytes);
     std::memcpy(pending.smallFrame.data(), &pending.header, sizeof(FrameHeader));
@@ -99,7 +104,7 @@ Transport::Request Transport::postSend(int peer, const void* data, size_t bytes,
   Request request{peer, true, ++state.sendsPosted};
   // Start moving bytes now: the peer may already be waiting (a TCP link not yet made is made
   // in the wait, which has a deadline).
-  if (!state.onNetwork && state.stream) progressSends(peer, state);
+  if (state.stream) progressSends(peer, state);
   return request;
 }
 
@@ -250,11 +255,11 @@ bool Transport::progressNetworkRecvs(int peer, Peer& state, const Operation& op)
     Pending& head = state.recvs.front();
     const uint64_t sequence = state.recvsDone + 1;
     if (!head.completion) {
-      const FrameHeader* incoming = network_->arrived(peer, sequence);
+      const FrameHeader* incoming = state.network->arrived(peer, sequence);
       if (incoming == nullptr) return moved;
       checkHeader(peer, *incoming, head.header, op);
       head.completion = std::make_shared<MessageNetwork::Completion>();
-      network_->receive(peer, sequence, head.data, head.memory, head.completion);
+      state.network->receive(peer, sequence, head.data, head.memory, head.completion);
       moved = true;
     }
     if (!head.completion->isDone()) return moved;
@@ -270,11 +275,12 @@ bool Transport::progressNetworkRecvs(int peer, Peer& state, const Operation& op)
 }
 
 bool Transport::progressAll(const Operation& op) {
-  bool moved = network_ != nullptr && network_->progress();
+  bool moved = false;
+  for (const auto& network : networks_) moved |= network->progress();
   for (size_t i = 0; i < active_.size();) {
     int peer = active_[i];
     Peer& state = peers_[peer];
-    if (state.onNetwork) {
+    if (state.network != nullptr) {
       moved |= progressNetworkSends(peer, state, op);
       moved |= progressNetworkRecvs(peer, state, op);
     } else {
@@ -342,7 +348,7 @@ void Transport::block(uint32_t doorbellSeen, const Operation& op,
   bool networkPending = false;
   for (int peer : active_) {
     const Peer& state = peers_[peer];
-    if (state.onNetwork) {
+    if (state.network != nullptr) {
       networkPending = true;
       continue;
     }
@@ -356,7 +362,7 @@ void Transport::block(uint32_t doorbellSeen, const Operation& op,
     if (!state.sends.empty()) events |= POLLOUT;
     fds.push_back(pollfd{fd, events, 0});
   }
-  if (networkPending && !pollNetwork(fds)) return;  // events are waiting: no sleep
+  if (networkPending && !pollNetworks(fds)) return;  // events are waiting: no sleep
   if (!fds.empty()) {
     if (sharedMemoryPending) slice = std::min(slice, kMixedPollSlice);
     ::poll(fds.data(), fds.size(), static_cast<int>(slice.count()));
@@ -367,10 +373,12 @@ void Transport::block(uint32_t doorbellSeen, const Operation& op,
   }
 }
 
-bool Transport::pollNetwork(std::vector<pollfd>& fds) {
-  if (!network_->readyToSleep()) return false;
-  const int fd = network_->eventFd();
-  if (fd >= 0) fds.push_back(pollfd{fd, POLLIN, 0});
+bool Transport::pollNetworks(std::vector<pollfd>& fds) {
+  for (const auto& network : networks_) {
+    if (!network->readyToSleep()) return false;
+    const int fd = network->eventFd();
+    if (fd >= 0) fds.push_back(pollfd{fd, POLLIN, 0});
+  }
   return true;
 }
 
@@ -427,8 +435,8 @@ void Transport::waitAll(const Operation& op) {
 
 const FrameHeader* Transport::nextIncoming(int peer, Peer& state, const Operation& op,
                                            bool* moved) {
-  if (state.onNetwork) {
-    const FrameHeader* next = network_->arrived(peer, state.recvsPosted + 1);
+  if (state.network != nullptr) {
+    const FrameHeader* next = state.network->arrived(peer, state.recvsPosted + 1);
     if (next != nullptr && next->magic != kFrameMagic) {
       raisePeerFailure<TransportError>(op, peer, "corrupt frame from rank " + std::to_string(peer));
     }
@@ -461,7 +469,7 @@ int Transport::waitForAnySender(const MessageTag& tag, const Operation& op) {
     adoptArrived();                // a sender without a link to this rank dials it
     for (size_t peer = 0; peer < peers_.size(); ++peer) {
       Peer& state = peers_[peer];
-      if ((!state.stream && !state.onNetwork) || !state.recvs.empty()) continue;
+      if ((!state.stream && state.network == nullptr) || !state.recvs.empty()) continue;
       const FrameHeader* next = nextIncoming(static_cast<int>(peer), state, op, &moved);
       if (next != nullptr && next->tag == tag.id) return static_cast<int>(peer);
       const std::string failure = failureOf(static_cast<int>(peer));
@@ -484,7 +492,7 @@ void Transport::blockForAnyIncoming(uint32_t doorbellSeen, const Operation& op) 
   auto slice = std::min(op.remaining(), kHealthCheckInterval);
   std::vector<pollfd> fds;
   bool sharedMemoryPeers = false;
-  if (network_ != nullptr && !pollNetwork(fds)) return;  // events are waiting: no sleep
+  if (!pollNetworks(fds)) return;  // events are waiting: no sleep
   if (dialer_) fds.push_back(pollfd{dialer_->arrivalFd(), POLLIN, 0});
   for (const Peer& state : peers_) {
     if (!state.stream) continue;
@@ -510,10 +518,10 @@ std::string Transport::unreadMessageFrom(int peer) {
   adoptArrived();  // a message nothing received may have come over a link the sender made
   Peer& state = peers_[peer];
   if (!state.recvs.empty()) return {};
-  if (state.onNetwork) {
+  if (state.network != nullptr) {
     try {
-      network_->progress();
-      const FrameHeader* next = network_->arrived(peer, state.recvsPosted + 1);
+      state.network->progress();
+      const FrameHeader* next = state.network->arrived(peer, state.recvsPosted + 1);
       if (next == nullptr || next->magic != kFrameMagic) return {};
       return describeTag(next->tag) + " (" + describeSignature(next->signature, next->variant) +
              ", " + std::to_string(next->bytes) + " bytes)";

@@ -43,10 +43,10 @@ class Transport {
   };
 
   // streams[peer] reaches peer; where it is null, `dialer` does, linking on first use (a TCP
-  // peer: tcp/tcp_dialer.h), else `network` (null for this rank, and for every peer without a
-  // network). segments: this host's shared memory, or null.
+  // peer: tcp/tcp_dialer.h), else the one of `networks` that reaches it (none for this rank).
+  // segments: this host's shared memory, or null.
   Transport(int rank, std::vector<std::unique_ptr<ByteStream>> streams,
-            std::unique_ptr<MessageNetwork> network, const shm::Segments* segments,
+            std::vector<std::unique_ptr<MessageNetwork>> networks, const shm::Segments* segments,
             WaitPolicy& waitPolicy, std::unique_ptr<TcpDialer> dialer = nullptr);
 
   // memory: Memory::Cuda only to a peer that takesDeviceMemory().
@@ -105,7 +105,7 @@ class Transport {
   };
   struct Peer {
     std::unique_ptr<ByteStream> stream;
-    bool onNetwork = false;  // reached through network_, not a stream
+    MessageNetwork* network = nullptr;  // reaches it where it has no stream: one of networks_
     std::deque<Pending> sends;
     std::deque<Pending> recvs;
     uint64_t sendsPosted = 0;
@@ -135,8 +135,8 @@ class Transport {
   // The header of the peer's next frame that no receive has taken, if it has arrived (read
   // ahead from a stream; null while incomplete).
   const FrameHeader* nextIncoming(int peer, Peer& state, const Operation& op, bool* moved);
-  // Adds what block() polls for the network, or returns false when it has events waiting.
-  bool pollNetwork(std::vector<pollfd>& fds);
+  // Adds what block() polls for the networks, or returns false when one has events waiting.
+  bool pollNetworks(std::vector<pollfd>& fds);
   bool progressAll(const Operation& op);
   template <typename Predicate>
   void waitUntil(Predicate done, const Operation& op);
@@ -153,7 +153,7 @@ class Transport {
 
   int rank_;
   std::vector<Peer> peers_;
-  std::unique_ptr<MessageNetwork> network_;
+  std::vector<std::unique_ptr<MessageNetwork>> networks_;
   const shm::Segments* segments_;
   WaitPolicy& waitPolicy_;
   std::vector<int> active_;  // peers with pending requests

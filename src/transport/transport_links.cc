@@ -14,7 +14,7 @@ namespace ringcomm::transport {
 
 const char* Transport::kindOf(int peer) const {
   const Peer& state = peers_[peer];
-  if (state.onNetwork) return network_->kind();
+  if (state.network != nullptr) return state.network->kind();
   std::lock_guard<std::mutex> lock(linksMutex_);
   if (state.stream) return state.stream->kind();
   return dialer_ && dialer_->reaches(peer) ? "tcp" : "self";
@@ -22,7 +22,7 @@ const char* Transport::kindOf(int peer) const {
 
 bool Transport::linked(int peer) const {
   const Peer& state = peers_[peer];
-  if (state.onNetwork) return true;
+  if (state.network != nullptr) return true;
   std::lock_guard<std::mutex> lock(linksMutex_);
   return state.stream != nullptr;
 }
@@ -57,7 +57,7 @@ void Transport::closeStreams() {
     }
   }
   if (dialer_) dialer_->close();
-  if (network_ != nullptr) network_->close();
+  for (const auto& network : networks_) network->close();
 }
 
 void Transport::stopSealing() {

@@ -155,6 +155,9 @@ void rankOnesFirstFrameArrivesFirst(
 TEST(ucx_frames_arrive_in_order_small_and_rendezvous) {
   HashStore store;
   auto networks = connectTwo(store, "ucx unit test secret");
+  // Each reaches the peer it was connected to, and only it: Transport puts that peer on it.
+  CHECK(networks[0]->reaches(1) && !networks[0]->reaches(0) && !networks[0]->reaches(2));
+  CHECK(networks[1]->reaches(0) && !networks[1]->reaches(1));
   const size_t large = 4 << 20;  // past every eager threshold: rendezvous
   std::vector<uint8_t> small(100, 7);
   std::vector<uint8_t> big(large);

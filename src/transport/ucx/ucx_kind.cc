@@ -47,8 +47,8 @@ class UcxLinks final : public LinkKind {
     OperationLabel label;
     label.collective = "connecting to peers over UCX";
     const Operation op(label, setup.rank, setup.config.timeout);
-    setup.links.network = connectUcx(setup.store, setup.rank, setup.rendezvous, peers,
-                                     setup.config, op, setup.watch);
+    setup.links.networks.push_back(connectUcx(setup.store, setup.rank, setup.rendezvous, peers,
+                                              setup.config, op, setup.watch));
     return {};
   }
 };

@@ -131,6 +131,7 @@ void UcxNetwork::open(int peer, const Bytes& published, int localPid, bool eager
     throw Error("ringcomm: UCX: rank " + std::to_string(peer) + " published no worker address");
   }
   Link& link = links_[peer];
+  link.opened = true;
   std::memcpy(link.nonce, published.data(), kAddressNonceBytes);
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |

@@ -40,6 +40,9 @@ class UcxNetwork final : public MessageNetwork {
   }
 
   const char* kind() const override { return "ucx"; }
+  bool reaches(int peer) const override {
+    return peer >= 0 && peer < static_cast<int>(links_.size()) && links_[peer].opened;
+  }
   bool takesDeviceMemory() const override { return takesDeviceMemory_; }
 
   // Whether UCX moves CUDA memory here: it has CUDA lanes, and is 1.20 or newer. Older ones
@@ -107,6 +110,7 @@ class UcxNetwork final : public MessageNetwork {
     int rank = -1;
     ucp_ep_h endpoint = nullptr;
     uint8_t nonce[ucx_wire::kAddressNonceBytes] = {};
+    bool opened = false;  // open() made its endpoint: this network reaches it
     int localPid = 0;  // watched for its exit (a peer on this host), or 0
     bool eager = false;  // every frame eager (see connectUcx)
     bool proven = false;    // it proved the secret here
