@@ -69,3 +69,13 @@ def test_a_rank_out_of_descriptors_says_so_and_names_no_peer_as_gone():
     assert zero["error"] == "TransportError", zero
     assert "descriptor limit, ulimit -n" in zero["message"], zero
     assert outcomes[1].result["error"] is not None, outcomes[1].result
+
+
+def test_a_dial_to_a_rank_that_aborted_names_its_reason():
+    """A rank that aborted refuses dials; its peer's error says why it aborted (abort() records
+    its reason, as a failing rank does), not that it is gone."""
+    outcomes = run_job(2, "lazy_links.py", ["aborted"], env=ENV, deadline=120)
+    assert_all_succeeded(outcomes)
+    sender = outcomes[0].result
+    assert sender.get("error") == "TransportError", sender
+    assert "communicator aborted on rank 1: the test's reason" in sender["message"], sender

@@ -13,9 +13,13 @@
 namespace ringcomm {
 
 void CommunicatorImpl::abort(const std::string& reason) {
-  if (!markClosed("communicator aborted on rank " + std::to_string(rank_) + ": " + reason)) return;
+  const std::string why = "communicator aborted on rank " + std::to_string(rank_) + ": " + reason;
+  if (!markClosed(why)) return;
   // Before the waits in flight can fail (failWith reads it): they fail because of this.
   abortedHere_.store(true, std::memory_order_release);
+  // For peers that find this rank's links closed, or its dials refused (a link made on first
+  // use), and would otherwise call it gone: the reason, as a failing rank leaves its own.
+  records_->record(why, -1, false);
   if (links_.segments) links_.segments->markAborted(reason);
   closeStreams();
 }

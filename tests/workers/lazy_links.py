@@ -1,8 +1,9 @@
 """TCP links made on first use (RINGCOMM_LINKS=on_first_use).
 argv: any_source (rank 0 sends to the last rank, which receives from any source: the sender
-dials) | crossing (ranks 0 and 1 send to each other first, both dialing at once) | ring (an
-all-reduce over the ring). Each rank reports what it received and how many sockets it holds
-after the communicator was made and after the exchange."""
+dials) | crossing (ranks 0 and 1 send to each other first, both dialing at once) | aborted
+(rank 1 aborts, then rank 0 sends to it) | ring (an all-reduce over the ring). Each rank
+reports what it received and how many sockets it holds after the communicator was made and
+after the exchange."""
 
 import os
 import sys
@@ -65,6 +66,19 @@ elif mode == "no_descriptors":
         else:
             time.sleep(1.0)  # rank 0 dials first (a link this rank made would need no socket)
             comm.recv(np.zeros(10, np.float32), source=0)
+    except ringcomm.RingcommError as error:
+        outcome["error"] = type(error).__name__
+        outcome["message"] = str(error)
+    report(outcome)
+    sys.exit(0)
+elif mode == "aborted":
+    # Rank 1 aborts before any message; rank 0's first send then dials it.
+    try:
+        if rank == 1:
+            comm.abort("the test's reason")
+        time.sleep(0.5 if rank == 0 else 3.0)
+        if rank == 0:
+            comm.send(np.ones(10, np.float32), dest=1)
     except ringcomm.RingcommError as error:
         outcome["error"] = type(error).__name__
         outcome["message"] = str(error)

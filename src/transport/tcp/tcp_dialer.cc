@@ -244,7 +244,7 @@ std::unique_ptr<ByteStream> TcpDialer::dial(int peer, const Operation& op) {
     raisePeerFailure<TransportError>(
         op, peer, who + " does not take this rank's link at " +
                       net::formatHostPort(address.host, address.port) + " (" + error.what() +
-                      "): it is gone");
+                      "): it closed or aborted its communicator, or is gone");
   }
   auth::LinkKeys keys;
   uint8_t verdict = kLinkRefused;
