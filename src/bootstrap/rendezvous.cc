@@ -110,6 +110,8 @@ RankRecord recordOf(const std::string& text) {
 
 // Set by the rank whose record completes the count ("records"), for rank 0 to wait on.
 const std::string kEveryRecordKey = "records/all";
+// How often rank 0 reads the count itself while it waits (a request each).
+constexpr std::chrono::milliseconds kCountLook{1000};
 
 // The first rank whose record is missing, asked at once (-1 where every one is there).
 int firstMissing(Store& store, const std::vector<std::string>& keys) {
@@ -135,10 +137,18 @@ std::string gatherEveryRecord(Store& store, int size, std::chrono::milliseconds 
   const auto deadline = Clock::now() + timeout;
   std::vector<std::string> keys;
   for (int peer = 0; peer < size; ++peer) keys.push_back(recordKey(peer));
-  try {
-    store.get(kEveryRecordKey, timeout);
-  } catch (const TimeoutError&) {
-    throw lateRank(0, std::max(0, firstMissing(store, keys)), timeout);
+  for (;;) {
+    try {
+      store.get(kEveryRecordKey, std::max(std::chrono::milliseconds(1),
+                                          std::min(kCountLook, millisecondsLeft(deadline))));
+      break;
+    } catch (const TimeoutError&) {
+      // The rank whose record completed the count may have died before it said so.
+      if (store.add("records", 0) >= size) break;
+      if (Clock::now() >= deadline) {
+        throw lateRank(0, std::max(0, firstMissing(store, keys)), timeout);
+      }
+    }
   }
   std::vector<std::optional<Bytes>> records =
       store.tryGetMany(keys, std::max(std::chrono::milliseconds(1), millisecondsLeft(deadline)));

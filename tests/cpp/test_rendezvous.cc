@@ -126,3 +126,28 @@ TEST(aRankThatNeverArrivesIsNamedByEveryOther) {
     }
   }
 }
+
+TEST(rankZeroGoesOnWhereTheRankThatCompletedTheCountDiedBeforeSayingSo) {
+  // Rank 1 posts its record and counts it, completing the count, and dies before it posts that
+  // every record is there: rank 0 reads the count itself and goes on, a look later (1 s), rather
+  // than wait out its timeout and call rank 0 late.
+  CountingStore store;
+  std::string error;
+  bootstrap::Rendezvous learned;
+  std::thread rankZero([&] {
+    try {
+      learned = bootstrap::rendezvous(store, 0, 2, recordOf(0), std::chrono::seconds(20));
+    } catch (const Error& failure) {
+      error = failure.what();
+    }
+  });
+  store.get("rank/0", std::chrono::seconds(5));
+  while (store.add("records", 0) < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  store.set("rank/1", Bytes{'x'});  // a record of one byte: rank 0 passes it on as it is
+  const auto counted = Clock::now();
+  store.add("records", 1);
+  rankZero.join();
+  CHECK(Clock::now() - counted < std::chrono::seconds(3));
+  CHECK_EQ(error, std::string());
+  CHECK_EQ(learned.ranks.size(), size_t{2});
+}
