@@ -12,6 +12,7 @@
 
 #include "bootstrap/rendezvous.h"
 #include "check.h"
+#include "common/deadline.h"
 #include "ringcomm/errors.h"
 #include "ringcomm/store.h"
 
