@@ -65,7 +65,7 @@ std::string CommunicatorImpl::closedReason() {
 
 void CommunicatorImpl::closeStreams() {
   // Only shutdown() on sockets here: safe while the engine thread is still using them.
-  transport_->closeStreams();
+  transport_->closeLinks();
 }
 
 // `blamed`: the peer this rank's failure names (-1: none), recorded with the reason so that

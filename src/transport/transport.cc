@@ -5,24 +5,21 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <exception>
 #include <string>
 #include <utility>
 
-#include "common/bytes.h"
 #include "common/failure.h"
 #include "common/spin.h"
 #include "common/tags.h"
 #include "common/trace.h"
 #include "ringcomm/errors.h"
+#include "transport/frame_check.h"
 #include "transport/shm/segment.h"
 
 namespace ringcomm::transport {
 namespace {
 
-// Sends up to this size are copied with their header into one buffer: one write, one wake-up.
-constexpr size_t kSmallFrameBytes = 8192;
 // How long one blocking wait lasts before the loop re-checks peers' health and the deadline.
 constexpr std::chrono::milliseconds kHealthCheckInterval{100};
 // When shared-memory and TCP peers are both pending, poll() sockets in slices this short so that
@@ -53,17 +50,15 @@ Transport::Transport(int rank, std::vector<std::unique_ptr<ByteStream>> streams,
       dialer_(std::move(dialer)) {
   for (size_t peer = 0; peer < streams.size(); ++peer) {
     const int at = static_cast<int>(peer);
-    peers_[peer].stream = std::move(streams[peer]);
-    if (peers_[peer].stream || at == rank_ || (dialer_ && dialer_->reaches(at))) continue;
+    if (streams[peer]) {
+      peers_[peer].link = streamLink(at, std::move(streams[peer]));
+      continue;
+    }
+    if (at == rank_ || (dialer_ && dialer_->reaches(at))) continue;
     for (const auto& network : networks_) {
-      if (network->reaches(at)) peers_[peer].network = network.get();
+      if (network->reaches(at)) peers_[peer].link = networkLink(*network, at);
     }
   }
-}
-
-bool Transport::takesDeviceMemory(int peer) const {
-  const MessageNetwork* network = peers_[peer].network;
-  return network != nullptr && network->takesDeviceMemory();
 }
 
 void Transport::registerLongLived(void* data, size_t bytes) {
@@ -75,51 +70,43 @@ void Transport::forgetLongLived(void* data) {
 }
 
 std::string Transport::failureOf(int peer) const {
-  const Peer& state = peers_[peer];
-  if (state.network != nullptr) return state.network->failure(peer);
-  return state.stream ? state.stream->failure() : std::string();
+  const PeerLink* link = peers_[peer].link.get();
+  return link != nullptr ? link->failure() : std::string();
 }
 
 Transport::Request Transport::postSend(int peer, const void* data, size_t bytes,
                                        const MessageTag& tag, Memory memory) {
   requireHostMemory(*this, peer, memory);
   Peer& state = peers_[peer];
-  Pending pending;
-  pending.data = const_cast<uint8_t*>(static_cast<const uint8_t*>(data));
-  pending.bytes = bytes;
-  pending.memory = memory;
-  pending.header = FrameHeader{kFrameMagic, tag.id, tag.signature, tag.variant, bytes};
-  if (state.network != nullptr) {
-    // The network queues it at once (its header travels as the message's header).
-    pending.completion = std::make_shared<MessageNetwork::Completion>();
-    state.network->send(peer, state.sendsPosted + 1, pending.header, data, memory,
-                        pending.completion);
-  } else if (bytes <= kSmallFrameBytes) {
-    pending.smallFrame.resize(sizeof(FrameHeader) + bytes);
-    std::memcpy(pending.smallFrame.data(), &pending.header, sizeof(FrameHeader));
-    copyBytes(pending.smallFrame.data() + sizeof(FrameHeader), data, bytes);
-  }
+  Message message;
+  message.data = const_cast<uint8_t*>(static_cast<const uint8_t*>(data));
+  message.bytes = bytes;
+  message.memory = memory;
+  message.header = FrameHeader{kFrameMagic, tag.id, tag.signature, tag.variant, bytes};
   if (state.sends.empty() && state.recvs.empty()) active_.push_back(peer);
-  state.sends.push_back(std::move(pending));
-  Request request{peer, true, ++state.sendsPosted};
-  // Start moving bytes now: the peer may already be waiting (a TCP link not yet made is made
-  // in the wait, which has a deadline).
-  if (state.stream) progressSends(peer, state);
-  return request;
+  state.sends.push_back(std::move(message));
+  // Start moving it now: the peer may already be waiting (a TCP link not yet made is made in
+  // the wait, which has a deadline).
+  if (state.link) {
+    const size_t queued = state.sends.size();
+    state.link->sendQueued(state.sends);
+    state.sendsDone += queued - state.sends.size();
+  }
+  return Request{peer, true, ++state.sendsPosted};
 }
 
 Transport::Request Transport::postRecv(int peer, void* data, size_t bytes, const MessageTag& tag,
                                        Memory memory) {
   requireHostMemory(*this, peer, memory);
   Peer& state = peers_[peer];
-  Pending pending;
-  pending.data = static_cast<uint8_t*>(data);
-  pending.bytes = bytes;
-  pending.memory = memory;
+  Message message;
+  message.data = static_cast<uint8_t*>(data);
+  message.bytes = bytes;
+  message.memory = memory;
   // What we expect to receive.
-  pending.header = FrameHeader{kFrameMagic, tag.id, tag.signature, tag.variant, bytes};
+  message.header = FrameHeader{kFrameMagic, tag.id, tag.signature, tag.variant, bytes};
   if (state.sends.empty() && state.recvs.empty()) active_.push_back(peer);
-  state.recvs.push_back(std::move(pending));
+  state.recvs.push_back(std::move(message));
   return Request{peer, false, ++state.recvsPosted};
 }
 
@@ -128,166 +115,20 @@ bool Transport::isDone(const Request& request) const {
   return (request.isSend ? state.sendsDone : state.recvsDone) >= request.sequence;
 }
 
-bool Transport::progressSends(int /*peer*/, Peer& state) {
-  bool moved = false;
-  while (!state.sends.empty()) {
-    Pending& head = state.sends.front();
-    if (!head.smallFrame.empty()) {
-      size_t n = state.stream->writeSome(head.smallFrame.data() + head.moved,
-                                         head.smallFrame.size() - head.moved);
-      head.moved += n;
-      moved |= n > 0;
-      if (head.moved < head.smallFrame.size()) return moved;
-    } else {
-      if (head.headerMoved < sizeof(FrameHeader)) {
-        size_t n = state.stream->writeSome(
-            reinterpret_cast<uint8_t*>(&head.header) + head.headerMoved,
-            sizeof(FrameHeader) - head.headerMoved);
-        head.headerMoved += n;
-        moved |= n > 0;
-        if (head.headerMoved < sizeof(FrameHeader)) return moved;
-      }
-      while (head.moved < head.bytes) {
-        size_t n = state.stream->writeSome(head.data + head.moved, head.bytes - head.moved);
-        if (n == 0) return moved;
-        head.moved += n;
-        moved = true;
-      }
-    }
-    state.sends.pop_front();
-    ++state.sendsDone;
-  }
-  return moved;
-}
-
-namespace {
-
-std::string describeFrame(const FrameHeader& frame) {
-  if (frame.variant & kAcknowledgementBit) return "the acknowledgement of " + describeTag(frame.tag);
-  return describeTag(frame.tag) + " with " + std::to_string(frame.bytes) + " bytes";
-}
-
-// Why a frame from `peer` is not the one this rank waits for, in the terms the user called.
-std::string describeMismatch(int peer, const FrameHeader& incoming, const FrameHeader& expected) {
-  const std::string who = "rank " + std::to_string(peer);
-  const bool theyAcknowledge = (incoming.variant & kAcknowledgementBit) != 0;
-  const bool weAwaitAcknowledgement = (expected.variant & kAcknowledgementBit) != 0;
-  if (incoming.tag == expected.tag && theyAcknowledge != weAwaitAcknowledgement &&
-      incoming.signature != expected.signature) {
-    // Both ranks sent where one should have received: they disagree on who is the root.
-    return who + " called " + describeTag(incoming.tag) + " with " +
-           describeSignature(incoming.signature, incoming.variant & ~kAcknowledgementBit) +
-           ", but this rank with " +
-           describeSignature(expected.signature, expected.variant & ~kAcknowledgementBit) +
-           (weAwaitAcknowledgement ? " and waited for its acknowledgement"
-                                   : " and waited for its data") +
-           " (ranks must agree on the root)";
-  }
-  if (incoming.tag != expected.tag || incoming.bytes != expected.bytes) {
-    return who + " sent " + describeFrame(incoming) + ", but this rank expected " +
-           describeFrame(expected) +
-           " (ranks called different collectives, or with different sizes)";
-  }
-  return who + " called " + describeTag(incoming.tag) + " with " +
-         describeSignature(incoming.signature, incoming.variant) + ", but this rank with " +
-         describeSignature(expected.signature, expected.variant) +
-         " (ranks must agree on the element type, reduction, root and schedule)";
-}
-
-}  // namespace
-
-void Transport::checkHeader(int peer, const FrameHeader& incoming, const FrameHeader& expected,
-                            const Operation& op) const {
-  if (incoming.magic != kFrameMagic) {
-    raisePeerFailure<TransportError>(op, peer, "corrupt frame from rank " + std::to_string(peer));
-  }
-  const bool sameCall = incoming.tag == expected.tag && incoming.signature == expected.signature &&
-                        incoming.variant == expected.variant;
-  if (!sameCall || incoming.bytes != expected.bytes) {
-    raisePeerFailure<MismatchError>(op, peer, describeMismatch(peer, incoming, expected));
-  }
-}
-
-bool Transport::progressRecvs(int peer, Peer& state, const Operation& op) {
-  bool moved = false;
-  while (!state.recvs.empty()) {
-    Pending& head = state.recvs.front();
-    if (head.headerMoved == 0 && state.peekedBytes > 0) {
-      std::memcpy(&head.received, &state.peeked, state.peekedBytes);
-      head.headerMoved = state.peekedBytes;
-      state.peekedBytes = 0;
-    }
-    if (head.headerMoved < sizeof(FrameHeader)) {
-      uint8_t* at = reinterpret_cast<uint8_t*>(&head.received);
-      size_t n = state.stream->readSome(at + head.headerMoved, sizeof(FrameHeader) - head.headerMoved);
-      head.headerMoved += n;
-      moved |= n > 0;
-      if (head.headerMoved < sizeof(FrameHeader)) return moved;
-      checkHeader(peer, head.received, head.header, op);
-    }
-    while (head.moved < head.bytes) {
-      size_t n = state.stream->readSome(head.data + head.moved, head.bytes - head.moved);
-      if (n == 0) return moved;
-      head.moved += n;
-      moved = true;
-    }
-    state.recvs.pop_front();
-    ++state.recvsDone;
-  }
-  return moved;
-}
-
-bool Transport::progressNetworkSends(int peer, Peer& state, const Operation& op) {
-  bool moved = false;
-  while (!state.sends.empty() && state.sends.front().completion->isDone()) {
-    const std::string& failure = state.sends.front().completion->failure;
-    if (!failure.empty()) raisePeerFailure<TransportError>(op, peer, failure);
-    state.sends.pop_front();
-    ++state.sendsDone;
-    moved = true;
-  }
-  return moved;
-}
-
-bool Transport::progressNetworkRecvs(int peer, Peer& state, const Operation& op) {
-  bool moved = false;
-  while (!state.recvs.empty()) {
-    Pending& head = state.recvs.front();
-    const uint64_t sequence = state.recvsDone + 1;
-    if (!head.completion) {
-      const FrameHeader* incoming = state.network->arrived(peer, sequence);
-      if (incoming == nullptr) return moved;
-      checkHeader(peer, *incoming, head.header, op);
-      head.completion = std::make_shared<MessageNetwork::Completion>();
-      state.network->receive(peer, sequence, head.data, head.memory, head.completion);
-      moved = true;
-    }
-    if (!head.completion->isDone()) return moved;
-    if (!head.completion->failure.empty()) {
-      raisePeerFailure<TransportError>(op, peer, head.completion->failure);
-    }
-    head.moved = head.bytes;
-    state.recvs.pop_front();
-    ++state.recvsDone;
-    moved = true;
-  }
-  return moved;
-}
-
 bool Transport::progressAll(const Operation& op) {
   bool moved = false;
+  // A network serves many peers from one worker: it moves once a round, for all of them.
   for (const auto& network : networks_) moved |= network->progress();
   for (size_t i = 0; i < active_.size();) {
     int peer = active_[i];
     Peer& state = peers_[peer];
-    if (state.network != nullptr) {
-      moved |= progressNetworkSends(peer, state, op);
-      moved |= progressNetworkRecvs(peer, state, op);
-    } else {
-      if (!state.stream) ensureLink(peer, state, op);
-      moved |= progressSends(peer, state);
-      moved |= progressRecvs(peer, state, op);
-    }
+    if (!state.link) ensureLink(peer, state, op);
+    const size_t sends = state.sends.size();
+    const size_t recvs = state.recvs.size();
+    moved |= state.link->progressSends(state.sends, op);
+    moved |= state.link->progressReceives(state.recvs, op);
+    state.sendsDone += sends - state.sends.size();
+    state.recvsDone += recvs - state.recvs.size();
     if (state.sends.empty() && state.recvs.empty()) {
       active_[i] = active_.back();
       active_.pop_back();
@@ -295,7 +136,7 @@ bool Transport::progressAll(const Operation& op) {
     }
     // Only a peer this rank still waits for fails the operation: one that delivered everything
     // and then exited did its part (the others complete this collective too).
-    const std::string failure = failureOf(peer);
+    const std::string failure = state.link->failure();
     if (!failure.empty()) raisePeerFailure<TransportError>(op, peer, failure);
     ++i;
   }
@@ -330,7 +171,7 @@ void Transport::raiseTimeout(const Operation& op) const {
       const Peer& state = peers_[peer];
       const auto& queue = pass == 0 ? state.recvs : state.sends;
       if (queue.empty()) continue;
-      const Pending& head = queue.front();
+      const Message& head = queue.front();
       std::string what = std::string("timed out waiting for rank ") + std::to_string(peer) +
                          (pass == 0 ? " (receive of " : " (send of ") + std::to_string(head.bytes) +
                          " bytes, " + std::to_string(head.moved) + " moved)";
@@ -342,44 +183,35 @@ void Transport::raiseTimeout(const Operation& op) const {
 
 void Transport::block(uint32_t doorbellSeen, const Operation& op,
                       std::chrono::milliseconds longest) {
-  auto slice = std::min({op.remaining(), kHealthCheckInterval, longest});
-  std::vector<pollfd> fds;
-  bool sharedMemoryPending = false;
-  bool networkPending = false;
+  SleepSet sleep;
   for (int peer : active_) {
-    const Peer& state = peers_[peer];
-    if (state.network != nullptr) {
-      networkPending = true;
-      continue;
-    }
-    int fd = state.stream->pollFd();
-    if (fd < 0) {
-      sharedMemoryPending = true;
-      continue;
-    }
-    short events = 0;
-    if (!state.recvs.empty()) events |= POLLIN;
-    if (!state.sends.empty()) events |= POLLOUT;
-    fds.push_back(pollfd{fd, events, 0});
+    Peer& state = peers_[peer];
+    if (!state.link) continue;
+    if (!state.link->addToSleep(sleep, !state.recvs.empty(), !state.sends.empty())) return;
   }
-  if (networkPending && !pollNetworks(fds)) return;  // events are waiting: no sleep
-  if (!fds.empty()) {
-    if (sharedMemoryPending) slice = std::min(slice, kMixedPollSlice);
-    ::poll(fds.data(), fds.size(), static_cast<int>(slice.count()));
-  } else if (sharedMemoryPending && segments_ != nullptr) {
-    segments_->sleepOnDoorbell(doorbellSeen, std::chrono::duration_cast<std::chrono::microseconds>(slice));
+  sleepOn(sleep, doorbellSeen, std::min({op.remaining(), kHealthCheckInterval, longest}));
+}
+
+void Transport::blockForAnyIncoming(uint32_t doorbellSeen, const Operation& op) {
+  SleepSet sleep;
+  if (dialer_) sleep.fds.push_back(pollfd{dialer_->arrivalFd(), POLLIN, 0});
+  for (Peer& state : peers_) {
+    if (state.link && !state.link->addToSleep(sleep, true, false)) return;
+  }
+  sleepOn(sleep, doorbellSeen, std::min(op.remaining(), kHealthCheckInterval));
+}
+
+void Transport::sleepOn(SleepSet& sleep, uint32_t doorbellSeen, std::chrono::milliseconds slice) {
+  if (!sleep.fds.empty()) {
+    // Shared-memory peers ring no descriptor: look at them again soon.
+    if (sleep.doorbell) slice = std::min(slice, kMixedPollSlice);
+    ::poll(sleep.fds.data(), sleep.fds.size(), static_cast<int>(slice.count()));
+  } else if (sleep.doorbell && segments_ != nullptr) {
+    segments_->sleepOnDoorbell(doorbellSeen,
+                               std::chrono::duration_cast<std::chrono::microseconds>(slice));
   } else {
     sched_yield();
   }
-}
-
-bool Transport::pollNetworks(std::vector<pollfd>& fds) {
-  for (const auto& network : networks_) {
-    if (!network->readyToSleep()) return false;
-    const int fd = network->eventFd();
-    if (fd >= 0) fds.push_back(pollfd{fd, POLLIN, 0});
-  }
-  return true;
 }
 
 template <typename Predicate>
@@ -433,47 +265,21 @@ void Transport::waitAll(const Operation& op) {
   waitUntil([&] { return active_.empty(); }, op);
 }
 
-const FrameHeader* Transport::nextIncoming(int peer, Peer& state, const Operation& op,
-                                           bool* moved) {
-  if (state.network != nullptr) {
-    const FrameHeader* next = state.network->arrived(peer, state.recvsPosted + 1);
-    if (next != nullptr && next->magic != kFrameMagic) {
-      raisePeerFailure<TransportError>(op, peer, "corrupt frame from rank " + std::to_string(peer));
-    }
-    return next;
-  }
-  *moved |= peekHeader(peer, state, op);
-  return state.peekedBytes == sizeof(FrameHeader) ? &state.peeked : nullptr;
-}
-
-// Reads ahead the header of the peer's next frame, if any bytes of it have arrived.
-bool Transport::peekHeader(int peer, Peer& state, const Operation& op) {
-  bool moved = false;
-  if (state.peekedBytes < sizeof(FrameHeader)) {
-    uint8_t* at = reinterpret_cast<uint8_t*>(&state.peeked);
-    size_t n = state.stream->readSome(at + state.peekedBytes, sizeof(FrameHeader) - state.peekedBytes);
-    state.peekedBytes += n;
-    moved = n > 0;
-  }
-  if (state.peekedBytes == sizeof(FrameHeader) && state.peeked.magic != kFrameMagic) {
-    raisePeerFailure<TransportError>(op, peer, "corrupt frame from rank " + std::to_string(peer));
-  }
-  return moved;
-}
-
 int Transport::waitForAnySender(const MessageTag& tag, const Operation& op) {
   SpinBudget spin = waitPolicy_.budget();
   while (true) {
     uint32_t doorbell = segments_ != nullptr ? segments_->doorbellSnapshot() : 0;
     bool moved = progressAll(op);  // sends this rank posted earlier may be what the sender awaits
     adoptArrived();                // a sender without a link to this rank dials it
-    for (size_t peer = 0; peer < peers_.size(); ++peer) {
-      Peer& state = peers_[peer];
-      if ((!state.stream && state.network == nullptr) || !state.recvs.empty()) continue;
-      const FrameHeader* next = nextIncoming(static_cast<int>(peer), state, op, &moved);
-      if (next != nullptr && next->tag == tag.id) return static_cast<int>(peer);
-      const std::string failure = failureOf(static_cast<int>(peer));
-      if (!failure.empty()) raisePeerFailure<TransportError>(op, static_cast<int>(peer), failure);
+    for (size_t at = 0; at < peers_.size(); ++at) {
+      const int peer = static_cast<int>(at);
+      Peer& state = peers_[at];
+      if (!state.link || !state.recvs.empty()) continue;
+      const FrameHeader* next = state.link->nextIncoming(&moved);
+      if (next != nullptr) checkMagic(peer, *next, op);
+      if (next != nullptr && next->tag == tag.id) return peer;
+      const std::string failure = state.link->failure();
+      if (!failure.empty()) raisePeerFailure<TransportError>(op, peer, failure);
     }
     if (moved) {
       spin.reset();
@@ -488,61 +294,21 @@ int Transport::waitForAnySender(const MessageTag& tag, const Operation& op) {
   }
 }
 
-void Transport::blockForAnyIncoming(uint32_t doorbellSeen, const Operation& op) {
-  auto slice = std::min(op.remaining(), kHealthCheckInterval);
-  std::vector<pollfd> fds;
-  bool sharedMemoryPeers = false;
-  if (!pollNetworks(fds)) return;  // events are waiting: no sleep
-  if (dialer_) fds.push_back(pollfd{dialer_->arrivalFd(), POLLIN, 0});
-  for (const Peer& state : peers_) {
-    if (!state.stream) continue;
-    int fd = state.stream->pollFd();
-    if (fd < 0) {
-      sharedMemoryPeers = true;
-    } else {
-      fds.push_back(pollfd{fd, POLLIN, 0});
-    }
-  }
-  if (!fds.empty()) {
-    if (sharedMemoryPeers) slice = std::min(slice, kMixedPollSlice);
-    ::poll(fds.data(), fds.size(), static_cast<int>(slice.count()));
-  } else if (sharedMemoryPeers && segments_ != nullptr) {
-    segments_->sleepOnDoorbell(doorbellSeen,
-                               std::chrono::duration_cast<std::chrono::microseconds>(slice));
-  } else {
-    sched_yield();
-  }
-}
-
 std::string Transport::unreadMessageFrom(int peer) {
   adoptArrived();  // a message nothing received may have come over a link the sender made
   Peer& state = peers_[peer];
-  if (!state.recvs.empty()) return {};
-  if (state.network != nullptr) {
-    try {
-      state.network->progress();
-      const FrameHeader* next = state.network->arrived(peer, state.recvsPosted + 1);
-      if (next == nullptr || next->magic != kFrameMagic) return {};
-      return describeTag(next->tag) + " (" + describeSignature(next->signature, next->variant) +
-             ", " + std::to_string(next->bytes) + " bytes)";
-    } catch (const std::exception&) {
-      return {};
-    }
-  }
-  if (!state.stream) return {};
+  if (!state.recvs.empty() || !state.link) return {};
+  const FrameHeader* next = nullptr;
   try {
-    if (state.peekedBytes < sizeof(FrameHeader)) {
-      uint8_t* at = reinterpret_cast<uint8_t*>(&state.peeked);
-      state.peekedBytes +=
-          state.stream->readSome(at + state.peekedBytes, sizeof(FrameHeader) - state.peekedBytes);
-    }
+    for (const auto& network : networks_) network->progress();
+    bool moved = false;
+    next = state.link->nextIncoming(&moved);
   } catch (const std::exception&) {
     return {};  // the peer is gone: nothing to read, and shutting down is no time to raise
   }
-  if (state.peekedBytes < sizeof(FrameHeader) || state.peeked.magic != kFrameMagic) return {};
-  return describeTag(state.peeked.tag) + " (" +
-         describeSignature(state.peeked.signature, state.peeked.variant) + ", " +
-         std::to_string(state.peeked.bytes) + " bytes)";
+  if (next == nullptr || next->magic != kFrameMagic) return {};
+  return describeTag(next->tag) + " (" + describeSignature(next->signature, next->variant) +
+         ", " + std::to_string(next->bytes) + " bytes)";
 }
 
 }  // namespace ringcomm::transport

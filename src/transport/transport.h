@@ -1,12 +1,12 @@
-// Point-to-point messaging between the ranks of a communicator, over whatever reaches each peer: a
-// byte stream (TCP socket, shared-memory ring) or a message network (UCX). Algorithms see only
-// this.
+// Point-to-point messaging between the ranks of a communicator, over whatever reaches each peer:
+// a byte stream (TCP socket, shared-memory rings) or a message network (UCX), each behind one
+// interface, PeerLink (peer_link.h). Algorithms see only this.
 //
 // Messages to one peer complete in the order they were posted, in each direction; each carries a
-// 24-byte frame header (magic, tag, signature, length) that the receiver checks. Requests complete while the
-// caller waits: wait() progresses every pending request, spinning briefly and then blocking
-// (poll() on sockets and the network's event descriptor, a futex on the shared-memory doorbell),
-// so oversubscribed ranks yield the CPU.
+// 24-byte frame header (magic, tag, signature, length) that the receiver checks. Requests
+// complete while the caller waits: wait() progresses every pending request, spinning briefly and
+// then blocking (poll() on sockets and the network's event descriptor, a futex on the
+// shared-memory doorbell), so oversubscribed ranks yield the CPU.
 #pragma once
 
 #include <poll.h>
@@ -26,6 +26,7 @@
 #include "transport/byte_stream.h"
 #include "transport/frame.h"
 #include "transport/message_network.h"
+#include "transport/peer_link.h"
 #include "transport/tcp/tcp_dialer.h"
 
 namespace ringcomm::shm {
@@ -83,67 +84,44 @@ class Transport {
   // RDMA), until forgotten. Nothing for byte streams.
   void registerLongLived(void* data, size_t bytes);
   void forgetLongLived(void* data);
-  // Marks every stream closed so peers fail fast; pending requests are dropped. Engine thread only.
+  // Marks every link closed so peers fail fast; pending requests are dropped. Engine thread only.
   void abort();
-  // Shuts the streams down without touching request queues: safe from any thread.
-  void closeStreams();
+  // Shuts the links down without touching request queues: safe from any thread.
+  void closeLinks();
   // Every sealed link sends unsealed from now on (RINGCOMM_WIRE_PROTECTION=auto on a fast link).
   void stopSealing();
 
  private:
-  struct Pending {
-    uint8_t* data = nullptr;
-    size_t bytes = 0;
-    size_t moved = 0;
-    Memory memory = Memory::Host;
-    FrameHeader header{};    // sends: what goes out; receives: what is expected
-    FrameHeader received{};  // receives: the header as it arrives
-    size_t headerMoved = 0;
-    std::vector<uint8_t> smallFrame;  // header + payload of a small send, written in one go
-    // Peers on the network: the network's progress on this message (receives: once started).
-    std::shared_ptr<MessageNetwork::Completion> completion;
-  };
   struct Peer {
-    std::unique_ptr<ByteStream> stream;
-    MessageNetwork* network = nullptr;  // reaches it where it has no stream: one of networks_
-    std::deque<Pending> sends;
-    std::deque<Pending> recvs;
+    // Null for this rank, and for a TCP peer not linked yet (made on first use: ensureLink).
+    // Set once, by the engine thread, under linksMutex_.
+    std::unique_ptr<PeerLink> link;
+    std::deque<Message> sends;
+    std::deque<Message> recvs;
     uint64_t sendsPosted = 0;
     uint64_t recvsPosted = 0;
     uint64_t sendsDone = 0;
     uint64_t recvsDone = 0;
-    // The head of the next incoming frame, read ahead by waitForAnySender; the next receive
-    // starts from it.
-    FrameHeader peeked{};
-    size_t peekedBytes = 0;
   };
 
   // A TCP peer's link, made where it has none yet (dialed, or the one it made to this rank).
   void ensureLink(int peer, Peer& state, const Operation& op);
-  // Links peers made to this rank (a sender to a receive from any source); the stream set once,
-  // under linksMutex_ (closeStreams() reads the streams from any thread).
+  // Links peers made to this rank (a sender to a receive from any source).
   void adoptArrived();
   void adopt(int peer, std::unique_ptr<ByteStream> stream);
-  bool progressSends(int peer, Peer& state);
-  bool progressRecvs(int peer, Peer& state, const Operation& op);
-  bool progressNetworkSends(int peer, Peer& state, const Operation& op);
-  bool progressNetworkRecvs(int peer, Peer& state, const Operation& op);
-  void checkHeader(int peer, const FrameHeader& incoming, const FrameHeader& expected,
-                   const Operation& op) const;
-  // Empty while the peer's stream or network link is healthy; else why it is not.
+  // Empty while the peer's link is healthy (or not made yet); else why it is not.
   std::string failureOf(int peer) const;
-  // The header of the peer's next frame that no receive has taken, if it has arrived (read
-  // ahead from a stream; null while incomplete).
-  const FrameHeader* nextIncoming(int peer, Peer& state, const Operation& op, bool* moved);
-  // Adds what block() polls for the networks, or returns false when one has events waiting.
-  bool pollNetworks(std::vector<pollfd>& fds);
+  // Moves what every pending peer can move now; true when anything moved. The one progress
+  // path, whatever the links are.
   bool progressAll(const Operation& op);
   template <typename Predicate>
   void waitUntil(Predicate done, const Operation& op);
+  // Sleeps until a peer this rank waits for can move, for `longest` at most.
   void block(uint32_t doorbellSeen, const Operation& op,
              std::chrono::milliseconds longest = std::chrono::milliseconds::max());
-  bool peekHeader(int peer, Peer& state, const Operation& op);
+  // Sleeps until any linked peer sends, or a peer links to this rank.
   void blockForAnyIncoming(uint32_t doorbellSeen, const Operation& op);
+  void sleepOn(SleepSet& sleep, uint32_t doorbellSeen, std::chrono::milliseconds slice);
   // Raises where an active peer failed, or this rank aborted (checkAborted).
   void checkPeers(const Operation& op);
   // Raises once this rank aborted on shared memory (shm::Segments::markAborted), whose waits
@@ -158,8 +136,8 @@ class Transport {
   WaitPolicy& waitPolicy_;
   std::vector<int> active_;  // peers with pending requests
   std::unique_ptr<TcpDialer> dialer_;  // null where every TCP link was made at creation
-  mutable std::mutex linksMutex_;      // a stream set (adopt) against closeStreams, kindOf
-  bool closed_ = false;                // closeStreams() ran: links made later close at once
+  mutable std::mutex linksMutex_;      // a link set (adopt) against closeLinks, kindOf
+  bool closed_ = false;                // closeLinks() ran: links made later close at once
   bool unsealed_ = false;              // stopSealing() ran: links made later stop too
 };
 

@@ -1,9 +1,9 @@
 // The Transport's links (transport.h): what reaches each peer, TCP links made on first use
 // (tcp/tcp_dialer.h) and adopted, and closing or unsealing them all.
 //
-// A stream is set once per peer, by the engine thread, under linksMutex_; closeStreams() and
-// kindOf() may run on any thread and read the streams under it. The engine thread reads its own
-// writes without it.
+// A link is set once per peer, by the engine thread, under linksMutex_; closeLinks(), kindOf()
+// and the other questions any thread may ask read the links under it. The engine thread reads
+// its own writes without it.
 #include <string>
 #include <utility>
 
@@ -13,22 +13,25 @@
 namespace ringcomm::transport {
 
 const char* Transport::kindOf(int peer) const {
-  const Peer& state = peers_[peer];
-  if (state.network != nullptr) return state.network->kind();
   std::lock_guard<std::mutex> lock(linksMutex_);
-  if (state.stream) return state.stream->kind();
+  const PeerLink* link = peers_[peer].link.get();
+  if (link != nullptr) return link->kind();
   return dialer_ && dialer_->reaches(peer) ? "tcp" : "self";
 }
 
 bool Transport::linked(int peer) const {
-  const Peer& state = peers_[peer];
-  if (state.network != nullptr) return true;
   std::lock_guard<std::mutex> lock(linksMutex_);
-  return state.stream != nullptr;
+  return peers_[peer].link != nullptr;
+}
+
+bool Transport::takesDeviceMemory(int peer) const {
+  std::lock_guard<std::mutex> lock(linksMutex_);
+  const PeerLink* link = peers_[peer].link.get();
+  return link != nullptr && link->takesDeviceMemory();
 }
 
 void Transport::ensureLink(int peer, Peer& state, const Operation& op) {
-  if (state.stream) return;
+  if (state.link) return;
   if (!dialer_ || !dialer_->reaches(peer)) {
     throw Error("ringcomm: internal error: no link to rank " + std::to_string(peer));
   }
@@ -43,20 +46,21 @@ void Transport::adoptArrived() {
 void Transport::adopt(int peer, std::unique_ptr<ByteStream> stream) {
   std::lock_guard<std::mutex> lock(linksMutex_);
   Peer& state = peers_[peer];
-  state.stream = std::move(stream);
-  if (unsealed_) state.stream->stopSealing();
-  if (closed_) state.stream->close();
+  state.link = streamLink(peer, std::move(stream));
+  if (unsealed_) state.link->stopSealing();
+  if (closed_) state.link->close();
 }
 
-void Transport::closeStreams() {
+void Transport::closeLinks() {
   {
     std::lock_guard<std::mutex> lock(linksMutex_);
     closed_ = true;
     for (Peer& state : peers_) {
-      if (state.stream) state.stream->close();
+      if (state.link) state.link->close();
     }
   }
   if (dialer_) dialer_->close();
+  // A network's links close with it, once for all its peers.
   for (const auto& network : networks_) network->close();
 }
 
@@ -64,12 +68,12 @@ void Transport::stopSealing() {
   std::lock_guard<std::mutex> lock(linksMutex_);
   unsealed_ = true;
   for (Peer& state : peers_) {
-    if (state.stream) state.stream->stopSealing();
+    if (state.link) state.link->stopSealing();
   }
 }
 
 void Transport::abort() {
-  closeStreams();
+  closeLinks();
   for (Peer& state : peers_) {
     state.sends.clear();
     state.recvs.clear();

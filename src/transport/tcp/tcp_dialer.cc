@@ -72,7 +72,7 @@ void TcpDialer::close() {
   if (closed_) return;
   closed_ = true;
   // Links peers made that the transport never took: their peers wait on them, and must see
-  // this rank go as they would on a link it took (closeStreams closes those).
+  // this rank go as they would on a link it took (Transport::closeLinks closes those).
   for (auto& [peer, record] : records_) {
     if (record.state == State::Arrived && record.stream) record.stream->close();
   }
