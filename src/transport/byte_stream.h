@@ -1,7 +1,8 @@
 // Bytes both ways between this rank and one peer: a TCP socket (tcp/), a pair of shared-memory
-// rings (shm/). Transport frames the messages, queues them and waits, so a new kind of link that
-// moves bytes implements this and a LinkKind that makes its streams (link_kind.h). UCX moves
-// whole messages and implements MessageNetwork instead (message_network.h).
+// rings (shm/). A stream link (peer_link.h: streamLink) frames the messages on it, and Transport
+// queues them and waits, so a new kind of link that moves bytes implements this and a LinkKind
+// that makes its streams (link_kind.h). UCX moves whole messages and implements MessageNetwork
+// instead (message_network.h).
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,6 @@
 // A network that moves whole messages (UCX), beside the byte streams (TCP, shared-memory rings)
-// that Transport frames itself. Transport keeps the order, the checks and the waiting; a network
+// that a stream link frames. Each of its peers is a network link (peer_link.h: networkLink),
+// which keeps the numbering and the checks, and Transport the order and the waiting; a network
 // only starts sends, hands over what arrived, and says when it needs progress or has failed.
 #pragma once
 
