@@ -13,7 +13,7 @@
 namespace ringcomm::transport {
 namespace {
 
-// Sends up to this size are copied with their header into one buffer: one write, one wake-up.
+// Sends up to this size are copied with their header into one buffer.
 constexpr size_t kSmallFrameBytes = 8192;
 
 class StreamLink final : public PeerLink {
@@ -23,7 +23,10 @@ class StreamLink final : public PeerLink {
 
   const char* kind() const override { return stream_->kind(); }
 
-  void sendQueued(std::deque<Message>& sends) override { writeQueued(sends); }
+  void sendQueued(std::deque<Message>& sends) override {
+    frameIfSmall(sends.back());
+    writeQueued(sends);
+  }
 
   bool progressSends(std::deque<Message>& sends, const Operation& /*op*/) override {
     return writeQueued(sends);
@@ -95,14 +98,19 @@ class StreamLink final : public PeerLink {
     return moved;
   }
 
+  // A small send goes out with its header in one write (one wake-up of the peer), copied as it
+  // is queued; or, queued before its TCP link was made, when it is first written.
+  static void frameIfSmall(Message& message) {
+    const bool started = message.headerMoved > 0 || !message.smallFrame.empty();
+    if (started || message.bytes > kSmallFrameBytes) return;
+    message.smallFrame.resize(sizeof(FrameHeader) + message.bytes);
+    std::memcpy(message.smallFrame.data(), &message.header, sizeof(FrameHeader));
+    copyBytes(message.smallFrame.data() + sizeof(FrameHeader), message.data, message.bytes);
+  }
+
   // Writes what the stream takes of one message; true once all of it is written.
   bool writeFrame(Message& message, bool& moved) {
-    const bool started = message.headerMoved > 0 || !message.smallFrame.empty();
-    if (!started && message.bytes <= kSmallFrameBytes) {
-      message.smallFrame.resize(sizeof(FrameHeader) + message.bytes);
-      std::memcpy(message.smallFrame.data(), &message.header, sizeof(FrameHeader));
-      copyBytes(message.smallFrame.data() + sizeof(FrameHeader), message.data, message.bytes);
-    }
+    frameIfSmall(message);
     if (!message.smallFrame.empty()) {
       const size_t n = stream_->writeSome(message.smallFrame.data() + message.moved,
                                           message.smallFrame.size() - message.moved);

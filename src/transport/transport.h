@@ -50,7 +50,8 @@ class Transport {
             std::vector<std::unique_ptr<MessageNetwork>> networks, const shm::Segments* segments,
             WaitPolicy& waitPolicy, std::unique_ptr<TcpDialer> dialer = nullptr);
 
-  // memory: Memory::Cuda only to a peer that takesDeviceMemory().
+  // `data` stays valid and unchanged until the request is done. memory: Memory::Cuda only to a
+  // peer that takesDeviceMemory().
   Request postSend(int peer, const void* data, size_t bytes, const MessageTag& tag,
                    Memory memory = Memory::Host);
   Request postRecv(int peer, void* data, size_t bytes, const MessageTag& tag,

@@ -35,17 +35,19 @@ Link probeLink(transport::Transport& transport, int peer, bool initiator, const 
   // The lower rank pauses before each ping, so that the other end has gone to sleep waiting for
   // it: a collective's step pays for waking its peer as often as not, and a round trip between
   // two spinning ranks (5 us between namespaces of the 2-core VM) would promise less.
-  uint64_t ping = 0;
+  // A send's buffer stays unchanged until the send is done, so the answer lands elsewhere.
+  const uint64_t ping = 0;
+  uint64_t answer = 0;
   std::vector<double> trips;
   for (int trip = 0; trip < kRoundTrips; ++trip) {
     if (initiator) {
       std::this_thread::sleep_for(kPauseBeforePing);
       const Clock::time_point start = Clock::now();
       transport.postSend(peer, &ping, sizeof(ping), kProbeTag);
-      transport.wait(transport.postRecv(peer, &ping, sizeof(ping), kProbeTag), op);
+      transport.wait(transport.postRecv(peer, &answer, sizeof(answer), kProbeTag), op);
       trips.push_back(seconds(start, Clock::now()));
     } else {
-      transport.wait(transport.postRecv(peer, &ping, sizeof(ping), kProbeTag), op);
+      transport.wait(transport.postRecv(peer, &answer, sizeof(answer), kProbeTag), op);
       transport.postSend(peer, &ping, sizeof(ping), kProbeTag);
     }
   }
