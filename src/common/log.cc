@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/process.h"
 #include "common/trace.h"
 #include "ringcomm/config.h"
 #include "ringcomm/errors.h"
@@ -40,12 +41,6 @@ struct Sink {
 Sink& sink() {
   static Sink* instance = new Sink();  // never destroyed: threads may log during exit
   return *instance;
-}
-
-std::string hostName() {
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown";
-  return name;
 }
 
 // RINGCOMM_DEBUG_FILE's %h, %p and %r (%% is a percent sign).

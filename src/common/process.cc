@@ -13,6 +13,12 @@
 
 namespace ringcomm {
 
+std::string hostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown";
+  return name;
+}
+
 bool processGone(int pid) {
   if (pid <= 0) return false;
   if (kill(pid, 0) != 0) return errno == ESRCH;

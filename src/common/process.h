@@ -1,12 +1,18 @@
-// Whether processes on this host are still running, asked or told.
+// This host and its processes: its name, and whether processes on it are still running, asked or
+// told.
 #pragma once
 
 #include <atomic>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
 namespace ringcomm {
+
+// This host's name, as gethostname() gives it ("unknown" where it fails): what the log's lines and
+// the trace's file start with.
+std::string hostName();
 
 // True when process `pid` has exited: it is gone (kill() says ESRCH), or it is a zombie that its
 // parent has not reaped yet. kill(pid, 0) alone succeeds for a zombie, so survivors took a rank

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/process.h"
 #include "ringcomm/config.h"
 #include "ringcomm/errors.h"
 
@@ -69,12 +70,6 @@ struct Recorder {
 Recorder& recorder() {
   static Recorder* instance = new Recorder();  // never destroyed: threads may record during exit
   return *instance;
-}
-
-std::string hostName() {
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown";
-  return name;
 }
 
 std::string escaped(const std::string& text) {
