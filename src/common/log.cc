@@ -18,6 +18,32 @@
 #include "ringcomm/errors.h"
 
 namespace ringcomm {
+namespace {
+
+// Each level's words, together so that RINGCOMM_DEBUG, toString() and the log's lines agree.
+struct LevelNames {
+  LogLevel level;
+  const char* name;   // RINGCOMM_DEBUG's word for it, and toString()'s
+  const char* alias;  // another word RINGCOMM_DEBUG takes for it, or null
+  const char* word;   // what its lines say after the subsystem
+};
+
+constexpr LevelNames kLevelNames[] = {
+    {LogLevel::None, "NONE", "OFF", ""},
+    {LogLevel::Warn, "WARN", "WARNING", "warning"},
+    {LogLevel::Info, "INFO", nullptr, "info"},
+    {LogLevel::Trace, "TRACE", nullptr, "trace"},
+};
+
+const LevelNames* namesOf(LogLevel level) {
+  for (const LevelNames& names : kLevelNames) {
+    if (names.level == level) return &names;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 namespace log {
 
 std::atomic<int> gLevel{static_cast<int>(LogLevel::Warn)};
@@ -85,16 +111,8 @@ FILE* output(Sink& s) {
 }
 
 const char* levelWord(LogLevel level) {
-  switch (level) {
-    case LogLevel::Warn:
-      return "warning";
-    case LogLevel::Info:
-      return "info";
-    case LogLevel::Trace:
-      return "trace";
-    default:
-      return "";
-  }
+  const LevelNames* names = namesOf(level);
+  return names != nullptr ? names->word : "";
 }
 
 }  // namespace
@@ -158,25 +176,15 @@ std::string trimmed(const std::string& text) {
 
 LogLevel parseLogLevel(const std::string& text) {
   const std::string word = upper(trimmed(text));
-  if (word == "NONE" || word == "OFF") return LogLevel::None;
-  if (word == "WARN" || word == "WARNING") return LogLevel::Warn;
-  if (word == "INFO") return LogLevel::Info;
-  if (word == "TRACE") return LogLevel::Trace;
+  for (const LevelNames& names : kLevelNames) {
+    if (word == names.name || (names.alias != nullptr && word == names.alias)) return names.level;
+  }
   throw InvalidArgument("RINGCOMM_DEBUG must be NONE, WARN, INFO or TRACE; got '" + text + "'");
 }
 
 const char* toString(LogLevel level) {
-  switch (level) {
-    case LogLevel::None:
-      return "NONE";
-    case LogLevel::Warn:
-      return "WARN";
-    case LogLevel::Info:
-      return "INFO";
-    case LogLevel::Trace:
-      return "TRACE";
-  }
-  return "?";
+  const LevelNames* names = namesOf(level);
+  return names != nullptr ? names->name : "?";
 }
 
 uint32_t parseLogSubsystems(const std::string& text) {
