@@ -1,5 +1,6 @@
 #include "ringcomm/types.h"
 
+#include "common/enum_names.h"
 #include "ringcomm/errors.h"
 
 namespace ringcomm {
@@ -24,106 +25,77 @@ size_t elementSize(DataType type) {
   throw InvalidArgument("unknown DataType");
 }
 
+namespace {
+
+// Each enum's names, in the order the parsers' errors list them (common/enum_names.h).
+constexpr EnumName<DataType> kDataTypeNames[] = {
+    {DataType::Int8, "int8"},         {DataType::Uint8, "uint8"},
+    {DataType::Int16, "int16"},       {DataType::Int32, "int32"},
+    {DataType::Int64, "int64"},       {DataType::Float16, "float16"},
+    {DataType::BFloat16, "bfloat16"}, {DataType::Float32, "float32"},
+    {DataType::Float64, "float64"},   {DataType::Bool, "bool"},
+};
+constexpr EnumName<ReduceOp> kReduceOpNames[] = {
+    {ReduceOp::Sum, "sum"}, {ReduceOp::Avg, "avg"},   {ReduceOp::Min, "min"},
+    {ReduceOp::Max, "max"}, {ReduceOp::Prod, "prod"}, {ReduceOp::Adasum, "adasum"},
+};
+constexpr EnumName<Algorithm> kAlgorithmNames[] = {
+    {Algorithm::Auto, "auto"},     {Algorithm::Ring, "ring"},
+    {Algorithm::Tree, "tree"},     {Algorithm::Direct, "direct"},
+    {Algorithm::Hierarchical, "hierarchical"},
+};
+constexpr EnumName<TransportKind> kTransportKindNames[] = {
+    {TransportKind::Auto, "auto"}, {TransportKind::Tcp, "tcp"},
+    {TransportKind::Shm, "shm"},   {TransportKind::Ucx, "ucx"},
+};
+constexpr EnumName<Compression> kCompressionNames[] = {
+    {Compression::None, "none"}, {Compression::Float16, "fp16"}, {Compression::BFloat16, "bf16"},
+    {Compression::Int8, "int8"}, {Compression::Float8, "fp8"},
+};
+constexpr EnumName<CudaPath> kCudaPathNames[] = {
+    {CudaPath::Auto, "auto"}, {CudaPath::Staged, "staged"}, {CudaPath::Ipc, "ipc"},
+};
+
+}  // namespace
+
 const char* toString(DataType type) {
-  switch (type) {
-    case DataType::Int8: return "int8";
-    case DataType::Uint8: return "uint8";
-    case DataType::Int16: return "int16";
-    case DataType::Int32: return "int32";
-    case DataType::Int64: return "int64";
-    case DataType::Float16: return "float16";
-    case DataType::BFloat16: return "bfloat16";
-    case DataType::Float32: return "float32";
-    case DataType::Float64: return "float64";
-    case DataType::Bool: return "bool";
-  }
-  return "unknown";
+  return nameIn(kDataTypeNames, type);
 }
 
 const char* toString(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Prod: return "prod";
-    case ReduceOp::Adasum: return "adasum";
-  }
-  return "unknown";
+  return nameIn(kReduceOpNames, op);
 }
 
 const char* toString(Algorithm algorithm) {
-  switch (algorithm) {
-    case Algorithm::Auto: return "auto";
-    case Algorithm::Ring: return "ring";
-    case Algorithm::Tree: return "tree";
-    case Algorithm::Direct: return "direct";
-    case Algorithm::Hierarchical: return "hierarchical";
-  }
-  return "unknown";
+  return nameIn(kAlgorithmNames, algorithm);
 }
 
 const char* toString(TransportKind kind) {
-  switch (kind) {
-    case TransportKind::Auto: return "auto";
-    case TransportKind::Tcp: return "tcp";
-    case TransportKind::Shm: return "shm";
-    case TransportKind::Ucx: return "ucx";
-  }
-  return "unknown";
+  return nameIn(kTransportKindNames, kind);
 }
 
 const char* toString(Compression compression) {
-  switch (compression) {
-    case Compression::None: return "none";
-    case Compression::Float16: return "fp16";
-    case Compression::BFloat16: return "bf16";
-    case Compression::Int8: return "int8";
-    case Compression::Float8: return "fp8";
-  }
-  return "unknown";
+  return nameIn(kCompressionNames, compression);
 }
 
 const char* toString(CudaPath path) {
-  switch (path) {
-    case CudaPath::Auto: return "auto";
-    case CudaPath::Staged: return "staged";
-    case CudaPath::Ipc: return "ipc";
-  }
-  return "unknown";
+  return nameIn(kCudaPathNames, path);
 }
 
 CudaPath parseCudaPath(const std::string& name) {
-  for (CudaPath p : {CudaPath::Auto, CudaPath::Staged, CudaPath::Ipc}) {
-    if (name == toString(p)) return p;
-  }
-  throw InvalidArgument("RINGCOMM_CUDA_PATH must be one of auto, staged, ipc; got '" + name + "'");
+  return parseIn(kCudaPathNames, name, "RINGCOMM_CUDA_PATH");
 }
 
 Compression parseCompression(const std::string& name) {
-  for (Compression c : {Compression::None, Compression::Float16, Compression::BFloat16,
-                        Compression::Int8, Compression::Float8}) {
-    if (name == toString(c)) return c;
-  }
-  throw InvalidArgument("compression must be one of none, fp16, bf16, int8, fp8; got '" + name +
-                        "'");
+  return parseIn(kCompressionNames, name, "compression");
 }
 
 Algorithm parseAlgorithm(const std::string& name) {
-  for (Algorithm a : {Algorithm::Auto, Algorithm::Ring, Algorithm::Tree, Algorithm::Direct,
-                      Algorithm::Hierarchical}) {
-    if (name == toString(a)) return a;
-  }
-  throw InvalidArgument("algorithm must be one of auto, ring, tree, direct, hierarchical; got '" +
-                        name + "'");
+  return parseIn(kAlgorithmNames, name, "algorithm");
 }
 
 TransportKind parseTransportKind(const std::string& name) {
-  for (TransportKind k :
-       {TransportKind::Auto, TransportKind::Tcp, TransportKind::Shm, TransportKind::Ucx}) {
-    if (name == toString(k)) return k;
-  }
-  throw InvalidArgument("transport must be one of auto, tcp, shm, ucx; got '" + name + "'");
+  return parseIn(kTransportKindNames, name, "transport");
 }
 
 }  // namespace ringcomm
