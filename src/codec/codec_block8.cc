@@ -162,37 +162,43 @@ void decodeFp8(const uint8_t* in, float* out, size_t n, bool accumulate) {
 namespace {
 
 // Whole blocks go to the AVX2 loops where the CPU has them (the same bytes and bits: both take
-// their scales from block8_scales.h), the short last block to the portable ones.
+// their scales from block8_scales.h), the short last block to the portable ones. Int8 and fp8
+// split alike; they differ only in their loops and in the bytes of a block's scale on the wire
+// (a block there is kBlock codes and kScaleBytes).
 size_t vectorBlocks(size_t n) { return avx2::available() ? n / kBlock : 0; }
+
+template <size_t kScaleBytes, typename Vector, typename Portable>
+void encodeSplit(const float* in, uint8_t* out, size_t n, Vector vector, Portable portable) {
+  const size_t blocks = vectorBlocks(n);
+  if (blocks > 0) vector(in, out, blocks);
+  portable(in + blocks * kBlock, out + blocks * (kBlock + kScaleBytes), n - blocks * kBlock);
+}
+
+template <size_t kScaleBytes, typename Vector, typename Portable>
+void decodeSplit(const uint8_t* in, float* out, size_t n, bool accumulate, Vector vector,
+                 Portable portable) {
+  const size_t blocks = vectorBlocks(n);
+  if (blocks > 0) vector(in, out, blocks, accumulate);
+  portable(in + blocks * (kBlock + kScaleBytes), out + blocks * kBlock, n - blocks * kBlock,
+           accumulate);
+}
 
 }  // namespace
 
 void encodeInt8(const float* in, uint8_t* out, size_t n) {
-  const size_t blocks = vectorBlocks(n);
-  if (blocks > 0) avx2::encodeInt8(in, out, blocks);
-  portable::encodeInt8(in + blocks * kBlock, out + blocks * (kBlock + kInt8ScaleBytes),
-                     n - blocks * kBlock);
+  encodeSplit<kInt8ScaleBytes>(in, out, n, avx2::encodeInt8, portable::encodeInt8);
 }
 
 void decodeInt8(const uint8_t* in, float* out, size_t n, bool accumulate) {
-  const size_t blocks = vectorBlocks(n);
-  if (blocks > 0) avx2::decodeInt8(in, out, blocks, accumulate);
-  portable::decodeInt8(in + blocks * (kBlock + kInt8ScaleBytes), out + blocks * kBlock,
-                     n - blocks * kBlock, accumulate);
+  decodeSplit<kInt8ScaleBytes>(in, out, n, accumulate, avx2::decodeInt8, portable::decodeInt8);
 }
 
 void encodeFp8(const float* in, uint8_t* out, size_t n) {
-  const size_t blocks = vectorBlocks(n);
-  if (blocks > 0) avx2::encodeFp8(in, out, blocks);
-  portable::encodeFp8(in + blocks * kBlock, out + blocks * (kBlock + kFp8ScaleBytes),
-                    n - blocks * kBlock);
+  encodeSplit<kFp8ScaleBytes>(in, out, n, avx2::encodeFp8, portable::encodeFp8);
 }
 
 void decodeFp8(const uint8_t* in, float* out, size_t n, bool accumulate) {
-  const size_t blocks = vectorBlocks(n);
-  if (blocks > 0) avx2::decodeFp8(in, out, blocks, accumulate);
-  portable::decodeFp8(in + blocks * (kBlock + kFp8ScaleBytes), out + blocks * kBlock,
-                    n - blocks * kBlock, accumulate);
+  decodeSplit<kFp8ScaleBytes>(in, out, n, accumulate, avx2::decodeFp8, portable::decodeFp8);
 }
 
 }  // namespace ringcomm::codec::block8
