@@ -26,6 +26,27 @@ namespace {
 // How often grow(expect > 0) looks again for the newcomers it waits for.
 constexpr std::chrono::milliseconds kKnockPoll{20};
 
+// shrink() and grow() agree on who forms the new communicator, then form it, in rounds named
+// "<call>/<attempt>": a member that fails while it forms makes every member that saw it agree
+// again, and the next round finds who is gone, until the deadline. `agree(round)` decides;
+// `form(decided, round)` forms (or returns null where there is nothing to form). `what` names the
+// communicator in the log.
+template <typename Agree, typename Form>
+std::shared_ptr<Communicator> formInRounds(const std::string& call, Clock::time_point deadline,
+                                           const char* what, Agree agree, Form form) {
+  for (int attempt = 0;; ++attempt) {
+    const std::string round = call + "/" + std::to_string(attempt);
+    const Survivors decided = agree(round);
+    try {
+      return form(decided, round);
+    } catch (const PeerError& error) {
+      if (Clock::now() >= deadline) throw;
+      RINGCOMM_LOG(LogLevel::Warn, kLogInit, "%s did not form (%s); agreeing again", what,
+                   error.what());
+    }
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<Communicator> CommunicatorImpl::duplicate() {
@@ -55,24 +76,18 @@ std::shared_ptr<Communicator> CommunicatorImpl::shrink(const std::vector<int>& e
   if (!membership_) return duplicate();  // one rank: nobody to agree with
   std::lock_guard<std::mutex> lock(membershipMutex_);
   const std::string call = "shrink/" + std::to_string(shrinks_++);
-  for (int attempt = 0;; ++attempt) {
-    const std::string round = call + "/" + std::to_string(attempt);
-    const Survivors survivors = membership_->agree(round, dropped, deadline, quietSince());
-    try {
-      std::shared_ptr<Communicator> shrunk =
-          join(survivors.ranks, survivors.leader, round + "/comm/", deadline, true);
-      setFormerRanks(*shrunk, survivors.ranks);
-      handOver(*shrunk);
-      return shrunk;
-    } catch (const PeerError& error) {
-      // A survivor failed while the new communicator formed: every survivor that saw it
-      // agrees again, and the next round finds who is gone.
-      if (Clock::now() >= deadline) throw;
-      RINGCOMM_LOG(LogLevel::Warn, kLogInit,
-                   "shrink: the survivors' communicator did not form (%s); agreeing again",
-                   error.what());
-    }
-  }
+  return formInRounds(
+      call, deadline, "shrink: the survivors' communicator",
+      [&](const std::string& round) {
+        return membership_->agree(round, dropped, deadline, quietSince());
+      },
+      [&](const Survivors& survivors, const std::string& round) {
+        std::shared_ptr<Communicator> shrunk =
+            join(survivors.ranks, survivors.leader, round + "/comm/", deadline, true);
+        setFormerRanks(*shrunk, survivors.ranks);
+        handOver(*shrunk);
+        return shrunk;
+      });
 }
 
 std::vector<int> CommunicatorImpl::survivors(std::chrono::milliseconds timeout) {
@@ -130,25 +145,21 @@ std::shared_ptr<Communicator> CommunicatorImpl::grow(const GrowOptions& options)
   if (newcomersWaiting(options.expect, deadline) == 0) return nullptr;
   std::lock_guard<std::mutex> lock(membershipMutex_);
   const std::string call = "grow/" + std::to_string(grows_++);
-  for (int attempt = 0;; ++attempt) {
-    const std::string round = call + "/" + std::to_string(attempt);
-    const Survivors decided = membership_->agree(
-        round, {}, deadline, quietSince(), membership_->knocks(kDoorLook));
-    if (decided.joiners.empty() && static_cast<int>(decided.ranks.size()) == size_) {
-      return nullptr;  // those that knocked died before they were admitted
-    }
-    try {
-      std::shared_ptr<Communicator> grown = formGrown(decided, round, deadline);
-      membership_->admitted(decided);
-      handOver(*grown);
-      return grown;
-    } catch (const PeerError& error) {
-      if (Clock::now() >= deadline) throw;
-      RINGCOMM_LOG(LogLevel::Warn, kLogInit,
-                   "grow: the grown communicator did not form (%s); agreeing again",
-                   error.what());
-    }
-  }
+  return formInRounds(
+      call, deadline, "grow: the grown communicator",
+      [&](const std::string& round) {
+        return membership_->agree(round, {}, deadline, quietSince(),
+                                  membership_->knocks(kDoorLook));
+      },
+      [&](const Survivors& decided, const std::string& round) -> std::shared_ptr<Communicator> {
+        if (decided.joiners.empty() && static_cast<int>(decided.ranks.size()) == size_) {
+          return nullptr;  // those that knocked died before they were admitted
+        }
+        std::shared_ptr<Communicator> grown = formGrown(decided, round, deadline);
+        membership_->admitted(decided);
+        handOver(*grown);
+        return grown;
+      });
 }
 
 std::string CommunicatorImpl::address() const {
