@@ -1,6 +1,7 @@
 // The names of an enum's values, in one table per enum: toString() looks a value up in it, a
 // parser looks a name up in it, and the parser's error lists the names from it, so that the three
-// cannot disagree (types.cc, log.cc).
+// cannot disagree (types.cc; DataType's, in common/data_type_names.h, also names the CUDA kernels'
+// element types).
 #pragma once
 
 #include <cstddef>
@@ -18,7 +19,8 @@ struct EnumName {
 
 // The name of `value`, or `unknown` for a value the table lacks (an integer cast to the enum).
 template <typename Enum, size_t N>
-const char* nameIn(const EnumName<Enum> (&names)[N], Enum value, const char* unknown = "unknown") {
+constexpr const char* nameIn(const EnumName<Enum> (&names)[N], Enum value,
+                             const char* unknown = "unknown") {
   for (const EnumName<Enum>& entry : names) {
     if (entry.value == value) return entry.name;
   }

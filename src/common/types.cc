@@ -1,5 +1,6 @@
 #include "ringcomm/types.h"
 
+#include "common/data_type_names.h"
 #include "common/enum_names.h"
 #include "ringcomm/errors.h"
 
@@ -27,14 +28,8 @@ size_t elementSize(DataType type) {
 
 namespace {
 
-// Each enum's names, in the order the parsers' errors list them (common/enum_names.h).
-constexpr EnumName<DataType> kDataTypeNames[] = {
-    {DataType::Int8, "int8"},         {DataType::Uint8, "uint8"},
-    {DataType::Int16, "int16"},       {DataType::Int32, "int32"},
-    {DataType::Int64, "int64"},       {DataType::Float16, "float16"},
-    {DataType::BFloat16, "bfloat16"}, {DataType::Float32, "float32"},
-    {DataType::Float64, "float64"},   {DataType::Bool, "bool"},
-};
+// Each enum's names, in the order the parsers' errors list them (common/enum_names.h); DataType's
+// are in common/data_type_names.h.
 constexpr EnumName<ReduceOp> kReduceOpNames[] = {
     {ReduceOp::Sum, "sum"}, {ReduceOp::Avg, "avg"},   {ReduceOp::Min, "min"},
     {ReduceOp::Max, "max"}, {ReduceOp::Prod, "prod"}, {ReduceOp::Adasum, "adasum"},

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/data_type_names.h"
 #include "cuda/float_formats.cuh"
 #include "reduce/operations.h"
 #include "ringcomm/types.h"
@@ -34,65 +35,47 @@ using reduce::SumOp;
 // divides by, as in loops.h's Kernels::divide (an int keeps divisors above 127 working for int8);
 // Operation<Op> is the operation a ReduceOp's Op becomes on the type (itself, except for bool).
 
-template <typename T, typename DivisorType>
-struct NativeElement {
-  using Storage = T;
-  using Compute = T;
+// What every element type says: its name (toString(kType)'s, common/data_type_names.h: for launch
+// errors and the tests), what it is stored, computed and divided in, and Operation<Op>.
+template <DataType kType, typename StorageType, typename ComputeType, typename DivisorType>
+struct ElementType {
+  static constexpr const char* kName = nameIn(kDataTypeNames, kType);
+  using Storage = StorageType;
+  using Compute = ComputeType;
   using Divisor = DivisorType;
   template <typename Op>
   using Operation = Op;
-  RINGCOMM_HOST_DEVICE static Compute widen(Storage value) { return value; }
-  RINGCOMM_HOST_DEVICE static Storage narrow(Compute value) { return value; }
 };
 
-struct Int8Element : NativeElement<int8_t, int> {
-  static constexpr const char* kName = "int8";
+// Types computed in themselves.
+template <DataType kType, typename T, typename DivisorType>
+struct NativeElement : ElementType<kType, T, T, DivisorType> {
+  RINGCOMM_HOST_DEVICE static T widen(T value) { return value; }
+  RINGCOMM_HOST_DEVICE static T narrow(T value) { return value; }
 };
-struct Uint8Element : NativeElement<uint8_t, int> {
-  static constexpr const char* kName = "uint8";
-};
-struct Int16Element : NativeElement<int16_t, int> {
-  static constexpr const char* kName = "int16";
-};
-struct Int32Element : NativeElement<int32_t, int> {
-  static constexpr const char* kName = "int32";
-};
-struct Int64Element : NativeElement<int64_t, int64_t> {
-  static constexpr const char* kName = "int64";
-};
-struct Float32Element : NativeElement<float, float> {
-  static constexpr const char* kName = "float32";
-};
-struct Float64Element : NativeElement<double, double> {
-  static constexpr const char* kName = "float64";
-};
+
+using Int8Element = NativeElement<DataType::Int8, int8_t, int>;
+using Uint8Element = NativeElement<DataType::Uint8, uint8_t, int>;
+using Int16Element = NativeElement<DataType::Int16, int16_t, int>;
+using Int32Element = NativeElement<DataType::Int32, int32_t, int>;
+using Int64Element = NativeElement<DataType::Int64, int64_t, int64_t>;
+using Float32Element = NativeElement<DataType::Float32, float, float>;
+using Float64Element = NativeElement<DataType::Float64, double, double>;
 
 // Bytes reduced logically. There is no average of bools: finishAverage refuses it before any
 // division (the Divisor is only there to complete the description).
-struct BoolElement : NativeElement<uint8_t, int> {
-  static constexpr const char* kName = "bool";
+struct BoolElement : NativeElement<DataType::Bool, uint8_t, int> {
   template <typename Op>
   using Operation = typename LogicalOf<Op>::type;
 };
 
-struct Float16Element {
-  static constexpr const char* kName = "float16";
-  using Storage = uint16_t;
-  using Compute = float;
-  using Divisor = float;
-  template <typename Op>
-  using Operation = Op;
+// The 16-bit floats: stored as their bits, computed in float32.
+struct Float16Element : ElementType<DataType::Float16, uint16_t, float, float> {
   RINGCOMM_HOST_DEVICE static float widen(uint16_t value) { return halfBitsToFloat(value); }
   RINGCOMM_HOST_DEVICE static uint16_t narrow(float value) { return floatToHalfBits(value); }
 };
 
-struct BFloat16Element {
-  static constexpr const char* kName = "bfloat16";
-  using Storage = uint16_t;
-  using Compute = float;
-  using Divisor = float;
-  template <typename Op>
-  using Operation = Op;
+struct BFloat16Element : ElementType<DataType::BFloat16, uint16_t, float, float> {
   RINGCOMM_HOST_DEVICE static float widen(uint16_t value) { return bfloat16BitsToFloat(value); }
   RINGCOMM_HOST_DEVICE static uint16_t narrow(float value) { return floatToBfloat16Bits(value); }
 };
