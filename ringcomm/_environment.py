@@ -129,6 +129,28 @@ def _join_with_host_secret(
             time.sleep(0.1)
 
 
+def _served_by_rank_0(
+    rank: int,
+    size: int,
+    host: str,
+    port: int,
+    launcher: str,
+    timeout: float,
+    secret: bytes,
+    keepalive: list,
+) -> LaunchEnvironment:
+    """The job of a launcher that names rank 0's address (MASTER_ADDR / MASTER_PORT: env://,
+    and MPI without mpi4py) and gives no secure channel: rank 0 serves the store there, with the
+    user's secret, or else with one in a file on this host that only this user can read."""
+    if secret:
+        store = _serve_or_join(rank == 0, host, port, timeout, secret, keepalive)
+        return LaunchEnvironment(rank, size, store, launcher, secret, keepalive)
+    store, secret, path = _join_with_host_secret(
+        rank == 0, f"job-{host}-{port}", host, port, timeout, keepalive
+    )
+    return LaunchEnvironment(rank, size, store, launcher, secret, keepalive, path)
+
+
 def _bind_address(host: str) -> str:
     """The numeric address ``host`` names, to listen on; every address when it names none of
     this machine's (a name that resolves elsewhere, as behind NAT), with a warning."""
@@ -226,13 +248,7 @@ def _torchrun(timeout: float, secret: bytes, keepalive: list) -> LaunchEnvironme
                 rank == 0, f"job-{host}-{port}-{restart}", host, timeout
             )
         return LaunchEnvironment(rank, size, store, "torchrun", secret, keepalive, path)
-    if secret:
-        store = _serve_or_join(rank == 0, host, port, timeout, secret, keepalive)
-        return LaunchEnvironment(rank, size, store, "env", secret, keepalive)
-    store, secret, path = _join_with_host_secret(
-        rank == 0, f"job-{host}-{port}", host, port, timeout, keepalive
-    )
-    return LaunchEnvironment(rank, size, store, "env", secret, keepalive, path)
+    return _served_by_rank_0(rank, size, host, port, "env", timeout, secret, keepalive)
 
 
 def _srun(timeout: float, secret: bytes, keepalive: list) -> LaunchEnvironment:
@@ -409,13 +425,7 @@ def _mpi(timeout: float, secret: bytes, keepalive: list) -> LaunchEnvironment:
             "set MASTER_ADDR and MASTER_PORT to where rank 0 can serve the store"
         )
     host, port = os.environ["MASTER_ADDR"], _integer("MASTER_PORT")
-    if secret:
-        store = _serve_or_join(rank == 0, host, port, timeout, secret, keepalive)
-        return LaunchEnvironment(rank, size, store, "mpi", secret, keepalive)
-    store, secret, path = _join_with_host_secret(
-        rank == 0, f"job-{host}-{port}", host, port, timeout, keepalive
-    )
-    return LaunchEnvironment(rank, size, store, "mpi", secret, keepalive, path)
+    return _served_by_rank_0(rank, size, host, port, "mpi", timeout, secret, keepalive)
 
 
 MPI_LOCAL_RANK_VARIABLES = (

@@ -25,6 +25,22 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
+# The variables by which ringcomm-run and torchrun tell a process its rank and where rank 0 is.
+# A job a launcher starts must not inherit those of a launcher above it, or its processes
+# mistake them for their own (ringcomm.launch's elastic workers, the benchmarks' peers).
+RANK_VARIABLES = (
+    "RINGCOMM_RANK",
+    "RINGCOMM_WORLD_SIZE",
+    "RINGCOMM_LOCAL_RANK",
+    "RINGCOMM_LOCAL_WORLD_SIZE",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
+
 
 def _die_with(launcher: int) -> Optional[Callable[[], None]]:
     """What the child runs between fork and exec (Linux only): SIGKILL when `launcher` dies.

@@ -46,6 +46,7 @@ from typing import Optional, Sequence
 
 from ringcomm import _core, _host, _hostlist, _secret
 from ringcomm._ports import free_port
+from ringcomm._ranks import RANK_VARIABLES
 from ringcomm._remote import DEFAULT_SSH, RemoteRank, Ssh, start_on
 
 # Signals the launcher passes on to its ranks.
@@ -243,21 +244,6 @@ class _Healer:
             return len(children) - 1
 
 
-# What a launcher above ours may have set, which an elastic worker must not mistake for its rank.
-_NOT_FOR_ELASTIC_WORKERS = (
-    "RINGCOMM_RANK",
-    "RINGCOMM_WORLD_SIZE",
-    "RINGCOMM_LOCAL_RANK",
-    "RINGCOMM_LOCAL_WORLD_SIZE",
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-)
-
-
 def spawn_elastic(
     command: Sequence[str],
     discovery_script: str,
@@ -287,7 +273,9 @@ def spawn_elastic(
     base = {
         k: v
         for k, v in (os.environ if env is None else env).items()
-        if k not in _NOT_FOR_ELASTIC_WORKERS
+        # What a launcher above ours may have set, which an elastic worker must not mistake
+        # for its rank.
+        if k not in RANK_VARIABLES
     }
     # On every interface: hosts may be discovered later; each worker is told the address on
     # the way to its host (driver.py).

@@ -27,18 +27,16 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import socket
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Optional
 
-from ringcomm._ports import free_port
 from ringcomm._ranks import start_rank
 from ringcomm.bench import machine, report
 from ringcomm.bench.cli import at_least
-from ringcomm.bench.launchers import KILL_SLACK, clean_environment, wait_all
+from ringcomm.bench.launchers import KILL_SLACK, torch_environment_on_this_host, wait_all
 from ringcomm.bench.table import format_ratio, markdown_table
 
 REFERENCE = "gloo"  # the backend the others are compared with
@@ -77,18 +75,8 @@ def hidden_fraction(step: float, compute: float, comm: float) -> tuple[Optional[
 
 def _environment(nranks: int) -> dict:
     """torch.distributed's env:// rendezvous for ``nranks`` ranks on this host (as run_gloo)."""
-    env = dict(
-        clean_environment(),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(free_port()),
-        WORLD_SIZE=str(nranks),
-        LOCAL_WORLD_SIZE=str(nranks),
-        OMP_NUM_THREADS="1",  # before torch loads: no OpenMP pool per rank beyond one thread
-    )
-    # The workers' control group is gloo whatever the backend: keep it on loopback.
-    if "GLOO_SOCKET_IFNAME" not in env and "lo" in (n for _, n in socket.if_nameindex()):
-        env["GLOO_SOCKET_IFNAME"] = "lo"
-    return env
+    # Set before torch loads: no OpenMP pool per rank beyond one thread.
+    return dict(torch_environment_on_this_host(nranks), OMP_NUM_THREADS="1")
 
 
 def _worker_command(backend: str, args, out: Path) -> list[str]:

@@ -18,7 +18,7 @@ gives p N / time as a share of the slower direction.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 DEVICES = ("cpu", "cuda")
 _COPY_BYTES = 256 << 20  # large enough to leave every cache
@@ -131,15 +131,11 @@ def reference_lines(copy: DeviceCopy, collective: str, nranks: int, limit: float
 
 def copy_ratio_lines(outcomes: Sequence, copy: DeviceCopy) -> list[str]:
     """Each implementation's busbw as a share of the device's copy bandwidth, per size."""
-    lines = ["\n## busbw / device-to-device copy bandwidth"]
-    for outcome in outcomes:
-        if not outcome.rows:
-            continue
-        ratios = ", ".join(
-            f"{row['size']}: {row['busbw'] / copy.copy_gbps:.3f}" for row in outcome.rows
-        )
-        lines.append(f"{outcome.implementation}: {ratios}")
-    return lines
+    return _ratio_lines(
+        "busbw / device-to-device copy bandwidth",
+        outcomes,
+        lambda row: row["busbw"] / copy.copy_gbps,
+    )
 
 
 def host_link_lines(link: HostLink) -> list[str]:
@@ -153,15 +149,21 @@ def host_link_lines(link: HostLink) -> list[str]:
 def host_link_ratio_lines(outcomes: Sequence, link: HostLink, nranks: int) -> list[str]:
     """What the staged path moves over the host link, p N bytes each way per all-reduce, per
     second, as a share of the slower pinned direction (1.0: the link is the limit)."""
-    lines = [
-        "\n## host-link bytes per second (p N each way / time) / slower pinned copy bandwidth",
-    ]
+    return _ratio_lines(
+        "host-link bytes per second (p N each way / time) / slower pinned copy bandwidth",
+        outcomes,
+        lambda row: nranks * row["algbw"] / link.slower_gbps,
+    )
+
+
+def _ratio_lines(heading: str, outcomes: Sequence, ratio: Callable[[dict], float]) -> list[str]:
+    """A section under ``heading``: a line per implementation that has results, its ``ratio``
+    of each size's row."""
+    lines = [f"\n## {heading}"]
     for outcome in outcomes:
         if not outcome.rows:
             continue
-        ratios = ", ".join(
-            f"{row['size']}: {nranks * row['algbw'] / link.slower_gbps:.3f}" for row in outcome.rows
-        )
+        ratios = ", ".join(f"{row['size']}: {ratio(row):.3f}" for row in outcome.rows)
         lines.append(f"{outcome.implementation}: {ratios}")
     return lines
 

@@ -23,7 +23,7 @@ from typing import Optional, Union
 
 from ringcomm import _slurm
 from ringcomm._ports import free_port
-from ringcomm._ranks import start_rank
+from ringcomm._ranks import RANK_VARIABLES, start_rank
 from ringcomm.bench.cluster import MPI_ACROSS_HOSTS, Cluster
 from ringcomm.bench.plan import Plan
 from ringcomm.launch import spawn
@@ -56,19 +56,10 @@ PEERS = ("gloo", "mpi", "torch-ringcomm")
 
 KILL_SLACK = 30.0  # seconds past the plan's deadline before the parent kills a run
 _GRACE = 10.0  # after one rank fails, how long the others get to report it themselves
-# Variables by which a launcher tells a process its rank: a peer's ranks must not inherit ours.
-_LAUNCHER_VARIABLES = (
-    "RINGCOMM_RANK",
-    "RINGCOMM_WORLD_SIZE",
-    "RINGCOMM_LOCAL_RANK",
-    "RINGCOMM_LOCAL_WORLD_SIZE",
+# Variables by which a launcher tells a process its rank: a peer's ranks must not inherit ours
+# (ringcomm-run's and torchrun's, the store ringcomm-run serves, and MPI's).
+_LAUNCHER_VARIABLES = RANK_VARIABLES + (
     "RINGCOMM_STORE",
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
     "PMI_RANK",
     "PMI_SIZE",
     "PMI_FD",
@@ -169,6 +160,24 @@ def wait_all(children: list, deadline: float) -> ExitStatus:
     return next((c.returncode for c in children if c.returncode != 0), status)
 
 
+def torch_environment_on_this_host(nranks: int) -> dict:
+    """torch.distributed's env:// rendezvous for ``nranks`` ranks on this host (each rank adds
+    its RANK and LOCAL_RANK), for run_torch's peers and bench/ddp.py's jobs."""
+    env = dict(
+        clean_environment(),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        WORLD_SIZE=str(nranks),
+        LOCAL_WORLD_SIZE=str(nranks),
+    )
+    # All ranks are on this host: keep gloo (a torch job's control group, whatever its backend)
+    # on loopback rather than whatever the hostname resolves to (which in containers may be an
+    # address that is not ours).
+    if "GLOO_SOCKET_IFNAME" not in env and "lo" in (n for _, n in socket.if_nameindex()):
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+    return env
+
+
 def run_torch(
     name: str,
     backend: str,
@@ -187,17 +196,7 @@ def run_torch(
         children = cluster.start(command[1:], clean_environment())
         status = wait_all(children, time.monotonic() + plan.timeout + KILL_SLACK)
         return _collect(name, report, status, nranks)
-    base = dict(
-        clean_environment(),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(free_port()),
-        WORLD_SIZE=str(nranks),
-        LOCAL_WORLD_SIZE=str(nranks),
-    )
-    # All ranks are on this host: keep gloo on loopback rather than whatever the hostname
-    # resolves to (which in containers may be an address that is not ours).
-    if "GLOO_SOCKET_IFNAME" not in base and "lo" in (n for _, n in socket.if_nameindex()):
-        base["GLOO_SOCKET_IFNAME"] = "lo"
+    base = torch_environment_on_this_host(nranks)
     children = [
         start_rank(command, dict(base, RANK=str(r), LOCAL_RANK=str(r))) for r in range(nranks)
     ]
