@@ -25,6 +25,7 @@ from typing import Optional, Sequence
 
 from ringcomm.bench import background_load, cluster, machine, memory_bandwidth, netns, plot, report
 from ringcomm.bench import device as bench_device
+from ringcomm.bench.arguments import command_line
 from ringcomm.bench.cluster import link_rate
 from ringcomm.bench.collectives import COLLECTIVES, REDUCING, limit_busbw
 from ringcomm.bench.dtypes import DTYPES
@@ -83,11 +84,7 @@ def at_least(kind, least):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ringcomm-bench",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_line("ringcomm-bench", __doc__)
     parser.add_argument("collective", choices=COLLECTIVES)
     sizes = parser.add_argument_group("sizes (bytes; K/M/G = 1024-based: 8, 4K, 1MB, 1GiB)")
     sizes.add_argument("--size", type=_size, help="one size (instead of a sweep)")

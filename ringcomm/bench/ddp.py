@@ -35,6 +35,7 @@ from typing import Optional
 
 from ringcomm._ranks import start_rank
 from ringcomm.bench import machine, report
+from ringcomm.bench.arguments import command_line, rank_counts
 from ringcomm.bench.cli import at_least
 from ringcomm.bench.launchers import KILL_SLACK, torch_environment_on_this_host, wait_all
 from ringcomm.bench.table import format_ratio, markdown_table
@@ -231,16 +232,6 @@ def _header(command: str, info: dict, args, first: Optional[dict]) -> list[str]:
     return lines
 
 
-def _rank_counts(text: str) -> list[int]:
-    try:
-        counts = [int(n) for n in text.split(",") if n.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"rank counts are integers: {text}") from None
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"rank counts must be at least 1: {text}")
-    return counts
-
-
 def _names(text: str) -> list[str]:
     names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     if not names:
@@ -249,12 +240,8 @@ def _names(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m ringcomm.bench.ddp",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--np", type=_rank_counts, default=[2, 4], help="rank counts (2,4)")
+    parser = command_line("python -m ringcomm.bench.ddp", __doc__)
+    parser.add_argument("--np", type=rank_counts(1), default=[2, 4], help="rank counts (2,4)")
     parser.add_argument(
         "--backends",
         type=_names,

@@ -51,6 +51,7 @@ from typing import Optional, Sequence
 from ringcomm._ports import free_port
 from ringcomm._ranks import start_rank
 from ringcomm.bench import cluster, machine, netns, report, table
+from ringcomm.bench.arguments import command_line, rank_counts
 from ringcomm.bench.cluster import link_rate
 
 # A rank count's job may take this long, plus this per rank: 64 ranks importing torch at once on
@@ -63,16 +64,6 @@ class JobFailedError(RuntimeError):
     """A rank count's job did not finish: which ranks, and the ends of their logs."""
 
 
-def _counts(text: str) -> list[int]:
-    try:
-        counts = [int(word) for word in text.split(",") if word.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"rank counts, comma-separated; got {text!r}") from None
-    if not counts or min(counts) < 2:
-        raise argparse.ArgumentTypeError(f"rank counts of 2 or more; got {text!r}")
-    return counts
-
-
 def _peers(text: str) -> list[str]:
     names = [name for name in text.split(",") if name]
     if any(name != "gloo" for name in names):
@@ -81,13 +72,9 @@ def _peers(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ringcomm-bench init",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_line("ringcomm-bench init", __doc__)
     parser.add_argument(
-        "--np", type=_counts, default=[8, 16, 32, 64], metavar="N,N,...", help="rank counts"
+        "--np", type=rank_counts(2), default=[8, 16, 32, 64], metavar="N,N,...", help="rank counts"
     )
     parser.add_argument(
         "--hosts",

@@ -35,6 +35,7 @@ from typing import Optional, Sequence
 
 from ringcomm import _tuning
 from ringcomm.bench import machine
+from ringcomm.bench.arguments import command_line
 from ringcomm.bench.cluster import link_rate
 from ringcomm.bench.launchers import RUNNERS, launched_as_rank, report_file
 from ringcomm.bench.plan import Plan, run_deadline
@@ -77,11 +78,7 @@ def _sizes_text(rules: list) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ringcomm-bench tune",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_line("ringcomm-bench tune", __doc__)
     parser.add_argument("-np", "-n", dest="nranks", type=int, help="ranks (default: one per core)")
     parser.add_argument("-b", "--minbytes", default=_DEFAULT_BEGIN, help="sweep from (8)")
     parser.add_argument("-e", "--maxbytes", default=_DEFAULT_END, help="sweep to, included (64M)")
