@@ -158,9 +158,13 @@ class StateHandler:
         self.save()
 
 
-class ModelStateHandler(StateHandler):
-    def __init__(self, model: torch.nn.Module):
-        super().__init__(model)
+class _StateDictHandler(StateHandler):
+    """A value that has a ``state_dict()`` (models, optimizers, samplers): the saved state is a
+    deep copy of it, taken at once, and restoring loads it back. The handlers below keep their
+    own ``__init__`` for Horovod's argument names (``model``, ``optimizer``, ``sampler``)."""
+
+    def __init__(self, value):
+        super().__init__(value)
         self.save()
 
     def save(self) -> None:
@@ -168,36 +172,27 @@ class ModelStateHandler(StateHandler):
 
     def restore(self) -> None:
         self.value.load_state_dict(self._saved)
+
+
+class ModelStateHandler(_StateDictHandler):
+    def __init__(self, model: torch.nn.Module):
+        super().__init__(model)
 
     def sync(self) -> None:
         objects.broadcast_parameters(self.value.state_dict(), root_rank=0)
 
 
-class OptimizerStateHandler(StateHandler):
+class OptimizerStateHandler(_StateDictHandler):
     def __init__(self, optimizer: torch.optim.Optimizer):
         super().__init__(optimizer)
-        self.save()
-
-    def save(self) -> None:
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self) -> None:
-        self.value.load_state_dict(self._saved)
 
     def sync(self) -> None:
         optimizer_state.broadcast_optimizer_state(self.value, root_rank=0)
 
 
-class SamplerStateHandler(StateHandler):
+class SamplerStateHandler(_StateDictHandler):
     def __init__(self, sampler: ElasticSampler):
         super().__init__(sampler)
-        self.save()
-
-    def save(self) -> None:
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self) -> None:
-        self.value.load_state_dict(self._saved)
 
     def sync(self) -> None:
         # Indices recorded one by one differ between ranks: their union is what was processed.
