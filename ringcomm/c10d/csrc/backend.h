@@ -194,6 +194,29 @@ class RingcommBackend : public ::c10d::Backend {
   ringcomm::WorkPtr startReduceScatter(const at::Tensor& input, const at::Tensor& output,
                                        const Reduction& reduction,
                                        ringcomm::ReduceScatterOptions o);
+  // The operations on one tensor in place (broadcast, all_reduce, reduce, recv): `tensors` holds
+  // it. Stages it (a contiguous copy where it is not, written back once the operation is done);
+  // `startBuffer(work, buffer)` starts the core operation on the staged tensor.
+  template <typename StartBuffer>
+  c10::intrusive_ptr<::c10d::Work> startInPlace(std::vector<at::Tensor>& tensors,
+                                                ::c10d::OpType type, OpName op,
+                                                StartBuffer startBuffer);
+  // torch's *_tensor forms (all_gather_into_tensor, reduce_scatter_tensor): one core operation
+  // from `input` into `output`, one of them (`whole`) world size times the other's elements.
+  // Checks and stages the pair; `startPair(in, out)` starts the operation on the staged tensors.
+  template <typename StartPair>
+  c10::intrusive_ptr<::c10d::Work> startWholePair(at::Tensor& output, at::Tensor& input,
+                                                  Whole whole, ::c10d::OpType type, OpName op,
+                                                  StartPair startPair);
+  // torch's *_tensor_coalesced (all_gather_into_tensor_coalesced, reduce_scatter_tensor_coalesced):
+  // one core operation per (input, output) pair. Checks each pair (`whole`: the side holding
+  // world size times the other's elements) and stages it; `startPair(i, in, out)` then starts
+  // pair i, queued back to back with the others so that they complete in order.
+  template <typename StartPair>
+  c10::intrusive_ptr<::c10d::Work> startCoalescedPairs(std::vector<at::Tensor>& outputs,
+                                                       std::vector<at::Tensor>& inputs,
+                                                       Whole whole, OpName op,
+                                                       StartPair startPair);
 
   // How long a connection to the launcher's store (the board of members' addresses) may take.
   static constexpr std::chrono::milliseconds kBoardWait{5000};

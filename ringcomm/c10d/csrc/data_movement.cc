@@ -59,21 +59,16 @@ WorkHandle RingcommBackend::broadcast(std::vector<at::Tensor>& tensors,
   requireCount(tensors, 1, "broadcast", "tensors");
   requireDense(tensors, "broadcast", "tensor");
   TORCH_CHECK_VALUE(opts.rootTensor == 0, "ringcomm broadcast: rootTensor must be 0");
-  auto staging = std::make_shared<Staging>();
-  at::Tensor buffer = staging->inOut(tensors[0]);
-  return start(
-      rank_, count_, OpType::BROADCAST, {"broadcast", "ringcomm:broadcast"}, tensors, tensors,
-      {buffer},
-      [&](RingcommWork&) {
-        auto o = common<ringcomm::BroadcastOptions>(opts.timeout, opts.asyncOp);
-        Buffer b = movable(buffer);
-        o.buffer = b.data;
-        o.count = b.count;
-        o.type = b.type;
-        o.root = static_cast<int>(opts.rootRank);
-        return std::vector<ringcomm::WorkPtr>{communicator_->broadcast(o)};
-      },
-      [staging] { staging->copyBack(); });
+  return startInPlace(tensors, OpType::BROADCAST, {"broadcast", "ringcomm:broadcast"},
+                      [&](RingcommWork&, const at::Tensor& buffer) {
+                        auto o = common<ringcomm::BroadcastOptions>(opts.timeout, opts.asyncOp);
+                        Buffer b = movable(buffer);
+                        o.buffer = b.data;
+                        o.count = b.count;
+                        o.type = b.type;
+                        o.root = static_cast<int>(opts.rootRank);
+                        return communicator_->broadcast(o);
+                      });
 }
 
 WorkHandle RingcommBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -98,19 +93,13 @@ WorkHandle RingcommBackend::allgather(std::vector<std::vector<at::Tensor>>& outp
 
 WorkHandle RingcommBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                             const ::c10d::AllgatherOptions& opts) {
-  requireDensePair(output, input, "all_gather_into_tensor");
-  requireWorldSizeTimes(output, "output", input, "input", size_, "all_gather_into_tensor");
-  at::Tensor in = Staging::in(input);
-  auto staging = std::make_shared<Staging>();
-  at::Tensor out = staging->inOut(output);
-  return start(
-      rank_, count_, OpType::_ALLGATHER_BASE,
-      {"all_gather_into_tensor", "ringcomm:all_gather_into_tensor"}, {input}, {output}, {in, out},
-      [&](RingcommWork&) {
-        return std::vector<ringcomm::WorkPtr>{startAllgather(
-            in, out.data_ptr(), common<ringcomm::AllgatherOptions>(opts.timeout, opts.asyncOp))};
-      },
-      [staging] { staging->copyBack(); });
+  return startWholePair(
+      output, input, Whole::Output, OpType::_ALLGATHER_BASE,
+      {"all_gather_into_tensor", "ringcomm:all_gather_into_tensor"},
+      [&](const at::Tensor& in, const at::Tensor& out) {
+        return startAllgather(in, out.data_ptr(),
+                              common<ringcomm::AllgatherOptions>(opts.timeout, opts.asyncOp));
+      });
 }
 
 WorkHandle RingcommBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputLists,
@@ -151,29 +140,14 @@ WorkHandle RingcommBackend::allgather_coalesced(std::vector<std::vector<at::Tens
 WorkHandle RingcommBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                             std::vector<at::Tensor>& inputs,
                                                             const ::c10d::AllgatherOptions& opts) {
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
-                    "ringcomm all_gather_into_tensor_coalesced: ", outputs.size(), " outputs for ",
-                    inputs.size(), " inputs");
-  StagedPairs staged;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    requireCoalescedPair(inputs[i], outputs[i], Whole::Output, i, size_,
-                         "all_gather_into_tensor_coalesced");
-    staged.add(inputs[i], outputs[i]);
-  }
-  return start(
-      rank_, count_, OpType::COALESCED,
-      {"all_gather_into_tensor_coalesced", "ringcomm:all_gather_into_tensor_coalesced"}, inputs,
-      outputs, staged.keep,
-      [&](RingcommWork&) {
-        std::vector<ringcomm::WorkPtr> parts;
-        for (auto& [in, out] : staged.pairs) {
-          // Several parts: queue them all (no running in the caller), then wait.
-          parts.push_back(startAllgather(
-              in, out.data_ptr(), common<ringcomm::AllgatherOptions>(opts.timeout, true)));
-        }
-        return parts;
-      },
-      [staging = staged.staging] { staging->copyBack(); });
+  return startCoalescedPairs(
+      outputs, inputs, Whole::Output,
+      {"all_gather_into_tensor_coalesced", "ringcomm:all_gather_into_tensor_coalesced"},
+      [&](size_t, const at::Tensor& in, const at::Tensor& out) {
+        // Several parts: queue them all (no running in the caller), then wait.
+        return startAllgather(in, out.data_ptr(),
+                              common<ringcomm::AllgatherOptions>(opts.timeout, true));
+      });
 }
 
 WorkHandle RingcommBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,

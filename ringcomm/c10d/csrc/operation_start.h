@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -80,6 +81,61 @@ CoreOptions RingcommBackend::common(std::chrono::milliseconds timeout, bool asyn
     options.stream = startingOnStream->native_handle();
   }
   return options;
+}
+
+template <typename StartBuffer>
+WorkHandle RingcommBackend::startInPlace(std::vector<at::Tensor>& tensors, OpType type, OpName op,
+                                         StartBuffer startBuffer) {
+  auto staging = std::make_shared<Staging>();
+  at::Tensor buffer = staging->inOut(tensors[0]);
+  return start(
+      rank_, count_, type, op, tensors, tensors, {buffer},
+      [&](RingcommWork& work) {
+        return std::vector<ringcomm::WorkPtr>{startBuffer(work, buffer)};
+      },
+      [staging] { staging->copyBack(); });
+}
+
+template <typename StartPair>
+WorkHandle RingcommBackend::startWholePair(at::Tensor& output, at::Tensor& input, Whole whole,
+                                           OpType type, OpName op, StartPair startPair) {
+  requireDensePair(output, input, op.name);
+  if (whole == Whole::Output) {
+    requireWorldSizeTimes(output, "output", input, "input", size_, op.name);
+  } else {
+    requireWorldSizeTimes(input, "input", output, "output", size_, op.name);
+  }
+  at::Tensor in = Staging::in(input);
+  auto staging = std::make_shared<Staging>();
+  at::Tensor out = staging->inOut(output);
+  return start(
+      rank_, count_, type, op, {input}, {output}, {in, out},
+      [&](RingcommWork&) { return std::vector<ringcomm::WorkPtr>{startPair(in, out)}; },
+      [staging] { staging->copyBack(); });
+}
+
+template <typename StartPair>
+WorkHandle RingcommBackend::startCoalescedPairs(std::vector<at::Tensor>& outputs,
+                                                std::vector<at::Tensor>& inputs, Whole whole,
+                                                OpName op, StartPair startPair) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "ringcomm ", op.name, ": ", outputs.size(),
+                    " outputs for ", inputs.size(), " inputs");
+  StagedPairs staged;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    requireCoalescedPair(inputs[i], outputs[i], whole, i, size_, op.name);
+    staged.add(inputs[i], outputs[i]);
+  }
+  return start(
+      rank_, count_, OpType::COALESCED, op, inputs, outputs, staged.keep,
+      [&](RingcommWork&) {
+        std::vector<ringcomm::WorkPtr> parts;
+        for (size_t i = 0; i < staged.pairs.size(); ++i) {
+          const auto& [in, out] = staged.pairs[i];
+          parts.push_back(startPair(i, in, out));
+        }
+        return parts;
+      },
+      [staging = staged.staging] { staging->copyBack(); });
 }
 
 inline std::vector<size_t> prefixSums(const std::vector<size_t>& counts) {

@@ -1,7 +1,6 @@
 // Point-to-point: send, and recv from one rank or from any (recvAnysource), on the core's
 // send and recv.
 #include <chrono>
-#include <memory>
 #include <vector>
 
 #include "backend.h"
@@ -44,21 +43,16 @@ WorkHandle RingcommBackend::receive(std::vector<at::Tensor>& tensors, int srcRan
                                     OpType type, OpName op) {
   requireCount(tensors, 1, op.name, "tensors");
   requireDense(tensors, op.name, "tensor");
-  auto staging = std::make_shared<Staging>();
-  at::Tensor buffer = staging->inOut(tensors[0]);
-  return start(
-      rank_, count_, type, op, tensors, tensors, {buffer},
-      [&](RingcommWork& work) {
-        auto o = common<ringcomm::RecvOptions>(std::chrono::milliseconds(0), true);
-        o.buffer = buffer.data_ptr();
-        o.bytes = buffer.nbytes();
-        o.peer = srcRank;
-        o.tag = tag;
-        o.type = movable(buffer).type;
-        o.source = work.sourceSlot();
-        return std::vector<ringcomm::WorkPtr>{communicator_->recv(o)};
-      },
-      [staging] { staging->copyBack(); });
+  return startInPlace(tensors, type, op, [&](RingcommWork& work, const at::Tensor& buffer) {
+    auto o = common<ringcomm::RecvOptions>(std::chrono::milliseconds(0), true);
+    o.buffer = buffer.data_ptr();
+    o.bytes = buffer.nbytes();
+    o.peer = srcRank;
+    o.tag = tag;
+    o.type = movable(buffer).type;
+    o.source = work.sourceSlot();
+    return communicator_->recv(o);
+  });
 }
 
 }  // namespace ringcomm::c10d_backend

@@ -45,16 +45,12 @@ WorkHandle RingcommBackend::allreduce(std::vector<at::Tensor>& tensors,
   TORCH_CHECK_VALUE(!opts.sparseIndices.has_value(),
                     "ringcomm all_reduce: sparse indices apply to sparse tensors only");
   const Reduction reduction = reductionFor(tensors[0], opts.reduceOp, "all_reduce");
-  auto staging = std::make_shared<Staging>();
-  at::Tensor buffer = staging->inOut(tensors[0]);
-  return start(
-      rank_, count_, OpType::ALLREDUCE, {"all_reduce", "ringcomm:all_reduce"}, tensors, tensors,
-      {buffer},
-      [&](RingcommWork&) {
-        return std::vector<ringcomm::WorkPtr>{
-            startAllreduce(buffer, reduction, common<ringcomm::AllreduceOptions>(opts.timeout, opts.asyncOp))};
-      },
-      [staging] { staging->copyBack(); });
+  return startInPlace(tensors, OpType::ALLREDUCE, {"all_reduce", "ringcomm:all_reduce"},
+                      [&](RingcommWork&, const at::Tensor& buffer) {
+                        return startAllreduce(
+                            buffer, reduction,
+                            common<ringcomm::AllreduceOptions>(opts.timeout, opts.asyncOp));
+                      });
 }
 
 WorkHandle RingcommBackend::allreduceCompressed(at::Tensor& tensor,
@@ -63,17 +59,13 @@ WorkHandle RingcommBackend::allreduceCompressed(at::Tensor& tensor,
   requireDense(tensors, "allreduce_compressed", "tensor");
   const ::c10d::ReduceOp op(average ? ::c10d::ReduceOp::AVG : ::c10d::ReduceOp::SUM);
   const Reduction reduction = reductionFor(tensor, op, "allreduce_compressed");
-  auto staging = std::make_shared<Staging>();
-  at::Tensor buffer = staging->inOut(tensor);
-  return start(
-      rank_, count_, OpType::ALLREDUCE, {"all_reduce", "ringcomm:all_reduce_compressed"},
-      tensors, tensors, {buffer},
-      [&](RingcommWork&) {
-        auto o = common<ringcomm::AllreduceOptions>(std::chrono::milliseconds(0), true);
-        o.compression = compression;
-        return std::vector<ringcomm::WorkPtr>{startAllreduce(buffer, reduction, o)};
-      },
-      [staging] { staging->copyBack(); });
+  return startInPlace(tensors, OpType::ALLREDUCE, {"all_reduce", "ringcomm:all_reduce_compressed"},
+                      [&](RingcommWork&, const at::Tensor& buffer) {
+                        auto o =
+                            common<ringcomm::AllreduceOptions>(std::chrono::milliseconds(0), true);
+                        o.compression = compression;
+                        return startAllreduce(buffer, reduction, o);
+                      });
 }
 
 WorkHandle RingcommBackend::allreduceSparse(at::Tensor& tensor,
@@ -166,19 +158,15 @@ WorkHandle RingcommBackend::reduce(std::vector<at::Tensor>& tensors,
   requireDense(tensors, "reduce", "tensor");
   TORCH_CHECK_VALUE(opts.rootTensor == 0, "ringcomm reduce: rootTensor must be 0");
   const Reduction reduction = reductionFor(tensors[0], opts.reduceOp, "reduce");
-  auto staging = std::make_shared<Staging>();
-  at::Tensor buffer = staging->inOut(tensors[0]);
-  return start(
-      rank_, count_, OpType::REDUCE, {"reduce", "ringcomm:reduce"}, tensors, tensors, {buffer},
-      [&](RingcommWork&) {
-        auto o = common<ringcomm::ReduceOptions>(opts.timeout, opts.asyncOp);
-        Buffer b = reducible(buffer, reduction);
-        setArrays(o, b.data, rank_ == opts.rootRank ? b.data : nullptr, b);
-        o.op = reduction.op;
-        o.root = static_cast<int>(opts.rootRank);
-        return std::vector<ringcomm::WorkPtr>{communicator_->reduce(o)};
-      },
-      [staging] { staging->copyBack(); });
+  return startInPlace(tensors, OpType::REDUCE, {"reduce", "ringcomm:reduce"},
+                      [&](RingcommWork&, const at::Tensor& buffer) {
+                        auto o = common<ringcomm::ReduceOptions>(opts.timeout, opts.asyncOp);
+                        Buffer b = reducible(buffer, reduction);
+                        setArrays(o, b.data, rank_ == opts.rootRank ? b.data : nullptr, b);
+                        o.op = reduction.op;
+                        o.root = static_cast<int>(opts.rootRank);
+                        return communicator_->reduce(o);
+                      });
 }
 
 WorkHandle RingcommBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -205,52 +193,31 @@ WorkHandle RingcommBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
 
 WorkHandle RingcommBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                  const ::c10d::ReduceScatterOptions& opts) {
-  requireDensePair(output, input, "reduce_scatter_tensor");
-  requireWorldSizeTimes(input, "input", output, "output", size_, "reduce_scatter_tensor");
   const Reduction reduction = reductionFor(output, opts.reduceOp, "reduce_scatter_tensor");
-  at::Tensor in = Staging::in(input);
-  auto staging = std::make_shared<Staging>();
-  at::Tensor out = staging->inOut(output);
-  return start(
-      rank_, count_, OpType::_REDUCE_SCATTER_BASE,
-      {"reduce_scatter_tensor", "ringcomm:reduce_scatter_tensor"}, {input}, {output}, {in, out},
-      [&](RingcommWork&) {
-        return std::vector<ringcomm::WorkPtr>{
-            startReduceScatter(in, out, reduction,
-                               common<ringcomm::ReduceScatterOptions>(opts.timeout, opts.asyncOp))};
-      },
-      [staging] { staging->copyBack(); });
+  return startWholePair(
+      output, input, Whole::Input, OpType::_REDUCE_SCATTER_BASE,
+      {"reduce_scatter_tensor", "ringcomm:reduce_scatter_tensor"},
+      [&](const at::Tensor& in, const at::Tensor& out) {
+        return startReduceScatter(
+            in, out, reduction, common<ringcomm::ReduceScatterOptions>(opts.timeout, opts.asyncOp));
+      });
 }
 
 WorkHandle RingcommBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const ::c10d::ReduceScatterOptions& opts) {
-  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "ringcomm reduce_scatter_tensor_coalesced: ",
-                    outputs.size(), " outputs for ", inputs.size(), " inputs");
-  // Each pair is one reduce-scatter; queued back to back, they complete in order.
-  StagedPairs staged;
+  // Each pair is one reduce-scatter of its own output's reduction, all checked before any starts.
   std::vector<Reduction> reductions;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    requireCoalescedPair(inputs[i], outputs[i], Whole::Input, i, size_,
-                         "reduce_scatter_tensor_coalesced");
-    reductions.push_back(
-        reductionFor(outputs[i], opts.reduceOp, "reduce_scatter_tensor_coalesced"));
-    staged.add(inputs[i], outputs[i]);
+  for (const at::Tensor& output : outputs) {
+    reductions.push_back(reductionFor(output, opts.reduceOp, "reduce_scatter_tensor_coalesced"));
   }
-  return start(
-      rank_, count_, OpType::COALESCED,
-      {"reduce_scatter_tensor_coalesced", "ringcomm:reduce_scatter_tensor_coalesced"}, inputs,
-      outputs, staged.keep,
-      [&](RingcommWork&) {
-        std::vector<ringcomm::WorkPtr> started;
-        for (size_t i = 0; i < staged.pairs.size(); ++i) {
-          const auto& [in, out] = staged.pairs[i];
-          started.push_back(startReduceScatter(
-              in, out, reductions[i], common<ringcomm::ReduceScatterOptions>(opts.timeout, true)));
-        }
-        return started;
-      },
-      [staging = staged.staging] { staging->copyBack(); });
+  return startCoalescedPairs(
+      outputs, inputs, Whole::Input,
+      {"reduce_scatter_tensor_coalesced", "ringcomm:reduce_scatter_tensor_coalesced"},
+      [&](size_t i, const at::Tensor& in, const at::Tensor& out) {
+        return startReduceScatter(in, out, reductions[i],
+                                  common<ringcomm::ReduceScatterOptions>(opts.timeout, true));
+      });
 }
 
 }  // namespace ringcomm::c10d_backend
