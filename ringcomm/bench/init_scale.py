@@ -53,6 +53,7 @@ from ringcomm._ranks import start_rank
 from ringcomm.bench import cluster, machine, netns, report, table
 from ringcomm.bench.arguments import command_line, rank_counts
 from ringcomm.bench.cluster import link_rate
+from ringcomm.bench.init_columns import COLUMNS
 
 # A rank count's job may take this long, plus this per rank: 64 ranks importing torch at once on
 # 2 cores took about a minute.
@@ -255,33 +256,7 @@ def summarize(nranks: int, hosts: int, ours: list[dict], gloo: Optional[list[dic
     return row
 
 
-# (row key, column heading, format) of the measured table, and which of them the ratio table
-# repeats.
-COLUMNS = (
-    ("ranks", "ranks", "{:d}"),
-    ("hosts", "hosts", "{:d}"),
-    ("init_s", "init (s)", "{:.2f}"),
-    ("rendezvous_s", "rendezvous (s)", "{:.2f}"),
-    ("connect_s", "connect (s)", "{:.2f}"),
-    ("first_allreduce_ms", "1st allreduce (ms)", "{:.1f}"),
-    ("rss_mib", "RSS/rank (MiB)", "{:.1f}"),
-    ("fds", "fds/rank", "{:.1f}"),
-    ("fds_max", "fds, most", "{:d}"),
-    ("sockets", "sockets/rank", "{:.1f}"),
-    ("sockets_after_first", "sockets/rank after 1st allreduce", "{:.1f}"),
-    ("second_allreduce_ms", "2nd allreduce (ms)", "{:.1f}"),
-    ("store_requests", "store reqs", "{:d}"),
-    ("store_request_ms", "store req (ms)", "{:.2f}"),
-    ("rendezvous_requests", "of which rendezvous", "{:d}"),
-    ("shm_requests", "of which shm setup", "{:d}"),
-    ("sent_kib", "sent/rank, median (KiB)", "{:.1f}"),
-    ("recovery_s", "kill -> next (s)", "{:.2f}"),
-    ("detect_s", "of which detection (s)", "{:.2f}"),
-    ("shrink_s", "of which shrink (s)", "{:.2f}"),
-    ("gloo_init_s", "gloo init (s)", "{:.2f}"),
-    ("gloo_first_allreduce_ms", "gloo 1st allreduce (ms)", "{:.1f}"),
-    ("gloo_sockets", "gloo sockets/rank", "{:.1f}"),
-)
+# Which of the measured table's columns (init_columns.COLUMNS) the ratio table repeats.
 RATIO_KEYS = (
     "init_s", "rendezvous_s", "connect_s", "first_allreduce_ms", "rss_mib", "fds", "sockets",
     "sockets_after_first", "store_requests", "rendezvous_requests", "shm_requests", "sent_kib",
