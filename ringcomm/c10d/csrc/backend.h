@@ -178,6 +178,11 @@ class RingcommBackend : public ::c10d::Backend {
   // Fills the fields every core options struct shares from torch's timeout and asyncOp.
   template <typename CoreOptions>
   CoreOptions common(std::chrono::milliseconds timeout, bool asyncOp) const;
+  // A rooted collective's core options (gather, scatter, reduce): common()'s, the arrays (the
+  // root's side nullptr on the other ranks: setArrays) and torch's root rank.
+  template <typename CoreOptions, typename TorchOptions>
+  CoreOptions rooted(const TorchOptions& opts, const void* input, void* output,
+                     const Buffer& counted) const;
   // all_reduce of a sparse COO tensor (sparse.h): all-gathers every rank's non-zeros.
   c10::intrusive_ptr<::c10d::Work> allreduceSparse(at::Tensor& tensor,
                                                    const ::c10d::AllreduceOptions& opts);

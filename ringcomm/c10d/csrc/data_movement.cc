@@ -153,30 +153,19 @@ WorkHandle RingcommBackend::allgather_into_tensor_coalesced(std::vector<at::Tens
 WorkHandle RingcommBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                    std::vector<at::Tensor>& inputs,
                                    const ::c10d::GatherOptions& opts) {
-  requireCount(inputs, 1, "gather", "input tensors");
-  requireDense(inputs, "gather", "input");
+  const std::vector<at::Tensor> targets =
+      rootList(inputs, "input", outputs, "output", rank_, opts.rootRank, size_, "gather");
   const bool isRoot = rank_ == opts.rootRank;
-  std::vector<at::Tensor> targets;
-  if (isRoot) {
-    requireOneList(outputs, "the root needs", "output", "gather");
-    requireRankList(outputs[0], inputs[0], size_, "output", "gather");
-    targets = outputs[0];
-  } else {
-    TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(),
-                      "ringcomm gather: only the root (rank ", opts.rootRank,
-                      ") takes an output list");
-  }
   at::Tensor input = Staging::in(inputs[0]);
   at::Tensor flat = isRoot ? at::empty({size_ * input.numel()}, input.options()) : at::Tensor();
   return start(
       rank_, count_, OpType::GATHER, {"gather", "ringcomm:gather"}, inputs, targets,
       {input, flat},
       [&](RingcommWork&) {
-        auto o = common<ringcomm::GatherOptions>(opts.timeout, opts.asyncOp);
         Buffer b = movable(input);
-        setArrays(o, b.data, isRoot ? flat.data_ptr() : nullptr, b);
-        o.root = static_cast<int>(opts.rootRank);
-        return std::vector<ringcomm::WorkPtr>{communicator_->gather(o)};
+        void* gathered = isRoot ? flat.data_ptr() : nullptr;
+        return std::vector<ringcomm::WorkPtr>{
+            communicator_->gather(rooted<ringcomm::GatherOptions>(opts, b.data, gathered, b))};
       },
       [flat, targets] {
         if (!targets.empty()) unflatten(flat, targets);
@@ -186,31 +175,20 @@ WorkHandle RingcommBackend::gather(std::vector<std::vector<at::Tensor>>& outputs
 WorkHandle RingcommBackend::scatter(std::vector<at::Tensor>& outputs,
                                     std::vector<std::vector<at::Tensor>>& inputs,
                                     const ::c10d::ScatterOptions& opts) {
-  requireCount(outputs, 1, "scatter", "output tensors");
-  requireDense(outputs, "scatter", "output");
+  const std::vector<at::Tensor> sources =
+      rootList(outputs, "output", inputs, "input", rank_, opts.rootRank, size_, "scatter");
   const bool isRoot = rank_ == opts.rootRank;
-  at::Tensor flat;
-  std::vector<at::Tensor> sources;  // the root's input list; nothing elsewhere
-  if (isRoot) {
-    requireOneList(inputs, "the root needs", "input", "scatter");
-    requireRankList(inputs[0], outputs[0], size_, "input", "scatter");
-    flat = flatten(inputs[0]);
-    sources = inputs[0];
-  } else {
-    TORCH_CHECK_VALUE(inputs.empty() || inputs[0].empty(), "ringcomm scatter: only the root (rank ",
-                      opts.rootRank, ") takes an input list");
-  }
+  const at::Tensor flat = isRoot ? flatten(sources) : at::Tensor();
   auto staging = std::make_shared<Staging>();
   at::Tensor output = staging->inOut(outputs[0]);
   return start(
       rank_, count_, OpType::SCATTER, {"scatter", "ringcomm:scatter"}, sources, outputs,
       {flat, output},
       [&](RingcommWork&) {
-        auto o = common<ringcomm::ScatterOptions>(opts.timeout, opts.asyncOp);
         Buffer b = movable(output);
-        setArrays(o, isRoot ? flat.data_ptr() : nullptr, b.data, b);
-        o.root = static_cast<int>(opts.rootRank);
-        return std::vector<ringcomm::WorkPtr>{communicator_->scatter(o)};
+        const void* scattered = isRoot ? flat.data_ptr() : nullptr;
+        return std::vector<ringcomm::WorkPtr>{
+            communicator_->scatter(rooted<ringcomm::ScatterOptions>(opts, scattered, b.data, b))};
       },
       [staging] { staging->copyBack(); });
 }

@@ -83,6 +83,15 @@ CoreOptions RingcommBackend::common(std::chrono::milliseconds timeout, bool asyn
   return options;
 }
 
+template <typename CoreOptions, typename TorchOptions>
+CoreOptions RingcommBackend::rooted(const TorchOptions& opts, const void* input, void* output,
+                                    const Buffer& counted) const {
+  auto o = common<CoreOptions>(opts.timeout, opts.asyncOp);
+  setArrays(o, input, output, counted);
+  o.root = static_cast<int>(opts.rootRank);
+  return o;
+}
+
 template <typename StartBuffer>
 WorkHandle RingcommBackend::startInPlace(std::vector<at::Tensor>& tensors, OpType type, OpName op,
                                          StartBuffer startBuffer) {

@@ -160,11 +160,10 @@ WorkHandle RingcommBackend::reduce(std::vector<at::Tensor>& tensors,
   const Reduction reduction = reductionFor(tensors[0], opts.reduceOp, "reduce");
   return startInPlace(tensors, OpType::REDUCE, {"reduce", "ringcomm:reduce"},
                       [&](RingcommWork&, const at::Tensor& buffer) {
-                        auto o = common<ringcomm::ReduceOptions>(opts.timeout, opts.asyncOp);
                         Buffer b = reducible(buffer, reduction);
-                        setArrays(o, b.data, rank_ == opts.rootRank ? b.data : nullptr, b);
+                        void* reduced = rank_ == opts.rootRank ? b.data : nullptr;
+                        auto o = rooted<ringcomm::ReduceOptions>(opts, b.data, reduced, b);
                         o.op = reduction.op;
-                        o.root = static_cast<int>(opts.rootRank);
                         return communicator_->reduce(o);
                       });
 }

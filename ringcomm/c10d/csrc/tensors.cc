@@ -185,6 +185,22 @@ void requireRankList(const std::vector<at::Tensor>& list, const at::Tensor& like
   requireSameShape(list, like, operation, side);
 }
 
+std::vector<at::Tensor> rootList(const std::vector<at::Tensor>& tensors, const char* side,
+                                 const std::vector<std::vector<at::Tensor>>& lists,
+                                 const char* listSide, int64_t rank, int64_t root, int64_t size,
+                                 const char* operation) {
+  requireCount(tensors, 1, operation, (std::string(side) + " tensors").c_str());
+  requireDense(tensors, operation, side);
+  if (rank != root) {
+    TORCH_CHECK_VALUE(lists.empty() || lists[0].empty(), "ringcomm ", operation,
+                      ": only the root (rank ", root, ") takes an ", listSide, " list");
+    return {};
+  }
+  requireOneList(lists, "the root needs", listSide, operation);
+  requireRankList(lists[0], tensors[0], size, listSide, operation);
+  return lists[0];
+}
+
 void requireCoalescedPair(const at::Tensor& input, const at::Tensor& output, Whole whole,
                           size_t index, int64_t size, const char* operation) {
   requireDense(input, operation, "input");

@@ -91,6 +91,15 @@ void requireOneList(const std::vector<std::vector<at::Tensor>>& lists, const cha
                     const char* side, const char* operation);
 void requireRankList(const std::vector<at::Tensor>& list, const at::Tensor& like, int64_t size,
                      const char* side, const char* operation);
+// A rooted collective's arguments (gather: an input a rank and the root's output list; scatter:
+// an output a rank and the root's input list). Checks that `tensors` holds one dense tensor (the
+// `side` each rank passes), and that the root (`rank` == `root`) passes one list of `size` tensors
+// shaped like it in `lists` (the `listSide`), which this returns; the other ranks pass none (no
+// list, or one empty list) and get an empty one.
+std::vector<at::Tensor> rootList(const std::vector<at::Tensor>& tensors, const char* side,
+                                 const std::vector<std::vector<at::Tensor>>& lists,
+                                 const char* listSide, int64_t rank, int64_t root, int64_t size,
+                                 const char* operation);
 
 // Contiguous tensors the core can use in place of the caller's; where one had to be copied,
 // copyBack() writes the result to the original.
