@@ -107,11 +107,7 @@ void ServerLoop::handle(ConnectionId id, Connection& connection, const uint8_t* 
     }
     case Op::Check: {
       uint32_t count = request.u32();
-      if (count > storeproto::kMaxKeysPerCheck) {
-        replyError(connection, "store check of " + std::to_string(count) + " keys; at most " +
-                                   std::to_string(storeproto::kMaxKeysPerCheck) + " per request");
-        return;
-      }
+      if (!keyCountAllowed(connection, "check", count)) return;
       bool present = true;
       for (uint32_t i = 0; i < count; ++i) present = values_.count(request.str()) != 0 && present;
       request.expectEnd();
@@ -126,11 +122,7 @@ void ServerLoop::handle(ConnectionId id, Connection& connection, const uint8_t* 
 
 void ServerLoop::replyMany(Connection& connection, Decoder& request) {
   const uint32_t count = request.u32();
-  if (count > storeproto::kMaxKeysPerCheck) {
-    replyError(connection, "store get of " + std::to_string(count) + " keys; at most " +
-                               std::to_string(storeproto::kMaxKeysPerCheck) + " per request");
-    return;
-  }
+  if (!keyCountAllowed(connection, "get", count)) return;
   std::vector<std::string> keys;
   keys.reserve(count);
   for (uint32_t i = 0; i < count; ++i) keys.push_back(request.str());
@@ -150,6 +142,14 @@ void ServerLoop::replyMany(Connection& connection, Decoder& request) {
     }
   }
   reply(connection, answer.finish());
+}
+
+bool ServerLoop::keyCountAllowed(Connection& connection, const char* verb, uint32_t count) {
+  if (count <= storeproto::kMaxKeysPerCheck) return true;
+  replyError(connection, std::string("store ") + verb + " of " + std::to_string(count) +
+                             " keys; at most " + std::to_string(storeproto::kMaxKeysPerCheck) +
+                             " per request");
+  return false;
 }
 
 std::string ServerLoop::roomFor(const std::string& key, size_t valueBytes) const {

@@ -104,6 +104,9 @@ class ServerLoop {
   void handle(ConnectionId id, Connection& connection, const uint8_t* body, size_t size);
   void reply(Connection& connection, Bytes frame);
   void replyError(Connection& connection, const std::string& message);
+  // Whether a request of count keys (verb names it: "check", "get") is within kMaxKeysPerCheck;
+  // else replies the error and returns false.
+  bool keyCountAllowed(Connection& connection, const char* verb, uint32_t count);
   // Why key (with a value of valueBytes) may not be stored, or "" when it may.
   std::string roomFor(const std::string& key, size_t valueBytes) const;
   void store(const std::string& key, Bytes value);
