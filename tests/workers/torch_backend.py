@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch.distributed.distributed_c10d import AllgatherOptions, ReduceScatterOptions
 
 sys.path.insert(0, os.path.dirname(__file__))
 from report import Failures, report  # noqa: E402
@@ -296,6 +297,216 @@ def reduce_scatters():
             check(f"reduce_scatter_tensor/{dtype}/{count}", torch.equal(out2, want))
 
 
+# The pairs (dtype, elements a rank) of one coalesced call: a prime count, an empty pair and a
+# one-element pair, float32 and int64.
+PAIRS = [(torch.float32, 1009), (torch.int64, 7), (torch.float32, 0), (torch.int64, 1)]
+LAYOUTS = ("contiguous", "non-contiguous")
+
+
+def laid_out(t, layout, whole=False):
+    """t's values in a fresh tensor: contiguous, or (more than one element a rank) not: every
+    other element of a tensor twice as long, or for an all-gather's output (world size x count)
+    the (size, count) transpose of a (count, size) tensor, whose row-major order is the flat one."""
+    if layout == "contiguous" or (t.numel() // size if whole else t.numel()) <= 1:
+        return t.clone()
+    if whole and size > 1:
+        view = torch.empty(t.numel() // size, size, dtype=t.dtype).t()
+    else:
+        view = torch.empty(2 * t.numel(), dtype=t.dtype)[::2]
+    view.copy_(t.reshape(view.shape))
+    assert not view.is_contiguous()
+    return view
+
+
+def run_coalesced(way, one, by_group, outs, ins, group=None):
+    """One coalesced call on the pairs (outs[k], ins[k]): `way` is torch's coalescing manager
+    (`one(output, input, group)` for each pair inside it), blocking or async, or the
+    ProcessGroup's own method (`by_group(process_group, outputs, inputs)`, a Work)."""
+    if way == "process group":
+        by_group(group or dist.distributed_c10d._get_default_group(), outs, ins).wait()
+        return
+    with dist._coalescing_manager(group=group, async_ops=way == "manager async") as cm:
+        for o, i in zip(outs, ins):
+            one(o, i, group)
+    if way == "manager async":
+        cm.wait()
+
+
+WAYS = ("manager", "manager async", "process group")
+
+
+def bits(t):
+    return t.contiguous().view(torch.uint8)
+
+
+def all_gather_into_tensor_coalesced():
+    """all_gather_into_tensor_coalesced: several pairs of two dtypes in one call, and random floats
+    in one more, contiguous or not (inputs and outputs): every rank's outputs are the ranks'
+    inputs end to end, and bitwise gloo's."""
+    noise = [torch.randn(31, generator=torch.Generator().manual_seed(50 + r)) for r in range(size)]
+    ins = [value_of(rank, n, dtype, offset=k) for k, (dtype, n) in enumerate(PAIRS)] + [noise[rank]]
+    wants = [
+        torch.cat([value_of(r, n, dtype, offset=k) for r in range(size)])
+        for k, (dtype, n) in enumerate(PAIRS)
+    ] + [torch.cat(noise)]
+
+    def one(o, i, group):
+        dist.all_gather_into_tensor(o, i, group=group)
+
+    def by_group(pg, outs, ins):
+        return pg.allgather_into_tensor_coalesced(outs, ins, AllgatherOptions())
+
+    gloo = dist.new_group(backend="gloo")
+    by_gloo = [torch.zeros_like(w) for w in wants]
+    run_coalesced("process group", one, by_group, by_gloo, ins, group=gloo)
+    dist.destroy_process_group(gloo)
+    for layout in LAYOUTS:
+        for way in WAYS:
+            outs = [laid_out(torch.zeros_like(w), layout, whole=True) for w in wants]
+            run_coalesced(way, one, by_group, outs, [laid_out(i, layout) for i in ins])
+            for k, (out, want) in enumerate(zip(outs, wants)):
+                name = f"all_gather_into_tensor_coalesced/{layout}/{way}/pair {k}"
+                flat = out.reshape(-1)
+                check(name, torch.equal(flat, want), f"{flat[:6]} != {want[:6]}")
+                check(f"{name}/gloo", torch.equal(bits(flat), bits(by_gloo[k])))
+
+
+def reduce_scatter_tensor_coalesced():
+    """reduce_scatter_tensor_coalesced: several pairs of two dtypes in one call (SUM, MAX, and AVG
+    on the floats), contiguous or not (inputs and outputs): each rank's outputs are its block of
+    the reduction of every rank's inputs, and gloo's (SUM, MAX; gloo has no AVG)."""
+    references = {
+        dist.ReduceOp.SUM: lambda stacked: stacked.sum(0),
+        dist.ReduceOp.MAX: lambda stacked: stacked.max(0).values,
+        dist.ReduceOp.AVG: lambda stacked: stacked.sum(0) / size,
+    }
+    for op, reduced in references.items():
+        kinds = [p for p in PAIRS if op != dist.ReduceOp.AVG or p[0].is_floating_point]
+        # Rank s's input k: block r is value_of(s, offset=r + k), so that the blocks differ.
+        ins = [
+            torch.cat([value_of(rank, n, dtype, offset=r + k) for r in range(size)])
+            for k, (dtype, n) in enumerate(kinds)
+        ]
+        wants = [
+            reduced(
+                torch.stack([value_of(s, n, torch.float64, offset=rank + k) for s in range(size)])
+            ).to(dtype)
+            for k, (dtype, n) in enumerate(kinds)
+        ]
+
+        def one(o, i, group, op=op):
+            dist.reduce_scatter_tensor(o, i, op=op, group=group)
+
+        def by_group(pg, outs, ins, op=op):
+            opts = ReduceScatterOptions()
+            opts.reduceOp = op
+            return pg.reduce_scatter_tensor_coalesced(outs, ins, opts)
+
+        by_gloo = None
+        if op != dist.ReduceOp.AVG:
+            gloo = dist.new_group(backend="gloo")
+            by_gloo = [torch.zeros_like(w) for w in wants]
+            run_coalesced("process group", one, by_group, by_gloo, ins, group=gloo)
+            dist.destroy_process_group(gloo)
+        for layout in LAYOUTS:
+            for way in WAYS:
+                outs = [laid_out(torch.zeros_like(w), layout) for w in wants]
+                run_coalesced(way, one, by_group, outs, [laid_out(i, layout) for i in ins])
+                for k, (out, want) in enumerate(zip(outs, wants)):
+                    name = f"reduce_scatter_tensor_coalesced/{op}/{layout}/{way}/pair {k}"
+                    check(name, torch.equal(out, want), f"{out[:6]} != {want[:6]}")
+                    if by_gloo is not None:
+                        check(f"{name}/gloo", torch.equal(bits(out), bits(by_gloo[k])))
+
+
+def third(values):
+    """values (1-d) in every third element (from the second) of a vector of -1s: (it, the view)."""
+    backing = torch.full((3 * values.numel(),), -1, dtype=values.dtype)
+    backing[1::3] = values
+    return backing, backing[1::3]
+
+
+def gaps_kept(backing):
+    """Whether the elements of third()'s vector around the view still hold -1."""
+    return bool((backing[0::3] == -1).all() and (backing[2::3] == -1).all())
+
+
+def in_place_non_contiguous():
+    """broadcast, all_reduce (blocking and async), reduce and recv into tensors that are not
+    contiguous (every third element of a longer vector, a transposed matrix): the result lands in
+    the view's elements, the elements around them are untouched, and random floats reduce to the
+    same bits as on a contiguous copy, on every rank."""
+    for dtype in (torch.float32, torch.int64):
+        for count in (7, 1009):
+            for root in range(size):
+                mine = (
+                    value_of(rank, count, dtype)
+                    if rank == root
+                    else torch.zeros(count, dtype=dtype)
+                )
+                backing, view = third(mine)
+                dist.broadcast(view, root)
+                name = f"broadcast/non-contiguous/{root}/{dtype}/{count}"
+                check(name, torch.equal(view, value_of(root, count, dtype)), f"{view[:6]}")
+                check(f"{name}/gaps", gaps_kept(backing))
+                backing, view = third(value_of(rank, count, dtype))
+                dist.reduce(view, root, op=dist.ReduceOp.MAX)
+                want = (
+                    expected_reduction(dist.ReduceOp.MAX, count, dtype)
+                    if rank == root
+                    else value_of(rank, count, dtype)
+                )
+                name = f"reduce/non-contiguous/{root}/{dtype}/{count}"
+                check(name, torch.equal(view, want), f"{view[:6]} != {want[:6]}")
+                check(f"{name}/gaps", gaps_kept(backing))
+            for op in (dist.ReduceOp.SUM, dist.ReduceOp.MIN):
+                backing, view = third(value_of(rank, count, dtype))
+                dist.all_reduce(view, op=op)
+                want = expected_reduction(op, count, dtype)
+                name = f"all_reduce/non-contiguous/{op}/{dtype}/{count}"
+                check(name, torch.equal(view, want), f"{view[:6]} != {want[:6]}")
+                check(f"{name}/gaps", gaps_kept(backing))
+            backing, view = third(value_of(rank, count, dtype))
+            work = dist.all_reduce(view, async_op=True)
+            work.wait()
+            want = expected_reduction(dist.ReduceOp.SUM, count, dtype)
+            name = f"all_reduce/non-contiguous/async/{dtype}/{count}"
+            check(name, torch.equal(view, want), f"{view[:6]} != {want[:6]}")
+            check(f"{name}/future", torch.equal(work.get_future().value()[0], want))
+            check(f"{name}/gaps", gaps_kept(backing))
+        # A transposed (11, 7) matrix, whose row-major order is not its memory's.
+        for root in range(size):
+            matrix = value_of(rank, 77, dtype).reshape(7, 11) if rank == root else None
+            view = (matrix if matrix is not None else torch.zeros(7, 11, dtype=dtype)).t()
+            dist.broadcast(view, root)
+            want = value_of(root, 77, dtype).reshape(7, 11).t()
+            check(f"broadcast/transposed/{root}/{dtype}", torch.equal(view, want), f"{view}")
+        view = value_of(rank, 77, dtype).reshape(7, 11).t()
+        dist.all_reduce(view, op=dist.ReduceOp.MAX)
+        want = expected_reduction(dist.ReduceOp.MAX, 77, dtype).reshape(7, 11).t()
+        check(f"all_reduce/transposed/{dtype}", torch.equal(view, want), f"{view}")
+        if size > 1:
+            nxt, prev = (rank + 1) % size, (rank - 1) % size
+            backing, view = third(torch.zeros(1009, dtype=dtype))
+            receive = dist.irecv(view, src=prev, tag=21)
+            dist.isend(value_of(rank, 1009, dtype), nxt, tag=21).wait()
+            receive.wait()
+            name = f"recv/non-contiguous/{dtype}"
+            check(name, torch.equal(view, value_of(prev, 1009, dtype)), f"{view[:6]}")
+            check(f"{name}/gaps", gaps_kept(backing))
+    # Random floats, whose sum's rounding depends on the order of the additions: the transposed
+    # tensor's result has the bits of the same all-reduce on a contiguous copy, on every rank.
+    noise = torch.randn(103, 101, generator=torch.Generator().manual_seed(rank))
+    view, copy = noise.t(), noise.t().contiguous()
+    dist.all_reduce(view)
+    dist.all_reduce(copy)
+    check("all_reduce/transposed/bits", torch.equal(bits(view), bits(copy)))
+    digest = torch.tensor([zlib.crc32(bits(view).numpy().tobytes())], dtype=torch.int64)
+    everyone = torch.zeros(size, dtype=torch.int64)
+    dist.all_gather_into_tensor(everyone, digest)
+    check("all_reduce/transposed/same bits everywhere", bool((everyone == everyone[0]).all()))
+
+
 def all_to_all():
     for count in (0, 1, 5):
         inp = torch.arange(size * count, dtype=torch.float32) + 1000 * rank
@@ -448,6 +659,9 @@ for body in (
     broadcast_and_reduce,
     gathers,
     reduce_scatters,
+    all_gather_into_tensor_coalesced,
+    reduce_scatter_tensor_coalesced,
+    in_place_non_contiguous,
     all_to_all,
     point_to_point,
     objects,
