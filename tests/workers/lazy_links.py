@@ -31,6 +31,20 @@ mode = sys.argv[1]
 comm = ringcomm.init()
 rank, size = comm.rank, comm.size
 outcome = {"rank": rank, "sockets_at_start": sockets()}
+
+
+def report_error_and_exit(action):
+    """Runs `action`, reports the error it raised (its type and words) or none, and exits: the
+    modes whose communicator fails on purpose end here."""
+    try:
+        action()
+    except ringcomm.RingcommError as error:
+        outcome["error"] = type(error).__name__
+        outcome["message"] = str(error)
+    report(outcome)
+    sys.exit(0)
+
+
 if mode == "any_source":
     if rank == 0:
         comm.send(np.full(1000, 7.0, np.float32), dest=size - 1, tag=5)
@@ -60,30 +74,26 @@ elif mode == "no_descriptors":
                 held.append(os.open("/dev/null", os.O_RDONLY))
         except OSError:
             pass
-    try:
+
+    def exchange():
         if rank == 0:
             comm.send(np.ones(10, np.float32), dest=1)
         else:
             time.sleep(1.0)  # rank 0 dials first (a link this rank made would need no socket)
             comm.recv(np.zeros(10, np.float32), source=0)
-    except ringcomm.RingcommError as error:
-        outcome["error"] = type(error).__name__
-        outcome["message"] = str(error)
-    report(outcome)
-    sys.exit(0)
+
+    report_error_and_exit(exchange)
 elif mode == "aborted":
     # Rank 1 aborts before any message; rank 0's first send then dials it.
-    try:
+
+    def abort_then_send():
         if rank == 1:
             comm.abort("the test's reason")
         time.sleep(0.5 if rank == 0 else 3.0)
         if rank == 0:
             comm.send(np.ones(10, np.float32), dest=1)
-    except ringcomm.RingcommError as error:
-        outcome["error"] = type(error).__name__
-        outcome["message"] = str(error)
-    report(outcome)
-    sys.exit(0)
+
+    report_error_and_exit(abort_then_send)
 elif mode == "ring":
     x = np.full(4099, rank, np.float32)
     comm.allreduce(x)

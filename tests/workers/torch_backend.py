@@ -335,6 +335,16 @@ def run_coalesced(way, one, by_group, outs, ins, group=None):
 WAYS = ("manager", "manager async", "process group")
 
 
+def coalesced_on_gloo(one, by_group, wants, ins):
+    """The same coalesced call on a gloo group, through the process group's own method: the
+    outputs to compare ringcomm's with, bit for bit."""
+    gloo = dist.new_group(backend="gloo")
+    by_gloo = [torch.zeros_like(w) for w in wants]
+    run_coalesced("process group", one, by_group, by_gloo, ins, group=gloo)
+    dist.destroy_process_group(gloo)
+    return by_gloo
+
+
 def bits(t):
     return t.contiguous().view(torch.uint8)
 
@@ -356,10 +366,7 @@ def all_gather_into_tensor_coalesced():
     def by_group(pg, outs, ins):
         return pg.allgather_into_tensor_coalesced(outs, ins, AllgatherOptions())
 
-    gloo = dist.new_group(backend="gloo")
-    by_gloo = [torch.zeros_like(w) for w in wants]
-    run_coalesced("process group", one, by_group, by_gloo, ins, group=gloo)
-    dist.destroy_process_group(gloo)
+    by_gloo = coalesced_on_gloo(one, by_group, wants, ins)
     for layout in LAYOUTS:
         for way in WAYS:
             outs = [laid_out(torch.zeros_like(w), layout, whole=True) for w in wants]
@@ -404,10 +411,7 @@ def reduce_scatter_tensor_coalesced():
 
         by_gloo = None
         if op != dist.ReduceOp.AVG:
-            gloo = dist.new_group(backend="gloo")
-            by_gloo = [torch.zeros_like(w) for w in wants]
-            run_coalesced("process group", one, by_group, by_gloo, ins, group=gloo)
-            dist.destroy_process_group(gloo)
+            by_gloo = coalesced_on_gloo(one, by_group, wants, ins)
         for layout in LAYOUTS:
             for way in WAYS:
                 outs = [laid_out(torch.zeros_like(w), layout) for w in wants]
