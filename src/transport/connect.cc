@@ -24,8 +24,8 @@ LinkChoice chooseFrom(size_t first, const Config& config, const bootstrap::RankR
   std::string remarks;
   for (size_t at = first; at < kinds.size(); ++at) {
     const LinkKind* kind = kinds[at];
-    if (forced && std::strcmp(kind->name(), toString(config.transport)) != 0) continue;
-    LinkKind::Reach reach = kind->canConnect(config, self, peer, peerRank);
+    if (forced && std::strcmp(kind->name, toString(config.transport)) != 0) continue;
+    LinkReach reach = kind->canConnect(config, self, peer, peerRank);
     if (reach.reaches) return {kind, reach.why + remarks};
     if (forced) throw InvalidArgument(reach.why);
     if (!reach.why.empty()) remarks += "; " + reach.why;
@@ -67,7 +67,9 @@ LinkChoice chooseLink(const Config& config, const bootstrap::RankRecord& self,
 }
 
 void describeLinks(const Config& config, int size, bootstrap::RankRecord& self) {
-  for (const LinkKind* kind : linkKinds()) kind->describe(config, size, self);
+  for (const LinkKind* kind : linkKinds()) {
+    if (kind->describe != nullptr) kind->describe(config, size, self);
+  }
 }
 
 Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvous,
@@ -87,7 +89,7 @@ Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvo
     const LinkChoice choice = chooseLink(config, self, record, peer);
     peersOf[indexOf(choice.kind)].push_back(peer);
     RINGCOMM_LOG(LogLevel::Info, kLogTransport, "rank %d (%s:%d): %s (%s)", peer,
-                 record.address.c_str(), record.port, choice.kind->description(),
+                 record.address.c_str(), record.port, choice.kind->description,
                  choice.why.c_str());
   }
 
@@ -98,7 +100,7 @@ Links connectPeers(Store& store, int rank, const bootstrap::Rendezvous& rendezvo
     if (left.empty()) continue;
     // The ranks of a pair come to the same answer, so both ask the same kinds after this one.
     RINGCOMM_LOG(LogLevel::Info, kLogTransport, "%s could not link %zu peer(s); asking the next "
-                 "kinds of link", kinds[at]->description(), left.size());
+                 "kinds of link", kinds[at]->description, left.size());
     Config automatic = config;
     automatic.transport = TransportKind::Auto;
     for (int peer : left) {

@@ -34,7 +34,7 @@ struct Links {
   std::vector<std::vector<int>> hostRanks;
 };
 
-class LinkKind;
+struct LinkKind;
 
 // How this rank reaches a peer, before the kind has made its links (shared memory may find no
 // room, and leave the peer to the kinds after it), and why, in words for the TRANSPORT log.

@@ -29,33 +29,32 @@ struct LinkContext {
   Links& links;
 };
 
-class LinkKind {
- public:
-  // Whether a kind reaches a peer; `why` says why (for the TRANSPORT log), or why not: the
-  // error when RINGCOMM_TRANSPORT names this kind, a remark in the log when it is worth one
-  // (UCX between hosts that asked for sealed links), else empty.
-  struct Reach {
-    bool reaches = false;
-    std::string why;
-  };
+// Whether a kind reaches a peer; `why` says why (for the TRANSPORT log), or why not: the error
+// when RINGCOMM_TRANSPORT names this kind, a remark in the log when it is worth one (UCX between
+// hosts that asked for sealed links), else empty.
+struct LinkReach {
+  bool reaches = false;
+  std::string why;
+};
 
-  virtual ~LinkKind() = default;
+// A kind's entry in the table, as NCCL's ncclTransport is: its names and its three steps, each a
+// function of the kind's file.
+struct LinkKind {
   // Its word in RINGCOMM_TRANSPORT and in Transport::kindOf: "shm", "tcp", "ucx".
-  virtual const char* name() const = 0;
+  const char* name;
   // Its name in the log: "shared memory".
-  virtual const char* description() const = 0;
+  const char* description;
   // Adds to this rank's record, before the rendezvous, what peers need to know to choose this
-  // kind (UCX: whether this rank has RDMA). Most kinds need nothing.
-  virtual void describe(const Config& /*config*/, int /*size*/,
-                        bootstrap::RankRecord& /*self*/) const {}
+  // kind (UCX: whether this rank has RDMA). Null for the kinds that need nothing.
+  void (*describe)(const Config& config, int size, bootstrap::RankRecord& self);
   // Both ends ask this of the same two records, so a link is the same kind at both.
-  virtual Reach canConnect(const Config& config, const bootstrap::RankRecord& self,
-                           const bootstrap::RankRecord& peer, int peerRank) const = 0;
+  LinkReach (*canConnect)(const Config& config, const bootstrap::RankRecord& self,
+                          const bootstrap::RankRecord& peer, int peerRank);
   // Makes the links to `peers` (ascending; each one this kind reaches) into setup.links, and
   // returns those it could not link after all (shared memory without room in /dev/shm), which
   // the kinds after it are asked for. Every rank of a pair comes to the same answer. A kind
   // that RINGCOMM_TRANSPORT names throws instead: there is no other kind to ask.
-  virtual std::vector<int> connect(LinkContext& setup, const std::vector<int>& peers) const = 0;
+  std::vector<int> (*connect)(LinkContext& setup, const std::vector<int>& peers);
 };
 
 // Every kind, in the order they are asked: a peer's link is the first that reaches it, and the

@@ -5,12 +5,12 @@
 
 namespace ringcomm::transport {
 
-const LinkKind& sharedMemoryLinks();  // shm/shm_kind.cc
-const LinkKind& ucxLinks();           // ucx/ucx_kind.cc
-const LinkKind& tcpLinks();           // tcp/tcp_kind.cc
+extern const LinkKind sharedMemoryLinks;  // shm/shm_kind.cc
+extern const LinkKind ucxLinks;           // ucx/ucx_kind.cc
+extern const LinkKind tcpLinks;           // tcp/tcp_kind.cc
 
 const std::vector<const LinkKind*>& linkKinds() {
-  static const std::vector<const LinkKind*> kinds{&sharedMemoryLinks(), &ucxLinks(), &tcpLinks()};
+  static const std::vector<const LinkKind*> kinds{&sharedMemoryLinks, &ucxLinks, &tcpLinks};
   return kinds;
 }
 

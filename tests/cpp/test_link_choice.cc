@@ -29,7 +29,7 @@ std::string kindFor(TransportKind transport, WireProtection protection, bool sel
   config.transport = transport;
   config.wireProtection = protection;
   return chooseLink(config, rankOn("a", selfRdma), rankOn(sameHost ? "a" : "b", peerRdma), 1)
-      .kind->name();
+      .kind->name;
 }
 
 bool refuses(TransportKind transport, WireProtection protection, bool sameHost) {
@@ -72,12 +72,12 @@ TEST(link_choice_says_why_a_kind_asked_before_declined) {
   Config config;
   config.wireProtection = WireProtection::Integrity;
   const auto choice = chooseLink(config, rankOn("a", true), rankOn("b", true), 1);
-  CHECK(std::string(choice.kind->name()) == "tcp");
+  CHECK(std::string(choice.kind->name) == "tcp");
   CHECK(choice.why == "another host; RDMA, but RINGCOMM_WIRE_PROTECTION");
 }
 
 TEST(link_choice_every_registered_kind_is_a_word_ringcomm_transport_takes) {
   for (const transport::LinkKind* kind : transport::linkKinds()) {
-    CHECK(std::string(toString(parseTransportKind(kind->name()))) == kind->name());
+    CHECK(std::string(toString(parseTransportKind(kind->name))) == kind->name);
   }
 }

@@ -14,43 +14,35 @@
 namespace ringcomm::transport {
 namespace {
 
-class SharedMemoryLinks final : public LinkKind {
- public:
-  const char* name() const override { return "shm"; }
-  const char* description() const override { return "shared memory"; }
+LinkReach sharedMemoryReaches(const Config& config, const bootstrap::RankRecord& self,
+                              const bootstrap::RankRecord& peer, int peerRank) {
+  if (peer.hostId == self.hostId) return {true, "same host"};
+  if (config.transport != TransportKind::Shm) return {false, ""};
+  return {false, "RINGCOMM_TRANSPORT=shm, but rank " + std::to_string(peerRank) +
+                     " is on another host (" + peer.address + "); use auto, tcp or ucx"};
+}
 
-  Reach canConnect(const Config& config, const bootstrap::RankRecord& self,
-                   const bootstrap::RankRecord& peer, int peerRank) const override {
-    if (peer.hostId == self.hostId) return {true, "same host"};
-    if (config.transport != TransportKind::Shm) return {false, ""};
-    return {false, "RINGCOMM_TRANSPORT=shm, but rank " + std::to_string(peerRank) +
-                       " is on another host (" + peer.address + "); use auto, tcp or ucx"};
-  }
-
-  std::vector<int> connect(LinkContext& setup, const std::vector<int>& peers) const override {
-    Links& links = setup.links;
-    if (!setUpSharedMemory(setup.store, setup.rank, links, setup.rendezvous, setup.config,
-                           setup.config.timeout)) {
-      if (setup.config.transport == TransportKind::Shm) {
-        throw Error("ringcomm: RINGCOMM_TRANSPORT=shm, but the ranks on this host cannot have "
-                    "shared memory (see the warning above); use auto or tcp");
-      }
-      return peers;
+std::vector<int> makeSharedMemoryLinks(LinkContext& setup, const std::vector<int>& peers) {
+  Links& links = setup.links;
+  if (!setUpSharedMemory(setup.store, setup.rank, links, setup.rendezvous, setup.config,
+                         setup.config.timeout)) {
+    if (setup.config.transport == TransportKind::Shm) {
+      throw Error("ringcomm: RINGCOMM_TRANSPORT=shm, but the ranks on this host cannot have "
+                  "shared memory (see the warning above); use auto or tcp");
     }
-    for (int peer : peers) {
-      const auto at = std::find(links.localRanks.begin(), links.localRanks.end(), peer);
-      const int peerLocal = static_cast<int>(at - links.localRanks.begin());
-      links.streams[peer] = std::make_unique<ShmStream>(*links.segments, peerLocal);
-    }
-    return {};
+    return peers;
   }
-};
+  for (int peer : peers) {
+    const auto at = std::find(links.localRanks.begin(), links.localRanks.end(), peer);
+    const int peerLocal = static_cast<int>(at - links.localRanks.begin());
+    links.streams[peer] = std::make_unique<ShmStream>(*links.segments, peerLocal);
+  }
+  return {};
+}
 
 }  // namespace
 
-const LinkKind& sharedMemoryLinks() {
-  static const SharedMemoryLinks kind;
-  return kind;
-}
+extern const LinkKind sharedMemoryLinks{"shm", "shared memory", nullptr, sharedMemoryReaches,
+                                        makeSharedMemoryLinks};
 
 }  // namespace ringcomm::transport
