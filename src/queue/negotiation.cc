@@ -7,25 +7,7 @@
 
 #include "ringcomm/errors.h"
 
-namespace ringcomm {
-
-const char* toString(TensorOp op) {
-  switch (op) {
-    case TensorOp::Allreduce:
-      return "allreduce";
-    case TensorOp::Allgather:
-      return "allgather";
-    case TensorOp::Broadcast:
-      return "broadcast";
-    case TensorOp::Reducescatter:
-      return "reducescatter";
-    case TensorOp::Alltoall:
-      return "alltoall";
-  }
-  return "?";
-}
-
-namespace queue {
+namespace ringcomm::queue {
 namespace {
 
 // Little-endian fields, appended in order; the reader checks every length against what is left.
@@ -360,5 +342,4 @@ std::vector<int> ReadinessTable::missing(const std::string& name) const {
   return ranks;
 }
 
-}  // namespace queue
-}  // namespace ringcomm
+}  // namespace ringcomm::queue

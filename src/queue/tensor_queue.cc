@@ -23,21 +23,6 @@
 
 namespace ringcomm {
 
-const char* toString(JoinPolicy policy) {
-  switch (policy) {
-    case JoinPolicy::Zeros: return "zeros";
-    case JoinPolicy::Contributors: return "contributors";
-  }
-  return "?";
-}
-
-JoinPolicy parseJoinPolicy(const std::string& name) {
-  for (JoinPolicy policy : {JoinPolicy::Zeros, JoinPolicy::Contributors}) {
-    if (name == toString(policy)) return policy;
-  }
-  throw InvalidArgument("join policy must be 'zeros' or 'contributors'; got '" + name + "'");
-}
-
 size_t TensorRequest::count() const {
   size_t count = 1;
   for (int64_t dim : shape) count *= static_cast<size_t>(dim);
@@ -65,18 +50,6 @@ std::string rankList(const std::vector<int>& ranks) {
   std::ostringstream text;
   for (size_t i = 0; i < ranks.size(); ++i) text << (i ? ", " : "") << ranks[i];
   return text.str();
-}
-
-// Horovod's names of the operations, as its timeline shows them (NEGOTIATE_ALLREDUCE...).
-const char* horovodName(TensorOp op) {
-  switch (op) {
-    case TensorOp::Allreduce: return "ALLREDUCE";
-    case TensorOp::Allgather: return "ALLGATHER";
-    case TensorOp::Broadcast: return "BROADCAST";
-    case TensorOp::Reducescatter: return "REDUCESCATTER";
-    case TensorOp::Alltoall: return "ALLTOALL";
-  }
-  return "OPERATION";
 }
 
 int64_t traceTime(Clock::time_point at) {
