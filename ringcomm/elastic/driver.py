@@ -28,7 +28,8 @@ import os
 import signal
 import sys
 import time
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 from ringcomm import _core
 from ringcomm._host import address_towards
@@ -58,46 +59,35 @@ class _SignalError(Exception):
         self.number = number
 
 
+@dataclass(eq=False)
 class ElasticDriver:
-    def __init__(
-        self,
-        hosts: HostManager,
-        command: list,
-        env: dict,
-        store: "_core.Store",
-        start_np: int,
-        min_np: int,
-        max_np: int,
-        timeout: float,
-        reset_limit: Optional[int],
-        grace: float,
-        signals,
-        verbose: bool = False,
-        ssh: Ssh = DEFAULT_SSH,
-        store_port: Optional[int] = None,
-    ):
-        self.hosts = hosts
-        self.command = command
-        self.env = env
-        self.store = store
-        self.start_np, self.min_np, self.max_np = start_np, min_np, max_np
-        self.timeout = timeout
-        self.reset_limit = reset_limit
-        self.grace = grace
-        self.signals = signals
-        self.verbose = verbose
-        self.ssh = ssh
-        self.store_port = store_port  # where workers reach the store: env's RINGCOMM_STORE if not
-        self.generation = -1
-        self.assignment: list = []  # the current generation's SlotInfo, in rank order
-        self.states: dict = {}  # worker name -> READY / SUCCESS / FAILURE in this round
-        self.exit_codes: dict = {}  # worker name -> exit status in this round
-        self.workers: dict = {}  # worker name -> its latest process
-        self.notices = 0
-        self.resets = 0
-        self._forwarded = 0
-        self._next_discovery = 0.0
-        self._started = time.monotonic()
+    """One elastic job: what it was started with (the launcher's arguments), and where it is."""
+
+    hosts: HostManager
+    command: list
+    env: dict
+    store: "_core.Store"
+    start_np: int
+    min_np: int
+    max_np: int
+    timeout: float
+    reset_limit: Optional[int]
+    grace: float
+    signals: Any
+    verbose: bool = False
+    ssh: Ssh = DEFAULT_SSH
+    store_port: Optional[int] = None  # where workers reach the store: env's RINGCOMM_STORE if not
+    generation: int = field(default=-1, init=False)
+    # The current generation's SlotInfo, in rank order.
+    assignment: list = field(default_factory=list, init=False)
+    states: dict = field(default_factory=dict, init=False)  # worker -> READY/SUCCESS/FAILURE
+    exit_codes: dict = field(default_factory=dict, init=False)  # worker -> status this round
+    workers: dict = field(default_factory=dict, init=False)  # worker name -> latest process
+    notices: int = field(default=0, init=False)
+    resets: int = field(default=0, init=False)
+    _forwarded: int = field(default=0, init=False)
+    _next_discovery: float = field(default=0.0, init=False)
+    _started: float = field(default_factory=time.monotonic, init=False)
 
     # ---- the job ----------------------------------------------------------------------------
     def run(self) -> int:
