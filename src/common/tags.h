@@ -6,9 +6,12 @@
 //   send/recv:       bit 31 set, bits 0..30 = the user's tag.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <string>
 
+#include "common/enum_names.h"
 #include "ringcomm/types.h"
 
 namespace ringcomm {
@@ -28,21 +31,22 @@ enum class CollectiveKind : uint8_t {
 
 constexpr uint32_t kUserTagBit = 0x80000000u;
 
-inline const char* toString(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::Allreduce: return "allreduce";
-    case CollectiveKind::ReduceScatter: return "reduce_scatter";
-    case CollectiveKind::Allgather: return "allgather";
-    case CollectiveKind::Broadcast: return "broadcast";
-    case CollectiveKind::Reduce: return "reduce";
-    case CollectiveKind::Alltoall: return "alltoall";
-    case CollectiveKind::Gather: return "gather";
-    case CollectiveKind::Scatter: return "scatter";
-    case CollectiveKind::Barrier: return "barrier";
-    case CollectiveKind::LinkProbe: return "the link probe";
-  }
-  return "unknown";
-}
+inline constexpr EnumName<CollectiveKind> kCollectiveKindNames[] = {
+    {CollectiveKind::Allreduce, "allreduce"},
+    {CollectiveKind::ReduceScatter, "reduce_scatter"},
+    {CollectiveKind::Allgather, "allgather"},
+    {CollectiveKind::Broadcast, "broadcast"},
+    {CollectiveKind::Reduce, "reduce"},
+    {CollectiveKind::Alltoall, "alltoall"},
+    {CollectiveKind::Gather, "gather"},
+    {CollectiveKind::Scatter, "scatter"},
+    {CollectiveKind::Barrier, "barrier"},
+    {CollectiveKind::LinkProbe, "the link probe"},
+};
+// A kind added at the end without its row fails here.
+static_assert(std::size(kCollectiveKindNames) == static_cast<size_t>(CollectiveKind::LinkProbe));
+
+inline const char* toString(CollectiveKind kind) { return nameIn(kCollectiveKindNames, kind); }
 
 inline uint32_t collectiveTag(uint64_t sequence, CollectiveKind kind) {
   return static_cast<uint32_t>(((sequence & 0x7fffffu) << 8) | static_cast<uint8_t>(kind));
@@ -88,14 +92,17 @@ enum class MemoryPath : uint8_t {
   DeviceIpcAcrossHosts = 3,
 };
 
+inline constexpr EnumName<MemoryPath> kMemoryPathNames[] = {
+    {MemoryPath::Host, "host buffers"},
+    {MemoryPath::DeviceChunked, "device buffers, staged in chunks"},
+    {MemoryPath::DeviceIpc, "device buffers, CUDA IPC"},
+    {MemoryPath::DeviceIpcAcrossHosts, "device buffers, CUDA IPC within hosts"},
+};
+static_assert(std::size(kMemoryPathNames) ==
+              static_cast<size_t>(MemoryPath::DeviceIpcAcrossHosts) + 1);
+
 inline const char* toString(MemoryPath path) {
-  switch (path) {
-    case MemoryPath::Host: return "host buffers";
-    case MemoryPath::DeviceChunked: return "device buffers, staged in chunks";
-    case MemoryPath::DeviceIpc: return "device buffers, CUDA IPC";
-    case MemoryPath::DeviceIpcAcrossHosts: return "device buffers, CUDA IPC within hosts";
-  }
-  return "unknown buffers";
+  return nameIn(kMemoryPathNames, path, "unknown buffers");
 }
 
 inline uint32_t withMemoryPath(uint32_t variant, MemoryPath path) {
