@@ -150,9 +150,7 @@ WorkPtr CommunicatorImpl::alltoallv(const AlltoallvOptions& o) {
   return enqueue(CollectiveKind::Alltoall, o, labelOf("alltoallv", total, o.type),
                  signatureOf(&o.type, nullptr, -1),
                  device_->staged(o, "alltoallv", {sent * unit}, {received * unit},
-                                 [](const algorithms::Context& ctx, const auto& part) {
-                                   algorithms::alltoallv(ctx, part);
-                                 }));
+                                 algorithms::alltoallv));
 }
 
 WorkPtr CommunicatorImpl::gather(const GatherOptions& o) {
@@ -161,9 +159,7 @@ WorkPtr CommunicatorImpl::gather(const GatherOptions& o) {
   return enqueue(CollectiveKind::Gather, o, labelOf("gather", o.count, o.type, true, o.root),
                  signatureOf(&o.type, nullptr, o.root),
                  device_->staged(o, "gather", {bytes}, {bytes * size_, rank_ == o.root},
-                                 [](const algorithms::Context& ctx, const auto& part) {
-                                   algorithms::gather(ctx, part);
-                                 }));
+                                 algorithms::gather));
 }
 
 WorkPtr CommunicatorImpl::scatter(const ScatterOptions& o) {
@@ -172,9 +168,7 @@ WorkPtr CommunicatorImpl::scatter(const ScatterOptions& o) {
   return enqueue(CollectiveKind::Scatter, o, labelOf("scatter", o.count, o.type, true, o.root),
                  signatureOf(&o.type, nullptr, o.root),
                  device_->staged(o, "scatter", {bytes * size_, rank_ == o.root}, {bytes},
-                                 [](const algorithms::Context& ctx, const auto& part) {
-                                   algorithms::scatter(ctx, part);
-                                 }));
+                                 algorithms::scatter));
 }
 
 WorkPtr CommunicatorImpl::barrier(const BarrierOptions& o) {
