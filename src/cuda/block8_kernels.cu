@@ -9,6 +9,7 @@
 // so it needs no alignment (a block is 33 or 34 bytes: the blocks of a run are not aligned anyway).
 //
 // What each value computes is block8_ops.cuh's, which the host tests hold to the CPU codec.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -22,6 +23,7 @@
 namespace ringcomm::cuda {
 namespace {
 
+using detail::ArrayRef;
 using detail::KernelName;
 using detail::block8::Fp8Codec;
 using detail::block8::Int8Codec;
@@ -35,6 +37,9 @@ constexpr unsigned kWarpSize = 32;
 constexpr unsigned kFullWarp = 0xFFFFFFFFu;
 static_assert(kBlock == kWarpSize, "one warp holds one block, a value per lane");
 static_assert(detail::kThreadsPerBlock % kWarpSize == 0, "thread blocks of whole warps");
+
+// The wire's element size for checkArray: bytes, so that only its null check applies.
+constexpr size_t kWireByte = 1;
 
 // The CPU's codec::scale: a float32 multiply by static_cast<float>(factor), skipped when the
 // factor is exactly 1 (then even a signalling NaN passes unchanged).
@@ -116,6 +121,10 @@ struct EncodeBlocks {
   uint8_t* wire;
   Scale scale;
 
+  std::array<ArrayRef, 2> arrays() const {
+    return {{{"source", source, 4}, {"wire", wire, kWireByte}}};
+  }
+
   __device__ void block(const Lane& lane) const {
     const float value = lane.active ? scale.apply(source[lane.value]) : 0.0f;
     encodeBlock<Codec>(value, lane, wire);
@@ -129,6 +138,10 @@ struct DecodeBlocks {
   float* destination;
   Scale scale;
 
+  std::array<ArrayRef, 2> arrays() const {
+    return {{{"wire", wire, kWireByte}, {"destination", destination, 4}}};
+  }
+
   __device__ void block(const Lane& lane) const {
     if (lane.active) destination[lane.value] = scale.apply(decodeLane<Codec>(wire, lane));
   }
@@ -141,6 +154,14 @@ struct AccumulateBlocks {
   const uint8_t* received;
   float* accumulator;
   uint8_t* wire;  // null unless kEncode
+
+  // decodeAccumulate calls the array it reads the wire, decodeAccumulateEncode received; without
+  // kEncode the wire is not touched, and received stands in for it.
+  std::array<ArrayRef, 3> arrays() const {
+    return {{{kEncode ? "received" : "wire", received, kWireByte},
+             {"accumulator", accumulator, 4},
+             {"wire", kEncode ? wire : received, kWireByte}}};
+  }
 
   __device__ void block(const Lane& lane) const {
     float sum = 0.0f;
@@ -162,6 +183,10 @@ template <typename Codec>
 struct RoundToWireBlocks {
   float* values;
   uint8_t* wire;
+
+  std::array<ArrayRef, 2> arrays() const {
+    return {{{"values", values, 4}, {"wire", wire, kWireByte}}};
+  }
 
   __device__ void block(const Lane& lane) const {
     const float value = lane.active ? values[lane.value] : 0.0f;
@@ -190,10 +215,11 @@ __global__ void __launch_bounds__(detail::kThreadsPerBlock)
   }
 }
 
-// Enqueues block8Kernel over the run's blocks (count > 0), a warp for each while the device holds
-// them all at once.
+// Checks the arrays, then enqueues block8Kernel over the run's blocks (count > 0), a warp for each
+// while the device holds them all at once.
 template <typename Codec, typename Blocks>
 void launchBlocks(const KernelName& kernel, Blocks blocks, size_t count, cudaStream_t stream) {
+  detail::checkArrays(kernel, blocks.arrays());
   const size_t runBlocks = (count + kBlock - 1) / kBlock;
   const unsigned grid = detail::blocksFor(kernel, runBlocks * kWarpSize);
   void* arguments[] = {&blocks, &count};
@@ -220,9 +246,6 @@ void withCodec(const char* function, Compression compression, Launch&& launch) {
                         detail::compressionName(compression) + hint);
 }
 
-// The wire's element size for checkArray: bytes, so that only its null check applies.
-constexpr size_t kWireByte = 1;
-
 }  // namespace
 
 // The kernels are named "block8::encode" and so on: checkArray's messages then read
@@ -235,8 +258,6 @@ void encode(const float* source, uint8_t* wire, size_t count, Compression compre
   withCodec("encode", compression, [&](auto codec) {
     using Codec = decltype(codec);
     const KernelName kernel{"block8::encode", Codec::kName};
-    detail::checkArray(kernel, "source", source, sizeof(float));
-    detail::checkArray(kernel, "wire", wire, kWireByte);
     launchBlocks<Codec>(kernel, EncodeBlocks<Codec>{source, wire, Scale(factor)}, count, stream);
   });
 }
@@ -247,8 +268,6 @@ void decode(const uint8_t* wire, float* destination, size_t count, Compression c
   withCodec("decode", compression, [&](auto codec) {
     using Codec = decltype(codec);
     const KernelName kernel{"block8::decode", Codec::kName};
-    detail::checkArray(kernel, "wire", wire, kWireByte);
-    detail::checkArray(kernel, "destination", destination, sizeof(float));
     launchBlocks<Codec>(kernel, DecodeBlocks<Codec>{wire, destination, Scale(factor)}, count,
                         stream);
   });
@@ -260,8 +279,6 @@ void decodeAccumulate(const uint8_t* wire, float* accumulator, size_t count,
   withCodec("decodeAccumulate", compression, [&](auto codec) {
     using Codec = decltype(codec);
     const KernelName kernel{"block8::decodeAccumulate", Codec::kName};
-    detail::checkArray(kernel, "wire", wire, kWireByte);
-    detail::checkArray(kernel, "accumulator", accumulator, sizeof(float));
     launchBlocks<Codec>(kernel, AccumulateBlocks<Codec, false>{wire, accumulator, nullptr}, count,
                         stream);
   });
@@ -273,9 +290,6 @@ void decodeAccumulateEncode(const uint8_t* received, float* accumulator, uint8_t
   withCodec("decodeAccumulateEncode", compression, [&](auto codec) {
     using Codec = decltype(codec);
     const KernelName kernel{"block8::decodeAccumulateEncode", Codec::kName};
-    detail::checkArray(kernel, "received", received, kWireByte);
-    detail::checkArray(kernel, "accumulator", accumulator, sizeof(float));
-    detail::checkArray(kernel, "wire", wire, kWireByte);
     launchBlocks<Codec>(kernel, AccumulateBlocks<Codec, true>{received, accumulator, wire}, count,
                         stream);
   });
@@ -287,8 +301,6 @@ void roundToWire(float* values, uint8_t* wire, size_t count, Compression compres
   withCodec("roundToWire", compression, [&](auto codec) {
     using Codec = decltype(codec);
     const KernelName kernel{"block8::roundToWire", Codec::kName};
-    detail::checkArray(kernel, "values", values, sizeof(float));
-    detail::checkArray(kernel, "wire", wire, kWireByte);
     launchBlocks<Codec>(kernel, RoundToWireBlocks<Codec>{values, wire}, count, stream);
   });
 }

@@ -41,7 +41,7 @@ struct EncodeElements {
   uint16_t* wire;
   Scale scale;
 
-  std::array<ArrayRef, 2> arrays() const { return {{{source, 4}, {wire, 2}}}; }
+  std::array<ArrayRef, 2> arrays() const { return {{{"source", source, 4}, {"wire", wire, 2}}}; }
 
   __device__ uint16_t one(float value) const { return Format::narrow(scale.apply(value)); }
   __device__ void scalar(size_t i) const { wire[i] = one(source[i]); }
@@ -63,7 +63,9 @@ struct DecodeElements {
   float* destination;
   Scale scale;
 
-  std::array<ArrayRef, 2> arrays() const { return {{{wire, 2}, {destination, 4}}}; }
+  std::array<ArrayRef, 2> arrays() const {
+    return {{{"wire", wire, 2}, {"destination", destination, 4}}};
+  }
 
   __device__ float one(uint16_t value) const { return scale.apply(Format::widen(value)); }
   __device__ void scalar(size_t i) const { destination[i] = one(wire[i]); }
@@ -87,8 +89,11 @@ struct AccumulateElements {
   uint16_t* wire;  // null unless kEncode
 
   std::array<ArrayRef, 3> arrays() const {
-    // Without kEncode the wire is not touched; received stands in for it in the alignment plan.
-    return {{{received, 2}, {accumulator, 4}, {kEncode ? wire : received, 2}}};
+    // Without kEncode the wire is not touched: received stands in for it in the alignment plan.
+    // decodeAccumulate calls the array it reads the wire, decodeAccumulateEncode received.
+    return {{{kEncode ? "received" : "wire", received, 2},
+             {"accumulator", accumulator, 4},
+             {"wire", kEncode ? wire : received, 2}}};
   }
 
   __device__ void scalar(size_t i) const {
@@ -118,7 +123,7 @@ struct RoundToWireElements {
   float* values;
   uint16_t* wire;
 
-  std::array<ArrayRef, 2> arrays() const { return {{{values, 4}, {wire, 2}}}; }
+  std::array<ArrayRef, 2> arrays() const { return {{{"values", values, 4}, {"wire", wire, 2}}}; }
 
   __device__ void scalar(size_t i) const {
     const uint16_t encoded = Format::narrow(values[i]);
@@ -165,8 +170,6 @@ void encode(const float* source, uint16_t* wire, size_t count, Compression compr
   withFormat("encode", compression, [&](auto format) {
     using Format = decltype(format);
     const KernelName kernel{"encode", Format::kName};
-    detail::checkArray(kernel, "source", source, sizeof(float));
-    detail::checkArray(kernel, "wire", wire, sizeof(uint16_t));
     detail::launchElementwise(kernel, EncodeElements<Format>{source, wire, Scale(factor)}, count,
                               stream);
   });
@@ -178,8 +181,6 @@ void decode(const uint16_t* wire, float* destination, size_t count, Compression 
   withFormat("decode", compression, [&](auto format) {
     using Format = decltype(format);
     const KernelName kernel{"decode", Format::kName};
-    detail::checkArray(kernel, "wire", wire, sizeof(uint16_t));
-    detail::checkArray(kernel, "destination", destination, sizeof(float));
     detail::launchElementwise(kernel, DecodeElements<Format>{wire, destination, Scale(factor)},
                               count, stream);
   });
@@ -191,8 +192,6 @@ void decodeAccumulate(const uint16_t* wire, float* accumulator, size_t count,
   withFormat("decodeAccumulate", compression, [&](auto format) {
     using Format = decltype(format);
     const KernelName kernel{"decodeAccumulate", Format::kName};
-    detail::checkArray(kernel, "wire", wire, sizeof(uint16_t));
-    detail::checkArray(kernel, "accumulator", accumulator, sizeof(float));
     detail::launchElementwise(kernel, AccumulateElements<Format, false>{wire, accumulator, nullptr},
                               count, stream);
   });
@@ -204,9 +203,6 @@ void decodeAccumulateEncode(const uint16_t* received, float* accumulator, uint16
   withFormat("decodeAccumulateEncode", compression, [&](auto format) {
     using Format = decltype(format);
     const KernelName kernel{"decodeAccumulateEncode", Format::kName};
-    detail::checkArray(kernel, "received", received, sizeof(uint16_t));
-    detail::checkArray(kernel, "accumulator", accumulator, sizeof(float));
-    detail::checkArray(kernel, "wire", wire, sizeof(uint16_t));
     detail::launchElementwise(kernel, AccumulateElements<Format, true>{received, accumulator, wire},
                               count, stream);
   });
@@ -218,8 +214,6 @@ void roundToWire(float* values, uint16_t* wire, size_t count, Compression compre
   withFormat("roundToWire", compression, [&](auto format) {
     using Format = decltype(format);
     const KernelName kernel{"roundToWire", Format::kName};
-    detail::checkArray(kernel, "values", values, sizeof(float));
-    detail::checkArray(kernel, "wire", wire, sizeof(uint16_t));
     detail::launchElementwise(kernel, RoundToWireElements<Format>{values, wire}, count, stream);
   });
 }

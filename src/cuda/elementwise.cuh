@@ -2,7 +2,8 @@
 // thread 16-byte vectors where it can and single elements where it must, and the host side that
 // checks arguments, plans the split and launches on the caller's stream.
 //
-// An "Elements" type describes one kernel: the arrays it touches and what happens to one element
+// An "Elements" type describes one kernel: the arrays it touches (arrays(): each named, so that
+// the launch checks them all and says which one is bad) and what happens to one element
 // (scalar(i)) and to kVector elements starting at i (vector(i), whose loads and stores are 16-byte
 // aligned). 16-byte accesses (LDG.128 / STG.128) move the most bytes per instruction; with them a
 // memory-bound kernel needs fewer instructions in flight to keep HBM busy.
@@ -35,8 +36,10 @@ constexpr size_t kVectorBytes = 16;
 constexpr int kThreadsPerBlock = 256;
 constexpr int kBlocksPerSm = 8;
 
-// One array a kernel reads or writes: where it starts, and its element size.
+// One array a kernel reads or writes: its name in error messages (the parameter's), where it
+// starts, and its element size.
 struct ArrayRef {
+  const char* name;
   const void* address;
   size_t elementBytes;
 };
@@ -146,17 +149,22 @@ inline std::string compressionName(Compression compression) {
 
 // Arguments are checked before anything is enqueued. A misaligned access would fault on the GPU
 // and poison the whole CUDA context, so it is refused here.
-inline void checkArray(const KernelName& kernel, const char* name, const void* pointer,
-                       size_t elementBytes) {
-  if (pointer == nullptr) {
-    throw InvalidArgument("ringcomm::cuda::" + std::string(kernel.function) + ": " + name +
+inline void checkArray(const KernelName& kernel, const ArrayRef& array) {
+  if (array.address == nullptr) {
+    throw InvalidArgument("ringcomm::cuda::" + std::string(kernel.function) + ": " + array.name +
                           " is null");
   }
-  if (reinterpret_cast<uintptr_t>(pointer) % elementBytes != 0) {
-    throw InvalidArgument("ringcomm::cuda::" + std::string(kernel.function) + ": " + name +
-                          " is not aligned to its " + std::to_string(elementBytes) +
+  if (reinterpret_cast<uintptr_t>(array.address) % array.elementBytes != 0) {
+    throw InvalidArgument("ringcomm::cuda::" + std::string(kernel.function) + ": " + array.name +
+                          " is not aligned to its " + std::to_string(array.elementBytes) +
                           "-byte elements (" + kernel.type + ")");
   }
+}
+
+// Every array of a launch, in the order its arrays() lists them: the first bad one is reported.
+template <size_t N>
+void checkArrays(const KernelName& kernel, const std::array<ArrayRef, N>& arrays) {
+  for (const ArrayRef& array : arrays) checkArray(kernel, array);
 }
 
 // Enough blocks for the work, at most what the current device holds at once. Both queries are
@@ -177,11 +185,14 @@ inline unsigned blocksFor(const KernelName& kernel, size_t work) {
   return static_cast<unsigned>(blocks > 0 ? blocks : 1);
 }
 
-// Enqueues elementwiseKernel<Elements> over `count` elements (count > 0) on `stream`.
+// Checks the arrays, then enqueues elementwiseKernel<Elements> over `count` elements (count > 0)
+// on `stream`.
 template <typename Elements>
 void launchElementwise(const KernelName& kernel, Elements elements, size_t count,
                        cudaStream_t stream) {
-  Split split = splitForVectors(elements.arrays(), count, Elements::kVector);
+  const auto arrays = elements.arrays();
+  checkArrays(kernel, arrays);
+  Split split = splitForVectors(arrays, count, Elements::kVector);
   const size_t scalars = count - split.vectors * Elements::kVector;
   const unsigned blocks = blocksFor(kernel, split.vectors > scalars ? split.vectors : scalars);
   void* arguments[] = {&elements, &count, &split};

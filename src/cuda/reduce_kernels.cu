@@ -35,7 +35,7 @@ struct ReduceElements {
   const Storage* b;
 
   std::array<ArrayRef, 3> arrays() const {
-    return {{{out, sizeof(Storage)}, {a, sizeof(Storage)}, {b, sizeof(Storage)}}};
+    return {{{"out", out, sizeof(Storage)}, {"a", a, sizeof(Storage)}, {"b", b, sizeof(Storage)}}};
   }
 
   __device__ void scalar(size_t i) const { out[i] = detail::combine<Element, Op>(a[i], b[i]); }
@@ -67,12 +67,12 @@ struct ReduceManyElements {
   typename Element::Divisor divisor;
 
   // Every array the launch touches; the unused source slots repeat the first source, which
-  // leaves the alignment split unchanged.
+  // leaves the alignment split and the checks unchanged.
   std::array<ArrayRef, kMaxReduceSources + 1> arrays() const {
     std::array<ArrayRef, kMaxReduceSources + 1> all{};
-    all[0] = {out, sizeof(Storage)};
+    all[0] = {"out", out, sizeof(Storage)};
     for (int k = 0; k < kMaxReduceSources; ++k) {
-      all[k + 1] = {srcs[k < n ? k : 0], sizeof(Storage)};
+      all[k + 1] = {"a source", srcs[k < n ? k : 0], sizeof(Storage)};
     }
     return all;
   }
@@ -115,7 +115,7 @@ struct DivideElements {
   Storage* buf;
   typename Element::Divisor divisor;
 
-  std::array<ArrayRef, 1> arrays() const { return {{{buf, sizeof(Storage)}}}; }
+  std::array<ArrayRef, 1> arrays() const { return {{{"buf", buf, sizeof(Storage)}}}; }
 
   __device__ void scalar(size_t i) const { buf[i] = detail::divide<Element>(buf[i], divisor); }
 
@@ -199,14 +199,11 @@ void reduce(void* out, const void* a, const void* b, size_t count, DataType type
     using Element = decltype(element);
     using Op = decltype(operation);
     using Storage = typename Element::Storage;
-    const KernelName kernel{"reduce", Element::kName, Op::kName};
-    detail::checkArray(kernel, "out", out, sizeof(Storage));
-    detail::checkArray(kernel, "a", a, sizeof(Storage));
-    detail::checkArray(kernel, "b", b, sizeof(Storage));
     const ReduceElements<Element, Op> elements{static_cast<Storage*>(out),
                                                static_cast<const Storage*>(a),
                                                static_cast<const Storage*>(b)};
-    detail::launchElementwise(kernel, elements, count, stream);
+    detail::launchElementwise(KernelName{"reduce", Element::kName, Op::kName}, elements, count,
+                              stream);
   });
 }
 
@@ -228,18 +225,14 @@ void reduceMany(void* out, const void* const* srcs, int n, size_t count, DataTyp
     using Element = decltype(element);
     using Op = decltype(operation);
     using Storage = typename Element::Storage;
-    const KernelName kernel{"reduceMany", Element::kName, Op::kName};
-    detail::checkArray(kernel, "out", out, sizeof(Storage));
     ReduceManyElements<Element, Op> elements{};
     elements.out = static_cast<Storage*>(out);
-    for (int k = 0; k < n; ++k) {
-      detail::checkArray(kernel, "a source", srcs[k], sizeof(Storage));
-      elements.srcs[k] = static_cast<const Storage*>(srcs[k]);
-    }
+    for (int k = 0; k < n; ++k) elements.srcs[k] = static_cast<const Storage*>(srcs[k]);
     elements.n = n;
     elements.average = op == ReduceOp::Avg;
     elements.divisor = static_cast<typename Element::Divisor>(divisor);
-    detail::launchElementwise(kernel, elements, count, stream);
+    detail::launchElementwise(KernelName{"reduceMany", Element::kName, Op::kName}, elements, count,
+                              stream);
   });
 }
 
@@ -252,11 +245,10 @@ void finishAverage(void* buf, size_t count, DataType type, ReduceOp op, int divi
     using Element = decltype(element);
     using Storage = typename Element::Storage;
     if constexpr (!std::is_same_v<Element, detail::BoolElement>) {  // refused above
-      const KernelName kernel{"finishAverage", Element::kName};
-      detail::checkArray(kernel, "buf", buf, sizeof(Storage));
       const DivideElements<Element> elements{static_cast<Storage*>(buf),
                                              static_cast<typename Element::Divisor>(divisor)};
-      detail::launchElementwise(kernel, elements, count, stream);
+      detail::launchElementwise(KernelName{"finishAverage", Element::kName}, elements, count,
+                                stream);
     }
   });
   if (!known) throwUnknown("finishAverage", type, op);

@@ -200,21 +200,21 @@ TEST(hostVectorSplit) {
   alignas(16) static uint16_t halves[64];
   using detail::ArrayRef;
   using detail::splitForVectors;
-  const std::array<ArrayRef, 2> aligned{{{floats, 4}, {halves, 2}}};
+  const std::array<ArrayRef, 2> aligned{{{"floats", floats, 4}, {"halves", halves, 2}}};
   CHECK_EQ(splitForVectors(aligned, 20, 8).head, size_t{0});
   CHECK_EQ(splitForVectors(aligned, 20, 8).vectors, size_t{2});
   // Both one element in: 7 more elements reach 16-byte alignment of the halves (and floats + 8).
-  const std::array<ArrayRef, 2> shifted{{{floats + 1, 4}, {halves + 1, 2}}};
+  const std::array<ArrayRef, 2> shifted{{{"floats", floats + 1, 4}, {"halves", halves + 1, 2}}};
   CHECK_EQ(splitForVectors(shifted, 40, 8).head, size_t{7});
   CHECK_EQ(splitForVectors(shifted, 40, 8).vectors, size_t{4});
   // Shorter than the head: all scalar.
   CHECK_EQ(splitForVectors(shifted, 5, 8).vectors, size_t{0});
   // floats + 1 needs a head of 3 (mod 4), halves + 2 a head of 6 (mod 8): no common head.
-  const std::array<ArrayRef, 2> mixed{{{floats + 1, 4}, {halves + 2, 2}}};
+  const std::array<ArrayRef, 2> mixed{{{"floats", floats + 1, 4}, {"halves", halves + 2, 2}}};
   CHECK_EQ(splitForVectors(mixed, 64, 8).vectors, size_t{0});
   CHECK_EQ(splitForVectors(mixed, 64, 8).head, size_t{0});
   // floats + 3 and halves + 7: a head of 1 aligns both.
-  const std::array<ArrayRef, 2> together{{{floats + 3, 4}, {halves + 7, 2}}};
+  const std::array<ArrayRef, 2> together{{{"floats", floats + 3, 4}, {"halves", halves + 7, 2}}};
   CHECK_EQ(splitForVectors(together, 64, 8).head, size_t{1});
   CHECK_EQ(splitForVectors(together, 64, 8).vectors, size_t{7});
 }
