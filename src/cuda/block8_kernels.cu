@@ -25,13 +25,13 @@ namespace {
 
 using detail::ArrayRef;
 using detail::KernelName;
+using detail::Scale;
+using detail::x86Add;
 using detail::block8::Fp8Codec;
 using detail::block8::Int8Codec;
 using detail::block8::isNonFinite;
 using detail::block8::kBlock;
 using detail::block8::magnitudeBits;
-using detail::block8::x86AddRn;
-using detail::block8::x86MultiplyRn;
 
 constexpr unsigned kWarpSize = 32;
 constexpr unsigned kFullWarp = 0xFFFFFFFFu;
@@ -40,18 +40,6 @@ static_assert(detail::kThreadsPerBlock % kWarpSize == 0, "thread blocks of whole
 
 // The wire's element size for checkArray: bytes, so that only its null check applies.
 constexpr size_t kWireByte = 1;
-
-// The CPU's codec::scale: a float32 multiply by static_cast<float>(factor), skipped when the
-// factor is exactly 1 (then even a signalling NaN passes unchanged).
-struct Scale {
-  float factor;
-  bool active;
-
-  explicit Scale(double value) : factor(static_cast<float>(value)), active(value != 1.0) {}
-  __device__ float apply(float value) const {
-    return active ? x86MultiplyRn(value, factor) : value;
-  }
-};
 
 // Where one lane's work is: its block's scale in the wire, its value and its code.
 struct Lane {
@@ -167,7 +155,7 @@ struct AccumulateBlocks {
     float sum = 0.0f;
     if (lane.active) {
       // The CPU's values[i] + value: the accumulator first (it keeps its NaN when both are NaN).
-      sum = x86AddRn(accumulator[lane.value], decodeLane<Codec>(received, lane));
+      sum = x86Add(accumulator[lane.value], decodeLane<Codec>(received, lane));
       accumulator[lane.value] = sum;
     }
     if constexpr (kEncode) {

@@ -6,9 +6,9 @@
 // Each step is the CPU's own float32 operation, in its order: the int8 scale is largest / 127
 // rounded to a bfloat16, each value x * (1 / scale) rounded to nearest even; a value decodes as
 // code * scale and accumulates as accumulator + value. On the device every product, quotient and
-// sum goes through a _rn intrinsic (multiplyRn and friends), so that no build flag can fuse a
-// multiply and an add into one FMA. fp8's powers of two are made from their bits, exactly; so are
-// e4m3's values.
+// sum goes through a _rn intrinsic (multiplyRn and friends, element_ops.cuh), so that no build flag
+// can fuse a multiply and an add into one FMA. fp8's powers of two are made from their bits,
+// exactly; so are e4m3's values.
 //
 // NaN: as the 16-bit codec kernels (kernels.h), x86's: x86Multiply and x86Add of element_ops.cuh.
 // A NaN or an infinity spoils only its own value (codec_block8.h): a block's scale is made from
@@ -75,45 +75,11 @@ RINGCOMM_HOST_DEVICE uint32_t finiteMagnitudeBits(float value) {
   return isNonFinite(magnitude) ? 0u : magnitude;
 }
 
-// --- Float32 operations rounded once, never fused. ---
-
-RINGCOMM_HOST_DEVICE float multiplyRn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-
-RINGCOMM_HOST_DEVICE float divideRn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-
-RINGCOMM_HOST_DEVICE float addRn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
+// --- Rounding to a whole number, for the codes. ---
 
 // Round to nearest, ties to even (std::nearbyint in the default rounding mode).
 RINGCOMM_HOST_DEVICE float roundToNearestEven(float value) {
   return rintf(value);
-}
-
-// value * factor and accumulator + value with x86's NaNs (element_ops.cuh), operands in the CPU's
-// order.
-RINGCOMM_HOST_DEVICE float x86MultiplyRn(float a, float b) {
-  return withX86Nan(a, b, multiplyRn(a, b));
-}
-
-RINGCOMM_HOST_DEVICE float x86AddRn(float a, float b) {
-  return withX86Nan(a, b, addRn(a, b));
 }
 
 // --- int8 ---
@@ -163,7 +129,7 @@ RINGCOMM_HOST_DEVICE int8_t int8NonFiniteCode(float value) {
 // One value decoded: code * scale, in that order (the order decides nothing here, as a code is
 // never NaN, but it is the CPU's).
 RINGCOMM_HOST_DEVICE float int8Value(int8_t code, float scale) {
-  return x86MultiplyRn(static_cast<float>(code), scale);
+  return x86Multiply(static_cast<float>(code), scale);
 }
 
 // One value of a marked block (scales::int8MarkedValue): its non-finite codes, else as above.
@@ -248,7 +214,7 @@ RINGCOMM_HOST_DEVICE float fromE4m3(uint8_t code) {
 // One value decoded: e4m3 value * scale, in the CPU's order (when both are NaN, x86 keeps the
 // code's).
 RINGCOMM_HOST_DEVICE float fp8Value(uint8_t code, float scale) {
-  return x86MultiplyRn(fromE4m3(code), scale);
+  return x86Multiply(fromE4m3(code), scale);
 }
 
 // --- The two codecs as the kernels use them. ---

@@ -18,20 +18,10 @@ namespace {
 
 using detail::ArrayRef;
 using detail::KernelName;
+using detail::Scale;
 using detail::x86Add;
-using detail::x86Multiply;
 
 constexpr size_t kWireVector = detail::kVectorBytes / sizeof(uint16_t);
-
-// The CPU's codec::scale: a float32 multiply by static_cast<float>(factor), skipped when the
-// factor is exactly 1 (then even a signalling NaN passes unchanged).
-struct Scale {
-  float factor;
-  bool active;
-
-  explicit Scale(double value) : factor(static_cast<float>(value)), active(value != 1.0) {}
-  __device__ float apply(float value) const { return active ? x86Multiply(value, factor) : value; }
-};
 
 // wire[i] = narrow(source[i] * factor)
 template <typename Format>

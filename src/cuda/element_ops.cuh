@@ -1,5 +1,5 @@
 // What the CUDA kernels compute per element: the reduction operations of src/reduce/loops.h, the
-// element types they run on, and float32 arithmetic with x86's NaNs for the codec. Host and
+// element types they run on, and float32 arithmetic with x86's NaNs for the codecs. Host and
 // device code alike, so that tests/cuda can run them on the host too.
 //
 // The operations are loops.h's own (reduce/operations.h), so the results are the CPU's bit for
@@ -113,7 +113,36 @@ RINGCOMM_HOST_DEVICE typename Element::Storage divide(typename Element::Storage 
   }
 }
 
-// --- float32 arithmetic with x86's NaNs, for the codec (see kernels.h). ---
+// --- float32 arithmetic for the codecs: rounded once, with x86's NaNs (kernels.h). ---
+//
+// On the device every product, quotient and sum goes through a _rn intrinsic, so that no build
+// flag can fuse a multiply and an add into one FMA and round once where the CPU rounds twice
+// (under the library's --fmad=false a plain * or + compiles to the same instruction; the
+// intrinsics hold without it).
+
+RINGCOMM_HOST_DEVICE float multiplyRn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+RINGCOMM_HOST_DEVICE float divideRn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+RINGCOMM_HOST_DEVICE float addRn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
 
 // x86's NaN for a + b or a * b: the first NaN operand made quiet, or, when the operands are numbers
 // and the result is NaN anyway, the "real indefinite" NaN. Numbers pass through untouched.
@@ -125,11 +154,24 @@ RINGCOMM_HOST_DEVICE float withX86Nan(float a, float b, float result) {
   return isNan(result) ? floatOf(kX86IndefiniteNan) : result;
 }
 
+// a + b and a * b as the CPU's float32 arithmetic computes them, operands in the CPU's order.
 RINGCOMM_HOST_DEVICE float x86Add(float a, float b) {
-  return withX86Nan(a, b, a + b);
+  return withX86Nan(a, b, addRn(a, b));
 }
 RINGCOMM_HOST_DEVICE float x86Multiply(float a, float b) {
-  return withX86Nan(a, b, a * b);
+  return withX86Nan(a, b, multiplyRn(a, b));
 }
+
+// The CPU's codec::scale: a float32 multiply by static_cast<float>(factor), skipped when the
+// factor is exactly 1 (then even a signalling NaN passes unchanged).
+struct Scale {
+  float factor;
+  bool active;
+
+  explicit Scale(double value) : factor(static_cast<float>(value)), active(value != 1.0) {}
+  RINGCOMM_HOST_DEVICE float apply(float value) const {
+    return active ? x86Multiply(value, factor) : value;
+  }
+};
 
 }  // namespace ringcomm::cuda::detail

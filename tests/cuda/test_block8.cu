@@ -179,10 +179,6 @@ uint32_t scaleWordAt(const std::vector<uint8_t>& wire, size_t i) {
 
 // --- The kernels' arithmetic on the host: block8_ops.cuh, a block at a time. ---
 
-float applyFactor(float value, double factor) {
-  return factor == 1.0 ? value : ops::x86MultiplyRn(value, static_cast<float>(factor));
-}
-
 template <typename Codec>
 void hostEncode(const std::vector<float>& values, std::vector<uint8_t>& wire) {
   for (size_t first = 0; first < values.size(); first += kBlock) {
@@ -274,8 +270,9 @@ void checkEncode(Failures& failures, Backend backend, const Case& c) {
 
   std::vector<uint8_t> got(cpu.size());
   if (backend == Backend::Host) {
+    const cuda::detail::Scale scale(c.factor);
     std::vector<float> hostScaled(c.count());
-    for (size_t i = 0; i < c.count(); ++i) hostScaled[i] = applyFactor(c.values[i], c.factor);
+    for (size_t i = 0; i < c.count(); ++i) hostScaled[i] = scale.apply(c.values[i]);
     hostEncode<Codec>(hostScaled, got);
   } else {
     Stream stream;
@@ -304,9 +301,8 @@ void checkDecode(Failures& failures, Backend backend, const Case& c) {
 
   std::vector<float> got(c.count());
   if (backend == Backend::Host) {
-    for (size_t i = 0; i < c.count(); ++i) {
-      got[i] = applyFactor(hostDecoded<Codec>(c.wire, i), c.factor);
-    }
+    const cuda::detail::Scale scale(c.factor);
+    for (size_t i = 0; i < c.count(); ++i) got[i] = scale.apply(hostDecoded<Codec>(c.wire, i));
   } else {
     Stream stream;
     GuardedArray<uint8_t> wire(c.wire.size(), c.at.wire, stream);
@@ -355,7 +351,7 @@ void checkAccumulate(Failures& failures, Backend backend, const Case& c, Accumul
   const bool encodes = form != Accumulate::Only;
   if (backend == Backend::Host) {
     for (size_t i = 0; i < c.count(); ++i) {
-      sums[i] = ops::x86AddRn(c.values[i], hostDecoded<Codec>(c.wire, i));
+      sums[i] = cuda::detail::x86Add(c.values[i], hostDecoded<Codec>(c.wire, i));
     }
     hostEncode<Codec>(sums, wireOut);
   } else {

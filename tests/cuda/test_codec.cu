@@ -134,10 +134,8 @@ void checkEncode(Failures& failures, Backend backend, const Case& c) {
 
   std::vector<uint16_t> got(c.count());
   if (backend == Backend::Host) {
-    for (size_t i = 0; i < c.count(); ++i) {
-      const float value = c.factor == 1.0 ? c.values[i] : detail::x86Multiply(c.values[i], factor);
-      got[i] = Format::narrow(value);
-    }
+    const detail::Scale scale(c.factor);
+    for (size_t i = 0; i < c.count(); ++i) got[i] = Format::narrow(scale.apply(c.values[i]));
   } else {
     Stream stream;
     GuardedArray<float> source(c.count(), c.at.values, stream);
@@ -169,10 +167,8 @@ void checkDecode(Failures& failures, Backend backend, const Case& c) {
 
   std::vector<float> got(c.count());
   if (backend == Backend::Host) {
-    for (size_t i = 0; i < c.count(); ++i) {
-      const float value = Format::widen(c.wire[i]);
-      got[i] = c.factor == 1.0 ? value : detail::x86Multiply(value, factor);
-    }
+    const detail::Scale scale(c.factor);
+    for (size_t i = 0; i < c.count(); ++i) got[i] = scale.apply(Format::widen(c.wire[i]));
   } else {
     Stream stream;
     GuardedArray<uint16_t> wire(c.count(), c.at.wire, stream);
