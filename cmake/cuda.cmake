@@ -35,7 +35,6 @@ if(RINGCOMM_BUILD_CUDA)
   add_library(ringcomm_cuda_kernels STATIC
     src/cuda/reduce_kernels.cu
     src/cuda/codec_kernels.cu
-    src/cuda/block8_kernels.cu
   )
   target_include_directories(ringcomm_cuda_kernels PUBLIC
     ${PROJECT_SOURCE_DIR}/include

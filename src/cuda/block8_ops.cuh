@@ -1,4 +1,4 @@
-// What the 8-bit block codec kernels (block8_kernels.cu) compute per block and per value: the
+// What the 8-bit block codec kernels (block8_steps.cuh) compute per block and per value: the
 // arithmetic of src/codec/codec_block8.cc, written once more because that file's is host-only
 // (std::frexp, std::ldexp, a static table), and compiled for host and device alike so that
 // tests/cuda can hold it to the CPU codec on the host too.

@@ -22,7 +22,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
-#include <cstdint>
 
 #include "ringcomm/types.h"
 
@@ -63,80 +62,56 @@ void reduceMany(void* out, const void* const* srcs, int n, size_t count, DataTyp
 void finishAverage(void* buf, size_t count, DataType type, ReduceOp op, int divisor,
                    cudaStream_t stream);
 
-// --- The wire codec (codec_kernels.cu): float32 values travel as float16 or bfloat16. ---
+// --- The wire codecs (codec_kernels.cu): float32 values travel compressed. ---
 //
-// Bit for bit the CPU codec (src/codec/codec.h) and the scaling the CPU path does around it
-// (codec::scale: a float32 multiply by static_cast<float>(factor), skipped when factor is 1).
-// Compression::None is an InvalidArgument: there is nothing to encode.
+// One API for every compression, as the CPU codec's (src/codec/codec.h), and bit for bit that
+// codec and the scaling the CPU path does around it (codec::scale: a float32 multiply by
+// static_cast<float>(factor), skipped when factor is 1), on its wire: a run of `count` values
+// takes codec::wireBytes(count, compression) bytes. Compression::None, or a value that is no
+// compression, is an InvalidArgument: there is nothing to encode.
+//
+// - float16 and bfloat16: a 2-byte value per element, so the wire is aligned to 2 bytes; a thread
+//   an element (16-byte vectors where the arrays allow).
+// - int8 and fp8, the 8-bit block codecs (src/codec/codec_block8.h): per block of 32 values (a
+//   run's last block may be short) the block's scale first, then one byte per value; the wire
+//   needs no alignment. A block's scale depends on all of its values, so one warp handles a block
+//   from reading to writing; an output may still be the very same array as an input of the same
+//   type (a block's bytes are all read before any is written).
 //
 // NaN: the CPU codec does plain float32 arithmetic, so its NaNs are the ones x86 makes: a NaN
 // operand comes out quiet with its payload, a NaN made from numbers (inf - inf, 0 * inf) is
 // 0xFFC00000. These kernels make the same ones (a GPU left alone would give 0x7FFFFFFF). When
 // both operands of an addition are NaN, x86 keeps the first one's payload, and which one the CPU
 // compiler put first is not fixed (it may swap the operands of +): there the kernels keep the
-// accumulator's.
+// accumulator's. Under the 8-bit codecs a NaN or an infinity spoils only its own value, as on the
+// CPU (the block's scale leaves it out, it gets a code of its own); where both factors of a
+// product are NaN (an fp8 NaN code in a block with the NaN scale, which no encoder writes) the
+// kernels keep the code's.
 
-// wire[i] = narrow(source[i] * factor): pre-scaling fused into the compression.
-void encode(const float* source, uint16_t* wire, size_t count, Compression compression,
+// wire = encode(source[i] * factor): pre-scaling fused into the compression (codec::scale then
+// codec::encode).
+void encode(const float* source, void* wire, size_t count, Compression compression, double factor,
+            cudaStream_t stream);
+
+// destination[i] = decode(wire)[i] * factor: post-scaling fused into the decompression
+// (codec::decode then codec::scale).
+void decode(const void* wire, float* destination, size_t count, Compression compression,
             double factor, cudaStream_t stream);
 
-// destination[i] = widen(wire[i]) * factor: post-scaling fused into the decompression.
-void decode(const uint16_t* wire, float* destination, size_t count, Compression compression,
-            double factor, cudaStream_t stream);
+// accumulator[i] += decode(wire)[i], in float32: a reduce-scatter step that forwards nothing
+// (codec::decodeAccumulate).
+void decodeAccumulate(const void* wire, float* accumulator, size_t count, Compression compression,
+                      cudaStream_t stream);
 
-// accumulator[i] += widen(wire[i]), in float32: a reduce-scatter step that forwards nothing.
-void decodeAccumulate(const uint16_t* wire, float* accumulator, size_t count,
-                      Compression compression, cudaStream_t stream);
+// accumulator[i] += decode(received)[i]; wire = encode(accumulator): reduce, then compress for
+// the next hop, in one pass (the CPU ring's decodeAccumulate followed by encode). wire may be
+// received itself.
+void decodeAccumulateEncode(const void* received, float* accumulator, void* wire, size_t count,
+                            Compression compression, cudaStream_t stream);
 
-// accumulator[i] += widen(received[i]); wire[i] = narrow(accumulator[i]): reduce, then compress
-// for the next hop, in one pass (the CPU ring's decodeAccumulate followed by encode). wire may
-// be received itself.
-void decodeAccumulateEncode(const uint16_t* received, float* accumulator, uint16_t* wire,
-                            size_t count, Compression compression, cudaStream_t stream);
-
-// wire[i] = narrow(values[i]); values[i] = widen(wire[i]): a block's owner keeps the value every
-// other rank receives (the CPU ring's roundToWire, an encode then a decode, in one pass).
-void roundToWire(float* values, uint16_t* wire, size_t count, Compression compression,
+// wire = encode(values); values[i] = decode(wire)[i]: the rank that owns a chunk keeps the value
+// every other rank receives (the CPU ring's roundToWire, an encode then a decode, in one pass).
+void roundToWire(float* values, void* wire, size_t count, Compression compression,
                  cudaStream_t stream);
-
-// --- The 8-bit block codecs (block8_kernels.cu): int8 and fp8, a scale per 32 values. ---
-//
-// The same five steps as the 16-bit codec above, bit for bit the CPU's (src/codec/codec_block8.h)
-// and on its wire: per block of 32 values (a run's last block may be short) the block's scale
-// first, then one byte per value. A run of `count` values takes codec::wireBytes(count,
-// compression) bytes of wire; the wire needs no alignment. Compression::Int8 or Float8 only; any
-// other is an InvalidArgument.
-//
-// A block's scale depends on all of its values, so one warp handles a block from reading to
-// writing; an output may still be the very same array as an input of the same type (a block's
-// bytes are all read before any is written). A NaN or an infinity spoils only its own value, as
-// on the CPU (the block's scale leaves it out, it gets a code of its own); decoded values and sums
-// carry x86's NaNs as the 16-bit kernels' do (above). Where both factors of a product are NaN
-// (an fp8 NaN code in a block with the NaN scale, which no encoder writes) the kernels keep the
-// code's.
-namespace block8 {
-
-// wire = encode(source[i] * factor): pre-scaling fused in, as codec::scale then codec::encode.
-void encode(const float* source, uint8_t* wire, size_t count, Compression compression,
-            double factor, cudaStream_t stream);
-
-// destination[i] = decode(wire)[i] * factor: codec::decode then codec::scale.
-void decode(const uint8_t* wire, float* destination, size_t count, Compression compression,
-            double factor, cudaStream_t stream);
-
-// accumulator[i] += decode(wire)[i], in float32: codec::decodeAccumulate.
-void decodeAccumulate(const uint8_t* wire, float* accumulator, size_t count,
-                      Compression compression, cudaStream_t stream);
-
-// accumulator[i] += decode(received)[i]; wire = encode(accumulator): codec::decodeAccumulate
-// then codec::encode of the sums, in one pass. wire may be received itself.
-void decodeAccumulateEncode(const uint8_t* received, float* accumulator, uint8_t* wire,
-                            size_t count, Compression compression, cudaStream_t stream);
-
-// wire = encode(values); values[i] = decode(wire)[i]: the CPU's roundToWire, in one pass.
-void roundToWire(float* values, uint8_t* wire, size_t count, Compression compression,
-                 cudaStream_t stream);
-
-}  // namespace block8
 
 }  // namespace ringcomm::cuda

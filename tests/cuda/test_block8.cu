@@ -1,6 +1,6 @@
-// The 8-bit block codec kernels (src/cuda/block8_kernels.cu, cuda::block8) against the CPU codec
-// (src/codec/codec_block8.cc, compiled into this test) doing the same steps the CPU ring does:
-// the same bytes on the wire, the same float32 bits out.
+// The 8-bit block codec kernels (src/cuda/block8_steps.cuh, through cuda::encode and the rest)
+// against the CPU codec (src/codec/codec_block8.cc, compiled into this test) doing the same steps
+// the CPU ring does: the same bytes on the wire, the same float32 bits out.
 //
 // Each function runs for int8 and fp8 on counts around the block size (0, 1, 31, 32, 33, 65), a
 // prime (1009) and a large prime (1000003), with float32 arrays and wires at several offsets (the
@@ -280,8 +280,7 @@ void checkEncode(Failures& failures, Backend backend, const Case& c) {
     GuardedArray<uint8_t> wire(cpu.size(), c.at.wire, stream);
     source.upload(c.values);
     wire.poison();
-    cuda::block8::encode(source.device(), wire.device(), c.count(), c.compression, c.factor,
-                         stream.get());
+    cuda::encode(source.device(), wire.device(), c.count(), c.compression, c.factor, stream.get());
     stream.sync();
     got = wire.download(failures, what);
     expectSameBits(failures, what + ": source changed", source.download(failures, what), c.values,
@@ -309,8 +308,8 @@ void checkDecode(Failures& failures, Backend backend, const Case& c) {
     GuardedArray<float> destination(c.count(), c.at.values, stream);
     wire.upload(c.wire);
     destination.poison();
-    cuda::block8::decode(wire.device(), destination.device(), c.count(), c.compression, c.factor,
-                         stream.get());
+    cuda::decode(wire.device(), destination.device(), c.count(), c.compression, c.factor,
+                 stream.get());
     stream.sync();
     got = destination.download(failures, what);
   }
@@ -364,12 +363,11 @@ void checkAccumulate(Failures& failures, Backend backend, const Case& c, Accumul
     separate.poison();
     GuardedArray<uint8_t>& output = form == Accumulate::EncodeInPlace ? received : separate;
     if (encodes) {
-      cuda::block8::decodeAccumulateEncode(received.device(), accumulator.device(),
-                                           output.device(), c.count(), c.compression,
-                                           stream.get());
+      cuda::decodeAccumulateEncode(received.device(), accumulator.device(), output.device(),
+                                   c.count(), c.compression, stream.get());
     } else {
-      cuda::block8::decodeAccumulate(received.device(), accumulator.device(), c.count(),
-                                     c.compression, stream.get());
+      cuda::decodeAccumulate(received.device(), accumulator.device(), c.count(), c.compression,
+                             stream.get());
     }
     stream.sync();
     sums = accumulator.download(failures, what);
@@ -408,8 +406,7 @@ void checkRoundToWire(Failures& failures, Backend backend, const Case& c) {
     GuardedArray<uint8_t> wire(c.wire.size(), c.at.wire, stream);
     deviceValues.upload(c.values);
     wire.poison();
-    cuda::block8::roundToWire(deviceValues.device(), wire.device(), c.count(), c.compression,
-                              stream.get());
+    cuda::roundToWire(deviceValues.device(), wire.device(), c.count(), c.compression, stream.get());
     stream.sync();
     values = deviceValues.download(failures, what);
     wireOut = wire.download(failures, what);

@@ -1,6 +1,6 @@
-// The wire codec kernels (src/cuda/codec_kernels.cu) against the CPU codec (src/codec, compiled
-// into this test) doing the same steps the CPU ring does, bit for bit; and against the float64
-// model of reference.h wherever the result is a number.
+// The 16-bit wire codec kernels (src/cuda/codec_elements.cuh, through cuda::encode and the rest)
+// against the CPU codec (src/codec, compiled into this test) doing the same steps the CPU ring
+// does, bit for bit; and against the float64 model of reference.h wherever the result is a number.
 //
 // Each function runs for both formats on every count of matrixCounts(), with float32 and wire
 // arrays at misalignments 0..7 elements, alike (vectors after a scalar head) and mixed (element by

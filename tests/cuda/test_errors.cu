@@ -90,7 +90,7 @@ TEST(hostBadArgumentsAreRefusedBeforeLaunching) {
       "ringcomm::cuda::reduceMany: divisor must be positive, got 0");
   expectThrows<InvalidArgument>(
       [&] { cuda::encode(kFloats, kWire, 10, Compression::None, 1.0, nullptr); },
-      "ringcomm::cuda::encode: needs compression float16 or bfloat16, got none");
+      "ringcomm::cuda::encode: needs compression float16, bfloat16, int8 or fp8, got none");
   expectThrows<InvalidArgument>(
       [&] {
         cuda::decodeAccumulateEncode(kWire, kFloats, nullptr, 10, Compression::BFloat16, nullptr);
@@ -104,55 +104,47 @@ TEST(hostBadArgumentsAreRefusedBeforeLaunching) {
       "ringcomm::cuda::roundToWire: wire is not aligned to its 2-byte elements (float16)");
 }
 
-// The 8-bit block codecs: int8 or fp8 only, every pointer checked, the wire's at any address.
+// The 8-bit block codecs through the same functions: every pointer checked, the wire's at any
+// address.
 TEST(hostBlock8BadArgumentsAreRefusedBeforeLaunching) {
   expectThrows<InvalidArgument>(
-      [&] { cuda::block8::encode(kFloats, nullptr, 10, Compression::Int8, 1.0, nullptr); },
-      "ringcomm::cuda::block8::encode: wire is null");
+      [&] { cuda::encode(kFloats, nullptr, 10, Compression::Int8, 1.0, nullptr); },
+      "ringcomm::cuda::encode: wire is null");
   expectThrows<InvalidArgument>(
-      [&] { cuda::block8::encode(nullptr, kBytes, 10, Compression::Float8, 0.5, nullptr); },
-      "ringcomm::cuda::block8::encode: source is null");
-  expectThrows<InvalidArgument>(
-      [&] { cuda::block8::encode(kFloats, kBytes, 10, Compression::Float16, 1.0, nullptr); },
-      "ringcomm::cuda::block8::encode: needs compression int8 or fp8, got float16 "
-      "(its kernels are ringcomm::cuda::encode and the rest)");
+      [&] { cuda::encode(nullptr, kBytes, 10, Compression::Float8, 0.5, nullptr); },
+      "ringcomm::cuda::encode: source is null");
   expectThrows<InvalidArgument>(
       [&] {
-        cuda::block8::decode(kBytes, static_cast<float*>(kOddByte), 33, Compression::Float8, 1.0,
-                             nullptr);
+        cuda::decode(kBytes, static_cast<float*>(kOddByte), 33, Compression::Float8, 1.0, nullptr);
       },
-      "ringcomm::cuda::block8::decode: destination is not aligned to its 4-byte elements (fp8)");
+      "ringcomm::cuda::decode: destination is not aligned to its 4-byte elements (fp8)");
   expectThrows<InvalidArgument>(
-      [&] { cuda::block8::decodeAccumulate(kBytes, kFloats, 1, Compression::None, nullptr); },
-      "ringcomm::cuda::block8::decodeAccumulate: needs compression int8 or fp8, got none");
+      [&] { cuda::decodeAccumulate(kBytes, kFloats, 1, Compression::None, nullptr); },
+      "ringcomm::cuda::decodeAccumulate: needs compression float16, bfloat16, int8 or fp8, got "
+      "none");
   expectThrows<InvalidArgument>(
-      [&] { cuda::block8::decodeAccumulate(nullptr, kFloats, 1, Compression::Int8, nullptr); },
-      "ringcomm::cuda::block8::decodeAccumulate: wire is null");
+      [&] { cuda::decodeAccumulate(nullptr, kFloats, 1, Compression::Int8, nullptr); },
+      "ringcomm::cuda::decodeAccumulate: wire is null");
   expectThrows<InvalidArgument>(
       [&] {
-        cuda::block8::decodeAccumulateEncode(nullptr, kFloats, kBytes, 32, Compression::Int8,
-                                             nullptr);
+        cuda::decodeAccumulateEncode(nullptr, kFloats, kBytes, 32, Compression::Int8, nullptr);
       },
-      "ringcomm::cuda::block8::decodeAccumulateEncode: received is null");
+      "ringcomm::cuda::decodeAccumulateEncode: received is null");
   expectThrows<InvalidArgument>(
       [&] {
-        cuda::block8::decodeAccumulateEncode(kBytes, nullptr, kBytes, 32, Compression::Float8,
-                                             nullptr);
+        cuda::decodeAccumulateEncode(kBytes, nullptr, kBytes, 32, Compression::Float8, nullptr);
       },
-      "ringcomm::cuda::block8::decodeAccumulateEncode: accumulator is null");
+      "ringcomm::cuda::decodeAccumulateEncode: accumulator is null");
   expectThrows<InvalidArgument>(
-      [&] {
-        cuda::block8::roundToWire(kFloats, kBytes, 5, static_cast<Compression>(9), nullptr);
-      },
-      "ringcomm::cuda::block8::roundToWire: needs compression int8 or fp8, got value 9");
+      [&] { cuda::roundToWire(kFloats, kBytes, 5, static_cast<Compression>(9), nullptr); },
+      "ringcomm::cuda::roundToWire: needs compression float16, bfloat16, int8 or fp8, got value 9");
   expectThrows<InvalidArgument>(
-      [&] { cuda::block8::roundToWire(kFloats, nullptr, 5, Compression::Int8, nullptr); },
-      "ringcomm::cuda::block8::roundToWire: wire is null");
-  // And the 16-bit codec's functions point the 8-bit codecs here.
+      [&] { cuda::roundToWire(kFloats, nullptr, 5, Compression::Int8, nullptr); },
+      "ringcomm::cuda::roundToWire: wire is null");
+  // The wire at an odd address: fine for the 8-bit codecs, not for the 16-bit formats.
   expectThrows<InvalidArgument>(
-      [&] { cuda::decode(kWire, kFloats, 10, Compression::Float8, 1.0, nullptr); },
-      "ringcomm::cuda::decode: needs compression float16 or bfloat16, got fp8 "
-      "(its kernels are ringcomm::cuda::block8::encode and the rest)");
+      [&] { cuda::encode(kFloats, kBytes, 10, Compression::BFloat16, 1.0, nullptr); },
+      "ringcomm::cuda::encode: wire is not aligned to its 2-byte elements (bfloat16)");
 }
 
 // A count of zero reads no pointer and enqueues nothing; other ops' finishAverage is a no-op.
@@ -169,12 +161,11 @@ TEST(hostNothingToDoIsNotAnError) {
   cuda::decodeAccumulate(nullptr, nullptr, 0, Compression::Float16, nullptr);
   cuda::decodeAccumulateEncode(nullptr, nullptr, nullptr, 0, Compression::Float16, nullptr);
   cuda::roundToWire(nullptr, nullptr, 0, Compression::BFloat16, nullptr);
-  cuda::block8::encode(nullptr, nullptr, 0, Compression::Int8, 0.5, nullptr);
-  cuda::block8::decode(nullptr, nullptr, 0, Compression::Float8, 2.0, nullptr);
-  cuda::block8::decodeAccumulate(nullptr, nullptr, 0, Compression::Int8, nullptr);
-  cuda::block8::decodeAccumulateEncode(nullptr, nullptr, nullptr, 0, Compression::Float8,
-                                       nullptr);
-  cuda::block8::roundToWire(nullptr, nullptr, 0, Compression::Int8, nullptr);
+  cuda::encode(nullptr, nullptr, 0, Compression::Int8, 0.5, nullptr);
+  cuda::decode(nullptr, nullptr, 0, Compression::Float8, 2.0, nullptr);
+  cuda::decodeAccumulate(nullptr, nullptr, 0, Compression::Int8, nullptr);
+  cuda::decodeAccumulateEncode(nullptr, nullptr, nullptr, 0, Compression::Float8, nullptr);
+  cuda::roundToWire(nullptr, nullptr, 0, Compression::Int8, nullptr);
 }
 
 // A failed launch: an Error naming the kernel and the CUDA error.
@@ -194,9 +185,9 @@ TEST(hostLaunchFailuresNameTheKernel) {
       "launching kernel encode<bfloat16> failed: cudaErrorLaunchOutOfResources");
   expectThrows<Error>(
       [] {
-        cuda::detail::checkLaunch(cuda::detail::KernelName{"block8::encode", "fp8"},
+        cuda::detail::checkLaunch(cuda::detail::KernelName{"encode", "fp8"},
                                   cudaErrorLaunchOutOfResources);
       },
-      "launching kernel block8::encode<fp8> failed: cudaErrorLaunchOutOfResources");
+      "launching kernel encode<fp8> failed: cudaErrorLaunchOutOfResources");
   cuda::detail::checkLaunch(cuda::detail::KernelName{"decode", "float16"}, cudaSuccess);
 }
