@@ -31,6 +31,7 @@ SOURCES = [
     "src/auth/sha256.cc",
     "src/auth/handshake.cc",
     "src/queue/negotiation.cc",
+    "src/queue/queue_names.cc",
     "src/common/process.cc",
     "src/transport/shm/segment.cc",
     "src/transport/shm/cross_memory.cc",
