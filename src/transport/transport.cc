@@ -83,7 +83,7 @@ Transport::Request Transport::postSend(int peer, const void* data, size_t bytes,
   message.bytes = bytes;
   message.memory = memory;
   message.header = FrameHeader{kFrameMagic, tag.id, tag.signature, tag.variant, bytes};
-  if (state.sends.empty() && state.recvs.empty()) active_.push_back(peer);
+  markActive(peer, state);
   state.sends.push_back(std::move(message));
   // Start moving it now: the peer may already be waiting (a TCP link not yet made is made in
   // the wait, which has a deadline).
@@ -105,9 +105,15 @@ Transport::Request Transport::postRecv(int peer, void* data, size_t bytes, const
   message.memory = memory;
   // What we expect to receive.
   message.header = FrameHeader{kFrameMagic, tag.id, tag.signature, tag.variant, bytes};
-  if (state.sends.empty() && state.recvs.empty()) active_.push_back(peer);
+  markActive(peer, state);
   state.recvs.push_back(std::move(message));
   return Request{peer, false, ++state.recvsPosted};
+}
+
+void Transport::markActive(int peer, Peer& state) {
+  if (state.active) return;
+  state.active = true;
+  active_.push_back(peer);
 }
 
 bool Transport::isDone(const Request& request) const {
@@ -130,6 +136,7 @@ bool Transport::progressAll(const Operation& op) {
     state.sendsDone += sends - state.sends.size();
     state.recvsDone += recvs - state.recvs.size();
     if (state.sends.empty() && state.recvs.empty()) {
+      state.active = false;
       active_[i] = active_.back();
       active_.pop_back();
       continue;

@@ -103,8 +103,12 @@ class Transport {
     uint64_t recvsPosted = 0;
     uint64_t sendsDone = 0;
     uint64_t recvsDone = 0;
+    bool active = false;  // listed in active_
   };
 
+  // Lists the peer in active_ unless it is there: a send that completed as it was posted leaves
+  // its peer listed, with empty queues, until the next progress.
+  void markActive(int peer, Peer& state);
   // A TCP peer's link, made where it has none yet (dialed, or the one it made to this rank).
   void ensureLink(int peer, Peer& state, const Operation& op);
   // Links peers made to this rank (a sender to a receive from any source).

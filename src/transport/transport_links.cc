@@ -77,6 +77,7 @@ void Transport::abort() {
   for (Peer& state : peers_) {
     state.sends.clear();
     state.recvs.clear();
+    state.active = false;
   }
   active_.clear();
 }
