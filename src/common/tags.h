@@ -43,7 +43,7 @@ inline constexpr EnumName<CollectiveKind> kCollectiveKindNames[] = {
     {CollectiveKind::Barrier, "barrier"},
     {CollectiveKind::LinkProbe, "the link probe"},
 };
-// A kind added at the end without its row fails here.
+// A row for each kind, 1 to the last, LinkProbe (a kind added after it moves this check).
 static_assert(std::size(kCollectiveKindNames) == static_cast<size_t>(CollectiveKind::LinkProbe));
 
 inline const char* toString(CollectiveKind kind) { return nameIn(kCollectiveKindNames, kind); }
@@ -98,6 +98,7 @@ inline constexpr EnumName<MemoryPath> kMemoryPathNames[] = {
     {MemoryPath::DeviceIpc, "device buffers, CUDA IPC"},
     {MemoryPath::DeviceIpcAcrossHosts, "device buffers, CUDA IPC within hosts"},
 };
+// A row for each path, 0 to the last (a path added after it moves this check).
 static_assert(std::size(kMemoryPathNames) ==
               static_cast<size_t>(MemoryPath::DeviceIpcAcrossHosts) + 1);
 
